@@ -1,0 +1,1 @@
+// Keeps libraries that may have no other source yet non-empty.

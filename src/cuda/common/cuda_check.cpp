@@ -1,0 +1,26 @@
+#include "cuda/common/cuda_check.hpp"
+
+#include "core/error.hpp"
+
+namespace fp4moe::cuda {
+
+void fail_cuda(cudaError_t err, const char* stmt, const char* file, int line) {
+  throw Error(fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err),
+                          cudaGetErrorString(err), stmt, file, line));
+}
+
+void fail_cublas(cublasStatus_t st, const char* stmt, const char* file, int line) {
+  throw Error(fmt::format("cuBLAS error {} ({}) in {} at {}:{}", cublasGetStatusName(st),
+                          cublasGetStatusString(st), stmt, file, line));
+}
+
+bool device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return n > 0;
+}
+
+}  // namespace fp4moe::cuda

@@ -1,0 +1,67 @@
+// One MoE layer as the engine computes it: its configuration and its weights, stacked.
+//
+// Everything here is backend-neutral host data; cpu/ computes it, cuda/ + moe/ upload it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "format/fp4.hpp"
+
+namespace fp4moe {
+
+enum class WeightFormat : uint8_t { NVFP4, MXFP4, BF16 };
+std::string_view weight_format_name(WeightFormat f);  // "nvfp4" | "mxfp4" | "bf16"
+
+enum class ScoringFunc : uint8_t { Sigmoid, Softmax };
+
+struct MoeConfig {
+  int64_t hidden = 0;            // H
+  int64_t inter = 0;             // I, per routed expert (moe_intermediate_size)
+  int64_t num_experts = 0;       // E (routed)
+  int64_t top_k = 0;
+  int64_t n_group = 1;           // grouped top-k: experts split in n_group groups ...
+  int64_t topk_group = 1;        // ... and only the best topk_group groups are eligible
+  ScoringFunc scoring = ScoringFunc::Sigmoid;
+  bool norm_topk_prob = true;    // renormalise the top-k weights to sum 1
+  float routed_scaling = 1.0f;   // multiply the final top-k weights
+  int64_t shared_inter = 0;      // shared expert intermediate (0 = no shared expert)
+};
+
+// Weights of E experts, each [n, k] (k is the reduction dim), stored contiguously.
+//   FP4:  packed [E, n, k/2], scales [E, n, k/block], global_scale [E]
+//   BF16: bf16 [E, n, k] (bf16 bits)
+struct ExpertStack {
+  WeightFormat format = WeightFormat::NVFP4;
+  int64_t num_experts = 0, n = 0, k = 0;
+  std::vector<uint8_t> packed;
+  std::vector<uint8_t> scales;
+  std::vector<float> global_scale;
+  std::vector<uint16_t> bf16;
+
+  bool is_fp4() const { return format != WeightFormat::BF16; }
+  Fp4Format fp4_format() const { return format == WeightFormat::MXFP4 ? Fp4Format::MXFP4 : Fp4Format::NVFP4; }
+  int64_t block() const { return fp4_block_size(fp4_format()); }
+  Fp4MatrixView expert(int64_t e) const {  // FP4 only
+    return {fp4_format(), n, k, packed.data() + e * n * (k / 2),
+            scales.data() + e * n * (k / block()), global_scale[size_t(e)]};
+  }
+  const uint16_t* expert_bf16(int64_t e) const { return bf16.data() + e * n * k; }
+  size_t weight_bytes_per_expert() const {  // bytes a GEMM must read for one expert
+    return is_fp4() ? size_t(n * k / 2 + n * k / block() + 4) : size_t(n * k * 2);
+  }
+};
+
+struct MoeLayerWeights {
+  MoeConfig cfg;
+  std::vector<float> router_w;     // [E, H] (logits = x · router_wᵀ, FP32)
+  std::vector<float> router_bias;  // [E] e_score_correction_bias, used for selection only; may be empty
+  ExpertStack w13;                 // [E, 2I, H]: rows [0, I) gate_proj, rows [I, 2I) up_proj
+  ExpertStack w2;                  // [E, H, I]: down_proj
+  std::optional<ExpertStack> shared_w13;  // [1, 2*SI, H] (same halves layout)
+  std::optional<ExpertStack> shared_w2;   // [1, H, SI]
+};
+
+}  // namespace fp4moe

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Packs the header-only dependencies and GoogleTest's static libraries (from this machine's
+# Debian packages, see setup.sh) into .carry/ so the GPU machine, which reaches no registry,
+# can build fp4moe with its own cmake and g++. Name ".carry" in the device call's carry list.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rm -rf .carry && mkdir -p .carry/include .carry/lib
+for d in nlohmann CLI fmt gtest gmock; do cp -r /usr/include/$d .carry/include/; done
+cp /usr/include/httplib.h .carry/include/ 2>/dev/null || true
+cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+du -sh .carry

@@ -6,6 +6,7 @@
 //                                                                 run = [=] { ...; return 0; }; }
 //   static fp4moe::cli::Registrar reg{"inspect", "Describe a checkpoint", setup};
 //
+// A name with a space ("bench gemm") nests under a group subcommand ("bench").
 // The run callback returns the exit code; an fp4moe::Error escaping it becomes
 // "fp4moe: <message>" on stderr and exit code 1 (usage errors exit 2).
 #pragma once

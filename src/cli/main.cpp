@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <string>
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
@@ -25,8 +26,22 @@ int main(int argc, char** argv) {
   auto& cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runs;
+  // "bench gemm" registers `gemm` under a `bench` group created on first use.
+  std::map<std::string, CLI::App*> groups;
   for (const Command& c : cmds) {
-    CLI::App* sub = app.add_subcommand(c.name, c.description);
+    CLI::App* parent = &app;
+    std::string name = c.name;
+    if (auto sp = name.find(' '); sp != std::string::npos) {
+      std::string group = name.substr(0, sp);
+      name = name.substr(sp + 1);
+      CLI::App*& g = groups[group];
+      if (!g) {
+        g = app.add_subcommand(group, group + " subcommands");
+        g->require_subcommand(1);
+      }
+      parent = g;
+    }
+    CLI::App* sub = parent->add_subcommand(name, c.description);
     c.setup(*sub, runs[sub]);
   }
 

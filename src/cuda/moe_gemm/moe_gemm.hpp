@@ -64,7 +64,7 @@ std::string to_string(const TileConfig&);
 
 // Device pointers for one call.
 struct MoeGemmArgs {
-  const void* x = nullptr;               // [M_total, K] bf16 (or NVFP4 for W4A4: see act_* below)
+  const void* x = nullptr;               // [M_total, K] bf16 (W4A4 emulation quantizes it on the fly)
   const int32_t* expert_offsets = nullptr;  // [E+1] device
   const void* weight = nullptr;          // prepared weights (prepare_weights)
   const float* row_scale = nullptr;      // [M_total] for Epilogue::RowScale
@@ -73,6 +73,67 @@ struct MoeGemmArgs {
                                          // may be an upper bound; offsets decide
   void* workspace = nullptr;             // workspace_bytes(desc, cfg) bytes, or null if 0
   cudaStream_t stream = nullptr;
+  // W4A4 emulation (ActFormat::NVFP4_EMULATED) only: device FP32 scalar, the activations'
+  // per-tensor global scale (ModelOpt input_scale = amax / (6 * 448)). Null: computed on
+  // the device from amax(x) of rows [0, m_total) into the workspace (no host sync).
+  const float* act_global_scale = nullptr;
 };
+
+// ---- Sm90Wgmma / Sm90Decode: the sm_90a kernel family (sm90_nvfp4_grouped_gemm.cuh) ----
+
+// Owning device copy of an FP4 ExpertStack in the sm90 kernel's re-laid layout
+// (weight_layout.cu; see sm90_tile_layout.hpp for the byte layout). The layout depends on
+// the epilogue: SiluMul interleaves gate and up rows inside each 128-row tile, so weights
+// uploaded for SiluMul can only run SiluMul, and the others only None / RowScale.
+class DeviceExpertWeights {
+ public:
+  DeviceExpertWeights() = default;
+  ~DeviceExpertWeights();
+  DeviceExpertWeights(DeviceExpertWeights&& o) noexcept;
+  DeviceExpertWeights& operator=(DeviceExpertWeights&& o) noexcept;
+  DeviceExpertWeights(const DeviceExpertWeights&) = delete;
+  DeviceExpertWeights& operator=(const DeviceExpertWeights&) = delete;
+
+  WeightFormat format = WeightFormat::NVFP4;
+  bool silu_layout = false;           // uploaded for Epilogue::SiluMul
+  int num_experts = 0, n = 0, k = 0;
+  uint8_t* tiles = nullptr;           // [E, N/128, K/64, 4608 B] device (sm90_tile_layout.hpp)
+  float* global_scale = nullptr;      // [E] device (1 for MXFP4)
+  std::vector<float> global_scale_host;  // [E]
+  size_t bytes() const;               // device bytes of tiles + globals
+};
+
+// Re-lays and uploads (synchronous on `stream`). Checks: FP4 format, N % 128 == 0,
+// K % 64 == 0, finite non-negative scales; MXFP4 scales in [2^-118, 2^8].
+DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream = nullptr);
+
+// Empty string when `cfg` can run `desc` on a GPU of compute capability `sm` (e.g. 90),
+// else the reason in one line (shapes, shared memory bytes, arch).
+std::string can_implement(const MoeGemmDesc& desc, const TileConfig& cfg, int sm);
+
+// Every Sm90Wgmma / Sm90Decode config the tuner may pick for `desc` (all are tested).
+std::vector<TileConfig> candidate_configs(const MoeGemmDesc& desc);
+
+// A reasonable config without tuning, from the average tokens per hit expert.
+TileConfig default_config(const MoeGemmDesc& desc, double tokens_per_expert);
+
+// Device workspace `run_moe_gemm` needs (W4A4: the fake-quantized activations + scalar).
+size_t workspace_bytes(const MoeGemmDesc& desc, const TileConfig& cfg);
+
+// Runs y = epilogue(x * W^T) on args.stream. No host synchronisation; graph-capturable.
+// `w` must come from upload_weights with a layout matching desc.epilogue; args.weight is
+// ignored by this path. Throws fp4moe::Error when can_implement fails or pointers are
+// misaligned (x, y 16-byte; K * 2 bytes row stride 16-byte aligned).
+void run_moe_gemm(const MoeGemmDesc& desc, const TileConfig& cfg, const DeviceExpertWeights& w,
+                  const MoeGemmArgs& args);
+
+// W4A4 emulation pre-pass (act_quant.cu): x_fq[m, k] = e2m1(m, k) * e4m3_scale(m, k / 16)
+// in BF16 (exact), quantized with global scale *act_global (device scalar) as Blackwell
+// NVFP4 activations are; the global itself is NOT applied (the GEMM epilogue applies it).
+void fake_quantize_activations_nvfp4(const void* x, void* x_fq, int64_t rows, int64_t k,
+                                     const float* act_global, cudaStream_t stream);
+// act_global_out[0] = amax(x[0:rows, :]) / (6 * 448) (1 when x is all zero).
+void compute_act_global_scale(const void* x, int64_t rows, int64_t k, float* act_global_out,
+                              cudaStream_t stream);
 
 }  // namespace fp4moe::cuda

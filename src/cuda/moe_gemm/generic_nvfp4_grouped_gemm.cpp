@@ -1,0 +1,149 @@
+// GemmKernel::Generic, host side: weights upload, validation, launch (kernel in the .cu).
+#include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
+
+#include <cstdint>
+#include <utility>
+
+#include "core/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/moe_gemm/linear_fp4_kernels.hpp"
+
+namespace fp4moe::cuda {
+namespace {
+
+bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+}  // namespace
+
+// ---- weights upload ---------------------------------------------------------------
+
+DeviceLinearFp4Weights::DeviceLinearFp4Weights(const ExpertStack& s) {
+  FP4MOE_CHECK(s.is_fp4(), "DeviceLinearFp4Weights: expert stack is {}, not FP4",
+               weight_format_name(s.format));
+  FP4MOE_CHECK(s.num_experts > 0 && s.n > 0 && s.k > 0 && s.k % s.block() == 0,
+               "DeviceLinearFp4Weights: bad shape E={} N={} K={} (K must be a multiple of {})",
+               s.num_experts, s.n, s.k, s.block());
+  const size_t packed = size_t(s.num_experts * s.n * (s.k / 2));
+  const size_t scales = size_t(s.num_experts * s.n * (s.k / s.block()));
+  FP4MOE_CHECK(s.packed.size() == packed && s.scales.size() == scales &&
+                   s.global_scale.size() == size_t(s.num_experts),
+               "DeviceLinearFp4Weights: buffer sizes do not match E={} N={} K={}", s.num_experts,
+               s.n, s.k);
+  const size_t scales_off = (packed + 255) / 256 * 256;
+  const size_t globals_off = (scales_off + scales + 255) / 256 * 256;
+  bytes_ = globals_off + size_t(s.num_experts) * 4;
+  FP4MOE_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
+  auto* base = static_cast<uint8_t*>(buffer_);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(base, s.packed.data(), packed, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(base + scales_off, s.scales.data(), scales, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(base + globals_off, s.global_scale.data(), size_t(s.num_experts) * 4,
+                               cudaMemcpyHostToDevice));
+  host_globals_ = s.global_scale;
+  view_.format = s.format;
+  view_.num_experts = int(s.num_experts);
+  view_.n = int(s.n);
+  view_.k = int(s.k);
+  view_.packed = base;
+  view_.scales = base + scales_off;
+  view_.global_scale = reinterpret_cast<const float*>(base + globals_off);
+  view_.global_scale_host = host_globals_.data();
+}
+
+void DeviceLinearFp4Weights::release() {
+  if (buffer_) cudaFree(buffer_);
+  buffer_ = nullptr;
+  bytes_ = 0;
+  view_ = {};
+}
+
+DeviceLinearFp4Weights::~DeviceLinearFp4Weights() { release(); }
+
+DeviceLinearFp4Weights::DeviceLinearFp4Weights(DeviceLinearFp4Weights&& o) noexcept
+    : view_(o.view_), buffer_(o.buffer_), bytes_(o.bytes_), host_globals_(std::move(o.host_globals_)) {
+  view_.global_scale_host = host_globals_.empty() ? nullptr : host_globals_.data();
+  o.buffer_ = nullptr;
+  o.bytes_ = 0;
+  o.view_ = {};
+}
+
+DeviceLinearFp4Weights& DeviceLinearFp4Weights::operator=(DeviceLinearFp4Weights&& o) noexcept {
+  if (this != &o) {
+    release();
+    view_ = o.view_;
+    buffer_ = o.buffer_;
+    bytes_ = o.bytes_;
+    host_globals_ = std::move(o.host_globals_);
+    view_.global_scale_host = host_globals_.empty() ? nullptr : host_globals_.data();
+    o.buffer_ = nullptr;
+    o.bytes_ = 0;
+    o.view_ = {};
+  }
+  return *this;
+}
+
+// ---- the generic tactic -------------------------------------------------------------
+
+TileConfig generic_tile_config() {
+  TileConfig c;
+  c.kernel = GemmKernel::Generic;
+  c.block_m = linear_fp4::kGenericRowsW;
+  c.block_n = linear_fp4::kGenericRowsT;
+  c.block_k = linear_fp4::kGenericStepK;
+  c.stages = 1;
+  return c;
+}
+
+std::string generic_can_implement(const MoeGemmDesc& d, const LinearFp4Weights& w) {
+  if (d.weight == WeightFormat::BF16) return "Generic needs FP4 weights (NVFP4 or MXFP4), got bf16";
+  if (d.act != ActFormat::BF16) return "Generic computes W4A16 only (no NVFP4 activation emulation)";
+  if (d.num_experts <= 0 || d.n <= 0 || d.k <= 0)
+    return fmt::format("bad shape E={} N={} K={}", d.num_experts, d.n, d.k);
+  if (d.num_experts > 65535) return fmt::format("E={} exceeds 65535 experts", d.num_experts);
+  const int block = d.weight == WeightFormat::MXFP4 ? 32 : 16;
+  if (d.k % block != 0)
+    return fmt::format("K={} is not a multiple of the {} block size {}", d.k,
+                       weight_format_name(d.weight), block);
+  if (d.epilogue == Epilogue::SiluMul && d.n % 2 != 0)
+    return fmt::format("SiluMul needs an even N (gate and up halves), got N={}", d.n);
+  if (w.format != d.weight)
+    return fmt::format("weights are {}, the GEMM asks for {}", weight_format_name(w.format),
+                       weight_format_name(d.weight));
+  if (w.num_experts != d.num_experts || w.n != d.n || w.k != d.k)
+    return fmt::format("weights are [E={}, N={}, K={}], the GEMM asks for [E={}, N={}, K={}]",
+                       w.num_experts, w.n, w.k, d.num_experts, d.n, d.k);
+  return {};
+}
+
+void run_generic_grouped_gemm(const MoeGemmDesc& d, const LinearFp4Weights& w, const MoeGemmArgs& a) {
+  if (std::string why = generic_can_implement(d, w); !why.empty()) FP4MOE_FAIL("Generic GEMM: {}", why);
+  FP4MOE_CHECK(a.x && a.expert_offsets && a.y && w.packed && w.scales,
+               "Generic GEMM: null x / expert_offsets / y / weight pointer");
+  FP4MOE_CHECK(aligned(a.x, 16), "Generic GEMM: x must be 16-byte aligned");
+  FP4MOE_CHECK(aligned(w.packed, 8), "Generic GEMM: packed weights must be 8-byte aligned");
+  FP4MOE_CHECK(aligned(a.y, 2), "Generic GEMM: y must be 2-byte aligned");
+  FP4MOE_CHECK(d.epilogue != Epilogue::RowScale || a.row_scale,
+               "Generic GEMM: Epilogue::RowScale needs row_scale");
+  FP4MOE_CHECK(a.m_total >= 0 && (d.max_tokens == 0 || a.m_total <= d.max_tokens),
+               "Generic GEMM: m_total={} exceeds max_tokens={}", a.m_total, d.max_tokens);
+  if (a.m_total == 0) return;
+
+  linear_fp4::GenericParams p;
+  p.x = a.x;
+  p.offsets = a.expert_offsets;
+  p.packed = w.packed;
+  p.scales = w.scales;
+  p.global = w.global_scale;
+  p.row_scale = a.row_scale;
+  p.y = a.y;
+  p.num_experts = d.num_experts;
+  p.n = d.n;
+  p.k = d.k;
+  const bool silu = d.epilogue == Epilogue::SiluMul;
+  p.n_out = silu ? d.n / 2 : d.n;
+  p.epilogue = silu ? linear_fp4::kEpiSiluMul
+                    : d.epilogue == Epilogue::RowScale ? linear_fp4::kEpiRowScale : linear_fp4::kEpiNone;
+  p.mx = d.weight == WeightFormat::MXFP4;
+  FP4MOE_CUDA_CHECK(linear_fp4::launch_generic_grouped_gemm(p, a.stream));
+}
+
+}  // namespace fp4moe::cuda

@@ -1,0 +1,53 @@
+// MoE router on the GPU: logits = x · W_gateᵀ in FP32, then ONE fused kernel for
+// scoring (sigmoid or softmax), biased selection (grouped top-k, then top-k) and the
+// weights (unbiased scores, normalised, times routed_scaling).
+//
+// Tie rule (identical to cpu/moe_cpu.hpp route_cpu): experts are ranked by their
+// biased score, higher first; equal scores -> the lower expert id first. Groups are
+// ranked by group score the same way (equal -> the lower group id). The k slots of a
+// token are written in rank order.
+//
+// No host synchronisation anywhere: every function only enqueues on `stream`, so the
+// router can be captured in a CUDA graph.
+#pragma once
+
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "format/moe_layer.hpp"
+
+namespace fp4moe::cuda {
+
+// What the fused selection kernel computes (a subset of MoeConfig, as ints).
+struct RouterDesc {
+  int num_experts = 0;    // E (<= kMaxRouterExperts)
+  int top_k = 0;          // k (<= kMaxRouterTopK)
+  int n_group = 1;        // grouped top-k; 1 = no grouping
+  int topk_group = 1;
+  ScoringFunc scoring = ScoringFunc::Sigmoid;
+  bool norm_topk_prob = true;
+  float routed_scaling = 1.0f;
+};
+inline constexpr int kMaxRouterExperts = 1024;
+inline constexpr int kMaxRouterTopK = 32;
+inline constexpr int kMaxRouterGroups = 64;
+
+RouterDesc router_desc_from(const MoeConfig& cfg);
+// Throws fp4moe::Error with the reason when the kernel cannot run this config.
+void check_router_desc(const RouterDesc& d);
+
+// out[i] = float(in[i]) for n bf16 values.
+void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream);
+
+// logits [T, E] f32 = x [T, H] f32 · w [E, H]ᵀ f32 (cuBLAS SGEMM, FP32 math; the
+// handle's stream is set to `stream`). tokens may be 0 (nothing is launched).
+void router_logits_f32(cublasHandle_t handle, const float* x, const float* w, float* logits,
+                       int tokens, int hidden, int num_experts, cudaStream_t stream);
+
+// logits [T, E] f32, bias [E] f32 or null -> topk_ids [T, k] i32, topk_weights [T, k] f32.
+void route_topk(const RouterDesc& d, const float* logits, const float* bias, int tokens,
+                int32_t* topk_ids, float* topk_weights, cudaStream_t stream);
+
+}  // namespace fp4moe::cuda

@@ -1,0 +1,42 @@
+// The one place the MoE layer calls a grouped expert GEMM: the switch between the GEMM
+// paths of cuda/moe_gemm/ (today: GemmKernel::Generic on the linear checkpoint layout;
+// the sm_90a wgmma kernel when its upload/run entry points are linked in). Weights are
+// uploaded in the layout of the chosen path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/moe_gemm/moe_gemm.hpp"
+#include "format/moe_layer.hpp"
+
+namespace fp4moe::moe {
+
+class ExpertGemmWeights {
+ public:
+  virtual ~ExpertGemmWeights() = default;
+  // y = epilogue(x · W_eᵀ · global_e) for the rows of each expert (offsets on the device).
+  // x [m_total, K] bf16, y [m_total, N or N/2] bf16; max_rows bounds m_total (workspace).
+  virtual void run(cuda::Epilogue epilogue, const void* x, const int32_t* offsets, const float* row_scale, void* y,
+                   int64_t m_total, int64_t max_rows, void* workspace, cudaStream_t stream) const = 0;
+  virtual size_t workspace_bytes() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "generic 128x64x64"
+  size_t weight_bytes_per_expert() const { return bytes_per_expert_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+
+ protected:
+  size_t bytes_per_expert_ = 0;
+  int64_t n_ = 0, k_ = 0;
+};
+
+// Uploads `stack` for the given epilogue (layouts may depend on it) and up to max_rows
+// rows per call. Throws fp4moe::Error when no GEMM path can run it.
+std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
+                                                      int64_t max_rows);
+
+}  // namespace fp4moe::moe

@@ -32,8 +32,17 @@ struct ModelConfig {
   int64_t index_n_heads = 0, index_head_dim = 0, index_topk = 0;
   double rms_norm_eps = 1e-6, rope_theta = 10000.0;
   int64_t max_position_embeddings = 0;
+  // routing details as config.json names them
+  std::string topk_method;             // "noaux_tc" (GLM-5 / DeepSeek-V3), "greedy", ... ("" if absent)
+  std::string hidden_act = "silu";
+  int64_t n_shared_experts = 0;        // DeepSeek / GLM naming; Qwen: 1 when shared_expert_intermediate_size > 0
+  // Qwen3-MoE layer pattern: layer is MoE iff not in mlp_only_layers and (layer+1) % step == 0
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  std::vector<bool> moe_layers;        // [num_layers], filled by parse_model_config
 
   bool is_moe_layer(int64_t layer) const;
+  int64_t num_moe_layers() const;
 };
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& path_for_errors);
 
@@ -46,6 +55,8 @@ struct TensorGroup {
   TensorGroupFormat format = TensorGroupFormat::Other;
   std::map<std::string, const TensorInfo*> parts;  // "weight", "weight_scale", ...
   const SafetensorsFile* file = nullptr;            // all parts live in one shard
+  std::vector<std::string> problems;               // malformed parts found by groups(), one line each
+  int64_t bytes() const;                           // sum of the parts' sizes
 };
 
 struct QuantConfig {
@@ -54,7 +65,16 @@ struct QuantConfig {
   int group_size = 0;
   std::vector<std::string> ignore;  // module globs left unquantized (ignore / exclude_modules)
   bool is_ignored(std::string_view module) const;  // fnmatch-style '*' and '?' wildcards
+  std::string format;        // compressed-tensors format, e.g. "nvfp4-pack-quantized"
+  bool activation_quant = false;  // activations quantized too (NVFP4 W4A4), not weight-only
+  std::string source;        // file the quant config came from ("" if none)
 };
+// Parses hf_quant_config.json (ModelOpt: {"quantization": {...}}) or config.json's
+// "quantization_config" (ModelOpt, compressed-tensors, mxfp4). Unknown methods throw.
+QuantConfig parse_quant_config(const nlohmann::json& j, const std::string& path_for_errors);
+// fnmatch-style match of the whole name: '*' any run, '?' one char, "re:<regex>" (as
+// compressed-tensors writes) a regex matched from the start.
+bool module_glob_match(std::string_view pattern, std::string_view name);
 
 class Checkpoint {
  public:

@@ -5,10 +5,11 @@
 // a weight byte is decoded once per tile of <= 8 tokens. FP32 accumulation throughout.
 //
 // FP4 decode of 8 elements (one 32-bit word of 8 nibbles, element i in bits 4i..4i+3):
-//   t   = word << (28 - 4i)        per lane (vpsllvd): nibble i now in bits 28..31
-//   mag = e2m1_table[t >> 28]      (vpermps uses the low 3 bits = magnitude index)
-//   v   = (mag | (t & sign bit)) * block_scale
-// i.e. 5 vector ops + 1 multiply per 8 weights, one shuffle among them.
+//   code = word >> 4i                      per lane (vpsrlvd); low 3 bits = magnitude index
+//   v    = tbl[code & 7] ^ (code << 28)    (vpermps + vpslld + vxorps)
+// where the block's table tbl[m] = bits(e2m1[m] * block_scale) ^ (m << 28) is built once per
+// block: the XOR restores the magnitude bits and sets the sign (bit 3 of code -> bit 31).
+// 4 vector ops per 8 weights (one shuffle) + 2 per block, plus the FMAs.
 //
 // Internal to src/cpu: compiled with -march=x86-64-v3.
 #pragma once
@@ -36,39 +37,45 @@ struct Fp4Row {
   const float* table = nullptr;
 
   struct Consts {
-    __m256i shifts = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
-    __m256i sign = _mm256_set1_epi32(int(0x80000000u));
+    __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     __m256 e2m1 = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    __m256 mag_bits = _mm256_castsi256_ps(_mm256_setr_epi32(0 << 28, 1 << 28, 2 << 28, 3 << 28, 4 << 28,
+                                                            5 << 28, 6 << 28, 7 << 28));
   };
 
-  static __m256 decode8(const uint8_t* p, __m256 scale, const Consts& c) {
+  // The block's lookup table: lane m = bits(e2m1[m] * scale) XOR (m << 28).
+  static __m256 block_table(float scale, const Consts& c) {
+    return _mm256_xor_ps(_mm256_mul_ps(c.e2m1, _mm256_set1_ps(scale)), c.mag_bits);
+  }
+  // 8 elements from one 32-bit word: lane i gets code = word >> 4i (low 3 bits index the
+  // table), and (code << 28) carries the sign to bit 31 and re-XORs the magnitude bits.
+  static __m256 decode8(const uint8_t* p, __m256 tbl, const Consts& c) {
     int32_t word;
     std::memcpy(&word, p, 4);
-    const __m256i t = _mm256_sllv_epi32(_mm256_set1_epi32(word), c.shifts);
-    const __m256 mag = _mm256_permutevar8x32_ps(c.e2m1, _mm256_srli_epi32(t, 28));
-    const __m256 sgn = _mm256_castsi256_ps(_mm256_and_si256(t, c.sign));
-    return _mm256_mul_ps(_mm256_or_ps(mag, sgn), scale);
+    const __m256i code = _mm256_srlv_epi32(_mm256_set1_epi32(word), c.shifts);
+    const __m256 v = _mm256_permutevar8x32_ps(tbl, code);
+    return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28)));
   }
   // Elements [k, k + 32) -> w[0..3]. k is a multiple of 32.
   void decode32(int64_t k, __m256 w[4], const Consts& c) const {
     const uint8_t* p = packed + k / 2;
-    __m256 s0, s1;
+    __m256 t0, t1;
     if constexpr (kBlock == 16) {
-      s0 = _mm256_broadcast_ss(table + scales[k / 16]);
-      s1 = _mm256_broadcast_ss(table + scales[k / 16 + 1]);
+      t0 = block_table(table[scales[k / 16]], c);
+      t1 = block_table(table[scales[k / 16 + 1]], c);
     } else {
-      s0 = s1 = _mm256_broadcast_ss(table + scales[k / 32]);
+      t0 = t1 = block_table(table[scales[k / 32]], c);
     }
-    w[0] = decode8(p, s0, c);
-    w[1] = decode8(p + 4, s0, c);
-    w[2] = decode8(p + 8, s1, c);
-    w[3] = decode8(p + 12, s1, c);
+    w[0] = decode8(p, t0, c);
+    w[1] = decode8(p + 4, t0, c);
+    w[2] = decode8(p + 8, t1, c);
+    w[3] = decode8(p + 12, t1, c);
   }
   // Elements [k, k + 16) -> w[0..1] (the K % 32 == 16 tail; NVFP4 only).
   void decode16(int64_t k, __m256 w[2], const Consts& c) const {
-    const __m256 s = _mm256_broadcast_ss(table + scales[k / kBlock]);
-    w[0] = decode8(packed + k / 2, s, c);
-    w[1] = decode8(packed + k / 2 + 4, s, c);
+    const __m256 t = block_table(table[scales[k / kBlock]], c);
+    w[0] = decode8(packed + k / 2, t, c);
+    w[1] = decode8(packed + k / 2 + 4, t, c);
   }
 };
 

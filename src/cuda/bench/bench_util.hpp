@@ -1,0 +1,54 @@
+// Benchmark helpers shared by the `fp4moe bench ...` commands: the two measured ceilings,
+// device-side random fills, and a cold-L2 timer (median of per-iteration CUDA-event times,
+// L2 flushed by a 256 MiB memset before every timed iteration).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace fp4moe::cuda::bench {
+
+struct Ceilings {
+  double copy_gbps = 0;     // large D2D cudaMemcpy, bytes read + written per second / 1e9
+  double bf16_tflops = 0;   // cuBLASLt BF16 8192^3 (FP32 accumulate, BF16 out), random data
+  int64_t copy_bytes = 0;   // size of the copied buffer
+  int gemm_size = 0;        // 8192
+};
+Ceilings measure_ceilings(cudaStream_t stream, int iters = 10);
+
+// Device-side random fills (counter-based, deterministic for a seed).
+void fill_random_bf16(void* p, size_t n, uint64_t seed, float stddev, cudaStream_t stream);  // ~normal
+void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, cudaStream_t stream);  // [lo, hi]
+void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
+
+std::string device_name();
+
+class ColdL2Timer {
+ public:
+  explicit ColdL2Timer(cudaStream_t stream, size_t flush_bytes = size_t(256) << 20);
+  ~ColdL2Timer();
+  ColdL2Timer(const ColdL2Timer&) = delete;
+  ColdL2Timer& operator=(const ColdL2Timer&) = delete;
+
+  struct Result {
+    double median_us = 0, min_us = 0, max_us = 0;
+    int iters = 0;
+  };
+  // warmup untimed runs, then `iters` timed ones (fewer, down to min_iters, when one run
+  // takes longer than budget_ms / iters). Each timed run follows an L2 flush.
+  Result time(const std::function<void()>& fn, int iters, int warmup = 3, double budget_ms = 2000,
+              int min_iters = 5);
+
+ private:
+  cudaStream_t stream_;
+  void* flush_ = nullptr;
+  size_t flush_bytes_;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace fp4moe::cuda::bench

@@ -1,0 +1,67 @@
+// Launcher and the explicit instantiations (block_n = 16, 64, 128, 256) of the sm_90a
+// NVFP4/MXFP4 grouped GEMM. Shapes, pointers and the tensor map were checked / built by the
+// host code (moe_gemm.cpp): this file only launches. (No core/error.hpp here: fmt's
+// consteval format strings do not compile under nvcc in C++20.)
+#include "cuda/moe_gemm/sm90_nvfp4_grouped_gemm.cuh"
+
+#include <algorithm>
+#include <mutex>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/moe_gemm/sm90_launch.hpp"
+
+namespace fp4moe::cuda::sm90 {
+namespace {
+
+int sm_count() {
+  int dev = 0, n = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+template <int kBlockN>
+void launch_n(const Sm90GemmLaunch& a, cudaStream_t stream) {
+  static_assert(sizeof(CUtensorMap) == 128);
+  static std::once_flag once;
+  std::call_once(once, [] {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(sm90_fp4_grouped_gemm_kernel<kBlockN>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSm90MaxSmemPerBlock)));
+  });
+  const Sm90SmemLayout L = sm90_smem_layout(kBlockN, a.stages, a.num_experts);
+  GroupedGemmParams p;
+  p.tiles = a.tiles;
+  p.global_scale = a.global_scale;
+  p.act_global = a.act_global;
+  p.offsets = a.offsets;
+  p.row_scale = a.row_scale;
+  p.y = static_cast<__nv_bfloat16*>(a.y);
+  p.num_experts = a.num_experts;
+  p.n = a.n;
+  p.k = a.k;
+  p.y_ld = a.y_ld;
+  p.stages = a.stages;
+  p.epilogue = a.epilogue;
+  p.mxfp4 = a.mxfp4 ? 1 : 0;
+  static const int sms = sm_count();
+  const long long row_tiles = a.n / kBlockM;
+  const long long max_tiles = ((long long)(a.m_rows + kBlockN - 1) / kBlockN + a.num_experts) * row_tiles;
+  const int grid = int(std::min<long long>(sms, max_tiles));
+  sm90_fp4_grouped_gemm_kernel<kBlockN><<<grid, kThreads, L.total, stream>>>(*static_cast<const CUtensorMap*>(a.x_map), p);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_grouped_gemm(const Sm90GemmLaunch& a, cudaStream_t stream) {
+  if (a.m_rows <= 0) return;
+  switch (a.block_n) {
+    case 16: return launch_n<16>(a, stream);
+    case 64: return launch_n<64>(a, stream);
+    case 128: return launch_n<128>(a, stream);
+    case 256: return launch_n<256>(a, stream);
+    default: return;  // the caller checked sm90_block_n_supported
+  }
+}
+
+}  // namespace fp4moe::cuda::sm90

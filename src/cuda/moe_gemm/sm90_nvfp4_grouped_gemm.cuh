@@ -1,0 +1,231 @@
+// sm_90a grouped GEMM for MoE experts with NVFP4 / MXFP4 weights and BF16 activations
+// (W4A16), on wgmma. A and B are swapped: weight rows are the wgmma M side, decoded from FP4
+// to BF16 in registers (the register-A form of wgmma), tokens are the N side, brought into
+// shared memory by TMA. One kernel template per tokens-per-tile (kBlockN); format and
+// epilogue are uniform run-time switches.
+//
+//   y[m, f] = epilogue( alpha_e * sum_k x[m, k] * W_e[f, k] ),   alpha_e = global_e * 2^7
+//
+// Decode (per thread, per 16-wide K step; the bit layout is in sm90_tile_layout.hpp):
+//   E2M1 magnitude bits e1 e0 m are moved to BF16 bits 8..6 and the sign to bit 15 with one
+//   AND, one multiply (two shifted copies at once) and one AND. That BF16 is exactly
+//   e2m1 * 2^-126 (code 1 = 0.5 becomes a BF16 subnormal, which mul.bf16x2 keeps).
+//   The block scale enters as the BF16 S = scale * 2^119 (E4M3: cvt to f16x2, shift, add;
+//   E8M0: (s + 119) << 7), and one mul.rn.bf16x2 gives e2m1 * scale * 2^-7, exact: at most
+//   6 significant bits, in [2^-17, 21]. The epilogue multiplies by 2^7 * global.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "cuda/moe_gemm/sm90_ptx.cuh"
+#include "cuda/moe_gemm/sm90_tile_layout.hpp"
+#include "cuda/moe_gemm/sm90_wgmma_rs.cuh"
+
+namespace fp4moe::cuda::sm90 {
+
+enum class EpilogueKind : int { None = 0, SiluMul = 1, RowScale = 2 };
+
+struct GroupedGemmParams {
+  const uint8_t* tiles = nullptr;        // [E, N/128, K/64, 4608 B]
+  const float* global_scale = nullptr;   // [E]
+  const float* act_global = nullptr;     // device scalar or null (W4A4 emulation)
+  const int32_t* offsets = nullptr;      // [E+1]
+  const float* row_scale = nullptr;      // [M_total] (RowScale)
+  __nv_bfloat16* y = nullptr;            // [M_total, y_ld]
+  int num_experts = 0, n = 0, k = 0, y_ld = 0, stages = 0;
+  int epilogue = 0;                      // EpilogueKind
+  int mxfp4 = 0;
+};
+
+// Decodes one K step: `w` = 8 codes (nibble j -> low half of register j, nibble j + 4 ->
+// high half), s0 / s1 = {S, S} for fragment rows r0 / r1.
+__device__ __forceinline__ void decode_kstep(uint32_t w, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+  constexpr uint32_t kMask = 0x81C081C0u;  // sign 15 / 31, magnitude 8..6 / 24..22
+  const uint32_t w2 = w >> 8;
+  a[0] = mul_bf16x2(((w & 0x000F000Fu) * 0x1040u) & kMask, s0);
+  a[1] = mul_bf16x2(((w & 0x00F000F0u) * 0x0104u) & kMask, s1);
+  a[2] = mul_bf16x2(((w2 & 0x000F000Fu) * 0x1040u) & kMask, s0);
+  a[3] = mul_bf16x2(((w2 & 0x00F000F0u) * 0x0104u) & kMask, s1);
+}
+
+// Two scale bytes {scale(r0), scale(r1)} (low byte first) -> BF16x2 {S(r0), S(r1)}.
+__device__ __forceinline__ uint32_t scales_to_bf16x2(uint32_t pair16, bool mxfp4) {
+  if (mxfp4) return (__byte_perm(pair16, 0, 0x4140) + 0x00770077u) << 7;
+  // f16 of an E4M3 value has its 3 low mantissa bits zero: one shift moves both halves.
+  return (e4m3x2_to_f16x2(pair16) >> 3) + 0x73807380u;
+}
+
+// Which tile of the flattened (expert, token tile, row tile) list; prefix[e] = tiles before e.
+struct TileCoord {
+  int expert, token_tile, row_tile;
+};
+__device__ __forceinline__ TileCoord tile_coord(const int* prefix, int num_experts, int row_tiles, int t) {
+  int lo = 0, hi = num_experts - 1;  // largest e with prefix[e] <= t
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  const int local = t - prefix[lo];
+  return {lo, local / row_tiles, local % row_tiles};
+}
+
+template <int kAcc>
+__device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int kBlockN>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_fp4_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_x, const GroupedGemmParams p) {
+  using Mma = WgmmaRs<kBlockN>;
+  constexpr int kAcc = Mma::kAcc;
+  const Sm90SmemLayout L = sm90_smem_layout(kBlockN, p.stages, p.num_experts);
+
+  extern __shared__ uint8_t smem_raw[];
+  // Realign to 1024 B by offsetting the __shared__ array itself (keeps shared-space loads).
+  uint8_t* smem = smem_raw + ((kSwizzleAlign - (smem_u32(smem_raw) & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1));
+  uint8_t* smem_b = smem + L.b_offset;          // [stages][kBlockN][64] bf16, swizzled
+  uint8_t* smem_chunk = smem + L.chunk_offset;  // [stages][4608]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.barrier_offset);  // [stages]
+  uint64_t* empty = full + p.stages;                                       // [stages]
+  int* prefix = reinterpret_cast<int*>(smem + L.sched_offset);             // [E+1]
+
+  const int tid = threadIdx.x;
+  const int row_tiles = p.n / kBlockM;
+  const int k_tiles = p.k / kBlockK;
+
+  // Per-expert tile counts -> prefix (warp 0), barriers (thread 0).
+  if (tid < 32) {
+    int running = 0;
+    for (int base = 0; base < p.num_experts; base += 32) {
+      const int e = base + tid;
+      int v = 0;
+      if (e < p.num_experts) {
+        const int cnt = max(0, p.offsets[e + 1] - p.offsets[e]);
+        v = (cnt + kBlockN - 1) / kBlockN * row_tiles;
+      }
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (tid >= o) v += u;
+      }
+      if (e < p.num_experts) prefix[e + 1] = running + v;
+      running += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (tid == 0) {
+      prefix[0] = 0;
+      for (int s = 0; s < p.stages; ++s) {
+        mbar_init(&full[s], 1);
+        mbar_init(&empty[s], kConsumerWarpgroups);
+      }
+      fence_barrier_init();
+      prefetch_tensor_map(&tmap_x);
+    }
+  }
+  __syncthreads();
+  const int total_tiles = prefix[p.num_experts];
+  const int wg = tid / 128;
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      const uint64_t policy = policy_evict_first();
+      const uint32_t stage_tx = kChunkBytes + kBlockN * kBlockK * 2;
+      int it = 0;
+      for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+        const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
+        const int row0 = p.offsets[c.expert] + c.token_tile * kBlockN;
+        const uint8_t* src = p.tiles + (size_t(c.expert) * row_tiles + c.row_tile) * size_t(k_tiles) * kChunkBytes;
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % p.stages;
+          const uint32_t phase = uint32_t(it / p.stages) & 1u;
+          mbar_wait(&empty[s], phase ^ 1u);
+          mbar_arrive_expect_tx(&full[s], stage_tx);
+          bulk_copy_g2s(smem_chunk + size_t(s) * kChunkBytes, src + size_t(kt) * kChunkBytes, kChunkBytes, &full[s],
+                        policy);
+          tma_load_2d(smem_b + size_t(s) * kBlockN * kBlockK * 2, &tmap_x, kt * kBlockK, row0, &full[s]);
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<232>();
+    const int cw = wg - 1;            // consumer warpgroup 0..1: rows 64 * cw .. + 63 of the tile
+    const int ctid = tid - 128 * wg;  // 0..127
+    const int warp = ctid / 32, lane = ctid % 32, g = lane / 4, t4 = lane % 4;
+    const bool mx = p.mxfp4 != 0;
+    const float act_g = p.act_global ? *p.act_global : 1.0f;
+    float acc[kAcc];
+    int it = 0;
+    for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+      const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      fence_acc(acc);
+      int prev_stage = -1;
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        const int s = it % p.stages;
+        mbar_wait(&full[s], uint32_t(it / p.stages) & 1u);
+        const uint32_t chunk = smem_u32(smem_chunk) + uint32_t(s) * kChunkBytes;
+        const uint4 words = lds128(chunk + (cw * 128 + ctid) * 16);
+        const uint2 sc = lds64(chunk + kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8);
+        const uint32_t b_addr = smem_u32(smem_b + size_t(s) * kBlockN * kBlockK * 2);
+        const uint64_t desc0 = make_desc_k_sw128(b_addr);
+        uint32_t a[2][4];
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint32_t w = ks == 0 ? words.x : ks == 1 ? words.y : ks == 2 ? words.z : words.w;
+          const uint32_t pair = ((ks < 2 ? sc.x : sc.y) >> (16 * (ks & 1))) & 0xFFFFu;
+          const uint32_t s2 = scales_to_bf16x2(pair, mx);
+          decode_kstep(w, __byte_perm(s2, s2, 0x1010), __byte_perm(s2, s2, 0x3232), a[ks & 1]);
+          wgmma_fence();
+          Mma::mma(acc, a[ks & 1], desc0 + uint64_t((ks * 32) >> 4));
+          wgmma_commit();
+          wgmma_wait<1>();
+          if (ks == 0 && prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);
+        }
+        prev_stage = s;
+      }
+      wgmma_wait<0>();
+      fence_acc(acc);
+      if (prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);
+
+      // ---------------- epilogue: registers -> global (bf16) ----------------
+      const int e = c.expert;
+      const int m_begin = p.offsets[e];
+      const int m_count = p.offsets[e + 1] - m_begin;
+      const float alpha = (mx ? 1.0f : p.global_scale[e]) * act_g * float(1 << kEpilogueScaleLog2);
+      const int tok0 = c.token_tile * kBlockN;
+#pragma unroll
+      for (int i = 0; i < kAcc / 4; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int tok = tok0 + 8 * i + 2 * t4 + h;
+          if (tok >= m_count) continue;
+          const size_t m = size_t(m_begin + tok);
+          float v0 = acc[4 * i + h] * alpha;      // fragment row r0
+          float v1 = acc[4 * i + 2 + h] * alpha;  // fragment row r1
+          if (p.epilogue == int(EpilogueKind::SiluMul)) {
+            const int f = 64 * c.row_tile + 32 * cw + 8 * warp + g;
+            const float silu = v0 / (1.0f + __expf(-v0));
+            p.y[m * p.y_ld + f] = __float2bfloat16_rn(silu * v1);
+          } else {
+            if (p.epilogue == int(EpilogueKind::RowScale)) {
+              const float rs = p.row_scale[m];
+              v0 *= rs;
+              v1 *= rs;
+            }
+            const int f = kBlockM * c.row_tile + 64 * cw + 16 * warp + 2 * g;
+            *reinterpret_cast<__nv_bfloat162*>(p.y + m * p.y_ld + f) = __floats2bfloat162_rn(v0, v1);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fp4moe::cuda::sm90

@@ -1,0 +1,161 @@
+// Re-layout of FP4 expert weights (checkpoint layout: packed [E, N, K/2], scales
+// [E, N, K/block], globals [E]) into the sm90 kernel's chunks (sm90_tile_layout.hpp), on the
+// host (parallel over 128-row tiles), then one upload. Load-time work: the kernel then reads
+// each thread's codes for 4 K steps with one 16-byte shared load, and its scales with one
+// 8-byte broadcast load.
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/threads.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/moe_gemm/moe_gemm.hpp"
+#include "cuda/moe_gemm/sm90_tile_layout.hpp"
+
+namespace fp4moe::cuda {
+
+using sm90::kBlockK;
+using sm90::kBlockM;
+using sm90::kChunkBytes;
+using sm90::kCodeBytes;
+
+DeviceExpertWeights::~DeviceExpertWeights() {
+  if (tiles) cudaFree(tiles);
+  if (global_scale) cudaFree(global_scale);
+}
+
+DeviceExpertWeights::DeviceExpertWeights(DeviceExpertWeights&& o) noexcept { *this = std::move(o); }
+
+DeviceExpertWeights& DeviceExpertWeights::operator=(DeviceExpertWeights&& o) noexcept {
+  if (this != &o) {
+    if (tiles) cudaFree(tiles);
+    if (global_scale) cudaFree(global_scale);
+    format = o.format;
+    silu_layout = o.silu_layout;
+    num_experts = o.num_experts;
+    n = o.n;
+    k = o.k;
+    tiles = std::exchange(o.tiles, nullptr);
+    global_scale = std::exchange(o.global_scale, nullptr);
+    global_scale_host = std::move(o.global_scale_host);
+  }
+  return *this;
+}
+
+size_t DeviceExpertWeights::bytes() const {
+  return size_t(num_experts) * sm90::sm90_expert_tile_bytes(n, k) + size_t(num_experts) * 4;
+}
+
+namespace {
+
+// Logical weight row of fragment row h (0: r0 = g, 1: r1 = g + 8) of (warpgroup, warp, g).
+inline int64_t logical_row(bool silu, int64_t n, int64_t rt, int cw, int warp, int g, int h) {
+  if (silu) {
+    const int64_t f = 64 * rt + 32 * cw + 8 * warp + g;
+    return h == 0 ? f : n / 2 + f;
+  }
+  return kBlockM * rt + 64 * cw + 16 * warp + 2 * g + h;
+}
+
+}  // namespace
+
+DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream) {
+  FP4MOE_CHECK(w.is_fp4(), "sm90 upload: weights are {}, the sm90 kernel takes NVFP4 or MXFP4",
+               weight_format_name(w.format));
+  const int64_t E = w.num_experts, N = w.n, K = w.k;
+  FP4MOE_CHECK(E > 0 && N > 0 && K > 0, "sm90 upload: empty expert stack [{}, {}, {}]", E, N, K);
+  FP4MOE_CHECK(N % kBlockM == 0, "sm90 upload: N = {} is not a multiple of {}", N, kBlockM);
+  FP4MOE_CHECK(K % kBlockK == 0, "sm90 upload: K = {} is not a multiple of {}", K, kBlockK);
+  const bool mx = w.format == WeightFormat::MXFP4;
+  const int64_t block = w.block();
+  FP4MOE_CHECK(w.packed.size() == size_t(E * N * K / 2) && w.scales.size() == size_t(E * N * (K / block)) &&
+                   (mx || w.global_scale.size() == size_t(E)),
+               "sm90 upload: expert stack buffers do not match [{}, {}, {}]", E, N, K);
+  const bool silu = epilogue == Epilogue::SiluMul;
+  const int64_t RT = N / kBlockM, KT = K / kBlockK;
+
+  std::vector<uint8_t> host(size_t(E * RT * KT) * kChunkBytes);
+  parallel_for(E * RT, default_num_threads(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t et = begin; et < end; ++et) {
+      const int64_t e = et / RT, rt = et % RT;
+      const uint8_t* packed = w.packed.data() + size_t(e * N * (K / 2));
+      const uint8_t* scales = w.scales.data() + size_t(e * N * (K / block));
+      for (int64_t kt = 0; kt < KT; ++kt) {
+        uint8_t* chunk = host.data() + size_t((et * KT + kt) * kChunkBytes);
+        for (int cw = 0; cw < 2; ++cw)
+          for (int warp = 0; warp < 4; ++warp)
+            for (int lane = 0; lane < 32; ++lane) {
+              const int g = lane / 4, t = lane % 4;
+              const int64_t rows[2] = {logical_row(silu, N, rt, cw, warp, g, 0),
+                                       logical_row(silu, N, rt, cw, warp, g, 1)};
+              for (int ks = 0; ks < 4; ++ks) {
+                const int64_t kb = kt * kBlockK + ks * 16;
+                uint8_t sbyte[2];
+                uint8_t flip[2];
+                bool zero[2];
+                for (int h = 0; h < 2; ++h) {
+                  uint8_t s = scales[size_t(rows[h] * (K / block) + kb / block)];
+                  flip[h] = 0;
+                  zero[h] = false;
+                  if (mx) {
+                    FP4MOE_CHECK(s >= 9 && s <= 135,
+                                 "sm90 upload: MXFP4 scale 2^{} (expert {}, row {}) is outside the supported "
+                                 "[2^-118, 2^8]",
+                                 int(s) - 127, e, rows[h]);
+                  } else {
+                    FP4MOE_CHECK((s & 0x7F) != 0x7F, "sm90 upload: NaN E4M3 scale (expert {}, row {}, k {})", e,
+                                 rows[h], kb);
+                    if (s & 0x80) flip[h] = 8;  // negative scale: fold the sign into the codes
+                    s &= 0x7F;
+                    zero[h] = s == 0;           // zero scale: zero codes (value 0 either way)
+                  }
+                  sbyte[h] = s;
+                }
+                uint8_t* sdst = chunk + kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8 + ks * 2;
+                if (lane % 4 == 0) {
+                  sdst[0] = sbyte[0];
+                  sdst[1] = sbyte[1];
+                }
+                uint32_t word = 0;
+                for (int j = 0; j < 4; ++j) {
+                  const int h = j & 1;
+                  const int64_t col = kb + 2 * t + (j >= 2 ? 8 : 0);
+                  const uint8_t byte = packed[size_t(rows[h] * (K / 2) + col / 2)];  // col even: lo, hi
+                  uint32_t lo = byte & 0xF, hi = byte >> 4;
+                  if (zero[h]) lo = hi = 0;
+                  lo ^= flip[h];
+                  hi ^= flip[h];
+                  word |= lo << (4 * j);
+                  word |= hi << (4 * (j + 4));
+                }
+                std::memcpy(chunk + (cw * 128 + warp * 32 + lane) * 16 + ks * 4, &word, 4);
+              }
+            }
+      }
+    }
+  });
+
+  DeviceExpertWeights d;
+  d.format = w.format;
+  d.silu_layout = silu;
+  d.num_experts = int(E);
+  d.n = int(N);
+  d.k = int(K);
+  d.global_scale_host.assign(size_t(E), 1.0f);
+  if (!mx)
+    for (int64_t e = 0; e < E; ++e) {
+      FP4MOE_CHECK(std::isfinite(w.global_scale[size_t(e)]), "sm90 upload: expert {} global scale is not finite", e);
+      d.global_scale_host[size_t(e)] = w.global_scale[size_t(e)];
+    }
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.tiles), host.size()));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), size_t(E) * 4));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.tiles, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+  FP4MOE_CUDA_CHECK(
+      cudaMemcpyAsync(d.global_scale, d.global_scale_host.data(), size_t(E) * 4, cudaMemcpyHostToDevice, stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return d;
+}
+
+}  // namespace fp4moe::cuda

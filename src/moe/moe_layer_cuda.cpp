@@ -325,6 +325,14 @@ std::unique_ptr<MoeLayerCuda> MoeLayerCuda::random(const MoeConfig& cfg, const M
 const MoeConfig& MoeLayerCuda::config() const { return impl_->cfg; }
 int MoeLayerCuda::max_tokens() const { return impl_->opt.max_tokens; }
 
+std::string MoeLayerCuda::describe() const {
+  const Impl& m = *impl_;
+  return fmt::format("H {} I {} E {} top-{} shared {}; gate_up: {}; down: {}{}; max_tokens {}", m.cfg.hidden,
+                     m.cfg.inter, m.cfg.num_experts, m.cfg.top_k, m.cfg.shared_inter, m.w13->describe(),
+                     m.w2->describe(), m.has_shared ? "; shared: " + m.sw13->describe() : std::string(),
+                     m.opt.max_tokens);
+}
+
 void MoeLayerCuda::forward(const uint16_t* x, int64_t tokens, int64_t hidden, float* out, cudaStream_t stream) {
   impl_->forward(x, tokens, hidden, out, stream);
 }

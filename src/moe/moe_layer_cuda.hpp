@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -58,6 +59,7 @@ class MoeLayerCuda {
 
   const MoeConfig& config() const;
   int max_tokens() const;
+  std::string describe() const;  // config and the GEMM path of each stack, one line
 
   // x [T, hidden] bf16 (device, 16-byte aligned), out [T, H] f32 or bf16 (device).
   // Enqueue only. Throws before launching anything if T > max_tokens, hidden != H.

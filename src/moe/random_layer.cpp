@@ -86,7 +86,7 @@ MoeLayerWeights random_moe_layer(const MoeConfig& cfg, uint64_t seed, WeightForm
   w.router_w.resize(size_t(E * H));
   const float a = float(std::sqrt(3.0 / double(H)));
   fill_parallel(w.router_w, seed * 7 + 11, [a](uint64_t r) { return a * (float(r >> 40) / float(1 << 24) * 2 - 1); });
-  w.router_bias.resize(size_t(E));
+  w.router_bias.resize(static_cast<size_t>(E));
   fill_parallel(w.router_bias, seed * 7 + 12,
                 [](uint64_t r) { return 0.05f * (float(r >> 40) / float(1 << 24) * 2 - 1); });
   w.w13 = random_stack(format, E, 2 * I, H, seed * 7 + 13);

@@ -4,6 +4,7 @@
 //   config.json            GlmMoeDsaForCausalLM, GLM-5's field names (routing, MLA, DSA indexer)
 //   hf_quant_config.json   ModelOpt, quant_algo NVFP4, exclude_modules (attention, router, lm_head)
 //   model.safetensors      (glm5-tiny) or model-0000k-of-0000n.safetensors + index (glm5-layer)
+//   sample_input.safetensors  `hidden_states` [16, hidden] BF16 ~ N(0, 1), an input for run-moe
 // NVFP4 linear layers (dense MLP, routed and shared experts) are `weight` U8 [N, K/2],
 // `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` F32 [] (gate and up of one expert share
 // it: the larger of the two), `input_scale` F32 []; router `mlp.gate.weight` BF16 [E, H],
@@ -39,6 +40,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+constexpr int64_t kSampleTokens = 16;  // tokens of sample_input.safetensors
 
 struct Preset {
   std::string name;
@@ -332,6 +335,14 @@ int make_synthetic(const std::string& out_dir, const std::string& preset_name, u
   w.close_shard();
   if (p.sharded) w.write_index();
 
+  {
+    SafetensorsWriter in((dir / "sample_input.safetensors").string());
+    const std::vector<float> x = random_values(seed, "sample_input.hidden_states", kSampleTokens * H, 1.0f);
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = float_to_bf16(x[i]);
+    in.add("hidden_states", DType::BF16, {kSampleTokens, H}, h);
+    in.finish();
+  }
   ModelWriter::write_json(dir / "config.json", model_config(p));
   ModelWriter::write_json(dir / "hf_quant_config.json",
                           {{"producer", {{"name", "modelopt"}, {"version", "0.47.0"}}},
@@ -361,6 +372,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "1 shared expert), 1 dense + 1 MoE layer, one shard per layer + index (~5.6 GB); it OMITS "
                  "the attention, embedding and lm_head weights (the config still describes them)")
       ->check(CLI::IsMember({"glm5-tiny", "glm5-layer"}));
+  app.footer("Also writes OUT_DIR/sample_input.safetensors (`hidden_states` [16, hidden] BF16) for run-moe.");
   app.add_option("--seed", *seed, "random seed (default 0); the output is deterministic for a seed");
   run = [out, preset, seed] { return make_synthetic(*out, *preset, *seed); };
 }

@@ -1,0 +1,109 @@
+// `fp4moe tune --dry-run` for sm_120 (no GPU needed): the report names the rejected tiles with
+// their bytes, and bad input is one clear line with a non-zero exit.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tuner/tune_report.hpp"
+
+using namespace fp4moe::tuner;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+  int rc = -1;
+  std::string out;
+};
+
+RunResult run(const std::string& args) {
+  const std::string cmd = std::string(FP4MOE_BINARY_DIR "/bin/fp4moe ") + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool have_binary() { return fs::exists(FP4MOE_BINARY_DIR "/bin/fp4moe"); }
+
+}  // namespace
+
+TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
+  const ArchInfo& a = arch_by_name("sm_120");
+  std::vector<ProblemFeasibility> all;
+  for (const GemmProblem& p : preset_problems("glm5", Act::NVFP4)) all.push_back(check_feasibility("moe-gemm", p, a));
+  const std::string text = format_feasibility("moe-gemm", all, a, false);
+  EXPECT_NE(text.find("sm120-mma-bs 128x256x256 s2"), std::string::npos) << text;
+  EXPECT_NE(text.find("needs 130,048 B of shared memory; sm_120 allows 101,376 B per block"), std::string::npos);
+  EXPECT_NE(text.find("StageCountAutoCarveout would pick 3 stages"), std::string::npos);
+  EXPECT_NE(text.find("needs wgmma (sm_90a); sm_120 has none"), std::string::npos);
+  EXPECT_NE(text.find("alignment padding"), std::string::npos);  // term by term
+  const std::string verdict = feasibility_verdict("moe-gemm", all, a);
+  EXPECT_NE(verdict.find("128x256x256, 256x128x256 (do not fit 101,376 B of shared memory even at 2 stages)"),
+            std::string::npos)
+      << verdict;
+  EXPECT_NE(verdict.find("generic"), std::string::npos);
+}
+
+TEST(TuneCli, DryRunSm120WritesReportAndJson) {
+  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  const fs::path json = fs::temp_directory_path() / "fp4moe_tune_cli_test.json";
+  const RunResult r = run("tune --preset glm5 --arch sm_120 --dry-run --act w4a4 --json " + json.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("sm_120"), std::string::npos);
+  EXPECT_NE(r.out.find("101,376 B per block"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("130,048 B"), std::string::npos);
+  EXPECT_NE(r.out.find("verdict:"), std::string::npos);
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("arch").at("name"), "sm_120");
+  EXPECT_EQ(j.at("feasibility").size(), 2u);
+  EXPECT_TRUE(j.at("dry_run").get<bool>());
+  bool found = false;
+  for (const auto& t : j.at("feasibility")[0].at("tactics"))
+    if (t.at("tactic") == "sm120-mma-bs 128x256x128 s3") {
+      found = true;
+      EXPECT_FALSE(t.at("ok").get<bool>());
+      EXPECT_EQ(t.at("smem").at("total").get<int64_t>(), 102400);
+    }
+  EXPECT_TRUE(found);
+  fs::remove(json);
+}
+
+TEST(TuneCli, EveryTableArchitectureDryRuns) {
+  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  for (const ArchInfo& a : arch_table()) {
+    const RunResult r = run("tune --preset tiny --arch " + a.name + " --dry-run");
+    EXPECT_EQ(r.rc, 0) << a.name << "\n" << r.out;
+    EXPECT_NE(r.out.find("verdict:"), std::string::npos) << a.name;
+  }
+}
+
+TEST(TuneCli, BadInputIsOneClearLine) {
+  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : {Case{"tune --arch sm_77 --dry-run", "unknown architecture 'sm_77'"},
+                        Case{"tune --op attention --arch sm_90 --dry-run", "unknown op 'attention'"},
+                        Case{"tune --preset glm6 --arch sm_90 --dry-run", "unknown preset 'glm6'"},
+                        Case{"tune --act w4a8 --arch sm_90 --dry-run", "--act: 'w4a8'"},
+                        Case{"tune --model /nonexistent/dir --arch sm_90 --dry-run", "/nonexistent/dir"},
+                        Case{"tune --preset glm5 --model x --arch sm_90 --dry-run", "exclude each other"}}) {
+    const RunResult r = run(c.args);
+    EXPECT_EQ(r.rc, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -24,6 +25,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
+#include "format/codecs.hpp"
 #include "format/fp4.hpp"
 
 namespace fp4moe::cuda {
@@ -414,6 +416,178 @@ TEST(Sm90MoeGemmErrors, MisalignedPointersAndMismatchedWeights) {
 #else
   GTEST_SKIP() << "no sm_90a target in this build";
 #endif
+}
+
+}  // namespace
+}  // namespace fp4moe::cuda
+
+namespace fp4moe::cuda {
+namespace {
+
+// Host emulation of the kernel's register decode (sm90_nvfp4_grouped_gemm.cuh) over the
+// re-laid chunks: every fragment element must equal the dequantized weight (no GPU needed).
+float bf16_mul(uint16_t a, uint16_t b) { return bf16_to_float(a) * bf16_to_float(b); }  // exact here
+
+void check_relayout_decode(WeightFormat f, Epilogue ep) {
+  const int64_t E = 2, N = 256, K = 128;
+  const ExpertStack s = random_stack(f, E, N, K, 3);
+  const std::vector<uint8_t> tiles = relayout_weights_sm90(s, ep);
+  const bool mx = f == WeightFormat::MXFP4, silu = ep == Epilogue::SiluMul;
+  std::vector<float> w(static_cast<size_t>(N * K));
+  int64_t bad = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    dequantize_rows(s.expert(e), 0, N, w.data());
+    const float alpha = (mx ? 1.0f : s.global_scale[size_t(e)]) * 128.0f;
+    for (int64_t rt = 0; rt < N / 128; ++rt)
+      for (int64_t kt = 0; kt < K / 64; ++kt) {
+        const uint8_t* chunk = tiles.data() + size_t(((e * (N / 128) + rt) * (K / 64) + kt) * sm90::kChunkBytes);
+        for (int cw = 0; cw < 2; ++cw)
+          for (int tid = 0; tid < 128; ++tid) {
+            const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+            for (int ks = 0; ks < 4; ++ks) {
+              uint32_t word;
+              std::memcpy(&word, chunk + (cw * 128 + tid) * 16 + ks * 4, 4);
+              const uint8_t* sc = chunk + sm90::kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8 + ks * 2;
+              uint16_t S[2];
+              for (int h = 0; h < 2; ++h) {
+                if (mx) {
+                  S[h] = uint16_t((sc[h] + 119) << 7);
+                } else {  // E4M3 -> f16 bits (exact, normal) -> (>> 3) + 0x7380, as on the device
+                  const float v = e4m3_to_float(sc[h]);
+                  uint32_t fb;
+                  std::memcpy(&fb, &v, 4);
+                  const uint32_t f16 = v == 0.0f ? 0u : (fb >> 13) - (112u << 10);
+                  S[h] = uint16_t((f16 >> 3) + 0x7380u);
+                }
+              }
+              const uint32_t w2 = word >> 8;
+              const uint32_t regs[4] = {((word & 0x000F000Fu) * 0x1040u) & 0x81C081C0u,
+                                        ((word & 0x00F000F0u) * 0x0104u) & 0x81C081C0u,
+                                        ((w2 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u,
+                                        ((w2 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u};
+              for (int j = 0; j < 4; ++j) {
+                const int h = j & 1;
+                int64_t row;
+                if (silu) {
+                  const int64_t fo = 64 * rt + 32 * cw + 8 * warp + g;
+                  row = h == 0 ? fo : N / 2 + fo;
+                } else {
+                  row = 128 * rt + 64 * cw + 16 * warp + 2 * g + h;
+                }
+                const int64_t col = kt * 64 + ks * 16 + 2 * t + (j >= 2 ? 8 : 0);
+                for (int half = 0; half < 2; ++half) {
+                  const uint16_t a = uint16_t(regs[j] >> (16 * half));
+                  const float got = bf16_mul(a, S[h]) * alpha;
+                  const float ref = w[size_t(row * K + col + half)];
+                  if (std::fabs(got - ref) > 1e-6f * std::fabs(ref) + 1e-30f) ++bad;
+                }
+              }
+            }
+          }
+      }
+  }
+  EXPECT_EQ(bad, 0) << weight_format_name(f) << " epilogue " << int(ep);
+}
+
+TEST(Sm90MoeGemmLayout, HostDecodeOfRelaidChunksMatchesDequantize) {
+  for (WeightFormat f : {WeightFormat::NVFP4, WeightFormat::MXFP4})
+    for (Epilogue ep : {Epilogue::None, Epilogue::SiluMul}) check_relayout_decode(f, ep);
+}
+
+}  // namespace
+}  // namespace fp4moe::cuda
+
+namespace fp4moe::cuda {
+namespace {
+
+// ---------------- timing sweep (not a test of speed: asserts only that it ran) ----------------
+// GLM-5 shapes, E = 256, random top-8 routing; L2 flushed (128 MB memset) before each timed
+// launch; median of 9. Weights: one random expert copied into all 256 slots (content does not
+// matter for speed, placement does).
+TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
+  SKIP_WITHOUT_GPU();
+  struct Op {
+    const char* name;
+    int n, k;
+    Epilogue ep;
+  };
+  const Op ops[] = {{"gate_up", 4096, 6144, Epilogue::SiluMul}, {"down", 6144, 2048, Epilogue::RowScale}};
+  const int E = 256;
+  std::vector<int64_t> Ts = {1, 8, 32, 128, 512, 2048, 8192, 16384};
+  if (const char* env = std::getenv("FP4MOE_PERF_T")) Ts = {std::atoll(env)};
+  DeviceBuf<uint8_t> flush(128u << 20);
+  cudaEvent_t e0, e1;
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
+  const int64_t max_rows = 16384 * 8;
+  for (const Op& op : ops) {
+    const ExpertStack one = random_stack(WeightFormat::NVFP4, 1, op.n, op.k, 11);
+    const std::vector<uint8_t> chunk = relayout_weights_sm90(one, op.ep);
+    DeviceExpertWeights w;
+    w.format = WeightFormat::NVFP4;
+    w.silu_layout = op.ep == Epilogue::SiluMul;
+    w.num_experts = E;
+    w.n = op.n;
+    w.k = op.k;
+    w.global_scale_host.assign(E, one.global_scale[0]);
+    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w.tiles), chunk.size() * E));
+    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w.global_scale), E * 4));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(w.global_scale, w.global_scale_host.data(), E * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(w.tiles, chunk.data(), chunk.size(), cudaMemcpyHostToDevice));
+    for (int e = 1; e < E; ++e)
+      FP4MOE_CUDA_CHECK(cudaMemcpy(w.tiles + chunk.size() * e, w.tiles, chunk.size(), cudaMemcpyDeviceToDevice));
+    const std::vector<uint16_t> xs = random_bf16(size_t(1) << 20, 5);
+    DeviceBuf<uint16_t> x(size_t(max_rows) * op.k);
+    for (size_t off = 0; off < x.n; off += xs.size())
+      FP4MOE_CUDA_CHECK(cudaMemcpy(x.p + off, xs.data(), std::min(xs.size(), x.n - off) * 2, cudaMemcpyHostToDevice));
+    const int out_n = op.ep == Epilogue::SiluMul ? op.n / 2 : op.n;
+    DeviceBuf<uint16_t> y(size_t(max_rows) * out_n);
+    DeviceBuf<float> rs(std::vector<float>(size_t(max_rows), 0.5f));
+    for (int64_t T : Ts) {
+      const std::vector<int32_t> counts = routed_counts(T, E, 8, uint64_t(T) * 31 + 1);
+      std::vector<int32_t> offsets(E + 1, 0);
+      int hit = 0;
+      for (int e = 0; e < E; ++e) {
+        offsets[e + 1] = offsets[e] + counts[e];
+        hit += counts[e] > 0;
+      }
+      const int64_t M = offsets[E];
+      DeviceBuf<int32_t> doff(offsets);
+      MoeGemmDesc d;
+      d.num_experts = E;
+      d.n = op.n;
+      d.k = op.k;
+      d.max_tokens = int(M);
+      d.epilogue = op.ep;
+      MoeGemmArgs a;
+      a.x = x.p;
+      a.expert_offsets = doff.p;
+      a.row_scale = rs.p;
+      a.y = y.p;
+      a.m_total = int(M);
+      const double flops = 2.0 * double(M) * op.n * op.k;
+      const double bytes = double(hit) * (double(op.n) * op.k * 0.5625 + 4) + double(M) * op.k * 2 + double(M) * out_n * 2;
+      for (const TileConfig& cfg : candidate_configs(d)) {
+        std::vector<float> ms;
+        for (int it = 0; it < 10; ++it) {
+          FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
+          FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
+          run_moe_gemm(d, cfg, w, a);
+          FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
+          FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
+          float t = 0;
+          FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+          if (it > 0) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double us = ms[ms.size() / 2] * 1e3;
+        std::printf("| %-7s | %5lld | %3d | %-28s | %9.1f | %7.1f | %7.0f | %5.1f%% |\n", op.name, (long long)T, hit,
+                    to_string(cfg).c_str(), us, flops / us * 1e-6, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
+        std::fflush(stdout);
+        EXPECT_GT(us, 0.0);
+      }
+    }
+  }
 }
 
 }  // namespace

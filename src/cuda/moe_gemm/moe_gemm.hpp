@@ -106,6 +106,8 @@ class DeviceExpertWeights {
 // Re-lays and uploads (synchronous on `stream`). Checks: FP4 format, N % 128 == 0,
 // K % 64 == 0, finite non-negative scales; MXFP4 scales in [2^-118, 2^8].
 DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream = nullptr);
+// The host half of upload_weights: the re-laid chunks, [E, N/128, K/64, 4608 B] (same checks).
+std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilogue);
 
 // Empty string when `cfg` can run `desc` on a GPU of compute capability `sm` (e.g. 90),
 // else the reason in one line (shapes, shared memory bytes, arch).

@@ -61,7 +61,7 @@ inline int64_t logical_row(bool silu, int64_t n, int64_t rt, int cw, int warp, i
 
 }  // namespace
 
-DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream) {
+std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilogue) {
   FP4MOE_CHECK(w.is_fp4(), "sm90 upload: weights are {}, the sm90 kernel takes NVFP4 or MXFP4",
                weight_format_name(w.format));
   const int64_t E = w.num_experts, N = w.n, K = w.k;
@@ -137,9 +137,16 @@ DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cuda
     }
   });
 
+  return host;
+}
+
+DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream) {
+  const std::vector<uint8_t> host = relayout_weights_sm90(w, epilogue);
+  const int64_t E = w.num_experts, N = w.n, K = w.k;
+  const bool mx = w.format == WeightFormat::MXFP4;
   DeviceExpertWeights d;
   d.format = w.format;
-  d.silu_layout = silu;
+  d.silu_layout = epilogue == Epilogue::SiluMul;
   d.num_experts = int(E);
   d.n = int(N);
   d.k = int(K);

@@ -169,10 +169,12 @@ std::vector<int> bs_stage_list(BsFamily fam, BsTile tile, WeightFormat w, int64_
 std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
   std::vector<TacticDef> out;
   const int experts = std::max(p.num_experts, 1);
-  // Our sm_90a kernel: every instantiated block_n, with the deepest pipeline (<= 8 stages)
-  // that fits sm_90's 232,448 B, and a 4-stage variant.
+  // Our sm_90a kernel: every instantiated block_n, with the deepest pipeline that fits sm_90's
+  // 232,448 B under the kernel's per-block_n cap (16 / 12 / 8 / 6 stages: what
+  // cuda::candidate_configs picks), and a 4-stage variant to measure whether depth pays.
   for (int bn : {16, 64, 128, 256}) {
-    const int deepest = sm90::sm90_max_stages(bn, experts, sm90::kSm90MaxSmemPerBlock, 8);
+    const int cap = bn <= 16 ? 16 : bn <= 64 ? 12 : bn <= 128 ? 8 : 6;
+    const int deepest = sm90::sm90_max_stages(bn, experts, sm90::kSm90MaxSmemPerBlock, cap);
     std::set<int> stages{4};
     if (deepest >= 2) stages.insert(deepest);
     for (int st : stages) {

@@ -1,0 +1,60 @@
+// The profiler on a real GPU (skipped without one): tiny shapes, every runnable tactic is
+// measured or dropped with a reason, outputs are checked against the Generic reference, the
+// ranking is sorted, and the result goes through the plan cache into plan_for.
+#include <filesystem>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "tuner/plan_cache.hpp"
+#include "tuner/profiler.hpp"
+
+using namespace fp4moe;
+using namespace fp4moe::tuner;
+namespace fs = std::filesystem;
+
+TEST(Profiler, TinyProblemsRankCheckAndPlan) {
+  if (!profiler_available()) GTEST_SKIP() << "no GPU (or no CUDA in this build)";
+  const ArchInfo arch = device_arch();
+  ProfileOptions opt;
+  opt.tokens = {1, 37, 256};
+  opt.max_seconds_per_tactic = 0.2;
+  std::random_device rd;
+  const fs::path path = fs::temp_directory_path() / ("fp4moe_profiler_test_" + std::to_string(rd()) + ".json");
+  PlanCache cache(path.string(), current_plan_key());
+  for (const GemmProblem& p : preset_problems("tiny")) {
+    const ProblemResult r = profile_problem("moe-gemm", p, arch, opt);
+    ASSERT_EQ(r.buckets.size(), opt.tokens.size());
+    for (const BucketResult& b : r.buckets) {
+      EXPECT_EQ(b.m_total, b.tokens * p.top_k);
+      ASSERT_NE(b.best(), nullptr) << "nothing ran at " << b.tokens;
+      ASSERT_NE(b.of(Impl::Generic), nullptr) << "the fallback must always run";
+      EXPECT_EQ(b.of(Impl::Generic)->rel_err, 0.0);
+      for (size_t i = 1; i < b.ranked.size(); ++i) EXPECT_LE(b.ranked[i - 1].median_us, b.ranked[i].median_us);
+      for (const Measurement& m : b.ranked) {
+        EXPECT_GE(m.runs, 20) << m.tactic.name();
+        EXPECT_GT(m.median_us, 0);
+        EXPECT_GE(m.rel_err, 0) << m.tactic.name();
+        EXPECT_LE(m.rel_err, opt.tolerance) << m.tactic.name();
+      }
+      for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << m.tactic.name();
+      if (arch.cc == 90) EXPECT_NE(b.of(Impl::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+      PlanEntry e;
+      e.n = p.n;
+      e.k = p.k;
+      e.num_experts = p.num_experts;
+      e.weight = p.weight;
+      e.act = p.act;
+      e.epilogue = p.epilogue;
+      e.bucket = b.bucket;
+      e.best = b.best()->tactic;
+      e.best_us = b.best()->median_us;
+      cache.put(e);
+    }
+    EXPECT_EQ(plan_for(cache, p, 300, arch), r.buckets.back().best()->tactic);
+  }
+  cache.save();
+  PlanCache again(path.string(), current_plan_key());
+  EXPECT_TRUE(again.load());
+  fs::remove(path);
+}

@@ -117,6 +117,14 @@ int run_moe(const RunMoeArgs& a) {
              "{} experts hit, {:.1f} MB of weights read, {:.2f} GB/s (load {:.2f} s) -> {}\n",
              a.layer, ck->config().architecture, E, weight_format_name(w.w13.format), K, T, a.backend, threads,
              run_s * 1e3, nhit, bytes / 1e6, bytes / run_s / 1e9, load_s, a.output);
+  double ss = 0;
+  for (float v : out.out) ss += double(v) * v;
+  std::string route;
+  for (int64_t j = 0; j < K; ++j)
+    route += fmt::format("{}{}:{:.3f}", j ? " " : "", out.routing.topk_ids[size_t(j)],
+                         out.routing.topk_weights[size_t(j)]);
+  fmt::print("run-moe: output rms {:.4g}; token 0 -> experts (id:weight) {}\n", std::sqrt(ss / double(out.out.size())),
+             route);
   return 0;
 }
 

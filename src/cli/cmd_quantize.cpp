@@ -27,6 +27,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
@@ -115,6 +118,16 @@ std::vector<float> to_float(const TensorInfo& t, std::span<const uint8_t> bytes,
     }
   });
   return out;
+}
+
+// Drops the pages of a read-only mmap'd input view from this process once a tensor is
+// done (they are re-read from the file if touched again), so that the resident set stays
+// near one tensor rather than growing to the whole checkpoint.
+void release_pages(std::span<const uint8_t> v) {
+  static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(v.data()) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(v.data()) + v.size()) & ~(page - 1);
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // advisory: errors ignored
 }
 
 // max |x| (FP32, as ModelOpt's reduce_amax); NaN/inf are reported by the quantizer.
@@ -292,6 +305,7 @@ int run_quantize(const QuantizeOptions& o) {
     for (const Planned& p : members) {
       const std::vector<float> w = to_float(*p.t, p.file->bytes(*p.t), threads);
       amax = std::max(amax, abs_max(w, threads));
+      release_pages(p.file->bytes(*p.t));
     }
     for (const Planned& p : members) shared_gs[p.t->name] = nvfp4_global_scale_from_amax(amax);
   }
@@ -313,12 +327,14 @@ int run_quantize(const QuantizeOptions& o) {
       total_in += t.nbytes();
       if (!skip_reason(t, excludes, block).empty()) {
         add(t.name, t.dtype, t.shape, f.bytes(t));
+        release_pages(f.bytes(t));
         ++n_copied;
         continue;
       }
       const std::string module = t.name.substr(0, t.name.size() - 7);
       const int64_t rows = t.shape[0], cols = t.shape[1];
       const std::vector<float> x = to_float(t, f.bytes(t), threads);
+      release_pages(f.bytes(t));
       std::optional<float> gs;
       if (format == Fp4Format::NVFP4) {
         auto it = shared_gs.find(t.name);

@@ -156,10 +156,10 @@ TEST_F(PlanCacheTest, PlanForUsesTheNearestBucketAndFallsBack) {
   EXPECT_EQ(plan_for(empty, problem(), 64, sm90a), fallback_tactic("moe-gemm"));  // nothing tuned
 
   PlanCache c(path_, key());
-  c.put(entry(1, sm90(16, 8), 30));
-  c.put(entry(8192, sm90(256, 6), 5000));
-  EXPECT_EQ(plan_for(c, problem(), 2, sm90a), sm90(16, 8));
-  EXPECT_EQ(plan_for(c, problem(), 6000, sm90a), sm90(256, 6));
+  c.put(entry(1, sm90(16, 4), 30));
+  c.put(entry(8192, sm90(256, 4), 5000));
+  EXPECT_EQ(plan_for(c, problem(), 2, sm90a), sm90(16, 4));
+  EXPECT_EQ(plan_for(c, problem(), 6000, sm90a), sm90(256, 4));
   // An untuned problem: the fallback.
   GemmProblem other = problem();
   other.n = 1024;

@@ -44,6 +44,8 @@ struct BenchMoeArgs {
   int64_t experts = 256;
   std::string json;
   int64_t graph_max_tokens = 512;
+  std::string gemm = "auto";
+  bool w4a4 = false;
 };
 
 #if defined(FP4MOE_HAVE_CUDA_MOE)
@@ -155,8 +157,13 @@ int run_bench_moe(const BenchMoeArgs& args) {
   const int64_t Tmax = *std::max_element(args.tokens.begin(), args.tokens.end());
   MoeCudaOptions opt;
   opt.max_tokens = int(Tmax);
+  FP4MOE_CHECK(args.gemm == "auto" || args.gemm == "generic" || args.gemm == "sm90",
+               "bench moe: --gemm {}: expected auto, generic or sm90", args.gemm);
+  opt.gemm = args.gemm == "generic" ? MoeGemmPath::Generic : args.gemm == "sm90" ? MoeGemmPath::Sm90 : MoeGemmPath::Auto;
+  opt.w4a4 = args.w4a4;
   auto layer = MoeLayerCuda::random(cfg, opt, args.seed);
   const int64_t H = cfg.hidden, E = cfg.num_experts, k = cfg.top_k, I = cfg.inter, SI = cfg.shared_inter;
+  fmt::print("layer: {}{}\n", layer->describe(), args.w4a4 ? " (W4A4 emulation)" : "");
 
   constexpr int kInputs = 4;
   uint16_t* xs = nullptr;
@@ -242,6 +249,7 @@ int run_bench_moe(const BenchMoeArgs& args) {
     r["ratio_to_floor"] = eager / floor;
     r["glue_over_gemms"] = glue / std::max(gemms, 1e-9);
     r["iters"] = iters;
+    r["gemm_configs"] = layer->gemm_configs(T);
     r["expert_counts"] = counts0;
     rows.push_back(r);
   }
@@ -259,6 +267,7 @@ int run_bench_moe(const BenchMoeArgs& args) {
     j["config"] = {{"hidden", H}, {"inter", I}, {"experts", E}, {"top_k", k}, {"shared_inter", SI},
                    {"weights", "nvfp4"}, {"routing", "sigmoid+bias, n_group 1, routed_scaling 2.5"}};
     j["layer"] = layer->describe();
+    j["w4a4"] = args.w4a4;
     j["rows"] = rows;
     std::ofstream f(args.json);
     FP4MOE_CHECK(f.good(), "bench moe: cannot write {}", args.json);
@@ -278,6 +287,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--experts", a->experts, "routed experts (GLM-5: 256)");
   app.add_option("--graph-max-tokens", a->graph_max_tokens, "capture and time CUDA graphs for T up to this");
   app.add_option("--json", a->json, "write the results as JSON here");
+  app.add_option("--gemm", a->gemm, "grouped GEMM path: auto | generic | sm90");
+  app.add_flag("--w4a4", a->w4a4, "NVFP4 activation emulation (sm90 path)");
   run = [a] {
 #if defined(FP4MOE_HAVE_CUDA_MOE)
     return run_bench_moe(*a);

@@ -1,63 +1,192 @@
 // The GEMM switch of the MoE layer (see expert_gemm.hpp).
 //
-// Path today: GemmKernel::Generic (cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp), linear
-// checkpoint layout, device-side offsets, no workspace, graph-capturable.
+// Paths:
+//  - Sm90 (cuda/moe_gemm/moe_gemm.hpp: upload_weights + run_moe_gemm): the sm_90a wgmma
+//    kernel, weights re-laid at upload; its TileConfig per call comes from the tuner's plan
+//    cache when a tuned bucket exists (tuner::plan_for), else from cuda::default_config
+//    with the expected tokens per hit expert. W4A16, or W4A4 emulation.
+//  - Generic (generic_nvfp4_grouped_gemm.hpp): linear checkpoint layout, any shape/arch.
+// Both read the expert offsets on the device and need no host sync: graph-capturable.
+// Auto = Sm90 when the GPU is sm_90 and the shape fits it, else Generic. The environment
+// variable FP4MOE_MOE_GEMM=generic|sm90 overrides Auto.
 #include "moe/expert_gemm.hpp"
 
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
+#if defined(FP4MOE_MOE_HAVE_TUNER)
+#include "tuner/plan_cache.hpp"
+#endif
 
-namespace fp4moe::moe {
+namespace fp4moe {
 
+const char* moe_gemm_path_name(MoeGemmPath p) {
+  switch (p) {
+    case MoeGemmPath::Auto: return "auto";
+    case MoeGemmPath::Generic: return "generic";
+    case MoeGemmPath::Sm90: return "sm90";
+  }
+  return "?";
+}
+
+namespace moe {
 namespace {
+
+cuda::MoeGemmDesc make_desc(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
+  cuda::MoeGemmDesc d;
+  d.num_experts = int(s.num_experts);
+  d.n = int(s.n);
+  d.k = int(s.k);
+  d.max_tokens = int(max_rows);
+  d.weight = s.format;
+  d.act = w4a4 ? cuda::ActFormat::NVFP4_EMULATED : cuda::ActFormat::BF16;
+  d.epilogue = ep;
+  return d;
+}
+
+cuda::MoeGemmArgs make_args(const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t m_total,
+                            void* workspace, cudaStream_t stream) {
+  cuda::MoeGemmArgs a;
+  a.x = x;
+  a.expert_offsets = offsets;
+  a.row_scale = row_scale;
+  a.y = y;
+  a.m_total = int(m_total);
+  a.workspace = workspace;
+  a.stream = stream;
+  return a;
+}
 
 class GenericExpertGemm final : public ExpertGemmWeights {
  public:
-  GenericExpertGemm(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows) : dev_(s) {
+  GenericExpertGemm(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows) : dev_(s), ep_(ep) {
     bytes_per_expert_ = s.weight_bytes_per_expert();
     n_ = s.n;
     k_ = s.k;
-    const std::string why = cuda::generic_can_implement(desc(ep, max_rows), dev_.view());
+    desc_ = make_desc(s, ep, max_rows, false);
+    const std::string why = cuda::generic_can_implement(desc_, dev_.view());
     FP4MOE_CHECK(why.empty(), "expert GEMM [{}, {}, {}]: {}", s.num_experts, s.n, s.k, why);
   }
-
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y,
-           int64_t m_total, int64_t max_rows, void* workspace, cudaStream_t stream) const override {
-    cuda::MoeGemmArgs a;
-    a.x = x;
-    a.expert_offsets = offsets;
-    a.row_scale = row_scale;
-    a.y = y;
-    a.m_total = int(m_total);
-    a.workspace = workspace;
-    a.stream = stream;
-    cuda::run_generic_grouped_gemm(desc(ep, max_rows), dev_.view(), a);
+           int64_t m_total, void* workspace, cudaStream_t stream) const override {
+    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
+    cuda::run_generic_grouped_gemm(desc_, dev_.view(), make_args(x, offsets, row_scale, y, m_total, workspace, stream));
   }
   size_t workspace_bytes() const override { return 0; }
   std::string describe() const override { return "generic " + cuda::to_string(cuda::generic_tile_config()); }
+  std::string config_for(int64_t) const override { return describe(); }
 
  private:
-  cuda::MoeGemmDesc desc(cuda::Epilogue ep, int64_t max_rows) const {
-    cuda::MoeGemmDesc d;
-    d.num_experts = dev_.view().num_experts;
-    d.n = dev_.view().n;
-    d.k = dev_.view().k;
-    d.max_tokens = int(max_rows);
-    d.weight = dev_.view().format;
-    d.act = cuda::ActFormat::BF16;
-    d.epilogue = ep;
-    return d;
-  }
   cuda::DeviceLinearFp4Weights dev_;
+  cuda::Epilogue ep_;
+  cuda::MoeGemmDesc desc_;
 };
+
+class Sm90ExpertGemm final : public ExpertGemmWeights {
+ public:
+  Sm90ExpertGemm(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, int rows_per_token, bool w4a4)
+      : ep_(ep), rows_per_token_(rows_per_token) {
+    bytes_per_expert_ = s.weight_bytes_per_expert();
+    n_ = s.n;
+    k_ = s.k;
+    desc_ = make_desc(s, ep, max_rows, w4a4);
+    const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(desc_);
+    FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", s.num_experts, s.n, s.k);
+    for (const cuda::TileConfig& c : cands) ws_bytes_ = std::max(ws_bytes_, cuda::workspace_bytes(desc_, c));
+    dev_ = cuda::upload_weights(s, ep);
+  }
+  void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y,
+           int64_t m_total, void* workspace, cudaStream_t stream) const override {
+    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
+    cuda::run_moe_gemm(desc_, pick(m_total), dev_, make_args(x, offsets, row_scale, y, m_total, workspace, stream));
+  }
+  size_t workspace_bytes() const override { return ws_bytes_; }
+  std::string describe() const override { return "sm90 (config per tokens bucket)"; }
+  std::string config_for(int64_t m_total) const override { return cuda::to_string(pick(m_total)); }
+
+ private:
+  // The tuned tactic of this bucket when the plan cache has one, else the kernel's default
+  // for the expected rows per hit expert (rows spread uniformly over the experts).
+  cuda::TileConfig pick(int64_t m_total) const {
+#if defined(FP4MOE_MOE_HAVE_TUNER)
+    tuner::GemmProblem p;
+    p.num_experts = desc_.num_experts;
+    p.n = desc_.n;
+    p.k = desc_.k;
+    p.top_k = rows_per_token_;
+    p.weight = desc_.weight;
+    p.act = desc_.act == cuda::ActFormat::BF16 ? tuner::Act::BF16 : tuner::Act::NVFP4;
+    p.epilogue = ep_ == cuda::Epilogue::SiluMul    ? tuner::Epi::SiluMul
+                 : ep_ == cuda::Epilogue::RowScale ? tuner::Epi::RowScale
+                                                   : tuner::Epi::None;
+    const tuner::Tactic t = tuner::plan_for(p, std::max<int64_t>(1, m_total / rows_per_token_));
+    if (t.impl == tuner::Impl::Sm90Wgmma || t.impl == tuner::Impl::Sm90Decode) {
+      cuda::TileConfig c;
+      c.kernel = t.impl == tuner::Impl::Sm90Wgmma ? cuda::GemmKernel::Sm90Wgmma : cuda::GemmKernel::Sm90Decode;
+      c.block_m = t.cfg.block_m;
+      c.block_n = t.cfg.block_n;
+      c.block_k = t.cfg.block_k;
+      c.stages = t.cfg.stages;
+      c.split_k = t.cfg.split_k;
+      c.cluster = t.cfg.cluster;
+      if (cuda::can_implement(desc_, c, 90).empty()) return c;
+    }
+#endif
+    const double E = desc_.num_experts, m = double(std::max<int64_t>(m_total, 1));
+    const double hit = E * (1.0 - std::pow(1.0 - 1.0 / E, m));
+    return cuda::default_config(desc_, m / std::max(hit, 1.0));
+  }
+
+  cuda::DeviceExpertWeights dev_;
+  cuda::Epilogue ep_;
+  int rows_per_token_ = 1;
+  cuda::MoeGemmDesc desc_;
+  size_t ws_bytes_ = 0;
+};
+
+int device_sm() {
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp p{};
+  FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  return p.major * 10 + p.minor;
+}
+
+MoeGemmPath resolve(MoeGemmPath want, const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
+  if (const char* env = std::getenv("FP4MOE_MOE_GEMM"); env && *env && want == MoeGemmPath::Auto) {
+    const std::string_view v(env);
+    FP4MOE_CHECK(v == "generic" || v == "sm90" || v == "auto", "FP4MOE_MOE_GEMM={}: expected generic, sm90 or auto", v);
+    want = v == "generic" ? MoeGemmPath::Generic : v == "sm90" ? MoeGemmPath::Sm90 : MoeGemmPath::Auto;
+  }
+  if (want != MoeGemmPath::Auto) return want;
+  if (w4a4) return MoeGemmPath::Sm90;  // the only path with the W4A4 emulation
+  const cuda::MoeGemmDesc d = make_desc(s, ep, max_rows, w4a4);
+  const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(d);
+  if (cands.empty()) return MoeGemmPath::Generic;
+  const std::string why = cuda::can_implement(d, cands.front(), device_sm());
+  if (!why.empty()) log_debug("expert GEMM [{}, {}, {}]: sm90 path not used: {}", s.num_experts, s.n, s.k, why);
+  return why.empty() ? MoeGemmPath::Sm90 : MoeGemmPath::Generic;
+}
 
 }  // namespace
 
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
-                                                      int64_t max_rows) {
+                                                      int64_t max_rows, int rows_per_token, MoeGemmPath path,
+                                                      bool w4a4) {
   FP4MOE_CHECK(stack.is_fp4(), "expert GEMM: FP4 weights needed, got {}", weight_format_name(stack.format));
   FP4MOE_CHECK(max_rows >= 1 && max_rows < (int64_t(1) << 31), "expert GEMM: max_rows = {}", max_rows);
+  const MoeGemmPath p = resolve(path, stack, epilogue, max_rows, w4a4);
+  FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 path");
+  if (p == MoeGemmPath::Sm90) return std::make_unique<Sm90ExpertGemm>(stack, epilogue, max_rows, rows_per_token, w4a4);
   return std::make_unique<GenericExpertGemm>(stack, epilogue, max_rows);
 }
 
-}  // namespace fp4moe::moe
+}  // namespace moe
+}  // namespace fp4moe

@@ -14,17 +14,24 @@
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "format/moe_layer.hpp"
 
-namespace fp4moe::moe {
+namespace fp4moe {
+
+// Which grouped GEMM the MoE layer runs (expert_gemm.cpp says how Auto decides).
+enum class MoeGemmPath : uint8_t { Auto, Generic, Sm90 };
+const char* moe_gemm_path_name(MoeGemmPath p);  // "auto" | "generic" | "sm90"
+
+namespace moe {
 
 class ExpertGemmWeights {
  public:
   virtual ~ExpertGemmWeights() = default;
   // y = epilogue(x · W_eᵀ · global_e) for the rows of each expert (offsets on the device).
-  // x [m_total, K] bf16, y [m_total, N or N/2] bf16; max_rows bounds m_total (workspace).
+  // x [m_total, K] bf16, y [m_total, N or N/2] bf16; m_total <= the upload's max_rows.
   virtual void run(cuda::Epilogue epilogue, const void* x, const int32_t* offsets, const float* row_scale, void* y,
-                   int64_t m_total, int64_t max_rows, void* workspace, cudaStream_t stream) const = 0;
+                   int64_t m_total, void* workspace, cudaStream_t stream) const = 0;
   virtual size_t workspace_bytes() const = 0;
-  virtual std::string describe() const = 0;  // e.g. "generic 128x64x64"
+  virtual std::string describe() const = 0;              // the path, e.g. "generic 128x64x64"
+  virtual std::string config_for(int64_t m_total) const = 0;  // the config a call of m_total rows runs
   size_t weight_bytes_per_expert() const { return bytes_per_expert_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -35,8 +42,11 @@ class ExpertGemmWeights {
 };
 
 // Uploads `stack` for the given epilogue (layouts may depend on it) and up to max_rows
-// rows per call. Throws fp4moe::Error when no GEMM path can run it.
+// rows per call (rows_per_token: top_k for routed experts, 1 for the shared one; it turns
+// rows into the tuner's tokens). Throws fp4moe::Error when no GEMM path can run it.
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
-                                                      int64_t max_rows);
+                                                      int64_t max_rows, int rows_per_token,
+                                                      MoeGemmPath path = MoeGemmPath::Auto, bool w4a4 = false);
 
-}  // namespace fp4moe::moe
+}  // namespace moe
+}  // namespace fp4moe

@@ -200,8 +200,8 @@ struct MoeLayerCuda::Impl {
 
   void run_shared(const uint16_t* x, int64_t T, cudaStream_t st) {
     cuda::fill_single_expert_offsets(sh_offsets, int(T), st);
-    sw13->run(cuda::Epilogue::SiluMul, x, sh_offsets, nullptr, sh_h, T, opt.max_tokens, gemm_ws_sh, st);
-    sw2->run(cuda::Epilogue::None, sh_h, sh_offsets, nullptr, sh_y, T, opt.max_tokens, gemm_ws_sh, st);
+    sw13->run(cuda::Epilogue::SiluMul, x, sh_offsets, nullptr, sh_h, T, gemm_ws_sh, st);
+    sw2->run(cuda::Epilogue::None, sh_h, sh_offsets, nullptr, sh_y, T, gemm_ws_sh, st);
   }
 
   template <typename Out>
@@ -245,12 +245,11 @@ struct MoeLayerCuda::Impl {
     cuda::gather_rows_bf16(x, row_pair, int(P), int(k), int(H()), x_perm, st);
     stage_end(MoeStage::Permute, st);
 
-    const int64_t max_rows = opt.max_tokens * k;
     stage_begin(MoeStage::Gemm1, st);
-    w13->run(cuda::Epilogue::SiluMul, x_perm, offsets, nullptr, h, P, max_rows, gemm_ws, st);
+    w13->run(cuda::Epilogue::SiluMul, x_perm, offsets, nullptr, h, P, gemm_ws, st);
     stage_end(MoeStage::Gemm1, st);
     stage_begin(MoeStage::Gemm2, st);
-    w2->run(cuda::Epilogue::RowScale, h, offsets, row_weight, y, P, max_rows, gemm_ws, st);
+    w2->run(cuda::Epilogue::RowScale, h, offsets, row_weight, y, P, gemm_ws, st);
     stage_end(MoeStage::Gemm2, st);
 
     if (has_shared && !overlap) {
@@ -303,11 +302,11 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
         cudaMemcpy(m.router_bias.ptr, w.router_bias.data(), m.router_bias.bytes, cudaMemcpyHostToDevice));
   }
   const int64_t Tm = opt.max_tokens, k = c.top_k;
-  m.w13 = moe::upload_expert_gemm(w.w13, cuda::Epilogue::SiluMul, Tm * k);
-  m.w2 = moe::upload_expert_gemm(w.w2, cuda::Epilogue::RowScale, Tm * k);
+  m.w13 = moe::upload_expert_gemm(w.w13, cuda::Epilogue::SiluMul, Tm * k, int(k), opt.gemm, opt.w4a4);
+  m.w2 = moe::upload_expert_gemm(w.w2, cuda::Epilogue::RowScale, Tm * k, int(k), opt.gemm, opt.w4a4);
   if (m.has_shared) {
-    m.sw13 = moe::upload_expert_gemm(*w.shared_w13, cuda::Epilogue::SiluMul, Tm);
-    m.sw2 = moe::upload_expert_gemm(*w.shared_w2, cuda::Epilogue::None, Tm);
+    m.sw13 = moe::upload_expert_gemm(*w.shared_w13, cuda::Epilogue::SiluMul, Tm, 1, opt.gemm, opt.w4a4);
+    m.sw2 = moe::upload_expert_gemm(*w.shared_w2, cuda::Epilogue::None, Tm, 1, opt.gemm, opt.w4a4);
   }
   m.alloc_workspaces();
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -324,6 +323,14 @@ std::unique_ptr<MoeLayerCuda> MoeLayerCuda::random(const MoeConfig& cfg, const M
 
 const MoeConfig& MoeLayerCuda::config() const { return impl_->cfg; }
 int MoeLayerCuda::max_tokens() const { return impl_->opt.max_tokens; }
+
+std::string MoeLayerCuda::gemm_configs(int64_t tokens) const {
+  const Impl& m = *impl_;
+  const int64_t rows = tokens * m.cfg.top_k;
+  return fmt::format("gemm1 {}; gemm2 {}{}", m.w13->config_for(rows), m.w2->config_for(rows),
+                     m.has_shared ? fmt::format("; shared {} / {}", m.sw13->config_for(tokens), m.sw2->config_for(tokens))
+                                  : std::string());
+}
 
 std::string MoeLayerCuda::describe() const {
   const Impl& m = *impl_;
@@ -413,13 +420,15 @@ size_t MoeLayerCuda::expert_bytes() const {
   return impl_->w13->weight_bytes_per_expert() + impl_->w2->weight_bytes_per_expert();
 }
 
-MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden) {
+MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden,
+                           MoeGemmPath gemm) {
   FP4MOE_CHECK(cuda::device_available(), "the cuda backend needs a CUDA GPU, and none is visible");
   FP4MOE_CHECK(tokens >= 1, "moe_forward_cuda: {} tokens", tokens);
   FP4MOE_CHECK(hidden == w.cfg.hidden, "moe_forward_cuda: input hidden size {} != the layer's {}", hidden,
                w.cfg.hidden);
   MoeCudaOptions opt;
   opt.max_tokens = int(tokens);
+  opt.gemm = gemm;
   MoeLayerCuda layer(w, opt);
   const size_t n = size_t(tokens * hidden);
   std::vector<uint16_t> xb(n);

@@ -34,6 +34,7 @@
 
 #include "cpu/moe_cpu.hpp"
 #include "format/moe_layer.hpp"
+#include "moe/expert_gemm.hpp"
 
 namespace fp4moe {
 
@@ -44,6 +45,8 @@ const char* moe_stage_name(MoeStage s);  // "router", "permute", "gemm1", "gemm2
 struct MoeCudaOptions {
   int max_tokens = 0;               // workspace sizing: forward() accepts T <= max_tokens
   bool shared_side_stream = true;   // overlap the shared expert on a second stream
+  MoeGemmPath gemm = MoeGemmPath::Auto;  // grouped GEMM path (env FP4MOE_MOE_GEMM overrides Auto)
+  bool w4a4 = false;                // NVFP4 activation emulation (sm90 path only)
 };
 
 class MoeLayerCuda {
@@ -60,6 +63,7 @@ class MoeLayerCuda {
   const MoeConfig& config() const;
   int max_tokens() const;
   std::string describe() const;  // config and the GEMM path of each stack, one line
+  std::string gemm_configs(int64_t tokens) const;  // the GEMM configs a forward of T tokens runs
 
   // x [T, hidden] bf16 (device, 16-byte aligned), out [T, H] f32 or bf16 (device).
   // Enqueue only. Throws before launching anything if T > max_tokens, hidden != H.
@@ -97,6 +101,7 @@ class MoeLayerCuda {
 
 // One-shot helper for the CLI (run-moe --backend cuda): uploads, runs, downloads.
 // x [tokens, hidden] f32 on the host (rounded to bf16 for the GPU).
-MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden);
+MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden,
+                           MoeGemmPath gemm = MoeGemmPath::Auto);
 
 }  // namespace fp4moe

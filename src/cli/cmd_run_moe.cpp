@@ -22,6 +22,9 @@
 #include "cpu/moe_cpu.hpp"
 #include "format/checkpoint.hpp"
 #include "format/safetensors.hpp"
+#if defined(FP4MOE_HAVE_CUDA_MOE)
+#include "moe/moe_layer_cuda.hpp"
+#endif
 
 namespace fp4moe {
 namespace {
@@ -41,6 +44,9 @@ MoeOutput run_backend(const std::string& backend, const MoeLayerWeights& w, cons
     opt.threads = threads;
     return moe_forward_cpu(w, x, tokens, opt);
   }
+#if defined(FP4MOE_HAVE_CUDA_MOE)
+  if (backend == "cuda") return moe_forward_cuda(w, x, tokens, w.cfg.hidden);
+#endif
   FP4MOE_FAIL("--backend {}: the cuda backend is not built/ready in this binary (use --backend cpu)", backend);
 }
 

@@ -236,9 +236,8 @@ void route_token(const MoeConfig& c, const float* logits, const float* bias, int
   for (int64_t j = 0; j < c.top_k; ++j) wts[j] = wts[j] * norm * c.routed_scaling;
 }
 
-}  // namespace
-
-RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* bias, int64_t tokens) {
+RoutingResult route_tokens(const MoeConfig& cfg, const float* logits, const float* bias, int64_t tokens,
+                           int threads) {
   validate_config(cfg);
   FP4MOE_CHECK(tokens >= 0, "route_cpu: {} tokens", tokens);
   RoutingResult r;
@@ -247,7 +246,7 @@ RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* 
   r.topk_ids.resize(size_t(tokens * cfg.top_k));
   r.topk_weights.resize(size_t(tokens * cfg.top_k));
   const int64_t E = cfg.num_experts;
-  parallel_for(tokens, default_num_threads(), 64, [&](int64_t t0, int64_t t1) {
+  parallel_for(tokens, threads, 64, [&](int64_t t0, int64_t t1) {
     std::vector<float> scores(static_cast<size_t>(E)), sel(static_cast<size_t>(E)),
         gscore(static_cast<size_t>(cfg.n_group));
     std::vector<int32_t> order(size_t(std::max(E, cfg.n_group)));
@@ -256,6 +255,12 @@ RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* 
                   r.topk_weights.data() + t * cfg.top_k, scores, sel, gscore, order);
   });
   return r;
+}
+
+}  // namespace
+
+RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* bias, int64_t tokens) {
+  return route_tokens(cfg, logits, bias, tokens, default_num_threads());
 }
 
 MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const CpuMoeOptions& opt) {
@@ -284,7 +289,7 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
 
   std::vector<float> logits(size_t(T * E));
   router_logits(w, x, T, threads, logits.data());
-  res.routing = route_cpu(c, logits.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), T);
+  res.routing = route_tokens(c, logits.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), T, threads);
   const RoutingResult& rt = res.routing;
 
   const bool has_shared = c.shared_inter > 0;

@@ -12,17 +12,21 @@
 // scales (0/0) and codes 0x7; here it gets gs = 0, block scales 1.0 and codes 0, which
 // decode to zeros. Every tensor with a non-zero element is bit-identical.
 //
-// Dequantize computes e2m1 * float(scale * gs) as ModelOpt's dequantize does, with an
-// AVX2 kernel (8 packed bytes -> 16 floats through one vpermps) and a scalar fallback.
+// Quantize and dequantize have AVX2 block kernels (runtime-dispatched) and portable scalar
+// paths that give identical bytes. Dequantize computes e2m1 * float(scale * gs) as
+// ModelOpt's dequantize does; its AVX2 kernel turns 8 packed bytes into 16 floats through
+// one vpermps per 8 outputs.
 #include "format/fp4.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "format/codecs.hpp"
+#include "format/fp4_detail.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,6 +36,23 @@
 namespace fp4moe {
 
 namespace {
+
+std::atomic<bool> g_simd_enabled{true};
+
+#ifdef FP4MOE_X86
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+bool use_avx2() {
+#ifdef FP4MOE_X86
+  return cpu_has_avx2() && g_simd_enabled.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
 
 constexpr float kNvfp4GlobalDivisor = 2688.0f;  // E2M1_MAX * E4M3_MAX
 constexpr float kMinBlockScale = 0.001953125f;  // 2^-9
@@ -43,11 +64,36 @@ void check_shape(int64_t rows, int64_t cols, Fp4Format f) {
                fp4_format_name(f), cols, block);
 }
 
+#ifdef FP4MOE_X86
+// max |x| over [0, n & ~7); *finite cleared if any of them is inf or NaN.
+__attribute__((target("avx2,fma"))) float abs_max_finite_avx2(const float* x, int64_t n, bool* finite) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 flt_max = _mm256_set1_ps(3.4028234663852886e38f);
+  __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, flt_max, _CMP_NLE_UQ));
+    m = _mm256_max_ps(m, a);
+  }
+  if (_mm256_movemask_ps(bad)) *finite = false;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  return *std::max_element(lanes, lanes + 8);
+}
+#endif
+
 // max |x| over n values; fails on a non-finite value (bad weights are user input).
 float abs_max_finite(const float* x, int64_t n, Fp4Format f) {
   float m = 0.0f;
   bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#ifdef FP4MOE_X86
+  if (use_avx2()) {
+    m = abs_max_finite_avx2(x, n, &finite);
+    i = n & ~int64_t(7);
+  }
+#endif
+  for (; i < n; ++i) {
     const float a = std::fabs(x[i]);
     finite &= (a <= 3.4028234663852886e38f);  // false for inf and NaN
     m = a > m ? a : m;
@@ -62,7 +108,107 @@ inline float clamp_like_torch(float x, float lo, float hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+// ---- block encoders: 16 elements x[i] / d -> 8 packed bytes ----------------------------
+
+float block_abs_max_scalar(const float* x, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+void encode16_nvfp4_scalar(const float* x, float d, uint8_t* out) {
+  for (int i = 0; i < 16; i += 2)
+    out[i / 2] = e2m1_pack(e2m1_from_float_nvfp4(x[i] / d), e2m1_from_float_nvfp4(x[i + 1] / d));
+}
+
+void encode16_mxfp4_scalar(const float* x, float d, uint8_t* out) {
+  for (int i = 0; i < 16; i += 2)
+    out[i / 2] = e2m1_pack(e2m1_from_float_mxfp4(x[i] / d), e2m1_from_float_mxfp4(x[i + 1] / d));
+}
+
+#ifdef FP4MOE_X86
+
+__attribute__((target("avx2,fma"))) float block_abs_max_avx2(const float* x, int n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+// 8 codes in int32 lanes: q = x / d (the same IEEE division as the scalar path), then the
+// codecs.hpp rules. kNvfp4: ord = #{bounds b : !(|q| <= b)} (so NaN counts 7, as
+// torch.searchsorted), +1 at the odd bounds, sign for q < 0. MXFP4: ord = #{b : |q| > b},
+// sign unless q > 0.
+template <bool kNvfp4>
+__attribute__((target("avx2,fma"))) inline __m256i encode8_avx2(const float* x, __m256 d) {
+  const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x), d);
+  const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  constexpr float kBounds[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  __m256i ord = _mm256_setzero_si256();
+  for (float b : kBounds) {
+    const __m256 c = kNvfp4 ? _mm256_cmp_ps(a, _mm256_set1_ps(b), _CMP_NLE_UQ)
+                            : _mm256_cmp_ps(a, _mm256_set1_ps(b), _CMP_GT_OQ);
+    ord = _mm256_sub_epi32(ord, _mm256_castps_si256(c));  // true lanes are -1
+  }
+  __m256 sign;
+  if constexpr (kNvfp4) {
+    const __m256 odd = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_EQ_OQ),
+                                                 _mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_EQ_OQ)),
+                                    _mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_EQ_OQ));
+    ord = _mm256_sub_epi32(ord, _mm256_castps_si256(odd));
+    sign = _mm256_cmp_ps(q, _mm256_setzero_ps(), _CMP_LT_OQ);
+  } else {
+    sign = _mm256_cmp_ps(q, _mm256_setzero_ps(), _CMP_NGT_UQ);
+  }
+  return _mm256_or_si256(ord, _mm256_and_si256(_mm256_castps_si256(sign), _mm256_set1_epi32(8)));
+}
+
+// In each 64-bit lane: low dword e[2j], high dword e[2j+1] -> byte e[2j] | e[2j+1] << 4.
+__attribute__((target("avx2,fma"))) inline __m256i pair_nibbles_avx2(__m256i c) {
+  return _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi64x(0x0F)),
+                         _mm256_and_si256(_mm256_srli_epi64(c, 28), _mm256_set1_epi64x(0xF0)));
+}
+
+// Two vectors of 8 codes (elements 0-7, 8-15) -> 8 bytes, element 2j in the low nibble.
+__attribute__((target("avx2,fma"))) inline void pack16_avx2(__m256i c0, __m256i c1, uint8_t* out) {
+  const auto pair = pair_nibbles_avx2;
+  const __m256i gather = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m128i p0 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pair(c0), gather));
+  const __m128i p1 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pair(c1), gather));
+  const __m128i w16 = _mm_packus_epi32(p0, p1);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w16, w16));
+}
+
+template <bool kNvfp4>
+__attribute__((target("avx2,fma"))) void encode16_avx2(const float* x, float d, uint8_t* out) {
+  const __m256 dv = _mm256_set1_ps(d);
+  pack16_avx2(encode8_avx2<kNvfp4>(x, dv), encode8_avx2<kNvfp4>(x + 8, dv), out);
+}
+
+#endif  // FP4MOE_X86
+
+struct BlockKernels {
+  float (*abs_max)(const float*, int);
+  void (*encode16)(const float*, float, uint8_t*);
+};
+
+BlockKernels block_kernels(Fp4Format f) {
+#ifdef FP4MOE_X86
+  if (use_avx2())
+    return {block_abs_max_avx2, f == Fp4Format::NVFP4 ? encode16_avx2<true> : encode16_avx2<false>};
+#endif
+  return {block_abs_max_scalar, f == Fp4Format::NVFP4 ? encode16_nvfp4_scalar : encode16_mxfp4_scalar};
+}
+
 }  // namespace
+
+namespace detail {
+void set_fp4_simd_enabled(bool enabled) { g_simd_enabled.store(enabled); }
+bool fp4_simd_active() { return use_avx2(); }
+}  // namespace detail
 
 float nvfp4_global_scale_from_amax(float amax) { return amax / kNvfp4GlobalDivisor; }
 
@@ -86,29 +232,22 @@ Fp4Matrix quantize_nvfp4(const float* w, int64_t rows, int64_t cols, std::option
   }
   m.global_scale = gs;
   const float gs6 = 6.0f * gs;  // E2M1_MAX * weights_scaling_factor_2, rounded to FP32
+  const BlockKernels k = block_kernels(Fp4Format::NVFP4);
 
   const int64_t blocks = rows * cols / kBlock;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* x = w + b * kBlock;
-    float bamax = 0.0f;
-    for (int i = 0; i < kBlock; ++i) bamax = std::max(bamax, std::fabs(x[i]));
-    uint8_t code;
-    if (gs == 0.0f) {
-      code = 0x38;  // all-zero tensor: scale 1.0 (ModelOpt: NaN, see the file comment)
-    } else {
-      float s = bamax / gs6;
-      if (s == 0.0f) s = 1.0f;
-      code = e4m3_from_float(clamp_like_torch(s, kMinBlockScale, kE4M3Max));
-    }
-    m.scales[size_t(b)] = code;
-    const float denom = e4m3_to_float(code) * gs;
     uint8_t* out = m.packed.data() + b * (kBlock / 2);
-    for (int i = 0; i < kBlock; i += 2) {
-      // gs == 0 only for an all-zero tensor: every element is a zero, code 0.
-      const uint8_t lo = gs == 0.0f ? 0 : e2m1_from_float_nvfp4(x[i] / denom);
-      const uint8_t hi = gs == 0.0f ? 0 : e2m1_from_float_nvfp4(x[i + 1] / denom);
-      out[i / 2] = e2m1_pack(lo, hi);
+    if (gs == 0.0f) {
+      // All-zero tensor: scale 1.0 and code 0 (ModelOpt: NaN, see the file comment).
+      m.scales[size_t(b)] = 0x38;
+      continue;  // packed is already zero
     }
+    float s = k.abs_max(x, kBlock) / gs6;
+    if (s == 0.0f) s = 1.0f;
+    const uint8_t code = e4m3_from_float(clamp_like_torch(s, kMinBlockScale, kE4M3Max));
+    m.scales[size_t(b)] = code;
+    k.encode16(x, e4m3_to_float(code) * gs, out);
   }
   return m;
 }
@@ -124,13 +263,12 @@ Fp4Matrix quantize_mxfp4(const float* w, int64_t rows, int64_t cols) {
   m.packed.assign(size_t(rows * cols / 2), 0);      // [rows, cols/2]
   m.scales.assign(size_t(rows * cols / kBlock), 0);  // [rows, cols/32]
   abs_max_finite(w, rows * cols, Fp4Format::MXFP4);
+  const BlockKernels k = block_kernels(Fp4Format::MXFP4);
 
   const int64_t blocks = rows * cols / kBlock;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* x = w + b * kBlock;
-    float bamax = 0.0f;
-    for (int i = 0; i < kBlock; ++i) bamax = std::max(bamax, std::fabs(x[i]));
-    const float descale = bamax / 6.0f;
+    const float descale = k.abs_max(x, kBlock) / 6.0f;
     // torch.log2 in FP32; the double log2 rounded to float is the correctly rounded FP32
     // result (torch's SLEEF log2f is within 1 ULP; the fixtures cover the near-2^k cases).
     const float l = descale == 0.0f ? -INFINITY : float(std::log2(double(descale)));
@@ -138,8 +276,8 @@ Fp4Matrix quantize_mxfp4(const float* w, int64_t rows, int64_t cols) {
     const float scale = std::ldexp(1.0f, int(e));  // exact, 2^-127 is a subnormal
     m.scales[size_t(b)] = uint8_t(int(e) + kE8M0Bias);
     uint8_t* out = m.packed.data() + b * (kBlock / 2);
-    for (int i = 0; i < kBlock; i += 2)
-      out[i / 2] = e2m1_pack(e2m1_from_float_mxfp4(x[i] / scale), e2m1_from_float_mxfp4(x[i + 1] / scale));
+    k.encode16(x, scale, out);
+    k.encode16(x + 16, scale, out + 8);
   }
   return m;
 }
@@ -224,14 +362,18 @@ __attribute__((target("avx2,fma"))) void dequantize_rows_avx2(const Fp4MatrixVie
     const uint8_t* s = m.scales + r * blocks_per_row;
     const int64_t out_row = (r - row_begin) * m.cols;
     for (int64_t b = 0; b < blocks_per_row; ++b) {
-      const __m256 lut8 = _mm256_mul_ps(mag8, _mm256_set1_ps(block_multiplier(m, s[b])));
+      __m256 lut8 = _mm256_mul_ps(mag8, _mm256_set1_ps(block_multiplier(m, s[b])));
+      // BF16: round the 8 scaled magnitudes once per block (rounding commutes with the
+      // sign flip), so each element is a lookup and a shift.
+      if constexpr (kBf16) lut8 = _mm256_castsi256_ps(_mm256_slli_epi32(to_bf16_avx2(lut8), 16));
       for (int h = 0; h < block / 16; ++h) {
         __m256 v0, v1;
         decode16_avx2(p + b * (block / 2) + h * 8, lut8, v0, v1);
         const int64_t c = out_row + b * block + h * 16;
         if constexpr (kBf16) {
           // packus interleaves 128-bit lanes: [v0 0-3, v1 0-3, v0 4-7, v1 4-7] -> reorder.
-          const __m256i packed = _mm256_packus_epi32(to_bf16_avx2(v0), to_bf16_avx2(v1));
+          const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                                                     _mm256_srli_epi32(_mm256_castps_si256(v1), 16));
           const __m256i ordered = _mm256_permute4x64_epi64(packed, 0xD8);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out_any) + c), ordered);
         } else {
@@ -244,11 +386,6 @@ __attribute__((target("avx2,fma"))) void dequantize_rows_avx2(const Fp4MatrixVie
   }
 }
 
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 #endif  // FP4MOE_X86
 
 }  // namespace
@@ -256,7 +393,7 @@ bool cpu_has_avx2() {
 void dequantize_rows(const Fp4MatrixView& m, int64_t row_begin, int64_t row_end, float* out) {
   check_view(m, row_begin, row_end);
 #ifdef FP4MOE_X86
-  if (cpu_has_avx2()) return dequantize_rows_avx2<false>(m, row_begin, row_end, out);
+  if (use_avx2()) return dequantize_rows_avx2<false>(m, row_begin, row_end, out);
 #endif
   dequantize_rows_scalar(m, row_begin, row_end, [out](int64_t i, float v) { out[i] = v; });
 }
@@ -264,7 +401,7 @@ void dequantize_rows(const Fp4MatrixView& m, int64_t row_begin, int64_t row_end,
 void dequantize_rows_bf16(const Fp4MatrixView& m, int64_t row_begin, int64_t row_end, uint16_t* out) {
   check_view(m, row_begin, row_end);
 #ifdef FP4MOE_X86
-  if (cpu_has_avx2()) return dequantize_rows_avx2<true>(m, row_begin, row_end, out);
+  if (use_avx2()) return dequantize_rows_avx2<true>(m, row_begin, row_end, out);
 #endif
   dequantize_rows_scalar(m, row_begin, row_end, [out](int64_t i, float v) { out[i] = float_to_bf16(v); });
 }

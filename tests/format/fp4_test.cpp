@@ -18,6 +18,7 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "format/codecs.hpp"
+#include "format/fp4_detail.hpp"
 
 namespace fp4moe {
 namespace {
@@ -89,7 +90,8 @@ TEST(Fp4Fixtures, ManifestCoversEveryCaseKind) {
   EXPECT_GE(mx, 6);
 }
 
-TEST(Fp4Fixtures, QuantizeIsBitExactWithModelOpt) {
+// Every fixture case, quantized by the current kernels (AVX2 or portable).
+void check_fixtures_bit_exact() {
   const auto& fx = fixtures();
   int checked = 0;
   for (const auto& c : fx.manifest["cases"]) {
@@ -131,6 +133,69 @@ TEST(Fp4Fixtures, QuantizeIsBitExactWithModelOpt) {
     ++checked;
   }
   EXPECT_GE(checked, 20);
+}
+
+// Runs the body with the AVX2 kernels switched off, restoring them afterwards.
+struct PortableScope {
+  PortableScope() { detail::set_fp4_simd_enabled(false); }
+  ~PortableScope() { detail::set_fp4_simd_enabled(true); }
+};
+
+TEST(Fp4Fixtures, QuantizeIsBitExactWithModelOpt) {
+  std::printf("[ info ] AVX2 kernels %s\n", detail::fp4_simd_active() ? "active" : "not available");
+  check_fixtures_bit_exact();
+}
+
+TEST(Fp4Fixtures, QuantizeIsBitExactWithModelOptPortablePath) {
+  PortableScope portable;
+  ASSERT_FALSE(detail::fp4_simd_active());
+  check_fixtures_bit_exact();
+}
+
+// Random data with many ties, zeros, tiny and huge blocks: both paths give equal bytes.
+TEST(Fp4Quantize, SimdAndPortablePathsAgree) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t rows = 96, cols = 256;
+  std::vector<float> w(size_t(rows * cols));
+  const float specials[] = {0.0f, -0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, -3.5f, -0.75f, 1e-40f};
+  for (int64_t r = 0; r < rows; ++r) {
+    const float mag = std::ldexp(1.0f, int(rng() % 60) - 30);
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = nd(rng) * mag;
+      if (rng() % 4 == 0) v = specials[rng() % 13] * (r % 3 == 0 ? 1.0f : mag);
+      if (r % 17 == 0 && c < 64) v = 0.0f;  // all-zero blocks
+      w[size_t(r * cols + c)] = v;
+    }
+  }
+  for (Fp4Format f : {Fp4Format::NVFP4, Fp4Format::MXFP4}) {
+    SCOPED_TRACE(std::string(fp4_format_name(f)));
+    for (std::optional<float> gs : {std::optional<float>(), std::optional<float>(1.0f), std::optional<float>(1e-3f)}) {
+      if (f == Fp4Format::MXFP4 && gs) continue;
+      auto q = [&] { return f == Fp4Format::NVFP4 ? quantize_nvfp4(w.data(), rows, cols, gs) : quantize_mxfp4(w.data(), rows, cols); };
+      const Fp4Matrix a = q();
+      Fp4Matrix b;
+      {
+        PortableScope portable;
+        b = q();
+      }
+      EXPECT_EQ(bits(a.global_scale), bits(b.global_scale));
+      EXPECT_TRUE(bytes_equal(b.scales.data(), a.scales.data(), a.scales.size(), "scales", w.data(), fp4_block_size(f)));
+      EXPECT_TRUE(bytes_equal(b.packed.data(), a.packed.data(), a.packed.size(), "packed", w.data(), 2));
+      // And dequantize: both paths, both output types.
+      std::vector<float> da(w.size()), db(w.size());
+      std::vector<uint16_t> ha(w.size()), hb(w.size());
+      dequantize_rows(a.view(), 0, rows, da.data());
+      dequantize_rows_bf16(a.view(), 0, rows, ha.data());
+      {
+        PortableScope portable;
+        dequantize_rows(a.view(), 0, rows, db.data());
+        dequantize_rows_bf16(a.view(), 0, rows, hb.data());
+      }
+      EXPECT_EQ(std::memcmp(da.data(), db.data(), da.size() * 4), 0);
+      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * 2), 0);
+    }
+  }
 }
 
 // The ModelOpt dequantize formula, scalar, in double where exact: e2m1 * float(s * gs).
@@ -330,6 +395,27 @@ TEST(Fp4Dequantize, Throughput) {
       EXPECT_TRUE(std::isfinite(sink));
       EXPECT_GT(gbs, 0.2);  // a loose floor: catches a scalar or broken path, not noise
     }
+  }
+}
+
+// Quantize throughput (input elements per second), one thread.
+TEST(Fp4Quantize, Throughput) {
+  const int64_t rows = 512, cols = 6144;
+  const auto w = random_normal(size_t(rows * cols), 17, 0.02f);
+  for (Fp4Format f : {Fp4Format::NVFP4, Fp4Format::MXFP4}) {
+    double best = 1e30;
+    uint8_t sink = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Fp4Matrix q = f == Fp4Format::NVFP4 ? quantize_nvfp4(w.data(), rows, cols) : quantize_mxfp4(w.data(), rows, cols);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      sink ^= q.packed[size_t(rep)];
+    }
+    std::printf("[ perf ] quantize %s: %.0f Melem/s (%.2f GB/s of FP32 input), 1 thread\n",
+                std::string(fp4_format_name(f)).c_str(), double(rows * cols) / best / 1e6,
+                double(rows * cols) * 4 / best / 1e9);
+    EXPECT_GT(double(rows * cols) / best, 5e6);
+    (void)sink;
   }
 }
 

@@ -44,7 +44,7 @@ const char* epilogue_name(Epilogue e) {
 // Stage count per block_n: deeper rings for the weight-streaming (small block_n) configs.
 int stages_for(int block_n, int num_experts) {
   const int cap = block_n <= 16 ? 16 : block_n <= 64 ? 12 : block_n <= 128 ? 8 : 6;
-  return sm90::sm90_max_stages(block_n, num_experts, sm90::kSm90MaxSmemPerBlock, cap);
+  return sm90::sm90_max_stages(block_n, num_experts, cap);
 }
 
 int current_sm() {
@@ -133,12 +133,12 @@ std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {
     return fmt::format("split_k = {}, cluster = {}: sm90_wgmma supports 1 and 1", c.split_k, c.cluster);
   if (c.stages < 2) return fmt::format("stages = {} (need >= 2)", c.stages);
   const sm90::Sm90SmemLayout L = sm90::sm90_smem_layout(c.block_n, c.stages, d.num_experts);
-  if (L.total > sm90::kSm90MaxSmemPerBlock)
+  if (L.total > sm90::sm90_smem_limit(c.block_n))
     return fmt::format(
         "needs {} B of shared memory (B {} + A {} + scales {} + barriers {} + scheduler {} + align {} + epilogue {}), "
-        "sm_90 allows {} B",
+        "sm_90 allows {} B per CTA at {} CTA(s) per SM",
         L.total, L.b_bytes, L.a_bytes, L.scale_bytes, L.barrier_bytes, L.sched_bytes, L.align_slack, L.epilogue_bytes,
-        sm90::kSm90MaxSmemPerBlock);
+        sm90::sm90_smem_limit(c.block_n), sm90::sm90_ctas_per_sm(c.block_n));
   return {};
 }
 

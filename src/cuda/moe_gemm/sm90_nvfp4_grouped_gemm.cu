@@ -46,8 +46,8 @@ void launch_n(const Sm90GemmLaunch& a, cudaStream_t stream) {
   static const int sms = sm_count();
   const long long row_tiles = a.n / kBlockM;
   const long long max_tiles = ((long long)(a.m_rows + kBlockN - 1) / kBlockN + a.num_experts) * row_tiles;
-  const int grid = int(std::min<long long>(sms, max_tiles));
-  sm90_fp4_grouped_gemm_kernel<kBlockN><<<grid, kThreads, L.total, stream>>>(*static_cast<const CUtensorMap*>(a.x_map), p);
+  const int grid = int(std::min<long long>(sms * sm90_ctas_per_sm(kBlockN), max_tiles));
+  sm90_fp4_grouped_gemm_kernel<kBlockN><<<grid, sm90_threads(kBlockN), L.total, stream>>>(*static_cast<const CUtensorMap*>(a.x_map), p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -77,8 +77,15 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The 4 wgmmas (K steps) of one K stage, N = kN tokens (<= the tile's width).
+template <int kN>
+__device__ __forceinline__ void mma_stage(float* acc, const uint32_t (&a)[4][4], uint64_t desc0) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) WgmmaRs<kN>::mma(acc, a[ks], desc0 + uint64_t((ks * 32) >> 4));
+}
+
 template <int kBlockN>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlockN))
     sm90_fp4_grouped_gemm_kernel(const __grid_constant__ CUtensorMap tmap_x, const GroupedGemmParams p) {
   using Mma = WgmmaRs<kBlockN>;
   constexpr int kAcc = Mma::kAcc;
@@ -127,69 +134,95 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const int total_tiles = prefix[p.num_experts];
-  const int wg = tid / 128;
+  const int wg = tid / 128;  // 0, 1: consumers; threads from 256 on: the producer
 
-  if (wg == 0) {
+  if (tid >= 128 * kConsumerWarpgroups) {
     // ---------------- producer ----------------
-    setmaxnreg_dec<40>();
-    if (tid == 0) {
+    if constexpr (sm90_ctas_per_sm(kBlockN) == 1) setmaxnreg_dec<40>();
+    if (tid == 128 * kConsumerWarpgroups) {
       const uint64_t policy = policy_evict_first();
       const uint32_t stage_tx = kChunkBytes + kBlockN * kBlockK * 2;
-      int it = 0;
+      int s = 0;
+      uint32_t phase = 0;
       for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
         const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
         const int row0 = p.offsets[c.expert] + c.token_tile * kBlockN;
         const uint8_t* src = p.tiles + (size_t(c.expert) * row_tiles + c.row_tile) * size_t(k_tiles) * kChunkBytes;
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          const int s = it % p.stages;
-          const uint32_t phase = uint32_t(it / p.stages) & 1u;
+        for (int kt = 0; kt < k_tiles; ++kt) {
           mbar_wait(&empty[s], phase ^ 1u);
           mbar_arrive_expect_tx(&full[s], stage_tx);
           bulk_copy_g2s(smem_chunk + size_t(s) * kChunkBytes, src + size_t(kt) * kChunkBytes, kChunkBytes, &full[s],
                         policy);
           tma_load_2d(smem_b + size_t(s) * kBlockN * kBlockK * 2, &tmap_x, kt * kBlockK, row0, &full[s]);
+          if (++s == p.stages) {
+            s = 0;
+            phase ^= 1u;
+          }
         }
       }
     }
   } else {
     // ---------------- consumers ----------------
-    setmaxnreg_inc<232>();
-    const int cw = wg - 1;            // consumer warpgroup 0..1: rows 64 * cw .. + 63 of the tile
+    if constexpr (sm90_ctas_per_sm(kBlockN) == 1) setmaxnreg_inc<232>();
+    const int cw = wg;                // consumer warpgroup 0..1: rows 64 * cw .. + 63 of the tile
     const int ctid = tid - 128 * wg;  // 0..127
     const int warp = ctid / 32, lane = ctid % 32, g = lane / 4, t4 = lane % 4;
     const bool mx = p.mxfp4 != 0;
     const float act_g = p.act_global ? *p.act_global : 1.0f;
     float acc[kAcc];
-    int it = 0;
+    uint32_t a0[4][4], a1[4][4];  // two register buffers of decoded A: 4 K steps each
+    int s_next = 0;               // ring position and phase, advanced without divisions
+    uint32_t phase = 0;
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
+      // Last token tile of an expert: run the narrowest wgmma N (quarters of kBlockN) that
+      // covers its tokens, so a 20-token tail does not cost a 256-token MMA.
+      const int left = p.offsets[c.expert + 1] - p.offsets[c.expert] - c.token_tile * kBlockN;
+      const int quarters = kBlockN >= 64 ? min(4, (left + kBlockN / 4 - 1) / (kBlockN / 4)) : 4;
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       fence_acc(acc);
       int prev_stage = -1;
-      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-        const int s = it % p.stages;
-        mbar_wait(&full[s], uint32_t(it / p.stages) & 1u);
+      // One K stage: decode its 4 K steps, issue 4 wgmmas as one group, then wait for the
+      // PREVIOUS stage's group (decode of stage kt overlaps the MMAs of stage kt - 1).
+      auto stage = [&](uint32_t(&a)[4][4]) {
+        const int s = s_next;
+        mbar_wait(&full[s], phase);
         const uint32_t chunk = smem_u32(smem_chunk) + uint32_t(s) * kChunkBytes;
         const uint4 words = lds128(chunk + (cw * 128 + ctid) * 16);
         const uint2 sc = lds64(chunk + kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8);
-        const uint32_t b_addr = smem_u32(smem_b + size_t(s) * kBlockN * kBlockK * 2);
-        const uint64_t desc0 = make_desc_k_sw128(b_addr);
-        uint32_t a[2][4];
+        const uint64_t desc0 = make_desc_k_sw128(smem_u32(smem_b + size_t(s) * kBlockN * kBlockK * 2));
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const uint32_t w = ks == 0 ? words.x : ks == 1 ? words.y : ks == 2 ? words.z : words.w;
           const uint32_t pair = ((ks < 2 ? sc.x : sc.y) >> (16 * (ks & 1))) & 0xFFFFu;
           const uint32_t s2 = scales_to_bf16x2(pair, mx);
-          decode_kstep(w, __byte_perm(s2, s2, 0x1010), __byte_perm(s2, s2, 0x3232), a[ks & 1]);
-          wgmma_fence();
-          Mma::mma(acc, a[ks & 1], desc0 + uint64_t((ks * 32) >> 4));
-          wgmma_commit();
-          wgmma_wait<1>();
-          if (ks == 0 && prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);
+          decode_kstep(w, __byte_perm(s2, s2, 0x1010), __byte_perm(s2, s2, 0x3232), a[ks]);
         }
+        wgmma_fence();
+        if constexpr (kBlockN >= 64) {
+          if (quarters == 4) mma_stage<kBlockN>(acc, a, desc0);
+          else if (quarters == 3) mma_stage<kBlockN * 3 / 4>(acc, a, desc0);
+          else if (quarters == 2) mma_stage<kBlockN / 2>(acc, a, desc0);
+          else mma_stage<kBlockN / 4>(acc, a, desc0);
+        } else {
+          mma_stage<kBlockN>(acc, a, desc0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);
         prev_stage = s;
+        if (++s_next == p.stages) {
+          s_next = 0;
+          phase ^= 1u;
+        }
+      };
+      int kt = 0;
+      for (; kt + 1 < k_tiles; kt += 2) {
+        stage(a0);
+        stage(a1);
       }
+      if (kt < k_tiles) stage(a0);
       wgmma_wait<0>();
       fence_acc(acc);
       if (prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);

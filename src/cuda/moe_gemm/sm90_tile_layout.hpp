@@ -3,8 +3,9 @@
 // shared memory with these numbers, and the tuner calls the same functions for feasibility.
 // Plain constexpr C++ (no CUDA types): usable on the host, the device and in CPU-only builds.
 //
-// CTA = 3 warpgroups (384 threads): WG0 producer (one thread issues TMA / bulk copies),
-// WG1, WG2 consumers, each owning 64 weight rows (the wgmma M side) of the 128-row tile.
+// CTA = 2 consumer warpgroups (threads 0..255), each owning 64 weight rows (the wgmma M
+// side) of the 128-row tile, then the producer (one thread issues the TMA / bulk copies):
+// a warpgroup at 1 CTA per SM, a single warp at 2 (sm90_threads, sm90_ctas_per_sm).
 // Per pipeline stage (one 64-wide K slice):
 //   B  (activations) block_n x 64 BF16, K-major, 128-byte swizzled, 1024-byte aligned
 //      -> all B stages first, contiguous (block_n * 128 B is a multiple of 1024: no padding)
@@ -40,7 +41,7 @@ namespace fp4moe::cuda::sm90 {
 inline constexpr int kBlockM = 128;             // weight rows per CTA tile
 inline constexpr int kBlockK = 64;              // K per pipeline stage (4 wgmma k16 steps)
 inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+inline constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // at 1 CTA per SM (sm90_threads)
 inline constexpr int kCodeBytes = kBlockM * kBlockK / 2;        // 4096
 inline constexpr int kScaleBytes = kBlockM * (kBlockK / 16);    // 512
 inline constexpr int kChunkBytes = kCodeBytes + kScaleBytes;    // 4608
@@ -87,16 +88,30 @@ constexpr Sm90SmemLayout sm90_smem_layout(int block_n, int stages, int num_exper
   return l;
 }
 
+// CTAs resident per SM: block_n 16 (the weight-streaming decode config) runs two CTAs per
+// SM (twice the decoding warps in flight, no setmaxnreg), the others one.
+constexpr int sm90_ctas_per_sm(int block_n) { return block_n <= 16 ? 2 : 1; }
+inline constexpr size_t kSm90SmemPerSm = 233472;      // 228 KB per SM ...
+inline constexpr size_t kSm90ReservedSmemPerCta = 1024;  // ... of which 1 KB per CTA is reserved
+// Shared memory one CTA of this block_n may use.
+constexpr size_t sm90_smem_limit(int block_n) {
+  return sm90_ctas_per_sm(block_n) == 1 ? kSm90MaxSmemPerBlock
+                                        : kSm90SmemPerSm / sm90_ctas_per_sm(block_n) - kSm90ReservedSmemPerCta;
+}
+
+// Threads per CTA: 2 consumer warpgroups, then the producer: a whole warpgroup (so that
+// setmaxnreg can move its registers to the consumers) at 1 CTA per SM, one warp at 2.
+constexpr int sm90_threads(int block_n) { return 128 * kConsumerWarpgroups + (sm90_ctas_per_sm(block_n) == 1 ? 128 : 32); }
+
 // Valid block_n values (one kernel instantiation each).
 constexpr bool sm90_block_n_supported(int block_n) {
   return block_n == 16 || block_n == 64 || block_n == 128 || block_n == 256;
 }
 
 // Largest stage count (<= max_stages) that fits `smem_limit`; 0 if even 2 stages do not.
-constexpr int sm90_max_stages(int block_n, int num_experts, size_t smem_limit = kSm90MaxSmemPerBlock,
-                              int max_stages = 16) {
+constexpr int sm90_max_stages(int block_n, int num_experts, int max_stages = 16) {
   for (int s = max_stages; s >= 2; --s)
-    if (sm90_smem_layout(block_n, s, num_experts).total <= smem_limit) return s;
+    if (sm90_smem_layout(block_n, s, num_experts).total <= sm90_smem_limit(block_n)) return s;
   return 0;
 }
 

@@ -40,6 +40,18 @@ using json = nlohmann::json;
 
 constexpr uintmax_t kMaxJsonFileBytes = 256ull << 20;
 
+// Untrusted text (tensor names from an index, JSON parser messages) made safe for a
+// one-line message: control bytes escaped, long strings cut.
+std::string clean(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 200; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, char(c));
+  }
+  if (s.size() > 200) out += "...";
+  return out;
+}
+
 json read_json_file(const std::string& path) {
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
@@ -55,7 +67,7 @@ json read_json_file(const std::string& path) {
   } catch (const json::exception& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    FP4MOE_FAIL("{}: not valid JSON: {}", path, what);
+    FP4MOE_FAIL("{}: not valid JSON: {}", path, clean(what));
   }
 }
 
@@ -150,15 +162,16 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
     FP4MOE_CHECK(!map.empty(), "{}: empty weight_map", index_path);
     std::map<std::string, size_t> shard_ids;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      FP4MOE_CHECK(it.value().is_string(), "{}: weight_map['{}'] is not a file name", index_path, it.key());
+      FP4MOE_CHECK(it.value().is_string(), "{}: weight_map['{}'] is not a file name", index_path, clean(it.key()));
       const std::string shard = it.value().get<std::string>();
       FP4MOE_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
-                   "{}: weight_map['{}'] = '{}' is not a file name in the folder", index_path, it.key(), shard);
+                   "{}: weight_map['{}'] = '{}' is not a file name in the folder", index_path, clean(it.key()),
+                   clean(shard));
       shard_ids.emplace(shard, 0);
     }
     for (auto& [shard, id] : shard_ids) {
       const std::string p = (fs::path(dir) / shard).string();
-      FP4MOE_CHECK(fs::exists(p, ec), "{}: shard '{}' is listed but missing", index_path, shard);
+      FP4MOE_CHECK(fs::exists(p, ec), "{}: shard '{}' is listed but missing", index_path, clean(shard));
       id = ck->files_.size();
       ck->files_.push_back(SafetensorsFile::open(p));
     }
@@ -166,17 +179,16 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
       const size_t id = shard_ids.at(it.value().get<std::string>());
       const TensorInfo* t = ck->files_[id]->find(it.key());
       FP4MOE_CHECK(t != nullptr, "{}: tensor '{}' is listed in shard '{}' but not found there", index_path,
-                   it.key(), it.value().get<std::string>());
+                   clean(it.key()), clean(it.value().get<std::string>()));
       ck->by_name_.emplace(it.key(), std::make_pair(id, t));
     }
     for (size_t id = 0; id < ck->files_.size(); ++id)
       for (const TensorInfo& t : ck->files_[id]->tensors()) {
         auto it = ck->by_name_.find(t.name);
         FP4MOE_CHECK(it != ck->by_name_.end(), "{}: tensor '{}' is not listed in {}", ck->files_[id]->path(),
-                     t.name, index_path);
-        FP4MOE_CHECK(it->second.first == id, "{}: tensor '{}' is also in {}, the index says {}",
-                     ck->files_[id]->path(), t.name, ck->files_[id]->path(),
-                     ck->files_[it->second.first]->path());
+                     clean(t.name), index_path);
+        FP4MOE_CHECK(it->second.first == id, "{}: tensor '{}' is also in this shard; the index says {}",
+                     ck->files_[id]->path(), clean(t.name), ck->files_[it->second.first]->path());
       }
   } else if (fs::exists(single_path, ec)) {
     ck->files_.push_back(SafetensorsFile::open(single_path));

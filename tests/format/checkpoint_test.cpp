@@ -421,6 +421,41 @@ TEST_F(CheckpointTest, Bf16) {
   check_layer(m, *ck, WeightFormat::BF16);
 }
 
+TEST_F(CheckpointTest, Qwen3NamingSoftmaxNoBias) {
+  TinyModel m(Layout::ModelOpt);
+  json q = qwen3_config();
+  q["hidden_size"] = TinyModel::H;
+  q["moe_intermediate_size"] = TinyModel::I;
+  q["num_experts"] = TinyModel::E;
+  q["num_experts_per_tok"] = 2;
+  q["num_hidden_layers"] = 2;
+  q["mlp_only_layers"] = {0};
+  q["shared_expert_intermediate_size"] = TinyModel::SI;  // Qwen2-MoE style shared expert, ungated
+  q["vocab_size"] = TinyModel::Vocab;
+  m.config = q;
+  m.tensors.erase("model.layers.1.mlp.gate.e_score_correction_bias");
+  std::map<std::string, testing_ckpt::RawTensor> renamed;
+  for (auto& [name, t] : m.tensors) {
+    std::string n = name;
+    if (auto p = n.find("shared_experts."); p != std::string::npos) n.replace(p, 15, "shared_expert.");
+    renamed[n] = std::move(t);
+  }
+  m.tensors = std::move(renamed);
+  m.write(dir_);
+  auto ck = Checkpoint::open(dir_.string());
+  EXPECT_EQ(ck->config().architecture, "Qwen3MoeForCausalLM");
+  const MoeLayerWeights w = ck->load_moe_layer(1);
+  EXPECT_EQ(w.cfg.scoring, ScoringFunc::Softmax);
+  EXPECT_TRUE(w.router_bias.empty());
+  ASSERT_TRUE(w.shared_w13.has_value());
+  EXPECT_EQ(w.shared_w13->n, 2 * TinyModel::SI);
+  expect_error([&] { ck->load_moe_layer(0); }, "layer 0 is a dense layer");
+  // A sigmoid-gated shared expert (shared_expert_gate) cannot be represented: refused.
+  m.add_bf16("model.layers.1.mlp.shared_expert_gate.weight", {1, TinyModel::H});
+  m.write(dir_);
+  expect_error([&] { Checkpoint::open(dir_.string())->load_moe_layer(1); }, "shared_expert_gate");
+}
+
 TEST_F(CheckpointTest, GptOssStackedMxfp4IsRecognised) {
   TinyModel m(Layout::Bf16);
   m.tensors["model.layers.1.mlp.experts.gate_up_proj_blocks"] =

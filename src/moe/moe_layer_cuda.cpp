@@ -380,7 +380,7 @@ void MoeLayerCuda::capture_graph(int64_t bucket) {
   m.forward(m.g_in, bucket, m.H(), m.g_out, m.capture);
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.capture));
   cudaGraph_t graph = nullptr;
-  FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(m.capture, cudaStreamCaptureModeThreadLocal));
+  FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(m.capture, cudaStreamCaptureModeRelaxed));
   try {
     m.forward(m.g_in, bucket, m.H(), m.g_out, m.capture);
   } catch (...) {

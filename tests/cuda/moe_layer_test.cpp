@@ -274,15 +274,15 @@ TEST(MoeLayerCuda, BadInputIsAClearError) {
   // Broken layers are refused at upload.
   MoeLayerWeights bad = w;
   bad.router_w.resize(10);
-  EXPECT_THROW(MoeLayerCuda(bad, opt), Error);
+  EXPECT_THROW({ MoeLayerCuda l(bad, opt); }, Error);
   bad = w;
   bad.w2.n = 128;
-  EXPECT_THROW(MoeLayerCuda(bad, opt), Error);
+  EXPECT_THROW({ MoeLayerCuda l(bad, opt); }, Error);
   bad = w;
   bad.w13.format = WeightFormat::BF16;
-  EXPECT_THROW(MoeLayerCuda(bad, opt), Error);
+  EXPECT_THROW({ MoeLayerCuda l(bad, opt); }, Error);
   MoeCudaOptions zero;
-  EXPECT_THROW(MoeLayerCuda(w, zero), Error);
+  EXPECT_THROW({ MoeLayerCuda l(w, zero); }, Error);
 }
 
 }  // namespace

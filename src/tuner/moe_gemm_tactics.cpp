@@ -58,6 +58,16 @@ Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a)
   FP4MOE_CHECK(plan.total() == need, "tuner's sm90 smem terms ({}) disagree with sm90_tile_layout.hpp ({})",
                plan.total(), need);
   if (need > a.smem_per_block_optin) f.reject(RejectKind::SharedMemory, smem_reason(t, need, a));
+  // Configs designed to run several CTAs per SM (block_n 16: 2) must fit their share of the SM.
+  const int ctas = sm90::sm90_ctas_per_sm(t.cfg.block_n);
+  if (ctas > 1 && need <= a.smem_per_block_optin) {
+    const int64_t share = a.smem_per_sm / ctas - a.smem_reserved_per_block;
+    if (need > share)
+      f.reject(RejectKind::SharedMemory,
+               fmt::format("{}x{}x{} x {} stages needs {} B; it runs {} CTAs per SM, each may use {} B of {}'s {} B",
+                           t.cfg.block_m, t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), ctas,
+                           with_commas(share), a.name, with_commas(a.smem_per_sm)));
+  }
   if (sm90::kThreads > a.max_threads_per_block)
     f.reject(RejectKind::Registers, fmt::format("needs {} threads per block; {} allows {}", sm90::kThreads, a.name, a.max_threads_per_block));
   // Register budget: 3 warpgroups share 64 K registers; the consumers hold block_n / 2 FP32
@@ -174,7 +184,7 @@ std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
   // cuda::candidate_configs picks), and a 4-stage variant to measure whether depth pays.
   for (int bn : {16, 64, 128, 256}) {
     const int cap = bn <= 16 ? 16 : bn <= 64 ? 12 : bn <= 128 ? 8 : 6;
-    const int deepest = sm90::sm90_max_stages(bn, experts, sm90::kSm90MaxSmemPerBlock, cap);
+    const int deepest = sm90::sm90_max_stages(bn, experts, cap);
     std::set<int> stages{4};
     if (deepest >= 2) stages.insert(deepest);
     for (int st : stages) {

@@ -206,6 +206,7 @@ TEST(Sm90, EveryConfigOfOurKernelIsAcceptedOnSm90WithTheLayoutHeadersBytes) {
       const auto l = cuda::sm90::sm90_smem_layout(v.tactic.cfg.block_n, v.tactic.cfg.stages, p.num_experts);
       EXPECT_EQ(v.feasibility.smem->total(), int64_t(l.total)) << v.tactic.name();
       EXPECT_LE(v.feasibility.smem->total(), a.smem_per_block_optin);
+      EXPECT_LE(v.feasibility.smem->total(), int64_t(cuda::sm90::sm90_smem_limit(v.tactic.cfg.block_n)));
     }
     for (const TacticVerdict& v : pf.rejected) {
       EXPECT_NE(v.tactic.impl, Impl::Sm90Wgmma) << v.tactic.name() << ": " << v.feasibility.reason();

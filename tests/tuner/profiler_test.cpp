@@ -38,7 +38,9 @@ TEST(Profiler, TinyProblemsRankCheckAndPlan) {
         EXPECT_LE(m.rel_err, opt.tolerance) << m.tactic.name();
       }
       for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << m.tactic.name();
-      if (arch.cc == 90) EXPECT_NE(b.of(Impl::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+      if (arch.cc == 90) {
+        EXPECT_NE(b.of(Impl::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+      }
       PlanEntry e;
       e.n = p.n;
       e.k = p.k;

@@ -1,7 +1,7 @@
 // The profiler: measures every feasible, implemented tactic of an op on this GPU per tokens
 // bucket. Random routing (top-k distinct experts per token, fixed seed), random FP4 weights;
 // warm-up, then the median of >= min_runs timed runs (CUDA events), activations rotated over
-// enough copies to exceed twice the L2 so no run reads them from cache; a tactic that throws
+// enough copies to exceed twice the L2 and a 2x-L2 write before every timed run (cold L2); a tactic that throws
 // or fails at launch is dropped with its error; one whose output differs from the reference
 // (the Generic tactic's output, on sampled rows) by more than `tolerance` (||y-ref||/||ref||)
 // is disqualified. CUDA builds only: elsewhere profile_problem throws.

@@ -9,7 +9,10 @@ BIN=build-dev/bin/fp4moe
 [ -x "$BIN" ] || bash tools/device/build.sh fp4moe
 "$BIN" tune --preset glm5 --arch sm_120 --act w4a4 --dry-run --json "$OUT/tune_sm120_dryrun.json" > "$OUT/tune_sm120_dryrun.txt" 2>&1
 echo "sm_120 dry run: rc=$? ($(grep -c . "$OUT/tune_sm120_dryrun.txt") lines)"
-timeout 480 "$BIN" tune --preset glm5 --plan-cache "$OUT/plans.json" --json "$OUT/tune.json" ${FP4MOE_TUNE_TOKENS:+--tokens "$FP4MOE_TUNE_TOKENS"}
+# The default plan cache ($XDG_CACHE_HOME or ~/.cache/fp4moe/plans.json), so that later steps
+# (bench moe: the MoE layer asks tuner::plan_for) run with the plan; a copy goes to $OUT.
+timeout 480 "$BIN" tune --preset glm5 --json "$OUT/tune.json" ${FP4MOE_TUNE_TOKENS:+--tokens "$FP4MOE_TUNE_TOKENS"}
 rc=$?
+cp "${XDG_CACHE_HOME:-$HOME/.cache}/fp4moe/plans.json" "$OUT/plans.json" 2>/dev/null || true
 echo "tune: rc=$rc"
 exit $rc

@@ -107,3 +107,17 @@ TEST(TuneCli, BadInputIsOneClearLine) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }
 }
+
+TEST(TuneCli, ModelShapesComeFromTheCheckpointConfig) {
+  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  const fs::path dir = fs::temp_directory_path() / "fp4moe_tune_cli_model";
+  fs::remove_all(dir);
+  const RunResult made = run("make-synthetic --preset glm5-tiny " + dir.string());
+  if (made.rc != 0) GTEST_SKIP() << "make-synthetic unavailable: " << made.out;
+  const RunResult r = run("tune --model " + dir.string() + " --arch sm_90 --dry-run");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  // glm5-tiny: H=256, I=128, E=16, top-4 -> gate_up N=256 K=256, down N=256 K=128.
+  EXPECT_NE(r.out.find("gate_up N=256 K=256 E=16 top-4 nvfp4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("down N=256 K=128 E=16 top-4 nvfp4"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: configure (sm_90a only) and build the given targets (default: all)
 # into build-dev/, with the header-only deps carried in .carry/ (tools/device/prepare_carry.sh).
+# Keeps going past a broken target so one bad test cannot cost the whole device call.
 #   bash tools/device/build.sh [target ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -8,7 +9,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DFP4MOE_DEPS_PREFIX="$PWD/.carry" >build-dev.configure.log 2>&1 || { cat build-dev.configure.log; exit 1; }
 if [ $# -eq 0 ]; then
-  cmake --build build-dev -j "$(nproc)"
+  cmake --build build-dev -j "$(nproc)" -- -k
 else
-  for t in "$@"; do cmake --build build-dev -j "$(nproc)" --target "$t"; done
+  for t in "$@"; do cmake --build build-dev -j "$(nproc)" --target "$t" -- -k; done
 fi

@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build everything, run every GPU test, run each step in
-# tools/device/steps/*.sh (benchmarks with their baselines), write logs/JSON/plots to $OUT,
-# print a short table last.
-#   device run: bash tools/device/run_all.sh      (carry: [".carry"])
+# One call on the GPU machine: build everything, run every GPU test, then the device steps
+# (tools/device/steps/NN_name.sh: benchmarks with their baselines, the tuner), writing logs,
+# JSON and plots to $OUT, and a short table last.
+#   bash tools/device/run_all.sh                 build + GPU tests + every step
+#   bash tools/device/run_all.sh 20_bench_gemm   build + GPU tests + the named steps
+#   NO_TESTS=1 bash tools/device/run_all.sh 30_tune 40_bench_moe    (machine still warm)
+# Device call: carry [".carry"] (tools/device/prepare_carry.sh makes it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"; export OUT
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; git log -1 --format='commit %H' 2>/dev/null; } | tee "$OUT/env.txt"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  echo "commit ${FP4MOE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"; date -u; } | tee "$OUT/env.txt"
 t0=$(date +%s)
-bash tools/device/build.sh 2>&1 | tail -n 30 > "$OUT/build.log" || { cat "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
-(cd build-dev && ctest -L cuda --output-on-failure --timeout 300) > "$OUT/gpu_tests.log" 2>&1
-echo "gpu tests: rc=$? ($(grep -E 'tests passed|tests failed' "$OUT/gpu_tests.log"))"
-for step in tools/device/steps/*.sh; do
-  [ -e "$step" ] || continue
-  name=$(basename "$step" .sh)
-  bash "$step" > "$OUT/$name.log" 2>&1
-  echo "step $name: rc=$?"
+bash tools/device/build.sh > "$OUT/build.log" 2>&1
+echo "build: rc=$? in $(( $(date +%s) - t0 )) s ($(grep -c 'error' "$OUT/build.log") error lines)"
+grep -E 'error' "$OUT/build.log" | head -n 5
+if [ -z "${NO_TESTS:-}" ]; then
+  t0=$(date +%s)
+  (cd build-dev && ctest -L cuda --output-on-failure --timeout 150) > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/gpu_tests.log")"
+  grep -E '^\s+[0-9]+ - .*(Failed|Timeout|Not Run)' "$OUT/gpu_tests.log" | head -n 20
+fi
+steps=("$@")
+if [ ${#steps[@]} -eq 0 ]; then
+  for s in tools/device/steps/*.sh; do steps+=("$(basename "$s" .sh)"); done
+fi
+for name in "${steps[@]}"; do
+  t0=$(date +%s)
+  bash "tools/device/steps/$name.sh" > "$OUT/$name.log" 2>&1
+  echo "step $name: rc=$? in $(( $(date +%s) - t0 )) s"
 done
 echo "---- summary ----"
-grep -hE '^\|' "$OUT"/*.log 2>/dev/null | tail -n 60
+for name in "${steps[@]}"; do grep -hE '^\|' "$OUT/$name.log" 2>/dev/null | head -n 40; done

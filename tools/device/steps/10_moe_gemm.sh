@@ -3,7 +3,7 @@
 # compute-sanitizer pass on a small case, a SASS check (HGMMA present), and the GLM-5
 # timing sweep (table rows start with '|'). Logs under $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 B=${MOE_GEMM_TEST:-build-dev/bin/moe_gemm_test}
 [ -x "$B" ] || cmake --build build-dev -j "$(nproc)" --target moe_gemm_test >/dev/null

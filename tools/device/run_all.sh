@@ -32,3 +32,5 @@ for name in "${steps[@]}"; do
 done
 echo "---- summary ----"
 for name in "${steps[@]}"; do grep -hE '^\|' "$OUT/$name.log" 2>/dev/null | head -n 40; done
+# The device tool returns at most 8 files: pack everything into one archive.
+tar czf /tmp/fp4moe_results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/fp4moe_results.tgz "$OUT/results_${RESULTS_TAG:-run}.tgz"

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -120,4 +121,43 @@ TEST(TuneCli, ModelShapesComeFromTheCheckpointConfig) {
   EXPECT_NE(r.out.find("gate_up N=256 K=256 E=16 top-4 nvfp4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("down N=256 K=128 E=16 top-4 nvfp4"), std::string::npos) << r.out;
   fs::remove_all(dir);
+}
+
+namespace {
+Measurement measured(Impl impl, int bn, double us) {
+  Measurement m;
+  m.tactic = Tactic{impl, impl == Impl::Sm90Wgmma ? TileCfg{128, bn, 64, 4, 1, 1} : TileCfg{}};
+  m.median_us = us;
+  m.runs = 20;
+  return m;
+}
+}  // namespace
+
+TEST(TuneReport, MeasuredVerdictInPlainWords) {
+  ProblemResult pr;
+  pr.problem = preset_problems("glm5")[0];
+  for (auto [tokens, ours, cublas] : {std::tuple{1, 30.0, 93.0}, std::tuple{8192, 5000.0, 9000.0}}) {
+    BucketResult b;
+    b.tokens = b.bucket = tokens;
+    b.ranked = {measured(Impl::Sm90Wgmma, 16, ours), measured(Impl::DequantCublas, 0, cublas),
+                measured(Impl::Generic, 0, cublas * 2)};
+    Measurement bad = measured(Impl::Sm90Wgmma, 256, 1);
+    bad.status = Measurement::Status::Disqualified;
+    bad.error = "output differs from the reference (generic): rel err 0.5 > 1e-02";
+    b.dropped = {bad};
+    pr.buckets.push_back(b);
+  }
+  const std::string v = measured_verdict("moe-gemm", {pr});
+  EXPECT_NE(v.find("sm90-wgmma 128x16x64 s4 is fastest at every bucket"), std::string::npos) << v;
+  EXPECT_NE(v.find("dequant-cublas is 1.80-3.10x slower and has no grouped path"), std::string::npos) << v;
+  EXPECT_NE(v.find("the current path is the best one"), std::string::npos) << v;
+  const std::string table = format_measured({pr});
+  EXPECT_NE(table.find("disqualified"), std::string::npos) << table;
+  EXPECT_NE(table.find("rel err 0.5"), std::string::npos);
+  // The baseline winning somewhere is said as plainly.
+  std::swap(pr.buckets[0].ranked[0], pr.buckets[0].ranked[1]);
+  pr.buckets[0].ranked[0].median_us = 10;
+  const std::string v2 = measured_verdict("moe-gemm", {pr});
+  EXPECT_NE(v2.find("dequant-cublas wins 1 of 2"), std::string::npos) << v2;
+  EXPECT_NE(v2.find("beats our kernels"), std::string::npos) << v2;
 }

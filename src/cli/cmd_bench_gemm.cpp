@@ -129,12 +129,12 @@ double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& re
 }
 
 int run_bench(const BenchOptions& opt) {
-  FP4MOE_CHECK(device_available(), "bench gemm needs a CUDA GPU");
   FP4MOE_CHECK(opt.op == "gate_up" || opt.op == "down" || opt.op == "both", "--op must be gate_up, down or both");
   FP4MOE_CHECK(opt.configs == "all" || opt.configs == "best", "--configs must be all or best");
   FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
   for (int t : opt.tokens) FP4MOE_CHECK(t >= 1 && t <= 65536, "--tokens: {} outside [1, 65536]", t);
   const auto torch = read_torch_json(opt.torch_json_path);
+  FP4MOE_CHECK(device_available(), "bench gemm needs a CUDA GPU");
   constexpr int kExperts = 256, kTopK = 8;
 
   int dev = 0, major = 0, minor = 0;

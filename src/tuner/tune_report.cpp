@@ -321,7 +321,9 @@ std::string measured_verdict(const std::string& op, const std::vector<ProblemRes
     for (size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
   }
   if (base_buckets > 0)
-    s += fmt::format("; dequant-cublas is {:.2f}-{:.2f}x slower and has no grouped path", base_lo, base_hi);
+    s += fmt::format("; dequant-cublas (a dequantize pass, then one cuBLASLt GEMM per hit expert: no grouped "
+                     "path) is {:.2f}-{:.2f}x slower",
+                     base_lo, base_hi);
   const bool ours_everywhere = wins.size() == 1 && (wins.begin()->first == Impl::Sm90Wgmma || wins.begin()->first == Impl::Sm90Decode);
   if (ours_everywhere)
     s += ": the current path is the best one.";

@@ -1,6 +1,7 @@
 // `fp4moe quantize` end to end: a small random sharded BF16/F16/F32 checkpoint written with
 // SafetensorsWriter, quantized by the real binary, reopened and checked tensor by tensor.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -371,6 +372,33 @@ TEST_F(QuantizeCli, BadInputGivesOneLineAndNonZeroExit) {
   r = run_cli("quantize '" + in_.string() + "' '" + (tmp_ / "o4").string() + "'", tmp_);
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("not empty"), std::string::npos) << r.err;
+}
+
+TEST_F(QuantizeCli, SingleFileCheckpoint) {
+  std::mt19937 rng(5);
+  const Src w = make_tensor("model.layers.0.mlp.down_proj.weight", DType::BF16, {32, 64}, rng, 0.1f);
+  const Src n = make_tensor("model.norm.weight", DType::F32, {64}, rng, 1.0f);
+  {
+    SafetensorsWriter wr((in_ / "model.safetensors").string());
+    wr.add(w.name, w.dtype, w.shape, w.bytes);
+    wr.add(n.name, n.dtype, n.shape, n.bytes);
+    wr.finish();
+  }
+  std::ofstream(in_ / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})";
+  const fs::path out = tmp_ / "out";
+  const RunResult r = run_cli("quantize '" + in_.string() + "' '" + out.string() + "'", tmp_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out / "model.safetensors.index.json"));
+  const auto f = SafetensorsFile::open((out / "model.safetensors").string());
+  EXPECT_EQ(f->tensors().size(), 4u);  // weight, weight_scale, weight_scale_2, norm
+  const Fp4Matrix q = quantize_nvfp4(w.values.data(), 32, 64);
+  const auto packed = f->bytes(f->get(w.name));
+  ASSERT_EQ(packed.size(), q.packed.size());
+  EXPECT_EQ(std::memcmp(packed.data(), q.packed.data(), q.packed.size()), 0);
+  const auto norm = f->bytes(f->get(n.name));
+  ASSERT_EQ(norm.size(), n.bytes.size());
+  EXPECT_EQ(std::memcmp(norm.data(), n.bytes.data(), norm.size()), 0);
+  EXPECT_EQ(json::parse(slurp(out / "config.json"))["quantization_config"]["quant_algo"], "W4A16_NVFP4");
 }
 
 TEST_F(QuantizeCli, RefusesAnAlreadyQuantizedCheckpoint) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -114,9 +115,10 @@ inline std::vector<float> reference_grouped_gemm(const ExpertStack& w, const std
     for (int64_t i = 0; i < (m1 - m0) * k; ++i) xf[size_t(i)] = bf16_to_float(x[size_t(m0 * k + i)]);
     std::vector<float> acc(static_cast<size_t>((m1 - m0) * n));
     parallel_for(n, default_num_threads(), 16, [&](int64_t nb, int64_t ne) {
+      for (int64_t mb = 0; mb < m1 - m0; mb += 8)  // 8 token rows stay in cache per weight row
       for (int64_t r = nb; r < ne; ++r) {
         const float* wr = wf.data() + r * k;
-        for (int64_t m = 0; m < m1 - m0; ++m) {
+        for (int64_t m = mb; m < std::min(mb + 8, m1 - m0); ++m) {
           const float* xr = xf.data() + m * k;
           float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
           int64_t i = 0;

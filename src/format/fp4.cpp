@@ -227,6 +227,7 @@ Fp4Matrix quantize_nvfp4(const float* w, int64_t rows, int64_t cols, std::option
   if (global_scale) {
     gs = *global_scale;
     FP4MOE_CHECK(std::isfinite(gs) && gs >= 0.0f, "nvfp4 quantize: global scale {} is not finite and >= 0", gs);
+    FP4MOE_CHECK(gs > 0.0f || amax == 0.0f, "nvfp4 quantize: global scale 0 for a tensor with amax {}", amax);
   } else {
     gs = nvfp4_global_scale_from_amax(amax);
   }

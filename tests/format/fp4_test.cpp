@@ -294,6 +294,9 @@ TEST(Fp4Quantize, BadInputThrows) {
   EXPECT_THROW(quantize_mxfp4(w.data(), 2, 64), Error);
   w[7] = 1.0f;
   EXPECT_THROW(quantize_nvfp4(w.data(), 4, 48, -1.0f), Error);
+  EXPECT_THROW(quantize_nvfp4(w.data(), 4, 48, 0.0f), Error);  // would zero a non-zero tensor
+  std::vector<float> zeros(64, 0.0f);
+  EXPECT_EQ(quantize_nvfp4(zeros.data(), 2, 32, 0.0f).scales, (std::vector<uint8_t>(4, 0x38)));
   const Fp4Matrix q = quantize_nvfp4(w.data(), 4, 48);
   std::vector<float> out(4 * 48);
   EXPECT_THROW(dequantize_rows(q.view(), 2, 5, out.data()), Error);

@@ -188,11 +188,20 @@ std::string feasibility_verdict(const std::string& op, const std::vector<Problem
       cannot.push_back(fmt::format("{} (no such instructions on {})", name, arch.name));
       continue;
     }
-    if (runnable[impl] > 0)
-      can.push_back(runnable[impl] == n || n <= int(all.size()) ? name
-                                                               : fmt::format("{} ({} of {} configs)", name, runnable[impl], n));
-    if (numerics_only[impl] > 0)
-      can.push_back(fmt::format("{} ({} configs fit but compute W4A4: tune with --act w4a4)", name, numerics_only[impl]));
+    if (runnable[impl] > 0) {
+      // Counts are over all problems; per problem when every problem agrees.
+      const int np = int(all.size());
+      const bool even = np > 0 && runnable[impl] % np == 0 && n % np == 0;
+      const int r = even ? runnable[impl] / np : runnable[impl], t = even ? n / np : n;
+      can.push_back(r == t || t <= 1 ? name
+                                     : fmt::format("{} ({} of {} configs{})", name, r, t, even ? "" : " over all problems"));
+    }
+    if (numerics_only[impl] > 0) {
+      if (!all.empty() && all[0].problem.act == Act::BF16)
+        can.push_back(fmt::format("{} ({} configs fit but compute W4A4: tune with --act w4a4)", name, numerics_only[impl]));
+      else
+        cannot.push_back(fmt::format("{} (computes W4A16 only)", name));
+    }
     if (!smem_tiles[impl].empty()) {
       std::string tiles;
       for (const std::string& t : smem_tiles[impl]) tiles += (tiles.empty() ? "" : ", ") + t;

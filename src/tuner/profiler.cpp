@@ -17,6 +17,7 @@ ProblemResult profile_problem(const std::string&, const GemmProblem&, const Arch
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -205,7 +206,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   result.problem = p;
   // The tactics that can run here and are implemented.
   std::vector<Tactic> runnable;
-  std::vector<Measurement> static_drops;
+  std::map<Impl, std::string> setup_error;  // an implementation whose weights / handles could not be set up
   for (const TacticDef& d : tactics_for(op, p)) {
     const Feasibility f = d.valid(p, arch);
     if (f.ok && !impl_is_listed_only(d.tactic.impl)) runnable.push_back(d.tactic);
@@ -223,7 +224,13 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     const bool any_sm90 = std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) {
       return t.impl == Impl::Sm90Wgmma || t.impl == Impl::Sm90Decode;
     });
-    if (any_sm90) w_sm90 = cuda::upload_weights(host, desc.epilogue);
+    if (any_sm90) {
+      try {
+        w_sm90 = cuda::upload_weights(host, desc.epilogue);
+      } catch (const Error& e) {
+        setup_error[Impl::Sm90Wgmma] = setup_error[Impl::Sm90Decode] = fmt::format("weight upload failed: {}", e.what());
+      }
+    }
     w_linear = std::make_unique<cuda::DeviceLinearFp4Weights>(host);
   }
   std::unique_ptr<cuda::DequantCublasGemm> cublas;
@@ -231,7 +238,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     try {
       cublas = std::make_unique<cuda::DequantCublasGemm>(desc);
     } catch (const Error& e) {
-      log_warn("tune: dequant-cublas could not be set up: {}", e.what());
+      setup_error[Impl::DequantCublas] = fmt::format("set-up failed: {}", e.what());
     }
   }
   log_info("tune: weights ready in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -309,6 +316,12 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
       if (broken) {
         m.status = Measurement::Status::Skipped;
         m.error = "skipped: an earlier CUDA error left the context unusable";
+        br.dropped.push_back(m);
+        continue;
+      }
+      if (auto it = setup_error.find(t.impl); it != setup_error.end()) {
+        m.status = Measurement::Status::LaunchFailed;
+        m.error = it->second;
         br.dropped.push_back(m);
         continue;
       }

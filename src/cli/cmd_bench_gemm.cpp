@@ -48,6 +48,7 @@ struct BenchOptions {
   int iters = 20;
   uint64_t seed = 0x5EED;
   bool check = true;
+  bool routing_only = false;
 };
 
 // ---- routing shared with bench/torch_grouped_mm.py -------------------------------------
@@ -354,6 +355,18 @@ int run_bench(const BenchOptions& opt) {
 }
 #endif  // FP4MOE_HAVE_CUDA
 
+// --routing-only: the per-expert counts of every T, one line each ("T: c0 c1 ... c255"),
+// no GPU needed (tests compare them with bench/torch_grouped_mm.py's).
+int print_routing(const BenchOptions& opt) {
+  for (int t : opt.tokens) {
+    FP4MOE_CHECK(t >= 1 && t <= 65536, "--tokens: {} outside [1, 65536]", t);
+    std::string line = fmt::format("{}:", t);
+    for (int c : routing_counts(t, 256, 8, opt.seed)) line += fmt::format(" {}", c);
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
 void setup(CLI::App& app, std::function<int()>& run) {
   auto opt = std::make_shared<BenchOptions>();
   app.add_option("--op", opt->op, "gate_up | down | both")->capture_default_str();
@@ -365,7 +378,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--iters", opt->iters, "timed runs per config (median)")->capture_default_str();
   app.add_option("--seed", opt->seed, "routing seed (must match the torch script's)")->capture_default_str();
   app.add_flag("!--no-check", opt->check, "skip the output comparison against Generic");
+  app.add_flag("--routing-only", opt->routing_only, "print the routing counts per T and exit (no GPU)");
   run = [opt] {
+    if (opt->routing_only) return print_routing(*opt);
 #if defined(FP4MOE_HAVE_CUDA)
     return run_bench(*opt);
 #else

@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -92,6 +94,7 @@ struct ConfigResult {
   double us = 0, tflops = 0, gbps = 0, rel_vs_generic = -1;
   int iters = 0;
   std::string error;
+  std::vector<uint16_t> out;  // first outputs, for the cross-check (freed after it)
 };
 
 struct DeviceMem {
@@ -241,7 +244,6 @@ int run_bench(const BenchOptions& opt) {
       a.workspace = sm90_ws ? ws.p : nullptr;
 
       const size_t check_elems = std::min<size_t>(size_t(m_total) * n_out, size_t(64) << 20);
-      std::vector<uint16_t> ref, out(check_elems);
       std::vector<ConfigResult> results;
       auto measure = [&](const std::string& name, const std::string& family, const std::function<void()>& fn) {
         ConfigResult r;
@@ -252,9 +254,8 @@ int run_bench(const BenchOptions& opt) {
           fn();
           FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
           if (opt.check) {
-            FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), y.p, check_elems * 2, cudaMemcpyDeviceToHost));
-            if (family == "generic") ref = out;
-            r.rel_vs_generic = ref.empty() ? -1 : rel_error(out, ref);
+            r.out.resize(check_elems);
+            FP4MOE_CUDA_CHECK(cudaMemcpy(r.out.data(), y.p, check_elems * 2, cudaMemcpyDeviceToHost));
           }
           const auto tr = timer.time(fn, opt.iters);
           r.us = tr.median_us;
@@ -265,22 +266,38 @@ int run_bench(const BenchOptions& opt) {
           r.error = e.what();
           cudaGetLastError();
         }
-        results.push_back(r);
+        results.push_back(std::move(r));
       };
 
-      measure(fmt::format("generic {}x{}x{}", generic_tile_config().block_m, generic_tile_config().block_n,
-                          generic_tile_config().block_k),
-              "generic", [&] { run_generic_grouped_gemm(d, lw, a); });
-      std::vector<TileConfig> run_cfgs = sm90_cfgs;
-      if (opt.configs == "best" && !sm90_cfgs.empty())
-        run_cfgs = {default_config(d, double(m_total) / std::max(hit, 1))};
-      for (const TileConfig& c : run_cfgs)
-        measure(to_string(c), "sm90", [&] { run_moe_gemm(d, c, *sm90_w, a); });
+      // Order: baselines, sm90, then Generic (untested kernels last: a sticky fault must not
+      // lose the numbers before it). Each config's output is checked against Generic's
+      // (against cuBLASLt's when Generic failed) after all ran.
       measure(fmt::format("dequant+cublaslt ({} slots)", cublas_lt.slots()), "cublas",
               [&] { cublas_lt.run(lw, a, off); });
       measure(fmt::format("dequant+cublas-grouped ({} slots)", cublas_grouped.slots()), "cublas",
               [&] { cublas_grouped.run(lw, a, off); });
 
+      std::vector<TileConfig> run_cfgs = sm90_cfgs;
+      if (opt.configs == "best" && !sm90_cfgs.empty())
+        run_cfgs = {default_config(d, double(m_total) / std::max(hit, 1))};
+      for (const TileConfig& c : run_cfgs)
+        measure(to_string(c), "sm90", [&] { run_moe_gemm(d, c, *sm90_w, a); });
+      measure(fmt::format("generic {}x{}x{}", generic_tile_config().block_m, generic_tile_config().block_n,
+                          generic_tile_config().block_k),
+              "generic", [&] { run_generic_grouped_gemm(d, lw, a); });
+      std::string check_ref;
+      {
+        const ConfigResult* ref = nullptr;
+        for (const auto& r : results)
+          if (r.family == "generic" && r.error.empty() && !r.out.empty()) ref = &r;
+        for (const auto& r : results)
+          if (!ref && r.family == "cublas" && r.error.empty() && !r.out.empty()) ref = &r;
+        if (ref) check_ref = ref->name;
+        for (auto& r : results) {
+          if (ref && r.error.empty() && !r.out.empty()) r.rel_vs_generic = rel_error(r.out, ref->out);
+        }
+        for (auto& r : results) r.out = {};
+      }
       // Ours = the fastest sm90 config (Generic when none ran); baseline = the faster cuBLAS mode.
       auto best_of = [&](const std::string& fam) -> const ConfigResult* {
         const ConfigResult* b = nullptr;
@@ -321,7 +338,8 @@ int run_bench(const BenchOptions& opt) {
       }
       nlohmann::json jr = {{"T", t}, {"m_total", m_total}, {"hit", hit}, {"bytes", bytes}, {"flops", flops},
                            {"byte_floor_us", bytes / (ceil.copy_gbps * 1e9) * 1e6},
-                           {"compute_floor_us", flops / (ceil.bf16_tflops * 1e12) * 1e6}, {"configs", jcfg}};
+                           {"compute_floor_us", flops / (ceil.bf16_tflops * 1e12) * 1e6}, {"check_ref", check_ref},
+                           {"configs", jcfg}};
       if (ours) jr["ours"] = {{"name", ours->name}, {"us", ours->us}};
       if (base) jr["cublas"] = {{"name", base->name}, {"us", base->us}};
       if (torch_us > 0) jr["torch"] = {{"us", torch_us}, {"us_with_epilogue", torch_epi_us}};

@@ -65,9 +65,10 @@ struct DequantCublasGemm::Impl {
   };
   std::unordered_map<int, Plan> plans;  // by M
   cublasHandle_t blas = nullptr;        // GroupedBatched
-  void** dev_ptrs = nullptr;            // [3, E] device pointer arrays (A, B, C)
-  void** host_ptrs = nullptr;           // [3, E] pinned staging
-  cudaEvent_t staging_done = nullptr;
+  void** dev_ptrs = nullptr;            // [2][3, E] device pointer arrays (A, B, C), per run parity
+  void** host_ptrs = nullptr;           // [2][3, E] pinned staging, per run parity
+  cudaEvent_t staging_done[2] = {nullptr, nullptr};  // after the last H2D copy of a run
+  int parity = 0;
   int32_t* host_offsets = nullptr;      // [E+1] pinned (fallback D2H copy)
 
   const Plan& plan(const MoeGemmDesc& d, int m) {
@@ -94,7 +95,8 @@ struct DequantCublasGemm::Impl {
     if (mm) cublasLtMatmulDescDestroy(mm);
     if (lt) cublasLtDestroy(lt);
     if (blas) cublasDestroy(blas);
-    if (staging_done) cudaEventDestroy(staging_done);
+    for (cudaEvent_t e : staging_done)
+      if (e) cudaEventDestroy(e);
     if (host_ptrs) cudaFreeHost(host_ptrs);
     if (host_offsets) cudaFreeHost(host_offsets);
     for (void* p : {wbf16, inter, lt_ws, static_cast<void*>(consts), static_cast<void*>(dev_ptrs)})
@@ -143,9 +145,9 @@ DequantCublasGemm::DequantCublasGemm(const MoeGemmDesc& d, DequantCublasOptions 
   } else {
     FP4MOE_CUBLAS_CHECK(cublasCreate(&s.blas));
     FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(s.blas, s.lt_ws, kLtWorkspaceBytes));
-    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.dev_ptrs), 3 * size_t(d.num_experts) * sizeof(void*)));
-    FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_ptrs), 3 * size_t(d.num_experts) * sizeof(void*)));
-    FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&s.staging_done, cudaEventDisableTiming));
+    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.dev_ptrs), 6 * size_t(d.num_experts) * sizeof(void*)));
+    FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_ptrs), 6 * size_t(d.num_experts) * sizeof(void*)));
+    for (cudaEvent_t& e : s.staging_done) FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
 }
 
@@ -199,6 +201,10 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
   auto* out = static_cast<uint8_t*>(silu ? s.inter : a.y);  // [M_total, N] bf16
   const auto* x = static_cast<const uint8_t*>(a.x);
   const size_t expert_elems = size_t(d.n) * size_t(d.k);
+  // Grouped mode: this run's staging half was last read by the run before the previous one;
+  // waiting for its copies does not serialise the host with the GPU work just enqueued.
+  const size_t stage0 = size_t(s.parity) * 3 * size_t(E);
+  if (grouped) FP4MOE_CUDA_CHECK(cudaEventSynchronize(s.staging_done[s.parity]));
 
   for (size_t c0 = 0; c0 < hits.size(); c0 += size_t(s.slots)) {
     const int count = int(std::min(hits.size() - c0, size_t(s.slots)));
@@ -233,8 +239,7 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
       std::vector<int> lda(size_t(count), d.k), ldb(size_t(count), d.k), ldc(size_t(count), d.n);
       std::vector<int> group_size(size_t(count), 1);
       std::vector<float> alpha(cnt, 1.0f), beta(cnt, 0.0f);
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(s.staging_done));  // last call's H2D copy has read the staging
-      void** hp = s.host_ptrs + 3 * c0;
+      void** hp = s.host_ptrs + stage0 + 3 * c0;
       for (int i = 0; i < count; ++i) {
         const int e = hits[c0 + size_t(i)];
         nv[size_t(i)] = off[e + 1] - off[e];
@@ -243,7 +248,7 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
         hp[count + i] = const_cast<uint8_t*>(x) + size_t(off[e]) * size_t(d.k) * 2;
         hp[2 * count + i] = out + size_t(off[e]) * size_t(d.n) * 2;
       }
-      void** dp_ptrs = s.dev_ptrs + 3 * c0;
+      void** dp_ptrs = s.dev_ptrs + stage0 + 3 * c0;
       FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dp_ptrs, hp, 3 * size_t(count) * sizeof(void*), cudaMemcpyHostToDevice,
                                         a.stream));
       FP4MOE_CUBLAS_CHECK(cublasSetStream(s.blas, a.stream));
@@ -253,7 +258,10 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
           ldc.data(), count, group_size.data(), CUBLAS_COMPUTE_32F));
     }
   }
-  if (grouped) FP4MOE_CUDA_CHECK(cudaEventRecord(s.staging_done, a.stream));
+  if (grouped) {
+    FP4MOE_CUDA_CHECK(cudaEventRecord(s.staging_done[s.parity], a.stream));
+    s.parity ^= 1;
+  }
 
   if (silu) {
     FP4MOE_CUDA_CHECK(linear_fp4::launch_silu_mul_rows(s.inter, a.y, off[0], off[E], d.n / 2, a.stream));

@@ -141,9 +141,12 @@ Feasibility bs_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
     const int naive = bs_naive_stage_count(fam, tile, w, cap);
     const int aligned = bs_aligned_stage_count(fam, tile, w, cap);
     if (naive == t.cfg.stages && aligned < naive)
-      r += fmt::format(" (CUTLASS's StageCountAutoCarveout would pick {} stages: it ignores {} B of alignment "
-                       "padding; {} fit)",
-                       naive, with_commas(plan.padding()), aligned);
+    {
+      const int64_t counted = bs_naive_carveout(fam, tile) + naive * bs_naive_stage_bytes(tile, w, fam);
+      r += fmt::format(" (CUTLASS's StageCountAutoCarveout would pick {} stages: it counts {} B and misses {} B of "
+                       "alignment padding; {} fit)",
+                       naive, with_commas(counted), with_commas(plan.total() - counted), aligned);
+    }
     f.reject(RejectKind::SharedMemory, std::move(r));
   }
   const BsCtaShape c = bs_cta_shape(fam, tile);

@@ -182,6 +182,9 @@ TEST(Blackwell, StageCountWithAlignmentPaddingIsOneLessThanCutlassAutoCarveout) 
   EXPECT_NE(v->feasibility.reason().find("StageCountAutoCarveout would pick 3 stages"), std::string::npos)
       << v->feasibility.reason();
   EXPECT_NE(v->feasibility.reason().find("102,400 B"), std::string::npos);
+  // 17,840 B of carve-out + 3 x 27,664 B = 100,832 B counted; 1,568 B of padding missed.
+  EXPECT_NE(v->feasibility.reason().find("it counts 100,832 B and misses 1,568 B"), std::string::npos)
+      << v->feasibility.reason();
   const TacticVerdict* v2 = find_verdict(pf, "sm120-mma-bs 128x256x128 s2");
   ASSERT_NE(v2, nullptr);
   EXPECT_TRUE(v2->feasibility.ok) << v2->feasibility.reason();

@@ -449,17 +449,9 @@ void check_relayout_decode(WeightFormat f, Epilogue ep) {
               std::memcpy(&word, chunk + (cw * 128 + tid) * 16 + ks * 4, 4);
               const uint8_t* sc = chunk + sm90::kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8 + ks * 2;
               uint16_t S[2];
-              for (int h = 0; h < 2; ++h) {
-                if (mx) {
-                  S[h] = uint16_t((sc[h] + 119) << 7);
-                } else {  // E4M3 -> f16 bits (exact, normal) -> (>> 3) + 0x7380, as on the device
-                  const float v = e4m3_to_float(sc[h]);
-                  uint32_t fb;
-                  std::memcpy(&fb, &v, 4);
-                  const uint32_t f16 = v == 0.0f ? 0u : (fb >> 13) - (112u << 10);
-                  S[h] = uint16_t((f16 >> 3) + 0x7380u);
-                }
-              }
+              for (int h = 0; h < 2; ++h)  // the chunk's scale byte encoding (sm90_tile_layout.hpp)
+                S[h] = uint16_t(mx ? sc[h] * sm90::kScaleMulMxfp4 + sm90::kScaleAddMxfp4
+                                   : sc[h] * sm90::kScaleMulNvfp4 + sm90::kScaleAddNvfp4);
               const uint32_t w2 = word >> 8;
               const uint32_t regs[4] = {((word & 0x000F000Fu) * 0x1040u) & 0x81C081C0u,
                                         ((word & 0x00F000F0u) * 0x0104u) & 0x81C081C0u,

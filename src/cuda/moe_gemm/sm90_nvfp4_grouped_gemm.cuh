@@ -10,8 +10,9 @@
 //   E2M1 magnitude bits e1 e0 m are moved to BF16 bits 8..6 and the sign to bit 15 with one
 //   AND, one multiply (two shifted copies at once) and one AND. That BF16 is exactly
 //   e2m1 * 2^-126 (code 1 = 0.5 becomes a BF16 subnormal, which mul.bf16x2 keeps).
-//   The block scale enters as the BF16 S = scale * 2^119 (E4M3: cvt to f16x2, shift, add;
-//   E8M0: (s + 119) << 7), and one mul.rn.bf16x2 gives e2m1 * scale * 2^-7, exact: at most
+//   The block scale enters as the BF16 S = scale * 2^119, pre-encoded at upload in one byte
+//   (S = c * mul + add: PRMT + IMAD for both formats), and one mul.rn.bf16x2 (its scale
+//   operand broadcast by HMUL2's half selector) gives e2m1 * scale * 2^-7, exact: at most
 //   6 significant bits, in [2^-17, 21]. The epilogue multiplies by 2^7 * global.
 #pragma once
 
@@ -40,21 +41,23 @@ struct GroupedGemmParams {
 };
 
 // Decodes one K step: `w` = 8 codes (nibble j -> low half of register j, nibble j + 4 ->
-// high half), s0 / s1 = {S, S} for fragment rows r0 / r1.
-__device__ __forceinline__ void decode_kstep(uint32_t w, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
+// high half), s2 = {S(r0), S(r1)}: rows r0 (registers 0, 2) multiply by the low half, r1
+// (registers 1, 3) by the high half, through HMUL2's operand selector (no PRMT).
+__device__ __forceinline__ void decode_kstep(uint32_t w, uint32_t s2, uint32_t (&a)[4]) {
   constexpr uint32_t kMask = 0x81C081C0u;  // sign 15 / 31, magnitude 8..6 / 24..22
   const uint32_t w2 = w >> 8;
-  a[0] = mul_bf16x2(((w & 0x000F000Fu) * 0x1040u) & kMask, s0);
-  a[1] = mul_bf16x2(((w & 0x00F000F0u) * 0x0104u) & kMask, s1);
-  a[2] = mul_bf16x2(((w2 & 0x000F000Fu) * 0x1040u) & kMask, s0);
-  a[3] = mul_bf16x2(((w2 & 0x00F000F0u) * 0x0104u) & kMask, s1);
+  a[0] = mul_bf16x2_lo(((w & 0x000F000Fu) * 0x1040u) & kMask, s2);
+  a[1] = mul_bf16x2_hi(((w & 0x00F000F0u) * 0x0104u) & kMask, s2);
+  a[2] = mul_bf16x2_lo(((w2 & 0x000F000Fu) * 0x1040u) & kMask, s2);
+  a[3] = mul_bf16x2_hi(((w2 & 0x00F000F0u) * 0x0104u) & kMask, s2);
 }
 
-// Two scale bytes {scale(r0), scale(r1)} (low byte first) -> BF16x2 {S(r0), S(r1)}.
-__device__ __forceinline__ uint32_t scales_to_bf16x2(uint32_t pair16, bool mxfp4) {
-  if (mxfp4) return (__byte_perm(pair16, 0, 0x4140) + 0x00770077u) << 7;
-  // f16 of an E4M3 value has its 3 low mantissa bits zero: one shift moves both halves.
-  return (e4m3x2_to_f16x2(pair16) >> 3) + 0x73807380u;
+// The scale byte pair {c(r0), c(r1)} in the low (kHigh = false) or high 16 bits of `word`
+// -> BF16x2 {S(r0), S(r1)} = c * mul + add per half (the chunk's scale encoding,
+// sm90_tile_layout.hpp; mul / add are per format): PRMT + IMAD, the same for both formats.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t scales_to_bf16x2(uint32_t word, uint32_t mul, uint32_t add2) {
+  return __byte_perm(word, 0, kHigh ? 0x4342 : 0x4140) * mul + add2;
 }
 
 // Which tile of the flattened (expert, token tile, row tile) list; prefix[e] = tiles before e.
@@ -77,11 +80,15 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The 4 wgmmas (K steps) of one K stage, N = kN tokens (<= the tile's width).
+// The 4 wgmmas (K steps) of one K stage, N = kN tokens (<= the tile's width). desc_lo = the
+// low word of the stage's B descriptor (make_desc_k_sw128); the high word is constant, and a
+// K step advances the start address by 32 B in 32-bit arithmetic (no carry into bit 16: shared
+// addresses are < 2^18).
 template <int kN>
-__device__ __forceinline__ void mma_stage(float* acc, const uint32_t (&a)[4][4], uint64_t desc0) {
+__device__ __forceinline__ void mma_stage(float* acc, const uint32_t (&a)[4][4], uint32_t desc_lo) {
+  constexpr uint64_t kHi = (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);  // as make_desc_k_sw128
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) WgmmaRs<kN>::mma(acc, a[ks], desc0 + uint64_t((ks * 32) >> 4));
+  for (int ks = 0; ks < 4; ++ks) WgmmaRs<kN>::mma(acc, a[ks], kHi | uint64_t(desc_lo + uint32_t((ks * 32) >> 4)));
 }
 
 template <int kBlockN>
@@ -167,8 +174,16 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
     const int cw = wg;                // consumer warpgroup 0..1: rows 64 * cw .. + 63 of the tile
     const int ctid = tid - 128 * wg;  // 0..127
     const int warp = ctid / 32, lane = ctid % 32, g = lane / 4, t4 = lane % 4;
-    const bool mx = p.mxfp4 != 0;
+    const bool mx_fmt = p.mxfp4 != 0;
+    const uint32_t s_mul = mx_fmt ? kScaleMulMxfp4 : kScaleMulNvfp4;
+    const uint32_t s_add = (mx_fmt ? kScaleAddMxfp4 : kScaleAddNvfp4) * 0x00010001u;
     const float act_g = p.act_global ? *p.act_global : 1.0f;
+    // Loop-invariant shared addresses: this thread's codes / scales within a chunk, the
+    // first chunk, the low descriptor word of the first B stage.
+    const uint32_t chunk_base = smem_u32(smem_chunk);
+    const uint32_t code_off = uint32_t(cw * 128 + ctid) * 16;
+    const uint32_t scale_off = uint32_t(kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8);
+    const uint32_t desc_lo0 = uint32_t(make_desc_k_sw128(smem_u32(smem_b)));
     float acc[kAcc];
     uint32_t a0[4][4], a1[4][4];  // two register buffers of decoded A: 4 K steps each
     int s_next = 0;               // ring position and phase, advanced without divisions
@@ -188,17 +203,14 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
       auto stage = [&](uint32_t(&a)[4][4]) {
         const int s = s_next;
         mbar_wait(&full[s], phase);
-        const uint32_t chunk = smem_u32(smem_chunk) + uint32_t(s) * kChunkBytes;
-        const uint4 words = lds128(chunk + (cw * 128 + ctid) * 16);
-        const uint2 sc = lds64(chunk + kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8);
-        const uint64_t desc0 = make_desc_k_sw128(smem_u32(smem_b + size_t(s) * kBlockN * kBlockK * 2));
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const uint32_t w = ks == 0 ? words.x : ks == 1 ? words.y : ks == 2 ? words.z : words.w;
-          const uint32_t pair = ((ks < 2 ? sc.x : sc.y) >> (16 * (ks & 1))) & 0xFFFFu;
-          const uint32_t s2 = scales_to_bf16x2(pair, mx);
-          decode_kstep(w, __byte_perm(s2, s2, 0x1010), __byte_perm(s2, s2, 0x3232), a[ks]);
-        }
+        const uint32_t chunk = chunk_base + uint32_t(s) * kChunkBytes;
+        const uint4 words = lds128(chunk + code_off);
+        const uint2 sc = lds64(chunk + scale_off);
+        const uint32_t desc0 = desc_lo0 + uint32_t(s) * uint32_t(kBlockN * kBlockK * 2 / 16);
+        decode_kstep(words.x, scales_to_bf16x2<false>(sc.x, s_mul, s_add), a[0]);
+        decode_kstep(words.y, scales_to_bf16x2<true>(sc.x, s_mul, s_add), a[1]);
+        decode_kstep(words.z, scales_to_bf16x2<false>(sc.y, s_mul, s_add), a[2]);
+        decode_kstep(words.w, scales_to_bf16x2<true>(sc.y, s_mul, s_add), a[3]);
         wgmma_fence();
         if constexpr (kBlockN >= 64) {
           if (quarters == 4) mma_stage<kBlockN>(acc, a, desc0);
@@ -231,7 +243,7 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
       const int e = c.expert;
       const int m_begin = p.offsets[e];
       const int m_count = p.offsets[e + 1] - m_begin;
-      const float alpha = (mx ? 1.0f : p.global_scale[e]) * act_g * float(1 << kEpilogueScaleLog2);
+      const float alpha = (mx_fmt ? 1.0f : p.global_scale[e]) * act_g * float(1 << kEpilogueScaleLog2);
       const int tok0 = c.token_tile * kBlockN;
 #pragma unroll
       for (int i = 0; i < kAcc / 4; ++i) {

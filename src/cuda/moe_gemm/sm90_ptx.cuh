@@ -116,6 +116,33 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+// a * {lo(s), lo(s)} and a * {hi(s), hi(s)} (bf16x2): written so that ptxas folds the
+// broadcast into HMUL2's .H0_H0 / .H1_H1 operand selector (no PRMT).
+__device__ __forceinline__ uint32_t mul_bf16x2_lo(uint32_t a, uint32_t s) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 t;\n mov.b32 {l, h}, %2;\n mov.b32 t, {l, l};\n mul.rn.bf16x2 %0, %1, t;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(s));
+  return d;
+}
+__device__ __forceinline__ uint32_t mul_bf16x2_hi(uint32_t a, uint32_t s) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 t;\n mov.b32 {l, h}, %2;\n mov.b32 t, {h, h};\n mul.rn.bf16x2 %0, %1, t;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(s));
+  return d;
+}
+// The E4M3 byte pair in the low (kHigh = false) or high half of `w` -> f16x2, exact; one
+// F2FP (its .H1 operand selector picks the high half: no extraction instruction).
+template <bool kHigh>
+__device__ __forceinline__ uint32_t e4m3x2_half_to_f16x2(uint32_t w) {
+  uint32_t d;
+  if constexpr (kHigh)
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(w));
+  else
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(w));
+  return d;
+}
 // Two E4M3 bytes (low byte -> low half) -> f16x2, exact.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair16) {
   uint32_t d;

@@ -26,6 +26,10 @@
 // Scales: 4096 + ((wg * 4 + warp) * 8 + g) * 8: 8 bytes = for ks = 0..3: {scale(r0), scale(r1)}
 // (shared by the 4 threads of a quad: broadcast loads). MXFP4's one scale per 32 is stored
 // once per 16 (duplicated) so both formats share the layout.
+// Scale byte c (both formats decode with the same two instructions: PRMT, IMAD):
+//   the decode's BF16 block scale S = c * kScaleMul + kScaleAdd (per bf16 half), where
+//   NVFP4: S = bf16(|scale| * 2^119) (exact), c = (S - 0x7000) / 16, c in [104, 246];
+//   MXFP4: S = 2^(e - 127) * 2^119 as bf16 = (e + 119) << 7, c = e (E8M0 byte).
 // Fragment row -> weight row (the re-layout chooses it; the epilogue relies on it):
 //   plain (None / RowScale): row = 128 * tile + 64 * wg + 16 * warp + 2 * g + h (h = 0 for r0,
 //     1 for r1), so a thread holds two ADJACENT output features: bf16x2 stores.
@@ -48,6 +52,9 @@ inline constexpr int kChunkBytes = kCodeBytes + kScaleBytes;    // 4608
 inline constexpr int kSwizzleAlign = 1024;      // 128-byte swizzle atom (8 rows x 128 B)
 inline constexpr size_t kSm90MaxSmemPerBlock = 232448;  // 227 KB opt-in limit of sm_90
 inline constexpr int kEpilogueScaleLog2 = 7;    // decode yields value * 2^-7: see the .cuh
+// Scale byte -> BF16 bits of the decode's block scale (see the chunk layout above).
+inline constexpr uint32_t kScaleMulNvfp4 = 16, kScaleAddNvfp4 = 0x7000;
+inline constexpr uint32_t kScaleMulMxfp4 = 128, kScaleAddMxfp4 = 0x3B80;  // (e + 119) << 7
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 

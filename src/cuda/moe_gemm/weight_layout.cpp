@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/threads.hpp"
+#include "format/codecs.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
@@ -57,6 +58,20 @@ inline int64_t logical_row(bool silu, int64_t n, int64_t rt, int cw, int warp, i
     return h == 0 ? f : n / 2 + f;
   }
   return kBlockM * rt + 64 * cw + 16 * warp + 2 * g + h;
+}
+
+// |E4M3 scale| byte (0..0x7E) -> the chunk's scale byte c with bf16(scale * 2^119) =
+// c * 16 + 0x7000 (sm90_tile_layout.hpp); 0 for a zero scale (its codes are zeroed).
+uint8_t nvfp4_scale_byte(uint8_t e4m3) {
+  if (e4m3 == 0) return 0;
+  const float v = std::ldexp(e4m3_to_float(e4m3), 119);
+  uint32_t fb;
+  std::memcpy(&fb, &v, 4);
+  const uint32_t bf = fb >> 16;
+  FP4MOE_CHECK((fb & 0xFFFFu) == 0 && (bf & 0xFu) == 0 && bf >= sm90::kScaleAddNvfp4 &&
+                   bf - sm90::kScaleAddNvfp4 <= 255u * sm90::kScaleMulNvfp4,
+               "sm90 upload: E4M3 scale byte {:#x} has no chunk encoding", e4m3);
+  return uint8_t((bf - sm90::kScaleAddNvfp4) / sm90::kScaleMulNvfp4);
 }
 
 }  // namespace
@@ -110,6 +125,7 @@ std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilog
                     if (s & 0x80) flip[h] = 8;  // negative scale: fold the sign into the codes
                     s &= 0x7F;
                     zero[h] = s == 0;           // zero scale: zero codes (value 0 either way)
+                    s = nvfp4_scale_byte(s);
                   }
                   sbyte[h] = s;
                 }

@@ -36,14 +36,7 @@ std::string dequant_cublas_can_implement(const MoeGemmDesc& d, const LinearFp4We
     return fmt::format("SiluMul needs an even N (gate and up halves), got N={}", d.n);
   if (d.epilogue == Epilogue::SiluMul && d.max_tokens <= 0)
     return "SiluMul needs desc.max_tokens > 0 (it sizes the BF16 intermediate)";
-  if (w.packed != nullptr || w.n != 0) {  // weights given: they must match
-    if (w.format != d.weight)
-      return fmt::format("weights are {}, the GEMM asks for {}", weight_format_name(w.format),
-                         weight_format_name(d.weight));
-    if (w.num_experts != d.num_experts || w.n != d.n || w.k != d.k)
-      return fmt::format("weights are [E={}, N={}, K={}], the GEMM asks for [E={}, N={}, K={}]",
-                         w.num_experts, w.n, w.k, d.num_experts, d.n, d.k);
-  }
+  if (w.packed != nullptr || w.n != 0) return linear_weights_mismatch(d, w);  // weights given: they must match
   return {};
 }
 

@@ -93,6 +93,16 @@ TileConfig generic_tile_config() {
   return c;
 }
 
+std::string linear_weights_mismatch(const MoeGemmDesc& d, const LinearFp4Weights& w) {
+  if (w.format != d.weight)
+    return fmt::format("weights are {}, the GEMM asks for {}", weight_format_name(w.format),
+                       weight_format_name(d.weight));
+  if (w.num_experts != d.num_experts || w.n != d.n || w.k != d.k)
+    return fmt::format("weights are [E={}, N={}, K={}], the GEMM asks for [E={}, N={}, K={}]",
+                       w.num_experts, w.n, w.k, d.num_experts, d.n, d.k);
+  return {};
+}
+
 std::string generic_can_implement(const MoeGemmDesc& d, const LinearFp4Weights& w) {
   if (d.weight == WeightFormat::BF16) return "Generic needs FP4 weights (NVFP4 or MXFP4), got bf16";
   if (d.act != ActFormat::BF16) return "Generic computes W4A16 only (no NVFP4 activation emulation)";
@@ -105,13 +115,7 @@ std::string generic_can_implement(const MoeGemmDesc& d, const LinearFp4Weights& 
                        weight_format_name(d.weight), block);
   if (d.epilogue == Epilogue::SiluMul && d.n % 2 != 0)
     return fmt::format("SiluMul needs an even N (gate and up halves), got N={}", d.n);
-  if (w.format != d.weight)
-    return fmt::format("weights are {}, the GEMM asks for {}", weight_format_name(w.format),
-                       weight_format_name(d.weight));
-  if (w.num_experts != d.num_experts || w.n != d.n || w.k != d.k)
-    return fmt::format("weights are [E={}, N={}, K={}], the GEMM asks for [E={}, N={}, K={}]",
-                       w.num_experts, w.n, w.k, d.num_experts, d.n, d.k);
-  return {};
+  return linear_weights_mismatch(d, w);
 }
 
 void run_generic_grouped_gemm(const MoeGemmDesc& d, const LinearFp4Weights& w, const MoeGemmArgs& a) {

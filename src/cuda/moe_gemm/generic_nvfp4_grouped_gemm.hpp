@@ -61,6 +61,10 @@ class DeviceLinearFp4Weights {
 // The single config the generic kernel has (for logs and the tuner).
 TileConfig generic_tile_config();
 
+// "" when the linear-layout weights w are what desc asks for (format, E, N, K), else the
+// mismatch in one line. Shared by the Generic and DequantCublas checks.
+std::string linear_weights_mismatch(const MoeGemmDesc& desc, const LinearFp4Weights& w);
+
 // Host-side check: "" when the generic kernel can compute desc with these weights, else the
 // reason in one line. Needs no GPU.
 std::string generic_can_implement(const MoeGemmDesc& desc, const LinearFp4Weights& w);

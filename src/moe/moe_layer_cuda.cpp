@@ -82,8 +82,6 @@ void check_stack(const ExpertStack& s, const char* what, int64_t experts, int64_
                "{}: shape [{}, {}, {}], expected [{}, {}, {}]", what, s.num_experts, s.n, s.k, experts, n, k);
 }
 
-constexpr size_t kCublasWorkspace = size_t(32) << 20;
-
 }  // namespace
 
 struct MoeLayerCuda::Impl {
@@ -97,7 +95,6 @@ struct MoeLayerCuda::Impl {
 
   // Workspaces (one allocation), sized from max_tokens.
   DeviceBuffer ws;
-  float* x_f32 = nullptr;          // [Tm, H]
   float* logits = nullptr;         // [Tm, E]
   int32_t* ids = nullptr;          // [Tm, k]
   float* weights = nullptr;        // [Tm, k]
@@ -116,12 +113,11 @@ struct MoeLayerCuda::Impl {
   float* g_out = nullptr;          // [Tm, H] f32 graph output
   uint8_t* gemm_ws = nullptr;      // the routed GEMMs' own workspace (max of the two)
   uint8_t* gemm_ws_sh = nullptr;   // the shared expert's (it may run concurrently)
-  size_t gemm_ws_bytes = 0, gemm_ws_sh_bytes = 0;
-  DeviceBuffer cublas_ws;
+  uint8_t* router_ws = nullptr;    // cuda::router_workspace_bytes (zeroed once)
+  size_t gemm_ws_bytes = 0, gemm_ws_sh_bytes = 0, router_ws_bytes = 0;
 
   cudaStream_t side = nullptr, capture = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  cublasHandle_t cublas = nullptr;
   bool timing = false;
   std::array<cudaEvent_t, 2 * kNumMoeStages> stage_ev{};
   std::array<bool, kNumMoeStages> stage_ran{};
@@ -135,7 +131,6 @@ struct MoeLayerCuda::Impl {
     if (join) cudaEventDestroy(join);
     if (side) cudaStreamDestroy(side);
     if (capture) cudaStreamDestroy(capture);
-    if (cublas) cublasDestroy(cublas);
   }
 
   int64_t H() const { return cfg.hidden; }
@@ -147,10 +142,6 @@ struct MoeLayerCuda::Impl {
     FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     for (cudaEvent_t& e : stage_ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&cublas));
-    cublas_ws = DeviceBuffer(kCublasWorkspace);
-    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_ws.ptr, cublas_ws.bytes));
-    FP4MOE_CUBLAS_CHECK(cublasSetMathMode(cublas, CUBLAS_PEDANTIC_MATH));  // FP32 router logits
   }
 
   void alloc_workspaces() {
@@ -159,8 +150,9 @@ struct MoeLayerCuda::Impl {
     const int64_t SI = cfg.shared_inter;
     gemm_ws_bytes = std::max(w13->workspace_bytes(), w2->workspace_bytes());
     gemm_ws_sh_bytes = has_shared ? std::max(sw13->workspace_bytes(), sw2->workspace_bytes()) : 0;
+    router_ws_bytes = cuda::router_workspace_bytes(Tm, int(E));
     Carver c;
-    c.add(x_f32, size_t(Tm * Hd));
+    c.add(router_ws, router_ws_bytes);
     c.add(logits, size_t(Tm * E));
     c.add(ids, size_t(P));
     c.add(weights, size_t(P));
@@ -185,6 +177,7 @@ struct MoeLayerCuda::Impl {
     c.assign(ws.ptr);
     // Finite padding rows for graph buckets (never NaN garbage through the router).
     FP4MOE_CUDA_CHECK(cudaMemset(g_in, 0, size_t(Tm * Hd) * 2));
+    FP4MOE_CUDA_CHECK(cudaMemset(router_ws, 0, router_ws_bytes));  // route() keeps it at 0
     log_debug("moe layer: {:.1f} MiB of workspaces for {} tokens", double(c.bytes()) / (1 << 20), Tm);
   }
 
@@ -223,10 +216,8 @@ struct MoeLayerCuda::Impl {
     }
 
     stage_begin(MoeStage::Router, st);
-    cuda::bf16_to_f32(x, x_f32, T * H(), st);
-    cuda::router_logits_f32(cublas, x_f32, static_cast<const float*>(router_w.ptr), logits, int(T), int(H()),
-                            int(E), st);
-    cuda::route_topk(router, logits, static_cast<const float*>(router_bias.ptr), int(T), ids, weights, st);
+    cuda::route(router, x, static_cast<const float*>(router_w.ptr), static_cast<const float*>(router_bias.ptr),
+                int(T), int(H()), logits, ids, weights, {router_ws, router_ws_bytes}, st);
     stage_end(MoeStage::Router, st);
 
     stage_begin(MoeStage::Permute, st);

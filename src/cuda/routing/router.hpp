@@ -46,6 +46,43 @@ void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream)
 void router_logits_f32(cublasHandle_t handle, const float* x, const float* w, float* logits,
                        int tokens, int hidden, int num_experts, cudaStream_t stream);
 
+// ---- The router (use this): BF16 x in, FP32 logits + top-k out -----------------------------
+//
+// route() reads x as BF16 (exact in FP32), computes logits = x · wᵀ with FP32 FMAs into
+// `logits` [T, E] (always written), then the selection (the tie rule above) into
+// topk_ids [T, k] / topk_weights [T, k]. Two paths, chosen by T on the host (no sync):
+//   FusedGemv (T <= kRouterFusedMaxTokens): ONE launch; CTAs own a few experts and a small
+//     token block, stream their W rows once, and the last CTA to finish a token block (a
+//     device counter, reset to 0 by that CTA) runs the selection of those tokens.
+//   TiledGemm (larger T): a 2-D tiled SIMT FP32 GEMM (split-K into workspace partials
+//     where the tile grid alone cannot fill the GPU), then one selection kernel that sums
+//     the partials in a fixed order, writes the logits and selects.
+// Deterministic: a token's logits do not depend on how often or in which graph it runs.
+// Requirements: hidden % 8 == 0, x and w 16-byte aligned, ws.bytes >= router_workspace_bytes(T, E).
+// The workspace must be zeroed ONCE after allocation (route() leaves its counters at 0), and
+// must not be shared by two routers running concurrently on different streams.
+enum class RouterPath : uint8_t { Auto, FusedGemv, TiledGemm };
+inline constexpr int kRouterFusedMaxTokens = 32;
+// Above this many token blocks the fused path is refused (its counter slots); T <= 8192.
+inline constexpr int kRouterCounterSlots = 1024;
+
+struct RouterWorkspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Device bytes route() needs for any T <= max_tokens (counters + split-K partials).
+size_t router_workspace_bytes(int64_t max_tokens, int num_experts);
+// The path RouterPath::Auto takes for this many tokens.
+RouterPath router_auto_path(int tokens);
+const char* router_path_name(RouterPath p);
+
+void route(const RouterDesc& d, const uint16_t* x_bf16, const float* w, const float* bias, int tokens,
+           int hidden, float* logits, int32_t* topk_ids, float* topk_weights, RouterWorkspace ws,
+           cudaStream_t stream, RouterPath path = RouterPath::Auto);
+
+// ---- The previous three-step path (kept for the benchmark and tests) ------------------------
+
 // logits [T, E] f32, bias [E] f32 or null -> topk_ids [T, k] i32, topk_weights [T, k] f32.
 void route_topk(const RouterDesc& d, const float* logits, const float* bias, int tokens,
                 int32_t* topk_ids, float* topk_weights, cudaStream_t stream);

@@ -3,8 +3,9 @@
 //
 // Lane l holds experts e = l + 32 j (j < kPerLane, E <= 32 kPerLane) in registers. The
 // arithmetic follows cpu/moe_cpu.cpp route_token step by step so that, on the same FP32
-// logits, the ids are identical and the weights equal up to expf's last bit:
-//   sigmoid: 1 / (1 + exp(-l));  softmax: exp(l - max) * float(1 / Σ_double exp(l - max))
+// logits, the ids are identical and the weights equal to the last bit or so:
+//   sigmoid: 1 / (1 + exp(-l)), exp correctly rounded (exp_f32_rn)
+//   softmax: exp(l - max) * float(1 / Σ_double exp(l - max))
 //   sel = score + bias (NaN -> -inf); group score = best two sel of the group
 //   ranking: higher first, equal -> lower id (experts and groups); taken slots in rank order
 //   weights: score * float(1 / (Σ_double score + 1e-20)) * routed_scaling (or score * 1 * scaling)
@@ -17,6 +18,11 @@
 #include "cuda/routing/router.hpp"
 
 namespace fp4moe::cuda::router_detail {
+
+// exp of a float, correctly rounded to float (via double; double rounding is ~2^-29 rare):
+// agrees with the CPU's std::exp(float) far more often than expf's 2-ulp result, so the
+// scores, and therefore the near-tie order, match route_cpu on the same logits.
+__device__ __forceinline__ float exp_f32_rn(float v) { return float(exp(double(v))); }
 
 // Floats of per-warp shared scratch select_token_warp needs (used when n_group > 1).
 __host__ __device__ constexpr int select_scratch_floats(int num_experts) { return num_experts + kMaxRouterGroups; }
@@ -52,7 +58,7 @@ __device__ void select_token_warp(const RouterDesc& d, LogitFn&& logit, const fl
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
       if (avail >> j & 1) {
-        score[j] = expf(score[j] - mx);
+        score[j] = exp_f32_rn(score[j] - mx);
         sum += double(score[j]);
       }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
@@ -61,7 +67,7 @@ __device__ void select_token_warp(const RouterDesc& d, LogitFn&& logit, const fl
     for (int j = 0; j < kPerLane; ++j) score[j] *= inv;
   } else {
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) score[j] = 1.0f / (1.0f + expf(-score[j]));
+    for (int j = 0; j < kPerLane; ++j) score[j] = 1.0f / (1.0f + exp_f32_rn(-score[j]));
   }
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {

@@ -1,9 +1,12 @@
 // fp4moe bench moe: the GPU MoE layer end to end at GLM-5 dimensions (H 6144, I 2048,
 // 256 experts, top-8, one shared expert of 2048), random NVFP4 weights (moe/random_layer).
 //
-// Per T: eager time of the whole layer (shared expert overlapped on its second stream),
-// CUDA-graph replay time, per-stage breakdown with CUDA events (router, permute, GEMM1,
-// GEMM2, shared, combine; stages serialised for this), the experts hit, the byte floor
+// Per T: eager time of the whole layer, CUDA-graph replay time, per-stage breakdown with
+// CUDA events (router, permute, GEMM1, GEMM2, shared, combine; stages serialised for this;
+// with the shared expert folded into the routed GEMMs — the default, see
+// moe/moe_layer_cuda.hpp — its work is inside gemm1/gemm2 and "shared" prints '-'; with
+// --separate-shared it runs as its own stage, overlapped on a second stream in the eager
+// and graph times), the experts hit, the byte floor
 // (hit experts' gate_up + down weights incl. block scales, the shared expert, the FP32
 // router, activations in/out, at the copy bandwidth measured in this run) and the compute
 // floor (2·flops at the BF16 dense rate measured in this run by cuBLAS). Medians over
@@ -46,6 +49,7 @@ struct BenchMoeArgs {
   int64_t graph_max_tokens = 512;
   std::string gemm = "auto";
   bool w4a4 = false;
+  bool separate_shared = false;
 };
 
 #if defined(FP4MOE_HAVE_CUDA_MOE)
@@ -161,9 +165,15 @@ int run_bench_moe(const BenchMoeArgs& args) {
                "bench moe: --gemm {}: expected auto, generic or sm90", args.gemm);
   opt.gemm = args.gemm == "generic" ? MoeGemmPath::Generic : args.gemm == "sm90" ? MoeGemmPath::Sm90 : MoeGemmPath::Auto;
   opt.w4a4 = args.w4a4;
+  opt.fold_shared = !args.separate_shared;
   auto layer = MoeLayerCuda::random(cfg, opt, args.seed);
   const int64_t H = cfg.hidden, E = cfg.num_experts, k = cfg.top_k, I = cfg.inter, SI = cfg.shared_inter;
   fmt::print("layer: {}{}\n", layer->describe(), args.w4a4 ? " (W4A4 emulation)" : "");
+  const bool folded = layer->shared_folded_pieces() > 0;
+  if (folded)
+    fmt::print("note: the shared expert is folded into the routed GEMMs ({} always-selected expert(s)): its time is "
+               "inside gemm1/gemm2, shared = '-'; the byte floor counts its bytes once\n",
+               layer->shared_folded_pieces());
 
   constexpr int kInputs = 4;
   uint16_t* xs = nullptr;
@@ -230,10 +240,11 @@ int run_bench_moe(const BenchMoeArgs& args) {
     const double floor = std::max(byte_floor, compute_floor);
     const double gemms = sm[size_t(MoeStage::Gemm1)] + sm[size_t(MoeStage::Gemm2)];
     const double glue = sm[size_t(MoeStage::Router)] + sm[size_t(MoeStage::Permute)] + sm[size_t(MoeStage::Combine)];
-    fmt::print("| {} | {:.1f} | {:.4f} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | "
+    fmt::print("| {} | {:.1f} | {:.4f} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {} | {:.4f} | {:.4f} | {:.4f} | "
                "{:.2f} | {:.1f} |\n",
                T, hit, eager, graph > 0 ? fmt::format("{:.4f}", graph) : "-",
-               graph > 0 ? fmt::format("{:.2f}", eager / graph) : "-", sm[0], sm[1], sm[2], sm[3], sm[4], sm[5],
+               graph > 0 ? fmt::format("{:.2f}", eager / graph) : "-", sm[0], sm[1], sm[2], sm[3],
+               folded ? std::string("-") : fmt::format("{:.4f}", sm[4]), sm[5],
                byte_floor, compute_floor, eager / floor, 100.0 * glue / std::max(gemms, 1e-9));
     nlohmann::json r;
     r["tokens"] = T;
@@ -242,6 +253,8 @@ int run_bench_moe(const BenchMoeArgs& args) {
     r["graph_ms"] = graph > 0 ? nlohmann::json(graph) : nlohmann::json(nullptr);
     r["graph_speedup"] = graph > 0 ? nlohmann::json(eager / graph) : nlohmann::json(nullptr);
     for (int s = 0; s < kNumMoeStages; ++s) r["stages_ms"][moe_stage_name(MoeStage(s))] = sm[size_t(s)];
+    if (folded) r["stages_ms"]["shared"] = nullptr;  // inside gemm1 / gemm2
+    r["shared_folded_pieces"] = layer->shared_folded_pieces();
     r["weight_and_act_bytes"] = bytes;
     r["flops"] = flops;
     r["byte_floor_ms"] = byte_floor;
@@ -289,6 +302,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--json", a->json, "write the results as JSON here");
   app.add_option("--gemm", a->gemm, "grouped GEMM path: auto | generic | sm90");
   app.add_flag("--w4a4", a->w4a4, "NVFP4 activation emulation (sm90 path)");
+  app.add_flag("--separate-shared", a->separate_shared,
+               "run the shared expert as its own GEMMs (the fallback path) instead of folding it into the routed ones");
   run = [a] {
 #if defined(FP4MOE_HAVE_CUDA_MOE)
     return run_bench_moe(*a);

@@ -39,13 +39,17 @@ const char* moe_gemm_path_name(MoeGemmPath p) {
 namespace moe {
 namespace {
 
-cuda::MoeGemmDesc make_desc(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
+using Stacks = std::vector<const ExpertStack*>;
+
+cuda::MoeGemmDesc make_desc(const Stacks& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
   cuda::MoeGemmDesc d;
-  d.num_experts = int(s.num_experts);
-  d.n = int(s.n);
-  d.k = int(s.k);
+  int64_t E = 0;
+  for (const ExpertStack* x : s) E += x->num_experts;
+  d.num_experts = int(E);
+  d.n = int(s.front()->n);
+  d.k = int(s.front()->k);
   d.max_tokens = int(max_rows);
-  d.weight = s.format;
+  d.weight = s.front()->format;
   d.act = w4a4 ? cuda::ActFormat::NVFP4_EMULATED : cuda::ActFormat::BF16;
   d.epilogue = ep;
   return d;
@@ -66,13 +70,13 @@ cuda::MoeGemmArgs make_args(const void* x, const int32_t* offsets, const float* 
 
 class GenericExpertGemm final : public ExpertGemmWeights {
  public:
-  GenericExpertGemm(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows) : dev_(s), ep_(ep) {
-    bytes_per_expert_ = s.weight_bytes_per_expert();
-    n_ = s.n;
-    k_ = s.k;
+  GenericExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_rows) : dev_(s), ep_(ep) {
+    bytes_per_expert_ = s.front()->weight_bytes_per_expert();
+    n_ = s.front()->n;
+    k_ = s.front()->k;
     desc_ = make_desc(s, ep, max_rows, false);
     const std::string why = cuda::generic_can_implement(desc_, dev_.view());
-    FP4MOE_CHECK(why.empty(), "expert GEMM [{}, {}, {}]: {}", s.num_experts, s.n, s.k, why);
+    FP4MOE_CHECK(why.empty(), "expert GEMM [{}, {}, {}]: {}", desc_.num_experts, n_, k_, why);
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y,
            int64_t m_total, void* workspace, cudaStream_t stream) const override {
@@ -91,16 +95,17 @@ class GenericExpertGemm final : public ExpertGemmWeights {
 
 class Sm90ExpertGemm final : public ExpertGemmWeights {
  public:
-  Sm90ExpertGemm(const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, int rows_per_token, bool w4a4)
-      : ep_(ep), rows_per_token_(rows_per_token) {
-    bytes_per_expert_ = s.weight_bytes_per_expert();
-    n_ = s.n;
-    k_ = s.k;
+  Sm90ExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_rows, int rows_per_token, int always_hit,
+                 bool w4a4)
+      : ep_(ep), rows_per_token_(rows_per_token), always_hit_(always_hit) {
+    bytes_per_expert_ = s.front()->weight_bytes_per_expert();
+    n_ = s.front()->n;
+    k_ = s.front()->k;
     desc_ = make_desc(s, ep, max_rows, w4a4);
     const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(desc_);
-    FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", s.num_experts, s.n, s.k);
+    FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", desc_.num_experts, n_, k_);
     for (const cuda::TileConfig& c : cands) ws_bytes_ = std::max(ws_bytes_, cuda::workspace_bytes(desc_, c));
-    dev_ = cuda::upload_weights(s, ep);
+    dev_ = s.size() == 1 ? cuda::upload_weights(*s.front(), ep) : cuda::upload_weights_concat(s, ep);
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y,
            int64_t m_total, void* workspace, cudaStream_t stream) const override {
@@ -112,9 +117,12 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   std::string config_for(int64_t m_total) const override { return cuda::to_string(pick(m_total)); }
 
  private:
-  // The tuned tactic of this bucket when the plan cache has one, else the kernel's default
-  // for the expected rows per hit expert (rows spread uniformly over the experts).
+  // The tuned tactic of this bucket when the plan cache has one (for the folded set: its
+  // own entry, else the routed-only problem's), else the kernel's default for the expected
+  // rows per hit expert: routed rows spread uniformly over the routed experts, plus the
+  // always-hit experts with one row per token each.
   cuda::TileConfig pick(int64_t m_total) const {
+    const int64_t tokens = std::max<int64_t>(1, m_total / rows_per_token_);
 #if defined(FP4MOE_MOE_HAVE_TUNER)
     tuner::GemmProblem p;
     p.num_experts = desc_.num_experts;
@@ -126,8 +134,13 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
     p.epilogue = ep_ == cuda::Epilogue::SiluMul    ? tuner::Epi::SiluMul
                  : ep_ == cuda::Epilogue::RowScale ? tuner::Epi::RowScale
                                                    : tuner::Epi::None;
-    const tuner::Tactic t = tuner::plan_for(p, std::max<int64_t>(1, m_total / rows_per_token_));
-    if (t.impl == tuner::Impl::Sm90Wgmma || t.impl == tuner::Impl::Sm90Decode) {
+    for (int attempt = 0; attempt < (always_hit_ > 0 ? 2 : 1); ++attempt) {
+      if (attempt == 1) {  // the routed experts alone, as `fp4moe tune` measures them
+        p.num_experts = desc_.num_experts - always_hit_;
+        p.top_k = rows_per_token_ - always_hit_;
+      }
+      const tuner::Tactic t = tuner::plan_for(p, tokens);
+      if (t.impl != tuner::Impl::Sm90Wgmma && t.impl != tuner::Impl::Sm90Decode) continue;
       cuda::TileConfig c;
       c.kernel = t.impl == tuner::Impl::Sm90Wgmma ? cuda::GemmKernel::Sm90Wgmma : cuda::GemmKernel::Sm90Decode;
       c.block_m = t.cfg.block_m;
@@ -139,14 +152,17 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
       if (cuda::can_implement(desc_, c, 90).empty()) return c;
     }
 #endif
-    const double E = desc_.num_experts, m = double(std::max<int64_t>(m_total, 1));
-    const double hit = E * (1.0 - std::pow(1.0 - 1.0 / E, m));
+    const double m = double(std::max<int64_t>(m_total, 1));
+    const double routed_e = std::max(1, desc_.num_experts - always_hit_);
+    const double routed_m = std::max(0.0, m - double(always_hit_) * double(tokens));
+    const double hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m)) + always_hit_;
     return cuda::default_config(desc_, m / std::max(hit, 1.0));
   }
 
   cuda::DeviceExpertWeights dev_;
   cuda::Epilogue ep_;
   int rows_per_token_ = 1;
+  int always_hit_ = 0;
   cuda::MoeGemmDesc desc_;
   size_t ws_bytes_ = 0;
 };
@@ -159,7 +175,7 @@ int device_sm() {
   return p.major * 10 + p.minor;
 }
 
-MoeGemmPath resolve(MoeGemmPath want, const ExpertStack& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
+MoeGemmPath resolve(MoeGemmPath want, const Stacks& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
   if (const char* env = std::getenv("FP4MOE_MOE_GEMM"); env && *env && want == MoeGemmPath::Auto) {
     const std::string_view v(env);
     FP4MOE_CHECK(v == "generic" || v == "sm90" || v == "auto", "FP4MOE_MOE_GEMM={}: expected generic, sm90 or auto", v);
@@ -171,21 +187,40 @@ MoeGemmPath resolve(MoeGemmPath want, const ExpertStack& s, cuda::Epilogue ep, i
   const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(d);
   if (cands.empty()) return MoeGemmPath::Generic;
   const std::string why = cuda::can_implement(d, cands.front(), device_sm());
-  if (!why.empty()) log_debug("expert GEMM [{}, {}, {}]: sm90 path not used: {}", s.num_experts, s.n, s.k, why);
+  if (!why.empty()) log_debug("expert GEMM [{}, {}, {}]: sm90 path not used: {}", d.num_experts, d.n, d.k, why);
   return why.empty() ? MoeGemmPath::Sm90 : MoeGemmPath::Generic;
 }
 
 }  // namespace
 
+std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const ExpertStack*>& stacks,
+                                                      cuda::Epilogue epilogue, int64_t max_rows, int rows_per_token,
+                                                      int always_hit, MoeGemmPath path, bool w4a4) {
+  FP4MOE_CHECK(!stacks.empty(), "expert GEMM: no expert stacks");
+  int64_t E = 0;
+  for (const ExpertStack* s : stacks) {
+    FP4MOE_CHECK(s != nullptr, "expert GEMM: null expert stack");
+    FP4MOE_CHECK(s->is_fp4(), "expert GEMM: FP4 weights needed, got {}", weight_format_name(s->format));
+    FP4MOE_CHECK(s->format == stacks.front()->format && s->n == stacks.front()->n && s->k == stacks.front()->k,
+                 "expert GEMM: stacks differ ({} [{}, {}] vs {} [{}, {}])", weight_format_name(s->format), s->n, s->k,
+                 weight_format_name(stacks.front()->format), stacks.front()->n, stacks.front()->k);
+    E += s->num_experts;
+  }
+  FP4MOE_CHECK(max_rows >= 1 && max_rows < (int64_t(1) << 31), "expert GEMM: max_rows = {}", max_rows);
+  FP4MOE_CHECK(rows_per_token >= 1 && always_hit >= 0 && always_hit < rows_per_token && always_hit < E,
+               "expert GEMM: rows_per_token {} / always_hit {} / {} experts", rows_per_token, always_hit, E);
+  const MoeGemmPath p = resolve(path, stacks, epilogue, max_rows, w4a4);
+  FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 path");
+  if (p == MoeGemmPath::Sm90)
+    return std::make_unique<Sm90ExpertGemm>(stacks, epilogue, max_rows, rows_per_token, always_hit, w4a4);
+  return std::make_unique<GenericExpertGemm>(stacks, epilogue, max_rows);
+}
+
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
                                                       int64_t max_rows, int rows_per_token, MoeGemmPath path,
                                                       bool w4a4) {
-  FP4MOE_CHECK(stack.is_fp4(), "expert GEMM: FP4 weights needed, got {}", weight_format_name(stack.format));
-  FP4MOE_CHECK(max_rows >= 1 && max_rows < (int64_t(1) << 31), "expert GEMM: max_rows = {}", max_rows);
-  const MoeGemmPath p = resolve(path, stack, epilogue, max_rows, w4a4);
-  FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 path");
-  if (p == MoeGemmPath::Sm90) return std::make_unique<Sm90ExpertGemm>(stack, epilogue, max_rows, rows_per_token, w4a4);
-  return std::make_unique<GenericExpertGemm>(stack, epilogue, max_rows);
+  return upload_expert_gemm(std::vector<const ExpertStack*>{&stack}, epilogue, max_rows, rows_per_token, 0, path,
+                            w4a4);
 }
 
 }  // namespace moe

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -47,6 +48,16 @@ class ExpertGemmWeights {
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
                                                       int64_t max_rows, int rows_per_token,
                                                       MoeGemmPath path = MoeGemmPath::Auto, bool w4a4 = false);
+
+// The folded form: the experts of several stacks (same format, N, K) as ONE weight set, in
+// order (routed experts, then the shared expert's pieces: shared_fold.hpp). The last
+// `always_hit` experts get one row per token (rows_per_token counts them: top_k + n_sh);
+// the config choice uses it (tuner bucket = m_total / rows_per_token; rows per hit expert
+// from the routed rows spread over the routed experts, plus the always-hit ones).
+std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const ExpertStack*>& stacks,
+                                                      cuda::Epilogue epilogue, int64_t max_rows, int rows_per_token,
+                                                      int always_hit, MoeGemmPath path = MoeGemmPath::Auto,
+                                                      bool w4a4 = false);
 
 }  // namespace moe
 }  // namespace fp4moe

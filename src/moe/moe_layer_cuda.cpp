@@ -14,6 +14,7 @@
 #include "cuda/routing/router.hpp"
 #include "moe/expert_gemm.hpp"
 #include "moe/random_layer.hpp"
+#include "moe/shared_fold.hpp"
 
 namespace fp4moe {
 
@@ -88,7 +89,8 @@ struct MoeLayerCuda::Impl {
   MoeConfig cfg;
   MoeCudaOptions opt;
   cuda::RouterDesc router;
-  bool has_shared = false;
+  bool has_shared = false;   // the layer has a shared expert ...
+  int64_t n_sh = 0;          // ... folded into w13/w2 as experts E..E+n_sh-1 (0: run separately)
 
   DeviceBuffer router_w, router_bias;  // f32 [E, H], f32 [E] (may be empty)
   std::unique_ptr<moe::ExpertGemmWeights> w13, w2, sw13, sw2;
@@ -98,14 +100,14 @@ struct MoeLayerCuda::Impl {
   float* logits = nullptr;         // [Tm, E]
   int32_t* ids = nullptr;          // [Tm, k]
   float* weights = nullptr;        // [Tm, k]
-  int32_t* offsets = nullptr;      // [E+1]
-  int32_t* row_pair = nullptr;     // [Tm*k]
-  int32_t* pair_row = nullptr;     // [Tm*k]
-  float* row_weight = nullptr;     // [Tm*k]
+  int32_t* offsets = nullptr;      // [E+n_sh+1]
+  int32_t* row_pair = nullptr;     // [Tm*R]   (R = k + n_sh rows per token)
+  int32_t* pair_row = nullptr;     // [Tm*R]
+  float* row_weight = nullptr;     // [Tm*R]
   int32_t* perm_scratch = nullptr; // permute_scratch_bytes
-  uint16_t* x_perm = nullptr;      // [Tm*k, H] bf16
-  uint16_t* h = nullptr;           // [Tm*k, I] bf16
-  uint16_t* y = nullptr;           // [Tm*k, H] bf16
+  uint16_t* x_perm = nullptr;      // [Tm*R, H] bf16
+  uint16_t* h = nullptr;           // [Tm*R, I] bf16
+  uint16_t* y = nullptr;           // [Tm*R, H] bf16
   int32_t* sh_offsets = nullptr;   // [2]
   uint16_t* sh_h = nullptr;        // [Tm, SI] bf16
   uint16_t* sh_y = nullptr;        // [Tm, H] bf16
@@ -135,6 +137,8 @@ struct MoeLayerCuda::Impl {
 
   int64_t H() const { return cfg.hidden; }
   int64_t K() const { return cfg.top_k; }
+  int64_t R() const { return cfg.top_k + n_sh; }  // rows per token in the routed GEMMs
+  bool separate_shared() const { return has_shared && n_sh == 0; }
 
   void init_runtime() {
     FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
@@ -146,27 +150,27 @@ struct MoeLayerCuda::Impl {
 
   void alloc_workspaces() {
     const int64_t Tm = opt.max_tokens, E = cfg.num_experts, Hd = H(), I = cfg.inter, k = K();
-    const int64_t P = Tm * k;
+    const int64_t P = Tm * R();  // the folded shared pieces add Tm * n_sh rows
     const int64_t SI = cfg.shared_inter;
     gemm_ws_bytes = std::max(w13->workspace_bytes(), w2->workspace_bytes());
-    gemm_ws_sh_bytes = has_shared ? std::max(sw13->workspace_bytes(), sw2->workspace_bytes()) : 0;
+    gemm_ws_sh_bytes = separate_shared() ? std::max(sw13->workspace_bytes(), sw2->workspace_bytes()) : 0;
     router_ws_bytes = cuda::router_workspace_bytes(Tm, int(E));
     Carver c;
     c.add(router_ws, router_ws_bytes);
     c.add(logits, size_t(Tm * E));
-    c.add(ids, size_t(P));
-    c.add(weights, size_t(P));
-    c.add(offsets, size_t(E + 1));
+    c.add(ids, size_t(Tm * k));
+    c.add(weights, size_t(Tm * k));
+    c.add(offsets, size_t(E + n_sh + 1));
     c.add(row_pair, size_t(P));
     c.add(pair_row, size_t(P));
     c.add(row_weight, size_t(P));
-    c.add(perm_scratch, cuda::permute_scratch_bytes(P, int(E)) / sizeof(int32_t));
+    c.add(perm_scratch, cuda::permute_scratch_bytes(P, int(E + n_sh)) / sizeof(int32_t));
     c.add(x_perm, size_t(P * Hd));
     c.add(h, size_t(P * I));
     c.add(y, size_t(P * Hd));
     c.add(g_in, size_t(Tm * Hd));
     c.add(g_out, size_t(Tm * Hd));
-    if (has_shared) {
+    if (separate_shared()) {
       c.add(sh_offsets, 2);
       c.add(sh_h, size_t(Tm * SI));
       c.add(sh_y, size_t(Tm * Hd));
@@ -206,8 +210,9 @@ struct MoeLayerCuda::Impl {
     FP4MOE_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "MoE layer: input must be 16-byte aligned");
     stage_ran.fill(false);
     if (T == 0) return;
-    const int64_t E = cfg.num_experts, k = K(), P = T * k;
-    const bool overlap = has_shared && opt.shared_side_stream && !timing;
+    const int64_t E = cfg.num_experts, k = K(), P = T * R();
+    const bool separate = separate_shared();
+    const bool overlap = separate && opt.shared_side_stream && !timing;
     if (overlap) {
       FP4MOE_CUDA_CHECK(cudaEventRecord(fork, st));
       FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
@@ -227,13 +232,16 @@ struct MoeLayerCuda::Impl {
     pa.tokens = int(T);
     pa.top_k = int(k);
     pa.num_experts = int(E);
+    pa.extra_experts = int(n_sh);  // the folded shared pieces: experts E.., weight 1
     pa.expert_offsets = offsets;
     pa.row_pair = row_pair;
     pa.pair_row = pair_row;
     pa.row_weight = row_weight;
     pa.scratch = perm_scratch;
+    pa.x = x;  // gather fused into the permutation (one launch at small T)
+    pa.x_perm = x_perm;
+    pa.hidden = int(H());
     cuda::build_permutation(pa, st);
-    cuda::gather_rows_bf16(x, row_pair, int(P), int(k), int(H()), x_perm, st);
     stage_end(MoeStage::Permute, st);
 
     stage_begin(MoeStage::Gemm1, st);
@@ -243,7 +251,7 @@ struct MoeLayerCuda::Impl {
     w2->run(cuda::Epilogue::RowScale, h, offsets, row_weight, y, P, gemm_ws, st);
     stage_end(MoeStage::Gemm2, st);
 
-    if (has_shared && !overlap) {
+    if (separate && !overlap) {
       stage_begin(MoeStage::Shared, st);
       run_shared(x, T, st);
       stage_end(MoeStage::Shared, st);
@@ -251,7 +259,7 @@ struct MoeLayerCuda::Impl {
     if (overlap) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(st, join, 0));
 
     stage_begin(MoeStage::Combine, st);
-    cuda::combine_rows(y, pair_row, has_shared ? sh_y : nullptr, int(T), int(k), int(H()), out, st);
+    cuda::combine_rows(y, pair_row, separate ? sh_y : nullptr, int(T), int(R()), int(H()), out, st);
     stage_end(MoeStage::Combine, st);
   }
 };
@@ -293,16 +301,34 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
         cudaMemcpy(m.router_bias.ptr, w.router_bias.data(), m.router_bias.bytes, cudaMemcpyHostToDevice));
   }
   const int64_t Tm = opt.max_tokens, k = c.top_k;
-  m.w13 = moe::upload_expert_gemm(w.w13, cuda::Epilogue::SiluMul, Tm * k, int(k), opt.gemm, opt.w4a4);
-  m.w2 = moe::upload_expert_gemm(w.w2, cuda::Epilogue::RowScale, Tm * k, int(k), opt.gemm, opt.w4a4);
-  if (m.has_shared) {
+  if (m.has_shared && opt.fold_shared) {
+    std::string why;
+    const int64_t max_pieces =
+        std::min<int64_t>(cuda::kMaxPermuteExtraExperts, cuda::kMaxPermuteExperts - c.num_experts);
+    m.n_sh = moe::shared_fold_pieces(w, max_pieces, &why);
+    if (m.n_sh == 0) log_info("moe layer: shared expert runs separately (not foldable: {})", why);
+    if (int64_t(opt.max_tokens) * (k + m.n_sh) >= (int64_t(1) << 31)) m.n_sh = 0;  // rows would overflow int32
+  }
+  if (m.n_sh > 0) {
+    const moe::SharedPieces pieces = moe::split_shared_expert(w, m.n_sh);
+    const int64_t R = k + m.n_sh;
+    m.w13 = moe::upload_expert_gemm({&w.w13, &pieces.w13}, cuda::Epilogue::SiluMul, Tm * R, int(R), int(m.n_sh),
+                                    opt.gemm, opt.w4a4);
+    m.w2 = moe::upload_expert_gemm({&w.w2, &pieces.w2}, cuda::Epilogue::RowScale, Tm * R, int(R), int(m.n_sh),
+                                   opt.gemm, opt.w4a4);
+  } else {
+    m.w13 = moe::upload_expert_gemm(w.w13, cuda::Epilogue::SiluMul, Tm * k, int(k), opt.gemm, opt.w4a4);
+    m.w2 = moe::upload_expert_gemm(w.w2, cuda::Epilogue::RowScale, Tm * k, int(k), opt.gemm, opt.w4a4);
+  }
+  if (m.separate_shared()) {
     m.sw13 = moe::upload_expert_gemm(*w.shared_w13, cuda::Epilogue::SiluMul, Tm, 1, opt.gemm, opt.w4a4);
     m.sw2 = moe::upload_expert_gemm(*w.shared_w2, cuda::Epilogue::None, Tm, 1, opt.gemm, opt.w4a4);
   }
   m.alloc_workspaces();
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-  log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}; GEMM {} / {}; max {} tokens", c.hidden, c.inter,
-           c.num_experts, c.top_k, c.shared_inter, m.w13->describe(), m.w2->describe(), opt.max_tokens);
+  log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}{}; GEMM {} / {}; max {} tokens", c.hidden, c.inter,
+           c.num_experts, c.top_k, c.shared_inter, m.n_sh ? fmt::format(" (folded: {} experts)", m.n_sh) : "",
+           m.w13->describe(), m.w2->describe(), opt.max_tokens);
 }
 
 MoeLayerCuda::~MoeLayerCuda() = default;
@@ -317,9 +343,9 @@ int MoeLayerCuda::max_tokens() const { return impl_->opt.max_tokens; }
 
 std::string MoeLayerCuda::gemm_configs(int64_t tokens) const {
   const Impl& m = *impl_;
-  const int64_t rows = tokens * m.cfg.top_k;
+  const int64_t rows = tokens * m.R();
   return fmt::format("gemm1 {}; gemm2 {}{}", m.w13->config_for(rows), m.w2->config_for(rows),
-                     m.has_shared ? fmt::format("; shared {} / {}", m.sw13->config_for(tokens), m.sw2->config_for(tokens))
+                     m.separate_shared() ? fmt::format("; shared {} / {}", m.sw13->config_for(tokens), m.sw2->config_for(tokens))
                                   : std::string());
 }
 
@@ -327,7 +353,10 @@ std::string MoeLayerCuda::describe() const {
   const Impl& m = *impl_;
   return fmt::format("H {} I {} E {} top-{} shared {}; gate_up: {}; down: {}{}; max_tokens {}", m.cfg.hidden,
                      m.cfg.inter, m.cfg.num_experts, m.cfg.top_k, m.cfg.shared_inter, m.w13->describe(),
-                     m.w2->describe(), m.has_shared ? "; shared: " + m.sw13->describe() : std::string(),
+                     m.w2->describe(),
+                     m.n_sh ? fmt::format("; shared: folded into gate_up/down as {} always-selected expert(s)", m.n_sh)
+                     : m.has_shared ? "; shared: separate, " + m.sw13->describe()
+                                    : std::string(),
                      m.opt.max_tokens);
 }
 
@@ -405,14 +434,17 @@ size_t MoeLayerCuda::router_bytes() const {
   return size_t(impl_->cfg.num_experts) * size_t(impl_->cfg.hidden + 1) * sizeof(float);
 }
 size_t MoeLayerCuda::shared_bytes() const {
-  return impl_->has_shared ? impl_->sw13->weight_bytes_per_expert() + impl_->sw2->weight_bytes_per_expert() : 0;
+  const Impl& m = *impl_;
+  if (m.n_sh > 0) return size_t(m.n_sh) * expert_bytes();  // the pieces are routed-shaped experts
+  return m.has_shared ? m.sw13->weight_bytes_per_expert() + m.sw2->weight_bytes_per_expert() : 0;
 }
+int64_t MoeLayerCuda::shared_folded_pieces() const { return impl_->n_sh; }
 size_t MoeLayerCuda::expert_bytes() const {
   return impl_->w13->weight_bytes_per_expert() + impl_->w2->weight_bytes_per_expert();
 }
 
 MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden,
-                           MoeGemmPath gemm) {
+                           MoeGemmPath gemm, bool fold_shared) {
   FP4MOE_CHECK(cuda::device_available(), "the cuda backend needs a CUDA GPU, and none is visible");
   FP4MOE_CHECK(tokens >= 1, "moe_forward_cuda: {} tokens", tokens);
   FP4MOE_CHECK(hidden == w.cfg.hidden, "moe_forward_cuda: input hidden size {} != the layer's {}", hidden,
@@ -420,6 +452,7 @@ MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tok
   MoeCudaOptions opt;
   opt.max_tokens = int(tokens);
   opt.gemm = gemm;
+  opt.fold_shared = fold_shared;
   MoeLayerCuda layer(w, opt);
   const size_t n = size_t(tokens * hidden);
   std::vector<uint16_t> xb(n);

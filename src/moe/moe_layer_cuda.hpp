@@ -2,14 +2,21 @@
 //
 //   x [T, H] bf16 ─┬─ router: bf16→f32, logits = x·W_gateᵀ (FP32 SGEMM), fused score +
 //                  │          grouped top-k + top-k + weights        → ids, weights [T, k]
-//                  │  permute: counts/offsets [E+1] (device), stable ranks, row maps,
-//                  │           gather x rows in expert order          → x_perm [T·k, H]
-//                  │  GEMM1: grouped gate_up, Epilogue::SiluMul       → h [T·k, I]
+//                  │  permute: counts/offsets [E+n_sh+1] (device), stable ranks, row
+//                  │           maps, gather x rows in expert order    → x_perm [T·R, H]
+//                  │  GEMM1: grouped gate_up, Epilogue::SiluMul       → h [T·R, I]
 //                  │  GEMM2: grouped down, Epilogue::RowScale (routing weight)
-//                  │                                                  → y [T·k, H]
-//                  └─ shared expert on a second stream (event fork/join): the same
-//                     grouped GEMM with E = 1: gate_up+SiluMul, then down → ys [T, H]
-//   combine: out[t] = Σ_slots y[row(t, slot)] + ys[t]   (FP32 sum, slot order)
+//                  │                                                  → y [T·R, H]
+//                  └─ (fallback only) shared expert on a second stream (event fork/join):
+//                     the same grouped GEMM with E = 1: gate_up+SiluMul, down → ys [T, H]
+//   combine: out[t] = Σ_slots y[row(t, slot)] (+ ys[t])   (FP32 sum, slot order)
+//
+// Folded shared expert (the default when it is compatible: same FP4 format as the routed
+// experts and shared_inter = n_sh · inter, moe/shared_fold.hpp): its n_sh pieces are experts
+// E..E+n_sh-1 of the SAME grouped GEMMs, selected by every token with weight 1 (no routed
+// scaling), so R = k + n_sh rows per token and the combine sums them in the order: routed
+// slots in rank order, then shared pieces 0..n_sh-1. Otherwise (or with
+// MoeCudaOptions::fold_shared = false) R = k and the shared expert runs separately as above.
 //
 // No host synchronisation inside forward(): the per-expert counts stay on the device
 // and the GEMMs read the offsets there; every workspace is allocated once at
@@ -47,6 +54,7 @@ struct MoeCudaOptions {
   bool shared_side_stream = true;   // overlap the shared expert on a second stream
   MoeGemmPath gemm = MoeGemmPath::Auto;  // grouped GEMM path (env FP4MOE_MOE_GEMM overrides Auto)
   bool w4a4 = false;                // NVFP4 activation emulation (sm90 path only)
+  bool fold_shared = true;          // fold a compatible shared expert into the routed GEMMs
 };
 
 class MoeLayerCuda {
@@ -70,7 +78,8 @@ class MoeLayerCuda {
   void forward(const uint16_t* x, int64_t tokens, int64_t hidden, float* out, cudaStream_t stream);
   void forward(const uint16_t* x, int64_t tokens, int64_t hidden, uint16_t* out, cudaStream_t stream);
 
-  // Device results of the last forward (valid for its T): [T, k], [T, k], [E+1].
+  // Device results of the last forward (valid for its T): [T, k], [T, k], [E+1] — with a
+  // folded shared expert [E+n_sh+1] (entries E.. are the shared pieces, T rows each).
   const int32_t* topk_ids() const;
   const float* topk_weights() const;
   const int32_t* expert_offsets() const;
@@ -90,8 +99,11 @@ class MoeLayerCuda {
   // Bytes one forward must read for its weights: router, shared expert, and each hit
   // expert's gate_up + down (given how many experts were hit).
   size_t router_bytes() const;
-  size_t shared_bytes() const;
+  size_t shared_bytes() const;  // the shared expert's weights once (folded: its n_sh pieces)
   size_t expert_bytes() const;  // one routed expert (gate_up + down)
+  // n_sh when the shared expert is folded into the routed GEMMs, else 0 (then it is the
+  // separate "shared" stage).
+  int64_t shared_folded_pieces() const;
 
   struct Impl;
 
@@ -102,6 +114,6 @@ class MoeLayerCuda {
 // One-shot helper for the CLI (run-moe --backend cuda): uploads, runs, downloads.
 // x [tokens, hidden] f32 on the host (rounded to bf16 for the GPU).
 MoeOutput moe_forward_cuda(const MoeLayerWeights& w, const float* x, int64_t tokens, int64_t hidden,
-                           MoeGemmPath gemm = MoeGemmPath::Auto);
+                           MoeGemmPath gemm = MoeGemmPath::Auto, bool fold_shared = true);
 
 }  // namespace fp4moe

@@ -1,7 +1,9 @@
 // The whole GPU MoE layer (moe/moe_layer_cuda.hpp) against the CPU backend
 // (moe_forward_cpu) on random layers: tiny and GLM-5 dimensions, NVFP4 and MXFP4,
 // sigmoid+bias+groups and softmax routing, hot and cold experts, T = 1 and T not a
-// multiple of anything, graph capture + replay, and the bad-input errors.
+// multiple of anything, graph capture + replay, and the bad-input errors. Every case runs
+// both shared-expert paths: folded into the routed GEMMs (the default; n_sh = 1 and 2) and
+// the separate fallback (MoeCudaOptions::fold_shared = false, or an incompatible shape).
 //
 // Comparison: the two backends compute router logits in FP32 with different summation
 // orders, so a token whose 8th/9th scores are within ~1e-6 may legitimately pick a
@@ -16,7 +18,9 @@
 #include "core/error.hpp"
 #include "cpu/moe_cpu.hpp"
 #include "moe/moe_layer_cuda.hpp"
+#include "cuda/permute/permute.hpp"
 #include "moe/random_layer.hpp"
+#include "moe/shared_fold.hpp"
 #include "moe_test_util.hpp"
 
 namespace fp4moe {
@@ -74,13 +78,43 @@ std::vector<MoeGemmPath> gemm_paths() {
   return p;
 }
 
-void check_layer_path(const MoeLayerWeights& w, int64_t T, uint64_t seed, MoeGemmPath path) {
-  SCOPED_TRACE(::testing::Message() << "gemm " << moe_gemm_path_name(path) << " T=" << T);
-  const int64_t H = w.cfg.hidden;
-  const auto x = test::random_floats(size_t(T * H), seed, -2.f, 2.f);
-  const MoeOutput gpu = moe_forward_cuda(w, x.data(), T, H, path);
-  const MoeOutput cpu = moe_forward_cpu(w, x.data(), T);
-  const Compared c = compare(gpu, cpu, T, H, w.cfg.top_k);
+// The folded pieces a layer of these weights must get (0: separate shared expert).
+int64_t expected_pieces(const MoeLayerWeights& w, bool fold) {
+  return fold ? moe::shared_fold_pieces(w, cuda::kMaxPermuteExtraExperts) : 0;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
+  std::vector<uint16_t> b(f.size());
+  for (size_t i = 0; i < f.size(); ++i) b[i] = float_to_bf16(f[i]);
+  return b;
+}
+
+// One forward on the GPU into a poisoned output; checks the fold decision.
+MoeOutput run_gpu(const MoeLayerWeights& w, const std::vector<float>& xf, int64_t T, MoeGemmPath path, bool fold) {
+  MoeCudaOptions opt;
+  opt.max_tokens = int(T);
+  opt.gemm = path;
+  opt.fold_shared = fold;
+  MoeLayerCuda layer(w, opt);
+  EXPECT_EQ(layer.shared_folded_pieces(), expected_pieces(w, fold));
+  const int64_t H = w.cfg.hidden, k = w.cfg.top_k;
+  DeviceArray<uint16_t> x(to_bf16(xf));
+  DeviceArray<float> out(size_t(T * H));  // poisoned (NaN)
+  layer.forward(x.ptr, T, H, out.ptr, nullptr);
+  MoeOutput o;
+  o.out = out.download();
+  o.routing.tokens = T;
+  o.routing.top_k = k;
+  o.routing.topk_ids.resize(size_t(T * k));
+  o.routing.topk_weights.resize(size_t(T * k));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(o.routing.topk_ids.data(), layer.topk_ids(), size_t(T * k) * 4, cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_CHECK(
+      cudaMemcpy(o.routing.topk_weights.data(), layer.topk_weights(), size_t(T * k) * 4, cudaMemcpyDeviceToHost));
+  return o;
+}
+
+void check_against_cpu(const MoeOutput& gpu, const MoeOutput& cpu, const MoeLayerWeights& w, int64_t T) {
+  const Compared c = compare(gpu, cpu, T, w.cfg.hidden, w.cfg.top_k);
   EXPECT_GE(c.id_match, T < 100 ? 1.0 : 0.99) << "T=" << T;
   EXPECT_LT(c.rel_err, 1e-2) << "T=" << T;
   // Routing weights of matching tokens: float rounding only.
@@ -91,14 +125,75 @@ void check_layer_path(const MoeLayerWeights& w, int64_t T, uint64_t seed, MoeGem
     }
 }
 
+// Every GEMM path x {folded, separate shared expert} against the CPU backend (computed
+// once), and folded against separate on the same GPU path: identical routing, outputs equal
+// up to the BF16 rounding of differently tiled GEMMs.
 void check_layer(const MoeLayerWeights& w, int64_t T, uint64_t seed) {
-  for (MoeGemmPath p : gemm_paths()) check_layer_path(w, T, seed, p);
+  const int64_t H = w.cfg.hidden;
+  const auto x = test::random_floats(size_t(T * H), seed, -2.f, 2.f);
+  const MoeOutput cpu = moe_forward_cpu(w, x.data(), T);
+  for (MoeGemmPath path : gemm_paths()) {
+    MoeOutput by_fold[2];
+    for (bool fold : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "gemm " << moe_gemm_path_name(path) << " T=" << T
+                                        << (fold ? " folded" : " separate"));
+      by_fold[fold] = run_gpu(w, x, T, path, fold);
+      check_against_cpu(by_fold[fold], cpu, w, T);
+    }
+    SCOPED_TRACE(::testing::Message() << "folded vs separate, gemm " << moe_gemm_path_name(path) << " T=" << T);
+    ASSERT_EQ(by_fold[1].routing.topk_ids, by_fold[0].routing.topk_ids);
+    EXPECT_LT(test::rel_error(by_fold[1].out.data(), by_fold[0].out.data(), by_fold[0].out.size()), 5e-3);
+  }
 }
 
 TEST(MoeLayerCuda, TinyNvfp4MatchesCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 1);
+  ASSERT_EQ(expected_pieces(w, true), 1);
   for (int64_t T : {1, 2, 37, 1000, 4097}) check_layer(w, T, 100 + T);
+}
+
+// The one-shot CLI helper (run-moe --backend cuda), both shared-expert paths.
+TEST(MoeLayerCuda, OneShotHelperMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 21);
+  const int64_t T = 37;
+  const auto x = test::random_floats(size_t(T * w.cfg.hidden), 22, -2.f, 2.f);
+  const MoeOutput cpu = moe_forward_cpu(w, x.data(), T);
+  for (bool fold : {true, false})
+    check_against_cpu(moe_forward_cuda(w, x.data(), T, w.cfg.hidden, MoeGemmPath::Auto, fold), cpu, w, T);
+}
+
+// shared_inter = 2 * inter: two folded pieces (experts E and E+1), each token gets k + 2 rows.
+TEST(MoeLayerCuda, TwoSharedPiecesMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  MoeConfig c = tiny_cfg();
+  c.shared_inter = 2 * c.inter;
+  const MoeLayerWeights w = moe::random_moe_layer(c, 31);
+  ASSERT_EQ(expected_pieces(w, true), 2);
+  for (int64_t T : {1, 37, 300, 1000}) check_layer(w, T, 3100 + T);
+  MoeConfig g = moe::glm5_moe_config();
+  g.num_experts = 16;
+  g.shared_inter = 2 * g.inter;
+  const MoeLayerWeights wg = moe::random_moe_layer(g, 32);
+  for (int64_t T : {1, 37}) check_layer(wg, T, 3200 + T);
+}
+
+// Shared experts that cannot be folded run on the separate path (and still match the CPU).
+TEST(MoeLayerCuda, IncompatibleSharedExpertFallsBack) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  MoeConfig c = tiny_cfg();
+  c.shared_inter = 3 * c.inter / 2;  // 192: not a multiple of inter
+  const MoeLayerWeights w = moe::random_moe_layer(c, 41);
+  ASSERT_EQ(expected_pieces(w, true), 0);
+  for (int64_t T : {1, 100}) check_layer(w, T, 4100 + T);
+  // NVFP4 routed experts with an MXFP4 shared expert.
+  MoeLayerWeights mixed = moe::random_moe_layer(tiny_cfg(), 42);
+  const MoeLayerWeights mx = moe::random_moe_layer(tiny_cfg(), 43, WeightFormat::MXFP4);
+  mixed.shared_w13 = mx.shared_w13;
+  mixed.shared_w2 = mx.shared_w2;
+  ASSERT_EQ(expected_pieces(mixed, true), 0);
+  check_layer(mixed, 50, 4300);
 }
 
 TEST(MoeLayerCuda, TinyMxfp4MatchesCpu) {
@@ -126,7 +221,16 @@ TEST(MoeLayerCuda, Glm5DimsMatchCpu) {
   MoeConfig c = moe::glm5_moe_config();
   c.num_experts = 32;  // GLM-5's H, I, top-8, shared expert; fewer experts keep the CPU reference quick
   const MoeLayerWeights w = moe::random_moe_layer(c, 4);
-  for (int64_t T : {1, 19}) check_layer(w, T, 400 + T);
+  ASSERT_EQ(expected_pieces(w, true), 1);
+  for (int64_t T : {1, 19, 37}) check_layer(w, T, 400 + T);
+}
+
+TEST(MoeLayerCuda, Glm5DimsT1000MatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  MoeConfig c = moe::glm5_moe_config();
+  c.num_experts = 32;
+  const MoeLayerWeights w = moe::random_moe_layer(c, 4);
+  check_layer(w, 1000, 1400);  // chunked permutation path (T * R > 1024)
 }
 
 TEST(MoeLayerCuda, HotAndColdExperts) {
@@ -138,18 +242,26 @@ TEST(MoeLayerCuda, HotAndColdExperts) {
   MoeLayerWeights w = moe::random_moe_layer(c, 5);
   w.router_bias[5] = 100.f;
   check_layer(w, 777, 500);
-  {
+  check_layer(w, 100, 501);  // fused small permutation path (T * R <= 1024)
+  for (bool fold : {true, false}) {
     MoeCudaOptions opt;
     opt.max_tokens = 777;
+    opt.fold_shared = fold;
     MoeLayerCuda layer(w, opt);
     DeviceArray<uint16_t> x(size_t(777 * c.hidden));
     FP4MOE_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 2));
     DeviceArray<float> out(size_t(777 * c.hidden));
     layer.forward(x.ptr, 777, c.hidden, out.ptr, nullptr);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<int32_t> off(size_t(c.num_experts + 1));
+    const int64_t n_sh = layer.shared_folded_pieces();
+    ASSERT_EQ(n_sh, fold ? 1 : 0);
+    std::vector<int32_t> off(size_t(c.num_experts + n_sh + 1));
     FP4MOE_CUDA_CHECK(cudaMemcpy(off.data(), layer.expert_offsets(), off.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(off[6] - off[5], 777);
+    if (fold) {
+      EXPECT_EQ(off[size_t(c.num_experts) + 1] - off[size_t(c.num_experts)], 777);  // the shared piece
+    }
+    EXPECT_EQ(off.back(), 777 * (1 + n_sh));
   }
   // Cold: three quarters of the experts can never win.
   MoeLayerWeights w2 = moe::random_moe_layer(tiny_cfg(), 6);
@@ -157,18 +269,24 @@ TEST(MoeLayerCuda, HotAndColdExperts) {
     if (e % 4 != 0) w2.router_bias[size_t(e)] = -100.f;
   w2.cfg.n_group = w2.cfg.topk_group = 1;
   check_layer(w2, 1000, 600);
+  check_layer(w2, 37, 601);
 }
 
 TEST(MoeLayerCuda, DeterministicAndGraphReplayMatchesEager) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  const MoeConfig c = tiny_cfg();
+  for (int64_t pieces : {1, 2}) {
+  MoeConfig c = tiny_cfg();
+  c.shared_inter = pieces * c.inter;
   const MoeLayerWeights w = moe::random_moe_layer(c, 7);
-  for (MoeGemmPath path : gemm_paths()) {
-  SCOPED_TRACE(moe_gemm_path_name(path));
+  for (MoeGemmPath path : gemm_paths())
+  for (bool fold : {true, false}) {
+  SCOPED_TRACE(::testing::Message() << moe_gemm_path_name(path) << (fold ? " folded " : " separate ") << pieces);
   MoeCudaOptions opt;
   opt.max_tokens = 64;
   opt.gemm = path;
+  opt.fold_shared = fold;
   MoeLayerCuda layer(w, opt);
+  ASSERT_EQ(layer.shared_folded_pieces(), fold ? pieces : 0);
   const int64_t H = c.hidden, T = 5;
   std::vector<uint16_t> xb(size_t(T * H));
   const auto xf = test::random_floats(xb.size(), 8, -2.f, 2.f);
@@ -208,6 +326,7 @@ TEST(MoeLayerCuda, DeterministicAndGraphReplayMatchesEager) {
   EXPECT_LT(test::rel_error(g2.data(), cpu.out.data(), g2.size()), 1e-2);
   EXPECT_THROW(layer.replay_graph(65, nullptr), Error);
   }
+  }
 }
 
 TEST(MoeLayerCuda, W4a4EmulationIsCloseToW4a16) {
@@ -236,17 +355,25 @@ TEST(MoeLayerCuda, W4a4EmulationIsCloseToW4a16) {
 TEST(MoeLayerCuda, StageTimingRunsEveryStage) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 10);
-  MoeCudaOptions opt;
-  opt.max_tokens = 100;
-  MoeLayerCuda layer(w, opt);
-  DeviceArray<uint16_t> x(size_t(100 * 256));
-  FP4MOE_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 2));
-  DeviceArray<float> out(size_t(100 * 256));
-  layer.set_stage_timing(true);
-  layer.forward(x.ptr, 100, 256, out.ptr, nullptr);
-  const auto ms = layer.last_stage_ms();
-  for (int s = 0; s < kNumMoeStages; ++s) EXPECT_GT(ms[size_t(s)], 0.f) << moe_stage_name(MoeStage(s));
-  EXPECT_THROW(layer.capture_graph(8), Error);  // timing must be off for capture
+  for (bool fold : {true, false}) {
+    MoeCudaOptions opt;
+    opt.max_tokens = 100;
+    opt.fold_shared = fold;
+    MoeLayerCuda layer(w, opt);
+    DeviceArray<uint16_t> x(size_t(100 * 256));
+    FP4MOE_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 2));
+    DeviceArray<float> out(size_t(100 * 256));
+    layer.set_stage_timing(true);
+    layer.forward(x.ptr, 100, 256, out.ptr, nullptr);
+    const auto ms = layer.last_stage_ms();
+    for (int s = 0; s < kNumMoeStages; ++s) {
+      if (fold && MoeStage(s) == MoeStage::Shared)
+        EXPECT_EQ(ms[size_t(s)], 0.f) << "folded: the shared expert is inside gemm1/gemm2";
+      else
+        EXPECT_GT(ms[size_t(s)], 0.f) << moe_stage_name(MoeStage(s)) << (fold ? " folded" : " separate");
+    }
+    EXPECT_THROW(layer.capture_graph(8), Error);  // timing must be off for capture
+  }
 }
 
 TEST(MoeLayerCuda, BadInputIsAClearError) {

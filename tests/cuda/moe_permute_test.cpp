@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <ostream>
+#include <tuple>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
@@ -36,49 +38,70 @@ std::vector<int32_t> make_ids(int T, int k, int E, Pattern p, uint64_t seed) {
   return ids;
 }
 
-struct PermCase { int T, k, E; Pattern p; };
+// X extra experts: every token also selects experts E..E+X-1 (slots k..k+X-1, weight 1).
+struct PermCase { int T, k, E; Pattern p; int X = 0; };
+
+std::ostream& operator<<(std::ostream& os, const PermCase& c) {
+  return os << "T" << c.T << "_k" << c.k << "_E" << c.E << "_X" << c.X << "_p" << int(c.p);
+}
 
 class PermuteTest : public ::testing::TestWithParam<PermCase> {};
 
-TEST_P(PermuteTest, OffsetsOrderAndMaps) {
+// Both paths (fused small, chunked large: picked by T*R) against a CPU reference: a stable
+// sort of the pair indices by expert, bit-exactly; the fused gather against a plain copy.
+TEST_P(PermuteTest, OffsetsOrderMapsAndGather) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  const auto [T, k, E, pattern] = GetParam();
-  const int P = T * k;
+  const auto [T, k, E, pattern, X] = GetParam();
+  const int R = k + X, P = T * R, Eall = E + X, H = 40;
   const auto ids = make_ids(T, k, E, pattern, 1234 + T);
-  const auto w = test::random_floats(size_t(P), 7, 0.f, 1.f);
-  DeviceArray<int32_t> d_ids(ids), d_off(size_t(E + 1)), d_row_pair(static_cast<size_t>(P)), d_pair_row(static_cast<size_t>(P));
+  const auto w = test::random_floats(size_t(T) * k, 7, 0.f, 1.f);
+  std::vector<uint16_t> x(size_t(T) * H);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = uint16_t(i * 2654435761u >> 7);
+  DeviceArray<int32_t> d_ids(ids), d_off(size_t(Eall + 1)), d_row_pair(static_cast<size_t>(P)),
+      d_pair_row(static_cast<size_t>(P));
   DeviceArray<float> d_w(w), d_row_w(static_cast<size_t>(P));
-  DeviceArray<uint8_t> scratch(cuda::permute_scratch_bytes(P, E));
+  DeviceArray<uint8_t> scratch(cuda::permute_scratch_bytes(P, Eall));
+  DeviceArray<uint16_t> d_x(x), d_xp(size_t(P) * H);
   cuda::PermuteArgs a;
   a.topk_ids = d_ids.ptr;
   a.topk_weights = d_w.ptr;
   a.tokens = T;
   a.top_k = k;
   a.num_experts = E;
+  a.extra_experts = X;
   a.expert_offsets = d_off.ptr;
   a.row_pair = d_row_pair.ptr;
   a.pair_row = d_pair_row.ptr;
   a.row_weight = d_row_w.ptr;
   a.scratch = scratch.ptr;
+  a.x = d_x.ptr;
+  a.x_perm = d_xp.ptr;
+  a.hidden = H;
   cuda::build_permutation(a, nullptr);
   const auto off = d_off.download();
   const auto row_pair = d_row_pair.download();
   const auto pair_row = d_pair_row.download();
   const auto row_w = d_row_w.download();
+  const auto xp = d_xp.download();
 
   // Reference: stable sort of pair indices by expert.
+  auto expert = [&](int p) { const int t = p / R, s = p % R; return s < k ? ids[size_t(t * k + s)] : E + (s - k); };
+  auto weight = [&](int p) { const int t = p / R, s = p % R; return s < k ? w[size_t(t * k + s)] : 1.0f; };
   std::vector<int32_t> ref_rows(static_cast<size_t>(P));
   std::iota(ref_rows.begin(), ref_rows.end(), 0);
-  std::stable_sort(ref_rows.begin(), ref_rows.end(), [&](int32_t a, int32_t b) { return ids[a] < ids[b]; });
-  std::vector<int32_t> ref_off(size_t(E + 1), 0);
-  for (int32_t e : ids) ref_off[size_t(e) + 1]++;
-  for (int e = 0; e < E; ++e) ref_off[size_t(e) + 1] += ref_off[size_t(e)];
+  std::stable_sort(ref_rows.begin(), ref_rows.end(), [&](int32_t a, int32_t b) { return expert(a) < expert(b); });
+  std::vector<int32_t> ref_off(size_t(Eall + 1), 0);
+  for (int p = 0; p < P; ++p) ref_off[size_t(expert(p)) + 1]++;
+  for (int e = 0; e < Eall; ++e) ref_off[size_t(e) + 1] += ref_off[size_t(e)];
   ASSERT_EQ(off, ref_off);
   ASSERT_EQ(row_pair, ref_rows);
   for (int p = 0; p < P; ++p) {
     ASSERT_EQ(row_pair[size_t(pair_row[size_t(p)])], p);
-    ASSERT_EQ(row_w[size_t(pair_row[size_t(p)])], w[size_t(p)]);
+    ASSERT_EQ(row_w[size_t(pair_row[size_t(p)])], weight(p));
   }
+  for (int r = 0; r < P; ++r)
+    ASSERT_EQ(0, std::memcmp(&xp[size_t(r) * H], &x[size_t(row_pair[size_t(r)] / R) * H], size_t(H) * 2)) << r;
+  for (int j = 0; j < X; ++j) EXPECT_EQ(off[size_t(E + j) + 1] - off[size_t(E + j)], T) << "extra expert " << j;
   if (pattern == Pattern::Hot) {
     EXPECT_GE(off[4] - off[3], T);
   }
@@ -94,7 +117,74 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PermuteTest,
                                            PermCase{4097, 8, 256, Pattern::Hot},
                                            PermCase{1000, 8, 256, Pattern::Cold},
                                            PermCase{513, 1, 16, Pattern::Hot},
-                                           PermCase{300, 6, 1000, Pattern::Random}));
+                                           PermCase{300, 6, 1000, Pattern::Random},
+                                           // fused small path (T*R <= 1024), with and without extra experts
+                                           PermCase{1, 8, 256, Pattern::Random, 1},
+                                           PermCase{1, 8, 256, Pattern::Random, 2},
+                                           PermCase{37, 8, 256, Pattern::Random, 1},
+                                           PermCase{113, 8, 256, Pattern::Hot, 1},
+                                           PermCase{128, 8, 256, Pattern::Random},
+                                           PermCase{60, 8, 1016, Pattern::Random, 8},
+                                           PermCase{1024, 1, 16, Pattern::Hot},
+                                           PermCase{341, 1, 16, Pattern::Cold, 2},
+                                           // chunked large path with extra experts
+                                           PermCase{114, 8, 256, Pattern::Random, 1},
+                                           PermCase{1000, 8, 256, Pattern::Cold, 1},
+                                           PermCase{4097, 8, 256, Pattern::Hot, 2}));
+
+// The permutation enqueues only (no memset, no host sync): it captures into a graph, and a
+// replay gives the eager result (fused path and chunked path).
+TEST(Permute, GraphCaptureMatchesEager) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int T : {3, 500}) {
+    const int k = 8, E = 256, X = 1, R = k + X, P = T * R, H = 64;
+    const auto ids = make_ids(T, k, E, Pattern::Random, 99 + T);
+    const auto w = test::random_floats(size_t(T) * k, 8, 0.f, 1.f);
+    std::vector<uint16_t> x(size_t(T) * H);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = uint16_t(i * 40503u);
+    DeviceArray<int32_t> d_ids(ids), d_off(size_t(E + X + 1)), d_rp(static_cast<size_t>(P)), d_pr(static_cast<size_t>(P));
+    DeviceArray<float> d_w(w), d_rw(static_cast<size_t>(P));
+    DeviceArray<uint8_t> scratch(cuda::permute_scratch_bytes(P, E + X));
+    DeviceArray<uint16_t> d_x(x), d_xp(size_t(P) * H);
+    cuda::PermuteArgs a;
+    a.topk_ids = d_ids.ptr;
+    a.topk_weights = d_w.ptr;
+    a.tokens = T;
+    a.top_k = k;
+    a.num_experts = E;
+    a.extra_experts = X;
+    a.expert_offsets = d_off.ptr;
+    a.row_pair = d_rp.ptr;
+    a.pair_row = d_pr.ptr;
+    a.row_weight = d_rw.ptr;
+    a.scratch = scratch.ptr;
+    a.x = d_x.ptr;
+    a.x_perm = d_xp.ptr;
+    a.hidden = H;
+    cuda::build_permutation(a, nullptr);
+    const auto off = d_off.download(), rp = d_rp.download();
+    const auto xp = d_xp.download();
+    FP4MOE_CUDA_CHECK(cudaMemset(d_off.ptr, 0xff, d_off.n * 4));
+    FP4MOE_CUDA_CHECK(cudaMemset(d_rp.ptr, 0xff, d_rp.n * 4));
+    FP4MOE_CUDA_CHECK(cudaMemset(d_xp.ptr, 0xff, d_xp.n * 2));
+    cudaStream_t st;
+    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g = nullptr;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    cuda::build_permutation(a, st);
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    cudaGraphExec_t ge = nullptr;
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    EXPECT_EQ(d_off.download(), off) << "T=" << T;
+    EXPECT_EQ(d_rp.download(), rp) << "T=" << T;
+    EXPECT_EQ(d_xp.download(), xp) << "T=" << T;
+  }
+}
 
 TEST(Permute, GatherAndCombine) {
   FP4MOE_SKIP_WITHOUT_GPU();
@@ -136,6 +226,37 @@ TEST(Permute, GatherAndCombine) {
   }
 }
 
+// The combine at decode shape (T = 1, H = 6144) and with more rows per token than one load
+// batch (R = 17): slot order, bit-exact.
+TEST(Permute, CombineSmallTAndManyRows) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (auto [T, R, H] : {std::tuple{1, 9, 6144}, std::tuple{3, 17, 1032}, std::tuple{2, 1, 8}}) {
+    const int P = T * R;
+    std::vector<int32_t> row_pair(static_cast<size_t>(P));
+    std::iota(row_pair.begin(), row_pair.end(), 0);
+    std::shuffle(row_pair.begin(), row_pair.end(), std::mt19937_64(6 + T));
+    std::vector<int32_t> pair_row(static_cast<size_t>(P));
+    for (int r = 0; r < P; ++r) pair_row[size_t(row_pair[size_t(r)])] = r;
+    const auto yf = test::random_floats(size_t(P) * H, 4, -3.f, 3.f);
+    std::vector<uint16_t> y(yf.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = float_to_bf16(yf[i]);
+    DeviceArray<uint16_t> d_y(y), d_ob(size_t(T) * H);
+    DeviceArray<int32_t> d_pr(pair_row);
+    DeviceArray<float> d_of(size_t(T) * H);
+    cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_of.ptr, nullptr);
+    cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_ob.ptr, nullptr);
+    const auto of = d_of.download();
+    const auto ob = d_ob.download();
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < H; ++j) {
+        float ref = 0;
+        for (int s = 0; s < R; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * R + s)]) * H + j]);
+        ASSERT_EQ(of[size_t(t) * H + j], ref) << "T=" << T << " R=" << R << " " << t << "," << j;
+        ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
+      }
+  }
+}
+
 TEST(Permute, RejectsBadShapes) {
   FP4MOE_SKIP_WITHOUT_GPU();
   cuda::PermuteArgs a;
@@ -144,6 +265,12 @@ TEST(Permute, RejectsBadShapes) {
   a.top_k = 1;
   EXPECT_THROW(cuda::build_permutation(a, nullptr), Error);
   EXPECT_THROW(cuda::gather_rows_bf16(nullptr, nullptr, 1, 1, 12, nullptr, nullptr), Error);
+  a.num_experts = 1020;
+  a.extra_experts = 5;  // 1025 in all
+  EXPECT_THROW(cuda::build_permutation(a, nullptr), Error);
+  a.num_experts = 16;
+  a.extra_experts = cuda::kMaxPermuteExtraExperts + 1;
+  EXPECT_THROW(cuda::build_permutation(a, nullptr), Error);
 }
 
 }  // namespace

@@ -17,32 +17,53 @@ bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) %
 
 // ---- weights upload ---------------------------------------------------------------
 
-DeviceLinearFp4Weights::DeviceLinearFp4Weights(const ExpertStack& s) {
-  FP4MOE_CHECK(s.is_fp4(), "DeviceLinearFp4Weights: expert stack is {}, not FP4",
-               weight_format_name(s.format));
-  FP4MOE_CHECK(s.num_experts > 0 && s.n > 0 && s.k > 0 && s.k % s.block() == 0,
-               "DeviceLinearFp4Weights: bad shape E={} N={} K={} (K must be a multiple of {})",
-               s.num_experts, s.n, s.k, s.block());
-  const size_t packed = size_t(s.num_experts * s.n * (s.k / 2));
-  const size_t scales = size_t(s.num_experts * s.n * (s.k / s.block()));
-  FP4MOE_CHECK(s.packed.size() == packed && s.scales.size() == scales &&
-                   s.global_scale.size() == size_t(s.num_experts),
-               "DeviceLinearFp4Weights: buffer sizes do not match E={} N={} K={}", s.num_experts,
-               s.n, s.k);
+DeviceLinearFp4Weights::DeviceLinearFp4Weights(const ExpertStack& s)
+    : DeviceLinearFp4Weights(std::vector<const ExpertStack*>{&s}) {}
+
+DeviceLinearFp4Weights::DeviceLinearFp4Weights(const std::vector<const ExpertStack*>& stacks) {
+  FP4MOE_CHECK(!stacks.empty() && stacks.front() != nullptr, "DeviceLinearFp4Weights: no expert stacks");
+  const ExpertStack& f = *stacks.front();
+  int64_t E = 0;
+  for (const ExpertStack* sp : stacks) {
+    FP4MOE_CHECK(sp != nullptr, "DeviceLinearFp4Weights: null expert stack");
+    const ExpertStack& s = *sp;
+    FP4MOE_CHECK(s.is_fp4(), "DeviceLinearFp4Weights: expert stack is {}, not FP4",
+                 weight_format_name(s.format));
+    FP4MOE_CHECK(s.num_experts > 0 && s.n > 0 && s.k > 0 && s.k % s.block() == 0,
+                 "DeviceLinearFp4Weights: bad shape E={} N={} K={} (K must be a multiple of {})",
+                 s.num_experts, s.n, s.k, s.block());
+    FP4MOE_CHECK(s.format == f.format && s.n == f.n && s.k == f.k,
+                 "DeviceLinearFp4Weights: stacks differ ({} N={} K={} vs {} N={} K={})", weight_format_name(s.format),
+                 s.n, s.k, weight_format_name(f.format), f.n, f.k);
+    FP4MOE_CHECK(s.packed.size() == size_t(s.num_experts * s.n * (s.k / 2)) &&
+                     s.scales.size() == size_t(s.num_experts * s.n * (s.k / s.block())) &&
+                     s.global_scale.size() == size_t(s.num_experts),
+                 "DeviceLinearFp4Weights: buffer sizes do not match E={} N={} K={}", s.num_experts,
+                 s.n, s.k);
+    E += s.num_experts;
+  }
+  const size_t packed_e = size_t(f.n * (f.k / 2)), scales_e = size_t(f.n * (f.k / f.block()));
+  const size_t packed = size_t(E) * packed_e;
+  const size_t scales = size_t(E) * scales_e;
   const size_t scales_off = (packed + 255) / 256 * 256;
   const size_t globals_off = (scales_off + scales + 255) / 256 * 256;
-  bytes_ = globals_off + size_t(s.num_experts) * 4;
+  bytes_ = globals_off + size_t(E) * 4;
   FP4MOE_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
   auto* base = static_cast<uint8_t*>(buffer_);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(base, s.packed.data(), packed, cudaMemcpyHostToDevice));
-  FP4MOE_CUDA_CHECK(cudaMemcpy(base + scales_off, s.scales.data(), scales, cudaMemcpyHostToDevice));
-  FP4MOE_CUDA_CHECK(cudaMemcpy(base + globals_off, s.global_scale.data(), size_t(s.num_experts) * 4,
-                               cudaMemcpyHostToDevice));
-  host_globals_ = s.global_scale;
-  view_.format = s.format;
-  view_.num_experts = int(s.num_experts);
-  view_.n = int(s.n);
-  view_.k = int(s.k);
+  size_t e0 = 0;
+  for (const ExpertStack* sp : stacks) {
+    const ExpertStack& s = *sp;
+    FP4MOE_CUDA_CHECK(cudaMemcpy(base + e0 * packed_e, s.packed.data(), s.packed.size(), cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(
+        cudaMemcpy(base + scales_off + e0 * scales_e, s.scales.data(), s.scales.size(), cudaMemcpyHostToDevice));
+    host_globals_.insert(host_globals_.end(), s.global_scale.begin(), s.global_scale.end());
+    e0 += size_t(s.num_experts);
+  }
+  FP4MOE_CUDA_CHECK(cudaMemcpy(base + globals_off, host_globals_.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+  view_.format = f.format;
+  view_.num_experts = int(E);
+  view_.n = int(f.n);
+  view_.k = int(f.k);
   view_.packed = base;
   view_.scales = base + scales_off;
   view_.global_scale = reinterpret_cast<const float*>(base + globals_off);

@@ -41,6 +41,8 @@ class DeviceLinearFp4Weights {
  public:
   DeviceLinearFp4Weights() = default;
   explicit DeviceLinearFp4Weights(const ExpertStack& stack);
+  // Several stacks (same format, N, K) as one set: their experts in order (no host concat).
+  explicit DeviceLinearFp4Weights(const std::vector<const ExpertStack*>& stacks);
   ~DeviceLinearFp4Weights();
   DeviceLinearFp4Weights(DeviceLinearFp4Weights&& o) noexcept;
   DeviceLinearFp4Weights& operator=(DeviceLinearFp4Weights&& o) noexcept;

@@ -106,6 +106,13 @@ class DeviceExpertWeights {
 // Re-lays and uploads (synchronous on `stream`). Checks: FP4 format, N % 128 == 0,
 // K % 64 == 0, finite non-negative scales; MXFP4 scales in [2^-118, 2^8].
 DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream = nullptr);
+// Several FP4 stacks of one format and one [N, K] uploaded as ONE weight set whose experts
+// are the stacks' experts in order (e.g. the routed experts, then the shared expert's pieces:
+// moe/shared_fold.hpp). Each stack is re-laid on its own (no concatenated host copy of the
+// checkpoint layout); per-expert global scales stay per expert. Same checks as upload_weights,
+// plus: same format, N and K in every stack.
+DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>& stacks, Epilogue epilogue,
+                                          cudaStream_t stream = nullptr);
 // The host half of upload_weights: the re-laid chunks, [E, N/128, K/64, 4608 B] (same checks).
 std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilogue);
 

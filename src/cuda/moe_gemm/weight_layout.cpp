@@ -156,6 +156,52 @@ std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilog
   return host;
 }
 
+DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>& stacks, Epilogue epilogue,
+                                          cudaStream_t stream) {
+  FP4MOE_CHECK(!stacks.empty(), "sm90 upload: no expert stacks");
+  for (const ExpertStack* s : stacks) FP4MOE_CHECK(s != nullptr, "sm90 upload: null expert stack");
+  const ExpertStack& first = *stacks.front();
+  int64_t E = 0;
+  for (const ExpertStack* s : stacks) {
+    FP4MOE_CHECK(s->format == first.format && s->n == first.n && s->k == first.k,
+                 "sm90 upload: stacks differ ({} [{}, {}] vs {} [{}, {}])", weight_format_name(s->format), s->n, s->k,
+                 weight_format_name(first.format), first.n, first.k);
+    E += s->num_experts;
+  }
+  const int64_t N = first.n, K = first.k;
+  const bool mx = first.format == WeightFormat::MXFP4;
+  DeviceExpertWeights d;
+  d.format = first.format;
+  d.silu_layout = epilogue == Epilogue::SiluMul;
+  d.num_experts = int(E);
+  d.n = int(N);
+  d.k = int(K);
+  d.global_scale_host.assign(size_t(E), 1.0f);
+  const size_t per_expert = sm90::sm90_expert_tile_bytes(int(N), int(K));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.tiles), size_t(E) * per_expert));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), size_t(E) * 4));
+  int64_t e0 = 0;
+  for (const ExpertStack* s : stacks) {
+    // One stack at a time: its host re-layout is freed before the next one is made.
+    const std::vector<uint8_t> host = relayout_weights_sm90(*s, epilogue);
+    FP4MOE_CHECK(host.size() == size_t(s->num_experts) * per_expert, "sm90 upload: re-laid size mismatch");
+    if (!mx)
+      for (int64_t e = 0; e < s->num_experts; ++e) {
+        FP4MOE_CHECK(std::isfinite(s->global_scale[size_t(e)]), "sm90 upload: expert {} global scale is not finite",
+                     e0 + e);
+        d.global_scale_host[size_t(e0 + e)] = s->global_scale[size_t(e)];
+      }
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.tiles + size_t(e0) * per_expert, host.data(), host.size(),
+                                      cudaMemcpyHostToDevice, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` dies at the end of this iteration
+    e0 += s->num_experts;
+  }
+  FP4MOE_CUDA_CHECK(
+      cudaMemcpyAsync(d.global_scale, d.global_scale_host.data(), size_t(E) * 4, cudaMemcpyHostToDevice, stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return d;
+}
+
 DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream) {
   const std::vector<uint8_t> host = relayout_weights_sm90(w, epilogue);
   const int64_t E = w.num_experts, N = w.n, K = w.k;

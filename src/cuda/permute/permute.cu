@@ -1,12 +1,14 @@
-// Permutation kernels: chunked per-expert counts -> one-CTA scan -> stable ranks
-// (scatter of the maps), row gather, combine. See permute.hpp for the order contract.
+// Permutation: the dispatch between the fused small path (permute_small.cu) and the chunked
+// large path here (per-expert counts -> one-CTA scan -> stable ranks, scatter of the maps),
+// the row gather. The combine is in combine.cu. See permute.hpp for the order contract.
 #include "cuda/permute/permute.hpp"
 
 #include <algorithm>
 #include <string>
 
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/permute/bf16_vec.cuh"
+#include "cuda/permute/permute_launch.hpp"
+#include "cuda/permute/permute_pairs.cuh"
 #include "cuda/routing/host_check.hpp"
 
 namespace fp4moe::cuda {
@@ -21,14 +23,14 @@ int num_chunks(int64_t pairs) { return int((pairs + kPermuteChunk - 1) / kPermut
 
 // counts[c, e] = number of pairs of chunk c routed to expert e.
 __global__ void __launch_bounds__(kRankThreads)
-chunk_count_kernel(const int32_t* __restrict__ ids, int pairs, int E, int32_t* __restrict__ counts) {
+chunk_count_kernel(PairSource src, int pairs, int E, int32_t* __restrict__ counts) {
   extern __shared__ int cnt[];  // [E]
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
   const int begin = blockIdx.x * kPermuteChunk, end = min(begin + kPermuteChunk, pairs);
   for (int p = begin + threadIdx.x; p < end; p += blockDim.x) {
-    const int e = ids[p];
-    if (unsigned(e) < unsigned(E)) atomicAdd(&cnt[e], 1);
+    const int e = src.expert(p);
+    if (e >= 0) atomicAdd(&cnt[e], 1);
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[int64_t(blockIdx.x) * E + e] = cnt[e];
@@ -75,7 +77,7 @@ scan_kernel(const int32_t* __restrict__ counts, int chunks, int E, int32_t* __re
 
 // Stable rank of every pair inside its expert; writes both maps and the row weights.
 __global__ void __launch_bounds__(kRankThreads)
-rank_scatter_kernel(const int32_t* __restrict__ ids, const float* __restrict__ weights, int pairs, int E,
+rank_scatter_kernel(PairSource src, int pairs, int E,
                     const int32_t* __restrict__ base, int32_t* __restrict__ row_pair,
                     int32_t* __restrict__ pair_row, float* __restrict__ row_weight) {
   extern __shared__ int running[];  // [E]: next free row of expert e
@@ -85,8 +87,7 @@ rank_scatter_kernel(const int32_t* __restrict__ ids, const float* __restrict__ w
   const int tid = threadIdx.x;
   for (int round = 0; round < kPermuteChunk / kRankThreads; ++round) {
     const int p = blockIdx.x * kPermuteChunk + round * kRankThreads + tid;
-    int e = p < pairs ? ids[p] : -1;
-    if (unsigned(e) >= unsigned(E)) e = -1;
+    const int e = p < pairs ? src.expert(p) : -1;
     s_ids[tid] = e;
     __syncthreads();
     int rank = 0;
@@ -102,67 +103,29 @@ rank_scatter_kernel(const int32_t* __restrict__ ids, const float* __restrict__ w
     if (e >= 0) {
       row_pair[dest] = p;
       pair_row[p] = dest;
-      row_weight[dest] = weights[p];
+      row_weight[dest] = src.weight(p);
       if (last) running[e] = dest + 1;
     }
     __syncthreads();
   }
 }
 
-__global__ void gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ row_pair, int top_k,
-                                   int vecs_per_row, uint4* __restrict__ x_perm) {
+__global__ void gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ row_pair,
+                                   int rows_per_token, int vecs_per_row, uint4* __restrict__ x_perm) {
   const int64_t r = blockIdx.x;
-  const int64_t t = row_pair[r] / top_k;
+  const int64_t t = row_pair[r] / rows_per_token;
   const uint4* src = x + t * vecs_per_row;
   uint4* dst = x_perm + r * vecs_per_row;
   for (int v = threadIdx.x; v < vecs_per_row; v += blockDim.x) dst[v] = src[v];
 }
 
-template <typename Out>
-__global__ void combine_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ pair_row,
-                               const uint4* __restrict__ shared, int top_k, int vecs_per_row,
-                               Out* __restrict__ out) {
-  const int64_t t = blockIdx.x;
-  for (int v = threadIdx.x; v < vecs_per_row; v += blockDim.x) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int s = 0; s < top_k; ++s) {
-      const int64_t r = pair_row[t * top_k + s];
-      float f[8];
-      unpack_bf16x8(y[r * vecs_per_row + v], f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += f[i];
-    }
-    if (shared) {
-      float f[8];
-      unpack_bf16x8(shared[t * vecs_per_row + v], f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += f[i];
-    }
-    if constexpr (sizeof(Out) == 4) {
-      float4* o = reinterpret_cast<float4*>(out) + (t * vecs_per_row + v) * 2;
-      o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    } else {
-      reinterpret_cast<uint4*>(out)[t * vecs_per_row + v] = pack_bf16x8(acc);
-    }
-  }
+__global__ void fill_zero_kernel(int32_t* p, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = 0;
 }
 
 __global__ void fill_offsets_kernel(int32_t* offsets, int rows) {
   offsets[0] = 0;
   offsets[1] = rows;
-}
-
-template <typename Out>
-void combine_impl(const uint16_t* y, const int32_t* pair_row, const uint16_t* shared, int tokens, int top_k,
-                  int hidden, Out* out, cudaStream_t stream) {
-  require(hidden % 8 == 0, "combine: hidden = " + std::to_string(hidden) + " is not a multiple of 8");
-  if (tokens <= 0) return;
-  const int vecs = hidden / 8;
-  const int threads = std::min(256, (vecs + 31) / 32 * 32);
-  combine_kernel<Out><<<unsigned(tokens), threads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(y), pair_row, reinterpret_cast<const uint4*>(shared), top_k, vecs, out);
-  FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -172,48 +135,53 @@ size_t permute_scratch_bytes(int64_t max_pairs, int num_experts) {
 }
 
 void build_permutation(const PermuteArgs& a, cudaStream_t stream) {
-  require(a.num_experts >= 1 && a.num_experts <= kMaxPermuteExperts,
-          "permute: " + std::to_string(a.num_experts) + " experts; supported 1.." +
-              std::to_string(kMaxPermuteExperts));
-  const int64_t pairs64 = int64_t(a.tokens) * a.top_k;
+  require(a.extra_experts >= 0 && a.extra_experts <= kMaxPermuteExtraExperts,
+          "permute: " + std::to_string(a.extra_experts) + " extra experts; supported 0.." +
+              std::to_string(kMaxPermuteExtraExperts));
+  const int64_t all64 = int64_t(a.num_experts) + a.extra_experts;
+  require(a.num_experts >= 1 && all64 <= kMaxPermuteExperts,
+          "permute: " + std::to_string(a.num_experts) + " + " + std::to_string(a.extra_experts) +
+              " experts; supported 1.." + std::to_string(kMaxPermuteExperts) + " in all");
+  require(a.tokens >= 0 && a.top_k >= 0, "permute: negative tokens or top_k");
+  const int R = a.top_k + a.extra_experts;
+  const int64_t pairs64 = int64_t(a.tokens) * R;
   require(pairs64 < (int64_t(1) << 31), "permute: " + std::to_string(pairs64) + " pairs overflow int32");
-  const int pairs = int(pairs64), E = a.num_experts;
+  require(!a.x || (a.x_perm && a.hidden > 0 && a.hidden % 8 == 0),
+          "permute: fused gather needs x_perm and hidden % 8 == 0 (hidden = " + std::to_string(a.hidden) + ")");
+  const int pairs = int(pairs64), E = int(all64);
   if (pairs == 0) {
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(a.expert_offsets, 0, sizeof(int32_t) * (E + 1), stream));
+    fill_zero_kernel<<<1, 256, 0, stream>>>(a.expert_offsets, E + 1);
+    FP4MOE_CUDA_CHECK_LAUNCH();
     return;
   }
+  if (pairs <= kPermuteFusedMaxPairs) {
+    permute_detail::launch_permute_small(a, stream);
+    return;
+  }
+  const PairSource src{a.topk_ids, a.topk_weights, a.top_k, R, a.num_experts};
   const int chunks = num_chunks(pairs);
   int32_t* counts = static_cast<int32_t*>(a.scratch);  // [chunks, E]
   int32_t* base = counts + int64_t(chunks) * E;        // [chunks, E]
   const size_t smem = sizeof(int) * E;
-  chunk_count_kernel<<<chunks, kRankThreads, smem, stream>>>(a.topk_ids, pairs, E, counts);
+  chunk_count_kernel<<<chunks, kRankThreads, smem, stream>>>(src, pairs, E, counts);
   FP4MOE_CUDA_CHECK_LAUNCH();
   scan_kernel<<<1, kScanThreads, 0, stream>>>(counts, chunks, E, base, a.expert_offsets);
   FP4MOE_CUDA_CHECK_LAUNCH();
-  rank_scatter_kernel<<<chunks, kRankThreads, smem, stream>>>(a.topk_ids, a.topk_weights, pairs, E, base,
-                                                              a.row_pair, a.pair_row, a.row_weight);
+  rank_scatter_kernel<<<chunks, kRankThreads, smem, stream>>>(src, pairs, E, base, a.row_pair, a.pair_row,
+                                                              a.row_weight);
   FP4MOE_CUDA_CHECK_LAUNCH();
+  if (a.x) gather_rows_bf16(a.x, a.row_pair, pairs, R, a.hidden, a.x_perm, stream);
 }
 
-void gather_rows_bf16(const uint16_t* x, const int32_t* row_pair, int rows, int top_k, int hidden,
+void gather_rows_bf16(const uint16_t* x, const int32_t* row_pair, int rows, int rows_per_token, int hidden,
                       uint16_t* x_perm, cudaStream_t stream) {
   require(hidden % 8 == 0, "gather: hidden = " + std::to_string(hidden) + " is not a multiple of 8");
   if (rows <= 0) return;
   const int vecs = hidden / 8;
   const int threads = std::min(256, (vecs + 31) / 32 * 32);
-  gather_rows_kernel<<<unsigned(rows), threads, 0, stream>>>(reinterpret_cast<const uint4*>(x), row_pair, top_k,
-                                                             vecs, reinterpret_cast<uint4*>(x_perm));
+  gather_rows_kernel<<<unsigned(rows), threads, 0, stream>>>(reinterpret_cast<const uint4*>(x), row_pair,
+                                                             rows_per_token, vecs, reinterpret_cast<uint4*>(x_perm));
   FP4MOE_CUDA_CHECK_LAUNCH();
-}
-
-void combine_rows(const uint16_t* y, const int32_t* pair_row, const uint16_t* shared, int tokens, int top_k,
-                  int hidden, float* out_f32, cudaStream_t stream) {
-  combine_impl(y, pair_row, shared, tokens, top_k, hidden, out_f32, stream);
-}
-
-void combine_rows(const uint16_t* y, const int32_t* pair_row, const uint16_t* shared, int tokens, int top_k,
-                  int hidden, uint16_t* out_bf16, cudaStream_t stream) {
-  combine_impl(y, pair_row, shared, tokens, top_k, hidden, out_bf16, stream);
 }
 
 void fill_single_expert_offsets(int32_t* offsets, int rows, cudaStream_t stream) {

@@ -38,7 +38,7 @@ SmemPlan sm90_plan(const TileCfg& c, int num_experts) {
   p.add("weight scales (E4M3/E8M0)", int64_t(l.scale_bytes), 16,
         fmt::format("{} x {} rows x {}", c.stages, sm90::kBlockM, sm90::kBlockK / 16));
   p.add("mbarriers", int64_t(l.barrier_bytes), 8, fmt::format("{} x (full + empty) x 8 B", c.stages));
-  p.add("tile scheduler prefix", int64_t(l.sched_bytes), 16, fmt::format("({} + 1) experts x 4 B", num_experts));
+  p.add("tile scheduler prefix", int64_t(l.sched_bytes), 16, fmt::format("({} + 3) x 4 B: prefix, split count, split flag", num_experts));
   p.add("epilogue", int64_t(l.epilogue_bytes), 16, "registers straight to global: none");
   return p;
 }

@@ -159,17 +159,24 @@ std::vector<TileConfig> candidate_configs(const MoeGemmDesc& d) {
 TileConfig default_config(const MoeGemmDesc& d, double tokens_per_expert) {
   const std::vector<TileConfig> all = candidate_configs(d);
   FP4MOE_CHECK(!all.empty(), "sm90: no config fits {} experts", d.num_experts);
-  // Crossovers measured on the H200 (README.md): block_n 16 up to ~8 tokens per expert,
-  // 64 to ~32, 128 to ~300, then 256.
-  const int want = tokens_per_expert <= 8 ? 16 : tokens_per_expert <= 32 ? 64 : tokens_per_expert <= 300 ? 128 : 256;
+  // Crossovers measured on the H200 (README.md, bench/RESULTS.md): block_n 16 up to ~8 tokens
+  // per expert, 64 to ~32, 128 to ~128; at 256 per expert (T = 8192, top-8 of 256) the tuner
+  // measured 128x256 s6 16 % faster than 128x128 s8, so 256 from there on.
+  const int want = tokens_per_expert <= 8 ? 16 : tokens_per_expert <= 32 ? 64 : tokens_per_expert <= 128 ? 128 : 256;
   for (const TileConfig& c : all)
     if (c.block_n == want) return c;
   return all.front();
 }
 
+namespace {
+// Workspace = [W4A4: fake-quantized x, then the FP32 global scalar (256 B)] [split-K state].
+size_t act_workspace_bytes(const MoeGemmDesc& d) {
+  return d.act == ActFormat::NVFP4_EMULATED ? sm90::align_up(act_buffer_bytes(d) + 256, 256) : 0;
+}
+}  // namespace
+
 size_t workspace_bytes(const MoeGemmDesc& d, const TileConfig& c) {
-  if (d.act != ActFormat::NVFP4_EMULATED) return 0;
-  return act_buffer_bytes(d) + 256;  // fake-quantized x, then the FP32 global scalar
+  return act_workspace_bytes(d) + sm90::sm90_split_workspace_bytes(c.block_n);
 }
 
 void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertWeights& w, const MoeGemmArgs& a) {
@@ -230,6 +237,11 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   l.stages = c.stages;
   l.epilogue = d.epilogue == Epilogue::SiluMul ? 1 : d.epilogue == Epilogue::RowScale ? 2 : 0;
   l.mxfp4 = d.weight == WeightFormat::MXFP4;
+  // Adaptive split-K needs its workspace part; without a workspace the kernel never splits.
+  if (a.workspace && sm90::sm90_split_k_capable(c.block_n)) {
+    FP4MOE_CHECK(aligned(a.workspace, 256), "run_moe_gemm: the workspace must be 256-byte aligned");
+    l.split_ws = static_cast<uint8_t*>(a.workspace) + act_workspace_bytes(d);
+  }
   sm90::launch_grouped_gemm(l, a.stream);
 #endif
 }

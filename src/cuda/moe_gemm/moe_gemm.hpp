@@ -126,7 +126,9 @@ std::vector<TileConfig> candidate_configs(const MoeGemmDesc& desc);
 // A reasonable config without tuning, from the average tokens per hit expert.
 TileConfig default_config(const MoeGemmDesc& desc, double tokens_per_expert);
 
-// Device workspace `run_moe_gemm` needs (W4A4: the fake-quantized activations + scalar).
+// Device workspace `run_moe_gemm` needs: W4A4 (the fake-quantized activations + scalar), then
+// the adaptive split-K state of block_n <= 64 (16 MiB of FP32 partials + counters; with a null
+// workspace the kernel does not split). 256-byte aligned.
 size_t workspace_bytes(const MoeGemmDesc& desc, const TileConfig& cfg);
 
 // Runs y = epilogue(x * W^T) on args.stream. No host synchronisation; graph-capturable.

@@ -19,6 +19,7 @@ struct Sm90GemmLaunch {
   void* y = nullptr;                     // [m_rows, y_ld] bf16
   int num_experts = 0, n = 0, k = 0, m_rows = 0, y_ld = 0;
   int block_n = 0, stages = 0;
+  void* split_ws = nullptr;              // sm90_split_workspace_bytes(block_n) bytes, or null: no split-K
   int epilogue = 0;                      // sm90::EpilogueKind
   bool mxfp4 = false;
 };

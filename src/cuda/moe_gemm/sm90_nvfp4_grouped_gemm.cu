@@ -45,8 +45,20 @@ void launch_n(const Sm90GemmLaunch& a, cudaStream_t stream) {
   p.mxfp4 = a.mxfp4 ? 1 : 0;
   static const int sms = sm_count();
   const long long row_tiles = a.n / kBlockM;
-  const long long max_tiles = ((long long)(a.m_rows + kBlockN - 1) / kBlockN + a.num_experts) * row_tiles;
-  const int grid = int(std::min<long long>(sms * sm90_ctas_per_sm(kBlockN), max_tiles));
+  // Token tiles <= rows and <= (non-empty experts <= min(E, rows)) + rows / block_n.
+  const long long rows = a.m_rows;
+  const long long token_tiles = std::min<long long>(rows, std::min<long long>(a.num_experts, rows) + rows / kBlockN);
+  const long long max_tiles = token_tiles * row_tiles;
+  int max_splits = 1;
+  if (sm90_split_k_capable(kBlockN) && a.split_ws) {
+    max_splits = kSm90MaxSplits;
+    p.partials = static_cast<float*>(a.split_ws);
+    p.counters = reinterpret_cast<int*>(static_cast<uint8_t*>(a.split_ws) + kSm90SplitPartialBudget);
+    p.split_cap_units = sm90_split_cap_units(kBlockN);
+    p.max_splits = max_splits;
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, size_t(p.split_cap_units) * sizeof(int), stream));
+  }
+  const int grid = int(std::min<long long>(sms * sm90_ctas_per_sm(kBlockN), max_tiles * max_splits));
   sm90_fp4_grouped_gemm_kernel<kBlockN><<<grid, sm90_threads(kBlockN), L.total, stream>>>(*static_cast<const CUtensorMap*>(a.x_map), p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }

@@ -35,6 +35,9 @@ struct GroupedGemmParams {
   const int32_t* offsets = nullptr;      // [E+1]
   const float* row_scale = nullptr;      // [M_total] (RowScale)
   __nv_bfloat16* y = nullptr;            // [M_total, y_ld]
+  float* partials = nullptr;             // split-K: [cap units][kAcc / 4][256] float4, or null
+  int* counters = nullptr;               // split-K: [cap units] per-tile arrivals (zero on entry)
+  int split_cap_units = 0, max_splits = 1;
   int num_experts = 0, n = 0, k = 0, y_ld = 0, stages = 0;
   int epilogue = 0;                      // EpilogueKind
   int mxfp4 = 0;
@@ -74,6 +77,30 @@ __device__ __forceinline__ TileCoord tile_coord(const int* prefix, int num_exper
   return {lo, local / row_tiles, local % row_tiles};
 }
 
+// The split factor for `tiles` row tiles on `slots` CTAs: minimises the makespan estimate
+// waves(S) * (k_tiles / S + 2) (2 = fill + partial round trip, in K stages); S = 1 unless a
+// split is >= 3 % better. Plain integer/float math: the host tests can call it too.
+__host__ __device__ inline int sm90_pick_splits(int tiles, int slots, int k_tiles, int max_splits, int cap_units) {
+  int best_s = 1;
+  const auto cost = [&](int s) {
+    const long long units = (long long)tiles * s;
+    const long long waves = (units + slots - 1) / slots;
+    return float(waves) * (float(k_tiles) / float(s) + 2.0f);
+  };
+  float best = cost(1);
+  for (int s = 2; s <= max_splits && s <= k_tiles; ++s) {
+    if ((long long)tiles * s > cap_units) break;
+    const float c = cost(s);
+    if (c < best * 0.97f) {
+      best = c;
+      best_s = s;
+    }
+  }
+  return best_s;
+}
+
+__device__ __forceinline__ void consumer_bar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
 template <int kAcc>
 __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
 #pragma unroll
@@ -105,7 +132,8 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
   uint8_t* smem_chunk = smem + L.chunk_offset;  // [stages][4608]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.barrier_offset);  // [stages]
   uint64_t* empty = full + p.stages;                                       // [stages]
-  int* prefix = reinterpret_cast<int*>(smem + L.sched_offset);             // [E+1]
+  int* prefix = reinterpret_cast<int*>(smem + L.sched_offset);             // [E+1], splits, flag
+  volatile int* split_flag = prefix + p.num_experts + 2;
 
   const int tid = threadIdx.x;
   const int row_tiles = p.n / kBlockM;
@@ -131,6 +159,10 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
     }
     if (tid == 0) {
       prefix[0] = 0;
+      prefix[p.num_experts + 1] =
+          p.partials && p.counters && p.max_splits > 1
+              ? sm90_pick_splits(running, int(gridDim.x), k_tiles, p.max_splits, p.split_cap_units)
+              : 1;
       for (int s = 0; s < p.stages; ++s) {
         mbar_init(&full[s], 1);
         mbar_init(&empty[s], kConsumerWarpgroups);
@@ -141,6 +173,8 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
   }
   __syncthreads();
   const int total_tiles = prefix[p.num_experts];
+  const int splits = prefix[p.num_experts + 1];
+  const int total_units = total_tiles * splits;  // unit u = tile u / splits, K part u % splits
   const int wg = tid / 128;  // 0, 1: consumers; threads from 256 on: the producer
 
   if (tid >= 128 * kConsumerWarpgroups) {
@@ -151,11 +185,13 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
       const uint32_t stage_tx = kChunkBytes + kBlockN * kBlockK * 2;
       int s = 0;
       uint32_t phase = 0;
-      for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+      for (int u = blockIdx.x; u < total_units; u += gridDim.x) {
+        const int t = u / splits, part = u - t * splits;
         const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
         const int row0 = p.offsets[c.expert] + c.token_tile * kBlockN;
         const uint8_t* src = p.tiles + (size_t(c.expert) * row_tiles + c.row_tile) * size_t(k_tiles) * kChunkBytes;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        const int kt_end = (part + 1) * k_tiles / splits;
+        for (int kt = part * k_tiles / splits; kt < kt_end; ++kt) {
           mbar_wait(&empty[s], phase ^ 1u);
           mbar_arrive_expect_tx(&full[s], stage_tx);
           bulk_copy_g2s(smem_chunk + size_t(s) * kChunkBytes, src + size_t(kt) * kChunkBytes, kChunkBytes, &full[s],
@@ -188,7 +224,9 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
     uint32_t a0[4][4], a1[4][4];  // two register buffers of decoded A: 4 K steps each
     int s_next = 0;               // ring position and phase, advanced without divisions
     uint32_t phase = 0;
-    for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    for (int u = blockIdx.x; u < total_units; u += gridDim.x) {
+      const int t = u / splits, part = u - t * splits;
+      const int nk = (part + 1) * k_tiles / splits - part * k_tiles / splits;
       const TileCoord c = tile_coord(prefix, p.num_experts, row_tiles, t);
       // Last token tile of an expert: run the narrowest wgmma N (quarters of kBlockN) that
       // covers its tokens, so a 20-token tail does not cost a 256-token MMA.
@@ -230,14 +268,53 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
         }
       };
       int kt = 0;
-      for (; kt + 1 < k_tiles; kt += 2) {
+      for (; kt + 1 < nk; kt += 2) {
         stage(a0);
         stage(a1);
       }
-      if (kt < k_tiles) stage(a0);
+      if (kt < nk) stage(a0);
       wgmma_wait<0>();
       fence_acc(acc);
       if (prev_stage >= 0 && ctid == 0) mbar_arrive(&empty[prev_stage]);
+
+      // ---------------- split-K: partials, the tile's last unit sums them ----------------
+      if constexpr (sm90_split_k_capable(kBlockN)) {
+      if (splits > 1) {
+        float4* part_buf = reinterpret_cast<float4*>(p.partials);
+        constexpr int kVec = kAcc / 4;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          __stcg(part_buf + (size_t(u) * kVec + i) * 256 + tid,
+                 make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        __threadfence();
+        consumer_bar();
+        if (tid == 0) *split_flag = atomicAdd(p.counters + t, 1) == splits - 1 ? 1 : 0;
+        consumer_bar();
+        if (*split_flag == 0) continue;  // another unit of this tile finishes it
+        __threadfence();
+        float sum[kAcc];
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) sum[i] = 0.0f;
+        for (int sp = 0; sp < splits; ++sp) {  // fixed order: the result does not depend on who is last
+          if (sp == part) {
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) sum[i] += acc[i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) {
+              const float4 v = __ldcg(part_buf + (size_t(t * splits + sp) * kVec + i) * 256 + tid);
+              sum[4 * i] += v.x;
+              sum[4 * i + 1] += v.y;
+              sum[4 * i + 2] += v.z;
+              sum[4 * i + 3] += v.w;
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] = sum[i];
+        if (tid == 0) p.counters[t] = 0;  // ready for the next launch (the launcher also zeroes)
+      }
+      }
 
       // ---------------- epilogue: registers -> global (bf16) ----------------
       const int e = c.expert;

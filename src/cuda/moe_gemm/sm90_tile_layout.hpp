@@ -12,7 +12,8 @@
 //   A  (FP4 weights + scales) one re-laid 4608-byte chunk copied by one cp.async.bulk:
 //      4096 B of E2M1 codes (128 rows x 64 K / 2) then 512 B of scales (128 rows x 4)
 //   barriers: full + empty mbarrier, 8 B each
-// plus the tile scheduler's per-expert prefix of tile counts ((E + 1) x 4 B) and 1024 B of
+// plus the tile scheduler's state ((E + 3) x 4 B: the per-expert prefix of tile counts, the
+// split-K factor the CTAs agreed on, the split-K "last arrival" flag) and 1024 B of
 // slack to align the dynamic shared-memory base to 1024 B. The epilogue writes registers
 // straight to global memory (bf16x2 stores): it needs no shared memory.
 //
@@ -66,7 +67,7 @@ struct Sm90SmemLayout {
   size_t a_bytes = 0;       // all stages of FP4 codes
   size_t scale_bytes = 0;   // all stages of scales
   size_t barrier_bytes = 0; // full + empty per stage
-  size_t sched_bytes = 0;   // per-expert tile prefix
+  size_t sched_bytes = 0;   // per-expert tile prefix [E + 1], split count, split-K flag
   size_t epilogue_bytes = 0;
   // offsets from the aligned base
   size_t b_offset = 0, chunk_offset = 0, barrier_offset = 0, sched_offset = 0;
@@ -85,7 +86,7 @@ constexpr Sm90SmemLayout sm90_smem_layout(int block_n, int stages, int num_exper
   l.a_bytes = size_t(stages) * kCodeBytes;
   l.scale_bytes = size_t(stages) * kScaleBytes;
   l.barrier_bytes = size_t(stages) * 2 * 8;
-  l.sched_bytes = align_up(size_t(num_experts + 1) * 4, 16);
+  l.sched_bytes = align_up(size_t(num_experts + 3) * 4, 16);
   l.epilogue_bytes = 0;
   l.b_offset = 0;
   l.chunk_offset = l.b_offset + l.b_bytes;  // 1024-aligned: block_n * 128 B per stage
@@ -120,6 +121,22 @@ constexpr int sm90_max_stages(int block_n, int num_experts, int max_stages = 16)
   for (int s = max_stages; s >= 2; --s)
     if (sm90_smem_layout(block_n, s, num_experts).total <= sm90_smem_limit(block_n)) return s;
   return 0;
+}
+
+// Adaptive split-K (decode: too few row tiles to fill the GPU, e.g. T = 1 with 9 experts ->
+// 288 tiles for 264 CTA slots): the kernel picks a split factor S <= kSm90MaxSplits on the
+// device from the tile count (no host sync); each (tile, split) unit writes its FP32
+// accumulators to the workspace, the last unit of a tile (per-tile counter) sums the S
+// partials in split order (deterministic) and runs the epilogue. Only block_n <= 64.
+inline constexpr int kSm90MaxSplits = 8;
+inline constexpr size_t kSm90SplitPartialBudget = size_t(16) << 20;  // bytes of FP32 partials
+constexpr bool sm90_split_k_capable(int block_n) { return block_n <= 64; }
+constexpr size_t sm90_split_unit_bytes(int block_n) { return size_t(kBlockM) * size_t(block_n) * 4; }
+// Units (tile x split) the partial buffer holds = the per-tile counters' count.
+constexpr int sm90_split_cap_units(int block_n) { return int(kSm90SplitPartialBudget / sm90_split_unit_bytes(block_n)); }
+// Workspace bytes of the split-K state: partials, then one int counter per unit slot.
+constexpr size_t sm90_split_workspace_bytes(int block_n) {
+  return sm90_split_k_capable(block_n) ? kSm90SplitPartialBudget + size_t(sm90_split_cap_units(block_n)) * 4 : 0;
 }
 
 // Weight bytes of one expert in the re-laid layout.

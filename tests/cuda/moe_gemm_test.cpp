@@ -571,12 +571,15 @@ TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
   const int E = 256;
   std::vector<int64_t> Ts = {1, 8, 32, 128, 512, 2048, 8192, 16384};
   if (const char* env = std::getenv("FP4MOE_PERF_T")) Ts = {std::atoll(env)};
+  const char* only_bn = std::getenv("FP4MOE_PERF_BLOCK_N");  // one config (ncu runs)
+  const char* only_op = std::getenv("FP4MOE_PERF_OP");
   DeviceBuf<uint8_t> flush(128u << 20);
   cudaEvent_t e0, e1;
   FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
   FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
   const int64_t max_rows = 16384 * 8;
   for (const Op& op : ops) {
+    if (only_op && std::string(only_op) != op.name) continue;
     const ExpertStack one = random_stack(WeightFormat::NVFP4, 1, op.n, op.k, 11);
     const std::vector<uint8_t> chunk = relayout_weights_sm90(one, op.ep);
     DeviceExpertWeights w;
@@ -624,6 +627,7 @@ TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
       const double flops = 2.0 * double(M) * op.n * op.k;
       const double bytes = double(hit) * (double(op.n) * op.k * 0.5625 + 4) + double(M) * op.k * 2 + double(M) * out_n * 2;
       for (const TileConfig& cfg : candidate_configs(d)) {
+        if (only_bn && cfg.block_n != std::atoi(only_bn)) continue;
         std::vector<float> ms;
         for (int it = 0; it < 10; ++it) {
           FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));

@@ -86,6 +86,40 @@ Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a)
   return f;
 }
 
+// ---- sm90-decode: the mma.sync weight-streaming kernel, same carve-up, 3 CTAs per SM ----
+
+Feasibility sm90_decode_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
+  Feasibility f;
+  if (!a.tma || !a.mma_sync_bf16 || a.cc != 90)
+    f.reject(RejectKind::Arch, fmt::format("built for sm_90a only (TMA, mbarrier, mma.sync); {} is not sm_90", a.name));
+  if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
+  if (p.act != Act::BF16 && p.act != Act::NVFP4) f.reject(RejectKind::Numerics, "takes BF16 activations");
+  if (p.n % sm90::kBlockM != 0)
+    f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the {}-row weight tile", p.n, sm90::kBlockM));
+  if (p.k % sm90::kBlockK != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of {}", p.k, sm90::kBlockK));
+  if (!sm90::sm90_decode_block_n_supported(t.cfg.block_n))
+    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated (8, 16, 32)", t.cfg.block_n));
+  if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
+  SmemPlan plan = sm90_plan(t.cfg, p.num_experts);
+  const int64_t need = int64_t(sm90::sm90_smem_layout(t.cfg.block_n, t.cfg.stages, p.num_experts).total);
+  FP4MOE_CHECK(plan.total() == need, "tuner's sm90 smem terms ({}) disagree with sm90_tile_layout.hpp ({})",
+               plan.total(), need);
+  const int ctas = sm90::kDecodeCtasPerSm;
+  const int64_t share = a.smem_per_sm / ctas - a.smem_reserved_per_block;
+  if (need > share)
+    f.reject(RejectKind::SharedMemory,
+             fmt::format("{}x{}x{} x {} stages needs {} B; it runs {} CTAs per SM, each may use {} B of {}'s {} B",
+                         t.cfg.block_m, t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), ctas,
+                         with_commas(share), a.name, with_commas(a.smem_per_sm)));
+  const int threads = sm90::kDecodeThreads * ctas;
+  f.notes.push_back(fmt::format("{} CTAs of {} threads per SM: at most {} registers per thread of {}", ctas,
+                                sm90::kDecodeThreads, a.regs_per_sm / threads / 8 * 8, a.regs_per_sm));
+  f.notes.push_back(fmt::format("{} FP32 accumulators per consumer thread (16 rows x {} tokens per warp)",
+                                t.cfg.block_n / 2, t.cfg.block_n));
+  f.smem = std::move(plan);
+  return f;
+}
+
 // ---- the baseline and the fallback ----
 
 Feasibility dequant_valid(const GemmProblem& p, const ArchInfo& a) {
@@ -194,6 +228,13 @@ std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
       Tactic t{Impl::Sm90Wgmma, TileCfg{sm90::kBlockM, bn, sm90::kBlockK, st, 1, 1}};
       out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return sm90_valid(t, q, a); }});
     }
+  }
+  // The decode kernel: each block_n with the deepest ring its per-CTA share allows (what
+  // cuda::candidate_configs picks).
+  for (int bn : {8, 16, 32}) {
+    const int deepest = sm90::sm90_decode_max_stages(bn, experts, 16);
+    Tactic t{Impl::Sm90Decode, TileCfg{sm90::kBlockM, bn, sm90::kBlockK, std::max(deepest, 2), 1, 1}};
+    out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return sm90_decode_valid(t, q, a); }});
   }
   out.push_back({Tactic{Impl::DequantCublas, TileCfg{}}, dequant_valid});
   out.push_back({fallback_tactic("moe-gemm"), generic_valid});

@@ -333,9 +333,14 @@ std::string measured_verdict(const std::string& op, const std::vector<ProblemRes
     s += fmt::format("; dequant-cublas (a dequantize pass, then one cuBLASLt GEMM per hit expert: no grouped "
                      "path) is {:.2f}-{:.2f}x slower",
                      base_lo, base_hi);
-  const bool ours_everywhere = wins.size() == 1 && (wins.begin()->first == Impl::Sm90Wgmma || wins.begin()->first == Impl::Sm90Decode);
+  // Our kernels (the wgmma kernel, the decode kernel, or both at different buckets) win
+  // every bucket: the path is the best one measured.
+  bool ours_everywhere = true;
+  for (const auto& [impl, where] : wins) ours_everywhere &= impl == Impl::Sm90Wgmma || impl == Impl::Sm90Decode;
   if (ours_everywhere)
-    s += ": the current path is the best one.";
+    s += wins.size() == 1 ? ": the current path is the best one."
+                          : ": our two kernels split the buckets; the plan picks the faster per bucket: the current "
+                            "path is the best one.";
   else if (wins.count(Impl::DequantCublas))
     s += ": the cuBLAS baseline beats our kernels at some buckets; the plan uses it there.";
   else

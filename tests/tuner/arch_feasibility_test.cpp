@@ -211,8 +211,22 @@ TEST(Sm90, EveryConfigOfOurKernelIsAcceptedOnSm90WithTheLayoutHeadersBytes) {
       EXPECT_LE(v.feasibility.smem->total(), a.smem_per_block_optin);
       EXPECT_LE(v.feasibility.smem->total(), int64_t(cuda::sm90::sm90_smem_limit(v.tactic.cfg.block_n)));
     }
+    int decode_ok = 0;
+    for (const TacticVerdict& v : pf.feasible) {
+      if (v.tactic.impl != Impl::Sm90Decode) continue;
+      ++decode_ok;
+      ASSERT_TRUE(v.feasibility.smem.has_value());
+      const auto l = cuda::sm90::sm90_smem_layout(v.tactic.cfg.block_n, v.tactic.cfg.stages, p.num_experts);
+      EXPECT_EQ(v.feasibility.smem->total(), int64_t(l.total)) << v.tactic.name();
+      // 3 CTAs per SM: each within a third of the SM's 233,472 B less the 1 KB reserved.
+      EXPECT_LE(v.feasibility.smem->total(), a.smem_per_sm / cuda::sm90::kDecodeCtasPerSm - a.smem_reserved_per_block);
+      EXPECT_EQ(int64_t(cuda::sm90::sm90_decode_smem_limit()),
+                a.smem_per_sm / cuda::sm90::kDecodeCtasPerSm - a.smem_reserved_per_block);
+    }
+    EXPECT_EQ(decode_ok, 3) << "decode block_n 8, 16, 32";
     for (const TacticVerdict& v : pf.rejected) {
       EXPECT_NE(v.tactic.impl, Impl::Sm90Wgmma) << v.tactic.name() << ": " << v.feasibility.reason();
+      EXPECT_NE(v.tactic.impl, Impl::Sm90Decode) << v.tactic.name() << ": " << v.feasibility.reason();
       EXPECT_NE(v.tactic.impl, Impl::Generic);
       EXPECT_NE(v.tactic.impl, Impl::DequantCublas);
       if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled || v.tactic.impl == Impl::Sm120MmaBlockScaled) {
@@ -230,6 +244,9 @@ TEST(Sm90, RejectedElsewhereAndForBadShapes) {
   ASSERT_NE(v, nullptr);
   EXPECT_TRUE(v->feasibility.rejected_for(RejectKind::Arch));
   EXPECT_TRUE(v->feasibility.rejected_for(RejectKind::SharedMemory));  // 226 KB > 99 KB as well
+  const TacticVerdict* d = find_verdict(pf, "sm90-decode 128x8x64 s13");
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->feasibility.rejected_for(RejectKind::Arch));  // built for sm_90a only
   p.n = 4000;  // not a multiple of the 128-row tile
   const ProblemFeasibility bad = check_feasibility("moe-gemm", p, arch_by_name("sm_90"));
   for (const TacticVerdict& t : bad.rejected)

@@ -47,6 +47,11 @@ int stages_for(int block_n, int num_experts) {
   return sm90::sm90_max_stages(block_n, num_experts, cap);
 }
 
+// The decode kernel runs kDecodeCtasPerSm CTAs per SM: the deepest ring that fits its share.
+int decode_stages_for(int block_n, int num_experts) {
+  return sm90::sm90_decode_max_stages(block_n, num_experts, 16);
+}
+
 int current_sm() {
   static const int sm = [] {
     int dev = 0, major = 0, minor = 0;
@@ -107,17 +112,17 @@ std::string to_string(const TileConfig& c) {
 }
 
 std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {
-  if (c.kernel == GemmKernel::Sm90Decode)
-    return "sm90_decode is not implemented: sm90_wgmma with block_n 16 serves the decode regime";
-  if (c.kernel != GemmKernel::Sm90Wgmma)
+  const bool decode = c.kernel == GemmKernel::Sm90Decode;
+  if (c.kernel != GemmKernel::Sm90Wgmma && !decode)
     return fmt::format("{} is not an sm90 config (see generic_can_implement / dequant_cublas_can_implement)",
                        kernel_name(c.kernel));
+  const char* name = kernel_name(c.kernel);
 #ifndef FP4MOE_HAVE_SM90
-  return "sm90_wgmma was not compiled: this build has no sm_90a target (CMAKE_CUDA_ARCHITECTURES)";
+  return fmt::format("{} was not compiled: this build has no sm_90a target (CMAKE_CUDA_ARCHITECTURES)", name);
 #endif
-  if (sm != 90) return fmt::format("sm90_wgmma needs sm_90a (wgmma, TMA); this GPU is sm_{}", sm);
+  if (sm != 90) return fmt::format("{} needs sm_90a (TMA, {}); this GPU is sm_{}", name, decode ? "mbarrier" : "wgmma", sm);
   if (d.weight != WeightFormat::NVFP4 && d.weight != WeightFormat::MXFP4)
-    return fmt::format("sm90_wgmma takes NVFP4 or MXFP4 weights, not {}", weight_format_name(d.weight));
+    return fmt::format("{} takes NVFP4 or MXFP4 weights, not {}", name, weight_format_name(d.weight));
   if (d.num_experts < 1) return fmt::format("num_experts = {} (need >= 1)", d.num_experts);
   if (d.n <= 0 || d.n % sm90::kBlockM != 0)
     return fmt::format("N = {} is not a positive multiple of {} (the weight-row tile)", d.n, sm90::kBlockM);
@@ -125,25 +130,37 @@ std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {
     return fmt::format("K = {} is not a positive multiple of {} (the K stage)", d.k, sm90::kBlockK);
   if (d.max_tokens < 0) return fmt::format("max_tokens = {} is negative", d.max_tokens);
   if (c.block_m != sm90::kBlockM || c.block_k != sm90::kBlockK)
-    return fmt::format("block_m x block_k = {} x {}; sm90_wgmma is built for {} x {}", c.block_m, c.block_k,
+    return fmt::format("block_m x block_k = {} x {}; {} is built for {} x {}", c.block_m, c.block_k, name,
                        sm90::kBlockM, sm90::kBlockK);
-  if (!sm90::sm90_block_n_supported(c.block_n))
-    return fmt::format("block_n = {} is not instantiated (16, 64, 128, 256)", c.block_n);
+  if (decode ? !sm90::sm90_decode_block_n_supported(c.block_n) : !sm90::sm90_block_n_supported(c.block_n))
+    return fmt::format("block_n = {} is not instantiated ({})", c.block_n, decode ? "8, 16, 32" : "16, 64, 128, 256");
   if (c.split_k != 1 || c.cluster != 1)
-    return fmt::format("split_k = {}, cluster = {}: sm90_wgmma supports 1 and 1", c.split_k, c.cluster);
+    return fmt::format("split_k = {}, cluster = {}: {} supports 1 and 1 (it splits K itself)", c.split_k, c.cluster,
+                       name);
   if (c.stages < 2) return fmt::format("stages = {} (need >= 2)", c.stages);
   const sm90::Sm90SmemLayout L = sm90::sm90_smem_layout(c.block_n, c.stages, d.num_experts);
-  if (L.total > sm90::sm90_smem_limit(c.block_n))
+  const size_t limit = decode ? sm90::sm90_decode_smem_limit() : sm90::sm90_smem_limit(c.block_n);
+  const int ctas = decode ? sm90::kDecodeCtasPerSm : sm90::sm90_ctas_per_sm(c.block_n);
+  if (L.total > limit)
     return fmt::format(
         "needs {} B of shared memory (B {} + A {} + scales {} + barriers {} + scheduler {} + align {} + epilogue {}), "
         "sm_90 allows {} B per CTA at {} CTA(s) per SM",
         L.total, L.b_bytes, L.a_bytes, L.scale_bytes, L.barrier_bytes, L.sched_bytes, L.align_slack, L.epilogue_bytes,
-        sm90::sm90_smem_limit(c.block_n), sm90::sm90_ctas_per_sm(c.block_n));
+        limit, ctas);
   return {};
 }
 
 std::vector<TileConfig> candidate_configs(const MoeGemmDesc& d) {
   std::vector<TileConfig> out;
+  for (int bn : {8, 16, 32}) {
+    TileConfig c;
+    c.kernel = GemmKernel::Sm90Decode;
+    c.block_m = sm90::kBlockM;
+    c.block_n = bn;
+    c.block_k = sm90::kBlockK;
+    c.stages = decode_stages_for(bn, std::max(d.num_experts, 1));
+    if (c.stages >= 2) out.push_back(c);
+  }
   for (int bn : {16, 64, 128, 256}) {
     TileConfig c;
     c.kernel = GemmKernel::Sm90Wgmma;
@@ -159,13 +176,21 @@ std::vector<TileConfig> candidate_configs(const MoeGemmDesc& d) {
 TileConfig default_config(const MoeGemmDesc& d, double tokens_per_expert) {
   const std::vector<TileConfig> all = candidate_configs(d);
   FP4MOE_CHECK(!all.empty(), "sm90: no config fits {} experts", d.num_experts);
-  // Crossovers measured on the H200 (README.md, bench/RESULTS.md): block_n 16 up to ~8 tokens
-  // per expert, 64 to ~32, 128 to ~128; at 256 per expert (T = 8192, top-8 of 256) the tuner
-  // measured 128x256 s6 16 % faster than 128x128 s8, so 256 from there on.
-  const int want = tokens_per_expert <= 8 ? 16 : tokens_per_expert <= 32 ? 64 : tokens_per_expert <= 128 ? 128 : 256;
+  // Decode regime (weights streamed once per token tile): the mma.sync kernel with the
+  // narrowest tile that holds most experts' tokens in one tile (an expert with more tokens
+  // reads its weights once per tile). Then wgmma: block_n 64 to ~48 tokens per expert, 128 to
+  // ~128; at 256 per expert (T = 8192, top-8 of 256) the tuner measured 128x256 s6 16 % faster
+  // than 128x128 s8, so 256 from there on. Crossovers: bench/RESULTS.md.
+  GemmKernel kernel = GemmKernel::Sm90Wgmma;
+  int want = 256;
+  if (tokens_per_expert <= 4.5) kernel = GemmKernel::Sm90Decode, want = 8;
+  else if (tokens_per_expert <= 12) kernel = GemmKernel::Sm90Decode, want = 16;
+  else if (tokens_per_expert <= 24) kernel = GemmKernel::Sm90Decode, want = 32;
+  else if (tokens_per_expert <= 48) want = 64;
+  else if (tokens_per_expert <= 128) want = 128;
   for (const TileConfig& c : all)
-    if (c.block_n == want) return c;
-  return all.front();
+    if (c.kernel == kernel && c.block_n == want) return c;
+  return all.back();
 }
 
 namespace {
@@ -237,6 +262,7 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   l.stages = c.stages;
   l.epilogue = d.epilogue == Epilogue::SiluMul ? 1 : d.epilogue == Epilogue::RowScale ? 2 : 0;
   l.mxfp4 = d.weight == WeightFormat::MXFP4;
+  l.decode = c.kernel == GemmKernel::Sm90Decode;
   // Adaptive split-K needs its workspace part; without a workspace the kernel never splits.
   if (a.workspace && sm90::sm90_split_k_capable(c.block_n)) {
     FP4MOE_CHECK(aligned(a.workspace, 256), "run_moe_gemm: the workspace must be 256-byte aligned");

@@ -22,8 +22,10 @@ struct Sm90GemmLaunch {
   void* split_ws = nullptr;              // sm90_split_workspace_bytes(block_n) bytes, or null: no split-K
   int epilogue = 0;                      // sm90::EpilogueKind
   bool mxfp4 = false;
+  bool decode = false;                   // the mma.sync decode kernel (block_n 8, 16, 32)
 };
 
 void launch_grouped_gemm(const Sm90GemmLaunch& a, cudaStream_t stream);
+void launch_grouped_gemm_decode(const Sm90GemmLaunch& a, cudaStream_t stream);
 
 }  // namespace fp4moe::cuda::sm90

@@ -27,8 +27,10 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = smem_u32(bar);
+__device__ __forceinline__ void mbar_arrive(uint32_t addr) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) {
   uint32_t done = 0;
   do {
     asm volatile(
@@ -38,6 +40,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_u32(bar), parity); }
 
 // ---- copies -----------------------------------------------------------------------------
 // 1-D bulk copy global -> shared completing on `bar` (bytes and addresses 16-byte aligned).
@@ -109,6 +112,27 @@ __device__ __forceinline__ uint2 lds64(uint32_t addr) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
+
+// Four 8x8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix
+// i / 8); register q holds (row lane / 4, columns 2 (lane % 4), +1) of matrix q.
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// ---- warp-level MMA (sm_80+) --------------------------------------------------------------
+// d (16 x 8, f32) += a (16 x 16 bf16, row) * b (16 x 8 bf16, col): the m16n8k16 fragments.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float* d, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Makes `v` opaque to the compiler, so that a loop invariant stays in its register instead of
+// being recomputed inside the loop (rematerialization).
+__device__ __forceinline__ void pin_register(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
 // ---- arithmetic -------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {

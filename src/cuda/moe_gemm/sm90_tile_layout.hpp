@@ -139,6 +139,22 @@ constexpr size_t sm90_split_workspace_bytes(int block_n) {
   return sm90_split_k_capable(block_n) ? kSm90SplitPartialBudget + size_t(sm90_split_cap_units(block_n)) * 4 : 0;
 }
 
+// ---- the mma.sync decode kernel (sm90_nvfp4_grouped_gemm_decode.cuh) ----
+// Same chunks, same carve-up (sm90_smem_layout), same 128-row tile: 8 consumer warps of 16
+// rows each (mma.sync m16n8k16, B = the token tile by ldmatrix) and one producer warp, several
+// CTAs per SM. Tokens per tile: 8, 16 or 32 (1, 2 or 4 n8 blocks).
+inline constexpr int kDecodeConsumerWarps = 8;
+inline constexpr int kDecodeThreads = 32 * (kDecodeConsumerWarps + 1);
+inline constexpr int kDecodeCtasPerSm = 3;
+constexpr bool sm90_decode_block_n_supported(int block_n) { return block_n == 8 || block_n == 16 || block_n == 32; }
+constexpr size_t sm90_decode_smem_limit() { return kSm90SmemPerSm / kDecodeCtasPerSm - kSm90ReservedSmemPerCta; }
+constexpr int sm90_decode_max_stages(int block_n, int num_experts, int max_stages = 16) {
+  for (int s = max_stages; s >= 2; --s)
+    if (sm90_smem_layout(block_n, s, num_experts).total <= sm90_decode_smem_limit()) return s;
+  return 0;
+}
+static_assert(sm90_smem_layout(8, 2, 1).b_stage_bytes() % kSwizzleAlign == 0);
+
 // Weight bytes of one expert in the re-laid layout.
 constexpr size_t sm90_expert_tile_bytes(int n, int k) {
   return size_t(n / kBlockM) * size_t(k / kBlockK) * kChunkBytes;

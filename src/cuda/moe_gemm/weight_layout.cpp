@@ -13,6 +13,7 @@
 #include "format/codecs.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
+#include "cuda/moe_gemm/sm90_fp4_word.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
 
 namespace fp4moe::cuda {
@@ -134,18 +135,17 @@ std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilog
                   sdst[0] = sbyte[0];
                   sdst[1] = sbyte[1];
                 }
-                uint32_t word = 0;
+                uint8_t codes[4][2];  // [fragment register][column, column + 1]
                 for (int j = 0; j < 4; ++j) {
                   const int h = j & 1;
                   const int64_t col = kb + 2 * t + (j >= 2 ? 8 : 0);
                   const uint8_t byte = packed[size_t(rows[h] * (K / 2) + col / 2)];  // col even: lo, hi
-                  uint32_t lo = byte & 0xF, hi = byte >> 4;
+                  uint8_t lo = byte & 0xF, hi = byte >> 4;
                   if (zero[h]) lo = hi = 0;
-                  lo ^= flip[h];
-                  hi ^= flip[h];
-                  word |= lo << (4 * j);
-                  word |= hi << (4 * (j + 4));
+                  codes[j][0] = uint8_t(lo ^ flip[h]);
+                  codes[j][1] = uint8_t(hi ^ flip[h]);
                 }
+                const uint32_t word = sm90::fp4_pack_word(codes);
                 std::memcpy(chunk + (cw * 128 + warp * 32 + lane) * 16 + ks * 4, &word, 4);
               }
             }

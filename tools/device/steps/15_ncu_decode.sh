@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device step: Nsight Compute on the sm90 grouped GEMM in the decode regime (block_n 16,
+# Device step: Nsight Compute on the sm90 grouped GEMM in the decode regime (the decode kernel, block_n 8,
 # gate_up, T = 1 and T = 128), one timed launch each (the 5th: after warm-up), full section
 # set; reports to $OUT/ncu_T*.ncu-rep, the key metrics as text to $OUT/ncu_T*.txt.
 set -uo pipefail
@@ -8,7 +8,7 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 B=${MOE_GEMM_TEST:-build-dev/bin/moe_gemm_test}
 command -v ncu >/dev/null || { echo "no ncu"; exit 1; }
 for T in ${NCU_TOKENS:-1 128}; do
-  FP4MOE_PERF_T=$T FP4MOE_PERF_BLOCK_N=${NCU_BLOCK_N:-16} FP4MOE_PERF_OP=${NCU_OP:-gate_up} \
+  FP4MOE_PERF_T=$T FP4MOE_PERF_CONFIG=${NCU_CONFIG:-sm90_decode_m128n8k} FP4MOE_PERF_OP=${NCU_OP:-gate_up} \
     timeout 240 ncu --clock-control none --kernel-name regex:sm90_fp4_grouped_gemm --launch-skip 4 --launch-count 1 \
     --set full --import-source no -o "$OUT/ncu_T$T" -f \
     "$B" --gtest_also_run_disabled_tests --gtest_filter='*Perf*' > "$OUT/ncu_T$T.log" 2>&1

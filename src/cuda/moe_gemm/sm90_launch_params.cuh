@@ -1,0 +1,59 @@
+// Host helpers both sm90 launchers share (sm90_nvfp4_grouped_gemm.cu, ..._decode.cu): the
+// kernel parameters from an Sm90GemmLaunch, the split-K state, and the grid bound.
+#pragma once
+
+#include <algorithm>
+
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/moe_gemm/sm90_grouped_common.cuh"
+#include "cuda/moe_gemm/sm90_launch.hpp"
+
+namespace fp4moe::cuda::sm90 {
+
+inline int sm90_sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+// Parameters for a launch of `block_n` tokens per tile; with a split-K workspace the counters
+// are zeroed on `stream` and the kernel may split K up to kSm90MaxSplits ways.
+inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaStream_t stream) {
+  GroupedGemmParams p;
+  p.tiles = a.tiles;
+  p.global_scale = a.global_scale;
+  p.act_global = a.act_global;
+  p.offsets = a.offsets;
+  p.row_scale = a.row_scale;
+  p.y = static_cast<__nv_bfloat16*>(a.y);
+  p.num_experts = a.num_experts;
+  p.n = a.n;
+  p.k = a.k;
+  p.y_ld = a.y_ld;
+  p.stages = a.stages;
+  p.epilogue = a.epilogue;
+  p.mxfp4 = a.mxfp4 ? 1 : 0;
+  if (sm90_split_k_capable(block_n) && a.split_ws) {
+    p.max_splits = kSm90MaxSplits;
+    p.partials = static_cast<float*>(a.split_ws);
+    p.counters = reinterpret_cast<int*>(static_cast<uint8_t*>(a.split_ws) + kSm90SplitPartialBudget);
+    p.split_cap_units = sm90_split_cap_units(block_n);
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, size_t(p.split_cap_units) * sizeof(int), stream));
+  }
+  return p;
+}
+
+// Persistent grid: `ctas_per_sm` per SM, but no more than the most (tile, split) units there
+// can be. Token tiles <= rows and <= (non-empty experts <= min(E, rows)) + rows / block_n.
+inline int sm90_grid(const Sm90GemmLaunch& a, const GroupedGemmParams& p, int block_n, int ctas_per_sm) {
+  const long long rows = a.m_rows;
+  const long long token_tiles = std::min<long long>(rows, std::min<long long>(a.num_experts, rows) + rows / block_n);
+  const long long max_units = token_tiles * (a.n / kBlockM) * p.max_splits;
+  return int(std::min<long long>(sm90_sm_count() * ctas_per_sm, max_units));
+}
+
+}  // namespace fp4moe::cuda::sm90

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -110,13 +111,39 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y,
            int64_t m_total, void* workspace, cudaStream_t stream) const override {
     FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
-    cuda::run_moe_gemm(desc_, pick(m_total), dev_, make_args(x, offsets, row_scale, y, m_total, workspace, stream));
+    cuda::MoeGemmArgs a = make_args(x, offsets, row_scale, y, m_total, workspace, stream);
+    const cuda::TileConfig c = pick(m_total);
+    if (const auto sh = shared_config(m_total, c)) {
+      // Folded shared pieces hold one row per token: a decode tile narrower than the batch
+      // would re-read their weights once per tile, so they get a wide tile of their own
+      // (same weights, same offsets, same workspace: two launches back to back).
+      a.expert_end = desc_.num_experts - always_hit_;
+      cuda::run_moe_gemm(desc_, c, dev_, a);
+      a.expert_begin = a.expert_end;
+      a.expert_end = -1;
+      cuda::run_moe_gemm(desc_, *sh, dev_, a);
+      return;
+    }
+    cuda::run_moe_gemm(desc_, c, dev_, a);
   }
   size_t workspace_bytes() const override { return ws_bytes_; }
   std::string describe() const override { return "sm90 (config per tokens bucket)"; }
-  std::string config_for(int64_t m_total) const override { return cuda::to_string(pick(m_total)); }
+  std::string config_for(int64_t m_total) const override {
+    const cuda::TileConfig c = pick(m_total);
+    if (const auto sh = shared_config(m_total, c)) return cuda::to_string(c) + " + shared " + cuda::to_string(*sh);
+    return cuda::to_string(c);
+  }
 
  private:
+  // The folded shared pieces' own config when the routed config's token tile is narrower
+  // than the batch (decode kernel at more tokens than its tile), else none.
+  std::optional<cuda::TileConfig> shared_config(int64_t m_total, const cuda::TileConfig& routed) const {
+    const int64_t tokens = std::max<int64_t>(1, m_total / rows_per_token_);
+    if (always_hit_ == 0 || routed.kernel != cuda::GemmKernel::Sm90Decode || tokens <= routed.block_n)
+      return std::nullopt;
+    return cuda::default_config(desc_, double(tokens));
+  }
+
   // The tuned tactic of this bucket when the plan cache has one (for the folded set: its
   // own entry, else the routed-only problem's), else the kernel's default for the expected
   // rows per hit expert: routed rows spread uniformly over the routed experts, plus the
@@ -155,8 +182,10 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
     const double m = double(std::max<int64_t>(m_total, 1));
     const double routed_e = std::max(1, desc_.num_experts - always_hit_);
     const double routed_m = std::max(0.0, m - double(always_hit_) * double(tokens));
-    const double hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m)) + always_hit_;
-    return cuda::default_config(desc_, m / std::max(hit, 1.0));
+    const double routed_hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m));
+    if (always_hit_ > 0)  // the routed experts' tile: the shared pieces may get their own (shared_config)
+      return cuda::default_config(desc_, routed_m / std::max(routed_hit, 1.0));
+    return cuda::default_config(desc_, m / std::max(routed_hit, 1.0));
   }
 
   cuda::DeviceExpertWeights dev_;

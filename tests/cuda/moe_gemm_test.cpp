@@ -382,6 +382,68 @@ TEST(Sm90MoeGemm, SplitKDecodeDeterministicAndMatchesUnsplit) {
   }
 }
 
+// Expert ranges (MoeGemmArgs::expert_begin / expert_end): the routed experts with the decode
+// kernel and the last ("shared", 40 rows) with the wgmma kernel, back to back, give what one
+// launch over all experts gives; rows outside a launch's range are left alone.
+TEST(Sm90MoeGemm, ExpertRangesComposeToTheFullLaunch) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.E = 6;
+  c.N = 256;
+  c.K = 512;
+  c.epilogue = Epilogue::SiluMul;
+  c.counts = {3, 0, 1, 7, 2, 40};
+  const ExpertStack stack = random_stack(c.format, c.E, c.N, c.K, 21);
+  const DeviceExpertWeights dw = upload_weights(stack, c.epilogue);
+  MoeGemmDesc d = desc_of(c);
+  d.max_tokens = 53;
+  std::vector<int32_t> offsets(7, 0);
+  for (int e = 0; e < 6; ++e) offsets[size_t(e + 1)] = offsets[size_t(e)] + c.counts[size_t(e)];
+  DeviceBuf<uint16_t> dx(random_bf16(size_t(53 * c.K), 5));
+  DeviceBuf<int32_t> doff(offsets);
+  const std::vector<TileConfig> all = candidate_configs(d);
+  const TileConfig dec = all.front(), wide = default_config(d, 40.0);
+  ASSERT_EQ(dec.kernel, GemmKernel::Sm90Decode);
+  ASSERT_EQ(wide.kernel, GemmKernel::Sm90Wgmma);
+  DeviceBuf<uint8_t> ws(std::max(workspace_bytes(d, dec), workspace_bytes(d, wide)));
+  auto run = [&](std::vector<std::pair<TileConfig, std::pair<int, int>>> parts) {
+    DeviceBuf<uint16_t> dy(std::vector<uint16_t>(size_t(53 * 128), kPoison));
+    for (const auto& [cfg, range] : parts) {
+      MoeGemmArgs a;
+      a.x = dx.p;
+      a.expert_offsets = doff.p;
+      a.y = dy.p;
+      a.m_total = 53;
+      a.workspace = ws.p;
+      a.expert_begin = range.first;
+      a.expert_end = range.second;
+      run_moe_gemm(d, cfg, dw, a);
+    }
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    return dy.get();
+  };
+  const std::vector<uint16_t> full = run({{dec, {0, -1}}});
+  const std::vector<uint16_t> routed_only = run({{dec, {0, 5}}});
+  const std::vector<uint16_t> split = run({{dec, {0, 5}}, {wide, {5, -1}}});
+  double num = 0, den = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    ASSERT_NE(split[i], kPoison) << "row " << i / 128 << " left unwritten";
+    EXPECT_EQ(routed_only[i] == kPoison, i >= size_t(13 * 128)) << "row " << i / 128;
+    const double a = bf16_to_float(split[i]), b = bf16_to_float(full[i]);
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 5e-3);
+  MoeGemmArgs bad;
+  bad.x = dx.p;
+  bad.y = dx.p;
+  bad.expert_offsets = doff.p;
+  bad.m_total = 53;
+  bad.expert_begin = 4;
+  bad.expert_end = 9;
+  EXPECT_THROW(run_moe_gemm(d, dec, dw, bad), Error);
+}
+
 TEST(Sm90MoeGemm, W4A4EmulationMatchesCpuFakeQuant) {
   SKIP_WITHOUT_GPU();
   for (Epilogue ep : {Epilogue::None, Epilogue::SiluMul}) {
@@ -652,6 +714,81 @@ TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
                     to_string(cfg).c_str(), us, flops / us * 1e-6, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
         std::fflush(stdout);
         EXPECT_GT(us, 0.0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe::cuda
+
+namespace fp4moe::cuda {
+namespace {
+
+// Split-K factor sweep at decode (1 token on each of 8 or 9 experts: T = 1 without / with the
+// folded shared expert), the decode kernel at block_n 8 with its workspace: auto (0) and
+// forced S = 1..8 (FP4MOE_SM90_SPLITS). Calibrates sm90_pick_splits; asserts only that it ran.
+TEST(Sm90MoeGemmPerf, DISABLED_DecodeSplitSweep) {
+  SKIP_WITHOUT_GPU();
+  struct Op {
+    const char* name;
+    int n, k;
+    Epilogue ep;
+  };
+  const Op ops[] = {{"gate_up", 4096, 6144, Epilogue::SiluMul}, {"down", 6144, 2048, Epilogue::RowScale}};
+  DeviceBuf<uint8_t> flush(128u << 20);
+  cudaEvent_t e0, e1;
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const Op& op : ops) {
+    const int E = 9;
+    const ExpertStack st = random_stack(WeightFormat::NVFP4, E, op.n, op.k, 5);
+    const DeviceExpertWeights w = upload_weights(st, op.ep);
+    DeviceBuf<uint16_t> x(random_bf16(size_t(E) * op.k, 9));
+    const int out_n = op.ep == Epilogue::SiluMul ? op.n / 2 : op.n;
+    DeviceBuf<uint16_t> y(size_t(E) * out_n);
+    DeviceBuf<float> rs(std::vector<float>(size_t(E), 0.5f));
+    for (int experts : {8, 9}) {
+      std::vector<int32_t> offsets(size_t(E) + 1);
+      for (int e = 0; e <= E; ++e) offsets[size_t(e)] = std::min(e, experts);
+      DeviceBuf<int32_t> doff(offsets);
+      MoeGemmDesc d;
+      d.num_experts = E;
+      d.n = op.n;
+      d.k = op.k;
+      d.max_tokens = E;
+      d.epilogue = op.ep;
+      for (const TileConfig& cfg : candidate_configs(d)) {
+        if (cfg.kernel != GemmKernel::Sm90Decode || cfg.block_n != 8) continue;
+        DeviceBuf<uint8_t> ws(workspace_bytes(d, cfg));
+        for (int s : {0, 1, 2, 3, 4, 5, 6, 8}) {
+          setenv("FP4MOE_SM90_SPLITS", std::to_string(s).c_str(), 1);
+          MoeGemmArgs a;
+          a.x = x.p;
+          a.expert_offsets = doff.p;
+          a.row_scale = rs.p;
+          a.y = y.p;
+          a.m_total = experts;
+          a.workspace = ws.p;
+          std::vector<float> ms;
+          for (int it = 0; it < 12; ++it) {
+            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
+            FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
+            run_moe_gemm(d, cfg, w, a);
+            FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
+            FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
+            float t = 0;
+            FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+            if (it > 1) ms.push_back(t);
+          }
+          std::sort(ms.begin(), ms.end());
+          const double us = ms[ms.size() / 2] * 1e3;
+          const double bytes = double(experts) * op.n * op.k * 0.5625;
+          std::printf("| split | %-7s | %d experts | S=%d%s | %8.1f us | %6.0f GB/s | %5.1f%% |\n", op.name, experts, s,
+                      s == 0 ? " (auto)" : "", us, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
+          std::fflush(stdout);
+        }
+        unsetenv("FP4MOE_SM90_SPLITS");
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <ostream>
 #include <sstream>
@@ -216,6 +217,9 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   FP4MOE_CHECK(a.m_total >= 0 && (d.max_tokens == 0 || a.m_total <= d.max_tokens),
                "run_moe_gemm: m_total = {} outside [0, max_tokens = {}]", a.m_total, d.max_tokens);
   FP4MOE_CHECK(a.x && a.y && a.expert_offsets, "run_moe_gemm: x, y and expert_offsets must be set");
+  const int e_begin = a.expert_begin, e_end = a.expert_end < 0 ? d.num_experts : a.expert_end;
+  FP4MOE_CHECK(0 <= e_begin && e_begin < e_end && e_end <= d.num_experts,
+               "run_moe_gemm: expert range [{}, {}) outside [0, {})", e_begin, e_end, d.num_experts);
   FP4MOE_CHECK(aligned(a.x, 16), "run_moe_gemm: x is not 16-byte aligned (TMA needs it)");
   FP4MOE_CHECK(aligned(a.y, 16), "run_moe_gemm: y is not 16-byte aligned");
   FP4MOE_CHECK(aligned(a.expert_offsets, 4), "run_moe_gemm: expert_offsets is not 4-byte aligned");
@@ -247,13 +251,13 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   const CUtensorMap map = make_x_tensor_map(x, a.m_total, d.k, c.block_n);
   sm90::Sm90GemmLaunch l;
   l.x_map = &map;
-  l.tiles = w.tiles;
-  l.global_scale = w.global_scale;
+  l.tiles = w.tiles + size_t(e_begin) * sm90::sm90_expert_tile_bytes(d.n, d.k);
+  l.global_scale = w.global_scale + e_begin;
   l.act_global = act_global;
-  l.offsets = a.expert_offsets;
+  l.offsets = a.expert_offsets + e_begin;
   l.row_scale = a.row_scale;
   l.y = a.y;
-  l.num_experts = d.num_experts;
+  l.num_experts = e_end - e_begin;
   l.n = d.n;
   l.k = d.k;
   l.m_rows = a.m_total;
@@ -263,6 +267,9 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   l.epilogue = d.epilogue == Epilogue::SiluMul ? 1 : d.epilogue == Epilogue::RowScale ? 2 : 0;
   l.mxfp4 = d.weight == WeightFormat::MXFP4;
   l.decode = c.kernel == GemmKernel::Sm90Decode;
+  // Measurement knob: FP4MOE_SM90_SPLITS=S forces the split-K factor (where a workspace allows
+  // splitting); unset, the kernel picks it from the tile count.
+  if (const char* env = std::getenv("FP4MOE_SM90_SPLITS"); env && *env) l.force_splits = std::max(0, std::atoi(env));
   // Adaptive split-K needs its workspace part; without a workspace the kernel never splits.
   if (a.workspace && sm90::sm90_split_k_capable(c.block_n)) {
     FP4MOE_CHECK(aligned(a.workspace, 256), "run_moe_gemm: the workspace must be 256-byte aligned");

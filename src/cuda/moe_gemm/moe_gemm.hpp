@@ -77,6 +77,9 @@ struct MoeGemmArgs {
   // per-tensor global scale (ModelOpt input_scale = amax / (6 * 448)). Null: computed on
   // the device from amax(x) of rows [0, m_total) into the workspace (no host sync).
   const float* act_global_scale = nullptr;
+  // Only experts [expert_begin, expert_end) (expert_end < 0: to num_experts): e.g. the routed
+  // experts with one config and a folded shared expert with another. Offsets stay absolute.
+  int expert_begin = 0, expert_end = -1;
 };
 
 // ---- Sm90Wgmma / Sm90Decode: the sm_90a kernel family (sm90_nvfp4_grouped_gemm.cuh) ----

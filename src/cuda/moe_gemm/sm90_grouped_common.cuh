@@ -33,6 +33,7 @@ struct GroupedGemmParams {
   float* partials = nullptr;             // split-K: [cap units][kAcc / 4][256] float4, or null
   int* counters = nullptr;               // split-K: [cap units] per-tile arrivals (zero on entry)
   int split_cap_units = 0, max_splits = 1;
+  int force_splits = 0;                  // > 0: use this split factor (measurements), else pick
   int num_experts = 0, n = 0, k = 0, y_ld = 0, stages = 0;
   int epilogue = 0;                      // EpilogueKind
   int mxfp4 = 0;
@@ -152,10 +153,13 @@ __device__ __forceinline__ Sm90Schedule schedule_prologue(const GroupedGemmParam
     }
     if (tid == 0) {
       s.prefix[0] = 0;
-      s.prefix[p.num_experts + 1] =
-          p.partials && p.counters && p.max_splits > 1
-              ? sm90_pick_splits(running, int(gridDim.x), p.k / kBlockK, p.max_splits, p.split_cap_units)
-              : 1;
+      int splits = 1;
+      if (p.partials && p.counters && p.max_splits > 1) {
+        splits = sm90_pick_splits(running, int(gridDim.x), p.k / kBlockK, p.max_splits, p.split_cap_units);
+        if (p.force_splits > 0)
+          splits = max(1, min(min(p.force_splits, p.k / kBlockK), running > 0 ? p.split_cap_units / running : 1));
+      }
+      s.prefix[p.num_experts + 1] = splits;
       for (int i = 0; i < p.stages; ++i) {
         mbar_init(&s.full[i], 1);
         mbar_init(&s.empty[i], empty_arrivals);
@@ -207,9 +211,10 @@ __device__ __forceinline__ void produce(const GroupedGemmParams& p, const CUtens
 // Split-K (sched.splits > 1): every unit stores its FP32 accumulators to the workspace; the
 // tile's last unit to arrive (per-tile counter) sums all partials in split order (the result
 // does not depend on arrival order) into `acc` and returns true; the others return false.
+// The sum re-reads the unit's own partial too, so it needs no second accumulator array.
 // Called by the 256 consumer threads (ctid = 0..255).
 template <int kAcc>
-__device__ __forceinline__ bool split_k_merge(const GroupedGemmParams& p, float (&acc)[kAcc], int u, int t, int part,
+__device__ __forceinline__ bool split_k_merge(const GroupedGemmParams& p, float (&acc)[kAcc], int u, int t,
                                               int splits, int ctid, volatile int* flag) {
   float4* part_buf = reinterpret_cast<float4*>(p.partials);
   constexpr int kVec = kAcc / 4;
@@ -223,26 +228,18 @@ __device__ __forceinline__ bool split_k_merge(const GroupedGemmParams& p, float 
   consumer_bar();
   if (*flag == 0) return false;  // another unit of this tile finishes it
   __threadfence();
-  float sum[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) sum[i] = 0.0f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   for (int sp = 0; sp < splits; ++sp) {  // fixed order
-    if (sp == part) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) sum[i] += acc[i];
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        const float4 v = __ldcg(part_buf + (size_t(t * splits + sp) * kVec + i) * 256 + ctid);
-        sum[4 * i] += v.x;
-        sum[4 * i + 1] += v.y;
-        sum[4 * i + 2] += v.z;
-        sum[4 * i + 3] += v.w;
-      }
+    for (int i = 0; i < kVec; ++i) {
+      const float4 v = __ldcg(part_buf + (size_t(t * splits + sp) * kVec + i) * 256 + ctid);
+      acc[4 * i] += v.x;
+      acc[4 * i + 1] += v.y;
+      acc[4 * i + 2] += v.z;
+      acc[4 * i + 3] += v.w;
     }
   }
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = sum[i];
   if (ctid == 0) p.counters[t] = 0;  // ready for the next launch (the launcher also zeroes)
   return true;
 }

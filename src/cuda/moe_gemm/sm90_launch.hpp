@@ -23,6 +23,7 @@ struct Sm90GemmLaunch {
   int epilogue = 0;                      // sm90::EpilogueKind
   bool mxfp4 = false;
   bool decode = false;                   // the mma.sync decode kernel (block_n 8, 16, 32)
+  int force_splits = 0;                  // split-K factor override (FP4MOE_SM90_SPLITS), 0: auto
 };
 
 void launch_grouped_gemm(const Sm90GemmLaunch& a, cudaStream_t stream);

@@ -42,6 +42,7 @@ inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaS
     p.partials = static_cast<float*>(a.split_ws);
     p.counters = reinterpret_cast<int*>(static_cast<uint8_t*>(a.split_ws) + kSm90SplitPartialBudget);
     p.split_cap_units = sm90_split_cap_units(block_n);
+    p.force_splits = a.force_splits;
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, size_t(p.split_cap_units) * sizeof(int), stream));
   }
   return p;

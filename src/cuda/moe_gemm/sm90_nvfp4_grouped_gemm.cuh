@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
       if (prev_stage >= 0 && ctid == 0) mbar_arrive(&sm.empty[prev_stage]);
 
       if constexpr (sm90_split_k_capable(kBlockN)) {
-        if (sched.splits > 1 && !split_k_merge(p, acc, u, t, part, sched.splits, tid, sm.split_flag)) continue;
+        if (sched.splits > 1 && !split_k_merge(p, acc, u, t, sched.splits, tid, sm.split_flag)) continue;
       }
       store_tile(p, acc, c, kBlockN, cw * 4 + warp, lane);
     }

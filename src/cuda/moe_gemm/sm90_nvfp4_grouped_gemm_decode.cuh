@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[0][i] += acc[1][i];
     }
-    if (sched.splits > 1 && !split_k_merge(p, acc[0], u, t, part, sched.splits, int(threadIdx.x), sm.split_flag))
+    if (sched.splits > 1 && !split_k_merge(p, acc[0], u, t, sched.splits, int(threadIdx.x), sm.split_flag))
       continue;
     store_tile(p, acc[0], c, kBlockN, warp, lane);
   }

@@ -127,10 +127,11 @@ constexpr int sm90_max_stages(int block_n, int num_experts, int max_stages = 16)
 // 288 tiles for 264 CTA slots): the kernel picks a split factor S <= kSm90MaxSplits on the
 // device from the tile count (no host sync); each (tile, split) unit writes its FP32
 // accumulators to the workspace, the last unit of a tile (per-tile counter) sums the S
-// partials in split order (deterministic) and runs the epilogue. Only block_n <= 64.
+// partials in split order (deterministic) and runs the epilogue. Only block_n <= 128 (the
+// shared expert's tile at decode batch sizes; wider tiles always fill the GPU).
 inline constexpr int kSm90MaxSplits = 8;
 inline constexpr size_t kSm90SplitPartialBudget = size_t(16) << 20;  // bytes of FP32 partials
-constexpr bool sm90_split_k_capable(int block_n) { return block_n <= 64; }
+constexpr bool sm90_split_k_capable(int block_n) { return block_n <= 128; }
 constexpr size_t sm90_split_unit_bytes(int block_n) { return size_t(kBlockM) * size_t(block_n) * 4; }
 // Units (tile x split) the partial buffer holds = the per-tile counters' count.
 constexpr int sm90_split_cap_units(int block_n) { return int(kSm90SplitPartialBudget / sm90_split_unit_bytes(block_n)); }

@@ -16,5 +16,7 @@ echo "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/moe_gemm_memcheck.log")"
 timeout 120 compute-sanitizer --tool racecheck "$B" --gtest_filter='*TinyPreset*' > "$OUT/moe_gemm_racecheck.log" 2>&1
 echo "racecheck: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/moe_gemm_racecheck.log")"
 if command -v cuobjdump >/dev/null; then echo "HGMMA in SASS: $(cuobjdump --dump-sass "$B" | grep -c HGMMA)"; fi
-timeout 180 "$B" --gtest_also_run_disabled_tests --gtest_filter='*Perf*' > "$OUT/moe_gemm_perf.log" 2>&1
+timeout 180 "$B" --gtest_also_run_disabled_tests --gtest_filter="*Glm5Sweep*" > "$OUT/moe_gemm_perf.log" 2>&1
 echo "perf rc=$?"; grep '^|' "$OUT/moe_gemm_perf.log"
+timeout 120 "$B" --gtest_also_run_disabled_tests --gtest_filter='*DecodeSplitSweep*' > "$OUT/moe_gemm_split.log" 2>&1
+echo "split sweep rc=$?"; grep '^| split' "$OUT/moe_gemm_split.log"

@@ -316,12 +316,35 @@ TEST(Sm90MoeGemm, Glm5Shapes) {  // GLM-5 N / K with 8 experts (all hit), top-8
   }
 }
 
-// Adaptive split-K: 9 experts x 1 token at GLM-5 gate_up / down shapes (the decode layer with
-// the shared expert folded in) give 288 / 432 row tiles for 264 CTA slots, so the kernel
-// splits K. Checked: against the double reference, bitwise identical run to run (the fixed
-// summation order of the partials), and close to the unsplit kernel (null workspace).
+// Split-K, forced (FP4MOE_SM90_SPLITS = 4): 9 experts x 1 token at GLM-5 gate_up / down
+// shapes (the decode layer with the shared expert folded in; the launcher does not split
+// these by itself: 288 / 432 tiles fill the SMs). Checked: against the double reference,
+// bitwise identical run to run (the fixed summation order of the partials), close to the
+// unsplit kernel (null workspace), counters left at zero. Then the split the launcher does
+// pick: one expert (the shared expert's GEMM: 32 / 48 row tiles < 132 SMs), every config.
+struct ScopedSplits {
+  explicit ScopedSplits(int s) { setenv("FP4MOE_SM90_SPLITS", std::to_string(s).c_str(), 1); }
+  ~ScopedSplits() { unsetenv("FP4MOE_SM90_SPLITS"); }
+};
+
+TEST(Sm90MoeGemm, SplitKOneExpertEveryConfig) {
+  SKIP_WITHOUT_GPU();
+  for (int op = 0; op < 2; ++op) {
+    Case c;
+    c.E = 1;
+    c.N = op == 0 ? 4096 : 6144;
+    c.K = op == 0 ? 6144 : 2048;
+    c.epilogue = op == 0 ? Epilogue::SiluMul : Epilogue::RowScale;
+    c.counts = {100};
+    c.max_check_rows = 10;
+    expect_case(c, candidate_configs(desc_of(c)));
+    if (HasFailure()) return;
+  }
+}
+
 TEST(Sm90MoeGemm, SplitKDecodeDeterministicAndMatchesUnsplit) {
   SKIP_WITHOUT_GPU();
+  const ScopedSplits force(4);
   for (int op = 0; op < 2; ++op) {
     Case c;
     c.E = 9;

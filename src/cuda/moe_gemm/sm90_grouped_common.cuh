@@ -74,14 +74,15 @@ __device__ __forceinline__ TileCoord tile_coord(const int* prefix, int num_exper
 }
 
 // The split factor for `tiles` row tiles on `slots` CTAs: minimises the makespan estimate
-// waves(S) * (k_tiles / S + 2) (2 = fill + partial round trip, in K stages); S = 1 unless a
-// split is >= 3 % better. Plain integer/float math: the host tests can call it too.
+// waves(S) * (k_tiles / S + 16) (16 K stages: the partial round trip, its fence and barriers,
+// calibrated on the H200's decode split sweep, bench/RESULTS.md); S = 1 unless a split is
+// >= 3 % better. Plain integer/float math: the host tests can call it too.
 __host__ __device__ inline int sm90_pick_splits(int tiles, int slots, int k_tiles, int max_splits, int cap_units) {
   int best_s = 1;
   const auto cost = [&](int s) {
     const long long units = (long long)tiles * s;
     const long long waves = (units + slots - 1) / slots;
-    return float(waves) * (float(k_tiles) / float(s) + 2.0f);
+    return float(waves) * (float(k_tiles) / float(s) + 16.0f);
   };
   float best = cost(1);
   for (int s = 2; s <= max_splits && s <= k_tiles; ++s) {

@@ -20,8 +20,21 @@ inline int sm90_sm_count() {
   return sms;
 }
 
-// Parameters for a launch of `block_n` tokens per tile; with a split-K workspace the counters
-// are zeroed on `stream` and the kernel may split K up to kSm90MaxSplits ways.
+// Upper bound of the (expert, token tile, row tile) tiles: token tiles <= rows and
+// <= (non-empty experts <= min(E, rows)) + rows / block_n.
+inline long long sm90_max_tiles(const Sm90GemmLaunch& a, int block_n) {
+  const long long rows = a.m_rows;
+  const long long token_tiles = std::min<long long>(rows, std::min<long long>(a.num_experts, rows) + rows / block_n);
+  return token_tiles * (a.n / kBlockM);
+}
+
+// Parameters for a launch of `block_n` tokens per tile. Split-K only where the tiles cannot
+// fill the SMs (at most one tile per SM: e.g. one expert's 32 row tiles): measured on the
+// H200 (bench/RESULTS.md), splitting 256..432 decode tiles over 396 CTA slots was slower or
+// no faster than not splitting (the partial round trip and its fence cost more than the
+// better balance gains), and a split-capable launch pays a counter memset. With a split-K
+// workspace the counters are zeroed on `stream` and the kernel may split up to
+// kSm90MaxSplits ways.
 inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaStream_t stream) {
   GroupedGemmParams p;
   p.tiles = a.tiles;
@@ -37,7 +50,8 @@ inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaS
   p.stages = a.stages;
   p.epilogue = a.epilogue;
   p.mxfp4 = a.mxfp4 ? 1 : 0;
-  if (sm90_split_k_capable(block_n) && a.split_ws) {
+  const bool split = a.force_splits > 0 || sm90_max_tiles(a, block_n) < sm90_sm_count();
+  if (sm90_split_k_capable(block_n) && a.split_ws && split) {
     p.max_splits = kSm90MaxSplits;
     p.partials = static_cast<float*>(a.split_ws);
     p.counters = reinterpret_cast<int*>(static_cast<uint8_t*>(a.split_ws) + kSm90SplitPartialBudget);
@@ -49,11 +63,9 @@ inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaS
 }
 
 // Persistent grid: `ctas_per_sm` per SM, but no more than the most (tile, split) units there
-// can be. Token tiles <= rows and <= (non-empty experts <= min(E, rows)) + rows / block_n.
+// can be.
 inline int sm90_grid(const Sm90GemmLaunch& a, const GroupedGemmParams& p, int block_n, int ctas_per_sm) {
-  const long long rows = a.m_rows;
-  const long long token_tiles = std::min<long long>(rows, std::min<long long>(a.num_experts, rows) + rows / block_n);
-  const long long max_units = token_tiles * (a.n / kBlockM) * p.max_splits;
+  const long long max_units = sm90_max_tiles(a, block_n) * p.max_splits;
   return int(std::min<long long>(sm90_sm_count() * ctas_per_sm, max_units));
 }
 

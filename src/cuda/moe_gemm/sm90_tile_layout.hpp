@@ -18,12 +18,13 @@
 // straight to global memory (bf16x2 stores): it needs no shared memory.
 //
 // Weight tile chunk (global memory, [E, N/128, K/64] chunks of kChunkBytes): thread `tid`
-// (0..127) of consumer warpgroup `wg` (0..1) reads 16 B of codes at
-// (wg * 128 + tid) * 16 = 4 x 32-bit words, one per 16-wide K step (ks = 0..3). Word ks holds
-// the 8 E2M1 codes of that thread's wgmma A fragment (rows r0 = g, r1 = g + 8 of its warp's
-// 16 rows, g = lane / 4, t = lane % 4; columns 2t, 2t+1, 2t+8, 2t+9 of the K step):
-//   fragment register j (j = 0..3: {r0, c2t}, {r1, c2t}, {r0, c2t+8}, {r1, c2t+8}) takes
-//   its low bf16 from nibble j and its high bf16 (column + 1) from nibble j + 4.
+// (0..127) of consumer warpgroup `wg` (0..1) — consumer warp w = 4 wg + tid / 32 of the
+// decode kernel — reads 16 B of codes at (wg * 128 + tid) * 16 = 4 x 32-bit words, one per
+// 16-wide K step (ks = 0..3). Word ks holds the 8 E2M1 codes of that thread's A fragment
+// (rows r0 = g, r1 = g + 8 of its warp's 16 rows, g = lane / 4, t = lane % 4; columns 2t,
+// 2t+1, 2t+8, 2t+9 of the K step): fragment register j (j = 0..3: {r0, c2t}, {r1, c2t},
+// {r0, c2t+8}, {r1, c2t+8}) takes its low bf16 from column c and its high bf16 from c + 1;
+// where each code's 4 bits sit in the word is sm90_fp4_word.hpp's (fp4_word_bit).
 // Scales: 4096 + ((wg * 4 + warp) * 8 + g) * 8: 8 bytes = for ks = 0..3: {scale(r0), scale(r1)}
 // (shared by the 4 threads of a quad: broadcast loads). MXFP4's one scale per 32 is stored
 // once per 16 (duplicated) so both formats share the layout.

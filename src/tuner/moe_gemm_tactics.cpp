@@ -43,23 +43,24 @@ SmemPlan sm90_plan(const TileCfg& c, int num_experts) {
   return p;
 }
 
-Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
-  Feasibility f;
-  if (!a.wgmma) f.reject(RejectKind::Arch, fmt::format("needs wgmma (sm_90a); {} has none", a.name));
+// The checks both sm90 kernels share (same chunks, same carve-up): FP4 weights, N / K
+// multiples of the tile, the instantiated block_n values, >= 2 stages, and shared memory
+// within the per-block limit and, at `ctas` CTAs per SM, within each CTA's share of the SM.
+// Returns the bytes needed; `plan` gets the terms.
+int64_t sm90_common_checks(const Tactic& t, const GemmProblem& p, const ArchInfo& a, bool block_n_ok,
+                           const char* block_ns, int ctas, Feasibility& f, SmemPlan& plan) {
   if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
   if (p.n % sm90::kBlockM != 0)
     f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the {}-row weight tile", p.n, sm90::kBlockM));
   if (p.k % sm90::kBlockK != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of {}", p.k, sm90::kBlockK));
-  if (!sm90::sm90_block_n_supported(t.cfg.block_n))
-    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated (16, 64, 128, 256)", t.cfg.block_n));
+  if (!block_n_ok)
+    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated ({})", t.cfg.block_n, block_ns));
   if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
-  SmemPlan plan = sm90_plan(t.cfg, p.num_experts);
+  plan = sm90_plan(t.cfg, p.num_experts);
   const int64_t need = int64_t(sm90::sm90_smem_layout(t.cfg.block_n, t.cfg.stages, p.num_experts).total);
   FP4MOE_CHECK(plan.total() == need, "tuner's sm90 smem terms ({}) disagree with sm90_tile_layout.hpp ({})",
                plan.total(), need);
   if (need > a.smem_per_block_optin) f.reject(RejectKind::SharedMemory, smem_reason(t, need, a));
-  // Configs designed to run several CTAs per SM (block_n 16: 2) must fit their share of the SM.
-  const int ctas = sm90::sm90_ctas_per_sm(t.cfg.block_n);
   if (ctas > 1 && need <= a.smem_per_block_optin) {
     const int64_t share = a.smem_per_sm / ctas - a.smem_reserved_per_block;
     if (need > share)
@@ -68,6 +69,16 @@ Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a)
                            t.cfg.block_m, t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), ctas,
                            with_commas(share), a.name, with_commas(a.smem_per_sm)));
   }
+  return need;
+}
+
+Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
+  Feasibility f;
+  if (!a.wgmma) f.reject(RejectKind::Arch, fmt::format("needs wgmma (sm_90a); {} has none", a.name));
+  // Configs designed to run several CTAs per SM (block_n 16: 2) must fit their share of the SM.
+  SmemPlan plan;
+  const int64_t need = sm90_common_checks(t, p, a, sm90::sm90_block_n_supported(t.cfg.block_n), "16, 64, 128, 256",
+                                          sm90::sm90_ctas_per_sm(t.cfg.block_n), f, plan);
   if (sm90::kThreads > a.max_threads_per_block)
     f.reject(RejectKind::Registers, fmt::format("needs {} threads per block; {} allows {}", sm90::kThreads, a.name, a.max_threads_per_block));
   // Register budget: 3 warpgroups share 64 K registers; the consumers hold block_n / 2 FP32
@@ -92,25 +103,9 @@ Feasibility sm90_decode_valid(const Tactic& t, const GemmProblem& p, const ArchI
   Feasibility f;
   if (!a.tma || !a.mma_sync_bf16 || a.cc != 90)
     f.reject(RejectKind::Arch, fmt::format("built for sm_90a only (TMA, mbarrier, mma.sync); {} is not sm_90", a.name));
-  if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
-  if (p.act != Act::BF16 && p.act != Act::NVFP4) f.reject(RejectKind::Numerics, "takes BF16 activations");
-  if (p.n % sm90::kBlockM != 0)
-    f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the {}-row weight tile", p.n, sm90::kBlockM));
-  if (p.k % sm90::kBlockK != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of {}", p.k, sm90::kBlockK));
-  if (!sm90::sm90_decode_block_n_supported(t.cfg.block_n))
-    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated (8, 16, 32)", t.cfg.block_n));
-  if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
-  SmemPlan plan = sm90_plan(t.cfg, p.num_experts);
-  const int64_t need = int64_t(sm90::sm90_smem_layout(t.cfg.block_n, t.cfg.stages, p.num_experts).total);
-  FP4MOE_CHECK(plan.total() == need, "tuner's sm90 smem terms ({}) disagree with sm90_tile_layout.hpp ({})",
-               plan.total(), need);
   const int ctas = sm90::kDecodeCtasPerSm;
-  const int64_t share = a.smem_per_sm / ctas - a.smem_reserved_per_block;
-  if (need > share)
-    f.reject(RejectKind::SharedMemory,
-             fmt::format("{}x{}x{} x {} stages needs {} B; it runs {} CTAs per SM, each may use {} B of {}'s {} B",
-                         t.cfg.block_m, t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), ctas,
-                         with_commas(share), a.name, with_commas(a.smem_per_sm)));
+  SmemPlan plan;
+  sm90_common_checks(t, p, a, sm90::sm90_decode_block_n_supported(t.cfg.block_n), "8, 16, 32", ctas, f, plan);
   const int threads = sm90::kDecodeThreads * ctas;
   f.notes.push_back(fmt::format("{} CTAs of {} threads per SM: at most {} registers per thread of {}", ctas,
                                 sm90::kDecodeThreads, a.regs_per_sm / threads / 8 * 8, a.regs_per_sm));

@@ -645,29 +645,51 @@ TEST(Sm90MoeGemmLayout, HostDecodeOfRelaidChunksMatchesDequantize) {
 namespace fp4moe::cuda {
 namespace {
 
+// Median of `runs` CUDA-event timings (µs) of fn() after `warm` warm-ups, L2 flushed before each.
+template <typename Fn>
+double median_us(DeviceBuf<uint8_t>& flush, int warm, int runs, Fn&& fn) {
+  static cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (!e0) {
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
+  }
+  std::vector<float> ms;
+  for (int it = 0; it < warm + runs; ++it) {
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
+    FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
+    fn();
+    FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
+    FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= warm) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e3;
+}
+
+// The two GLM-5 expert GEMMs the timing sweeps run.
+struct PerfOp {
+  const char* name;
+  int n, k;
+  Epilogue ep;
+};
+constexpr PerfOp kGlm5Ops[] = {{"gate_up", 4096, 6144, Epilogue::SiluMul}, {"down", 6144, 2048, Epilogue::RowScale}};
+
 // ---------------- timing sweep (not a test of speed: asserts only that it ran) ----------------
 // GLM-5 shapes, E = 256, random top-8 routing; L2 flushed (128 MB memset) before each timed
 // launch; median of 9. Weights: one random expert copied into all 256 slots (content does not
 // matter for speed, placement does).
 TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
   SKIP_WITHOUT_GPU();
-  struct Op {
-    const char* name;
-    int n, k;
-    Epilogue ep;
-  };
-  const Op ops[] = {{"gate_up", 4096, 6144, Epilogue::SiluMul}, {"down", 6144, 2048, Epilogue::RowScale}};
   const int E = 256;
   std::vector<int64_t> Ts = {1, 8, 32, 128, 512, 2048, 8192, 16384};
   if (const char* env = std::getenv("FP4MOE_PERF_T")) Ts = {std::atoll(env)};
   const char* only_cfg = std::getenv("FP4MOE_PERF_CONFIG");  // configs whose name contains it (ncu runs)
   const char* only_op = std::getenv("FP4MOE_PERF_OP");
   DeviceBuf<uint8_t> flush(128u << 20);
-  cudaEvent_t e0, e1;
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
   const int64_t max_rows = 16384 * 8;
-  for (const Op& op : ops) {
+  for (const PerfOp& op : kGlm5Ops) {
     if (only_op && std::string(only_op) != op.name) continue;
     const ExpertStack one = random_stack(WeightFormat::NVFP4, 1, op.n, op.k, 11);
     const std::vector<uint8_t> chunk = relayout_weights_sm90(one, op.ep);
@@ -720,19 +742,7 @@ TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
         // The decode kernel re-reads an expert's weights per token tile: skip it where that
         // would take seconds (hundreds of tokens per expert).
         if (cfg.kernel == GemmKernel::Sm90Decode && double(M) / std::max(hit, 1) > 16.0 * cfg.block_n) continue;
-        std::vector<float> ms;
-        for (int it = 0; it < 10; ++it) {
-          FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
-          FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
-          run_moe_gemm(d, cfg, w, a);
-          FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
-          FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
-          float t = 0;
-          FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-          if (it > 0) ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double us = ms[ms.size() / 2] * 1e3;
+        const double us = median_us(flush, 1, 9, [&] { run_moe_gemm(d, cfg, w, a); });
         std::printf("| %-7s | %5lld | %3d | %-28s | %9.1f | %7.1f | %7.0f | %5.1f%% |\n", op.name, (long long)T, hit,
                     to_string(cfg).c_str(), us, flops / us * 1e-6, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
         std::fflush(stdout);
@@ -753,17 +763,8 @@ namespace {
 // forced S = 1..8 (FP4MOE_SM90_SPLITS). Calibrates sm90_pick_splits; asserts only that it ran.
 TEST(Sm90MoeGemmPerf, DISABLED_DecodeSplitSweep) {
   SKIP_WITHOUT_GPU();
-  struct Op {
-    const char* name;
-    int n, k;
-    Epilogue ep;
-  };
-  const Op ops[] = {{"gate_up", 4096, 6144, Epilogue::SiluMul}, {"down", 6144, 2048, Epilogue::RowScale}};
   DeviceBuf<uint8_t> flush(128u << 20);
-  cudaEvent_t e0, e1;
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (const Op& op : ops) {
+  for (const PerfOp& op : kGlm5Ops) {
     const int E = 9;
     const ExpertStack st = random_stack(WeightFormat::NVFP4, E, op.n, op.k, 5);
     const DeviceExpertWeights w = upload_weights(st, op.ep);
@@ -793,19 +794,7 @@ TEST(Sm90MoeGemmPerf, DISABLED_DecodeSplitSweep) {
           a.y = y.p;
           a.m_total = experts;
           a.workspace = ws.p;
-          std::vector<float> ms;
-          for (int it = 0; it < 12; ++it) {
-            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
-            FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
-            run_moe_gemm(d, cfg, w, a);
-            FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
-            FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
-            float t = 0;
-            FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-            if (it > 1) ms.push_back(t);
-          }
-          std::sort(ms.begin(), ms.end());
-          const double us = ms[ms.size() / 2] * 1e3;
+          const double us = median_us(flush, 2, 10, [&] { run_moe_gemm(d, cfg, w, a); });
           const double bytes = double(experts) * op.n * op.k * 0.5625;
           std::printf("| split | %-7s | %d experts | S=%d%s | %8.1f us | %6.0f GB/s | %5.1f%% |\n", op.name, experts, s,
                       s == 0 ? " (auto)" : "", us, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);

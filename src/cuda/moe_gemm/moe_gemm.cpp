@@ -153,24 +153,19 @@ std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {
 
 std::vector<TileConfig> candidate_configs(const MoeGemmDesc& d) {
   std::vector<TileConfig> out;
-  for (int bn : {8, 16, 32}) {
+  const int experts = std::max(d.num_experts, 1);
+  auto add = [&](GemmKernel kernel, int bn, int stages) {
+    if (stages < 2) return;
     TileConfig c;
-    c.kernel = GemmKernel::Sm90Decode;
+    c.kernel = kernel;
     c.block_m = sm90::kBlockM;
     c.block_n = bn;
     c.block_k = sm90::kBlockK;
-    c.stages = decode_stages_for(bn, std::max(d.num_experts, 1));
-    if (c.stages >= 2) out.push_back(c);
-  }
-  for (int bn : {16, 64, 128, 256}) {
-    TileConfig c;
-    c.kernel = GemmKernel::Sm90Wgmma;
-    c.block_m = sm90::kBlockM;
-    c.block_n = bn;
-    c.block_k = sm90::kBlockK;
-    c.stages = stages_for(bn, std::max(d.num_experts, 1));
-    if (c.stages >= 2) out.push_back(c);
-  }
+    c.stages = stages;
+    out.push_back(c);
+  };
+  for (int bn : {8, 16, 32}) add(GemmKernel::Sm90Decode, bn, decode_stages_for(bn, experts));
+  for (int bn : {16, 64, 128, 256}) add(GemmKernel::Sm90Wgmma, bn, stages_for(bn, experts));
   return out;
 }
 

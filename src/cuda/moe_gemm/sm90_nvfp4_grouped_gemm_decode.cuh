@@ -57,14 +57,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   // block nb adds 8 rows = 1024 B.
   const int r8 = lane & 7, q = lane >> 3;
   uint32_t b_addr0 = smem_u32(sm.b) + uint32_t(r8 * 128 + ((q ^ r8) << 4));
-  pin_register(s_mul);
-  pin_register(s_add);
-  pin_register(code_addr0);
-  pin_register(scale_addr0);
   uint32_t full_addr0 = smem_u32(sm.full), empty_addr0 = smem_u32(sm.empty);
-  pin_register(b_addr0);
-  pin_register(full_addr0);
-  pin_register(empty_addr0);
+  for (uint32_t* v : {&s_mul, &s_add, &code_addr0, &scale_addr0, &b_addr0, &full_addr0, &empty_addr0})
+    pin_register(*v);
 
   int slot = 0;
   uint32_t phase = 0;
@@ -90,12 +85,9 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
         ldsm_x4(b_stage + uint32_t(nb * 1024), b[nb][0]);
         ldsm_x4((b_stage + uint32_t(nb * 1024)) ^ 64u, b[nb][1]);
       }
-      const uint32_t s01 = scales_to_bf16x2<false>(sc.x, s_mul, s_add);
-      const uint32_t s11 = scales_to_bf16x2<true>(sc.x, s_mul, s_add);
-      const uint32_t s21 = scales_to_bf16x2<false>(sc.y, s_mul, s_add);
-      const uint32_t s31 = scales_to_bf16x2<true>(sc.y, s_mul, s_add);
-      const uint32_t kw[4] = {words.x, words.y, words.z, words.w};
-      const uint32_t ks_scale[4] = {s01, s11, s21, s31};
+      const uint32_t kw[4] = {words.x, words.y, words.z, words.w};  // codes of K steps 0..3
+      const uint32_t ks_scale[4] = {scales_to_bf16x2<false>(sc.x, s_mul, s_add), scales_to_bf16x2<true>(sc.x, s_mul, s_add),
+                                    scales_to_bf16x2<false>(sc.y, s_mul, s_add), scales_to_bf16x2<true>(sc.y, s_mul, s_add)};
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         uint32_t a[4];

@@ -146,8 +146,8 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
 
   // The tuned tactic of this bucket when the plan cache has one (for the folded set: its
   // own entry, else the routed-only problem's), else the kernel's default for the expected
-  // rows per hit expert: routed rows spread uniformly over the routed experts, plus the
-  // always-hit experts with one row per token each.
+  // rows per hit routed expert (routed rows spread uniformly over the routed experts; the
+  // always-hit experts' one row per token is left out).
   cuda::TileConfig pick(int64_t m_total) const {
     const int64_t tokens = std::max<int64_t>(1, m_total / rows_per_token_);
 #if defined(FP4MOE_MOE_HAVE_TUNER)
@@ -183,9 +183,9 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
     const double routed_e = std::max(1, desc_.num_experts - always_hit_);
     const double routed_m = std::max(0.0, m - double(always_hit_) * double(tokens));
     const double routed_hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m));
-    if (always_hit_ > 0)  // the routed experts' tile: the shared pieces may get their own (shared_config)
-      return cuda::default_config(desc_, routed_m / std::max(routed_hit, 1.0));
-    return cuda::default_config(desc_, m / std::max(routed_hit, 1.0));
+    // The routed experts' tile (with always_hit_ = 0, routed_m = m); folded shared pieces get
+    // their own launch when they would not fit it (shared_config).
+    return cuda::default_config(desc_, routed_m / std::max(routed_hit, 1.0));
   }
 
   cuda::DeviceExpertWeights dev_;

@@ -28,6 +28,7 @@
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
 #include "format/codecs.hpp"
 #include "format/fp4.hpp"
+#include "moe_test_util.hpp"
 
 namespace fp4moe::cuda {
 namespace {
@@ -327,16 +328,22 @@ struct ScopedSplits {
   ~ScopedSplits() { unsetenv("FP4MOE_SM90_SPLITS"); }
 };
 
+// GLM-5 gate_up (op 0, SiluMul) or down (op 1, RowScale) over the given per-expert counts.
+Case glm5_op_case(int op, std::vector<int32_t> counts, int max_check_rows) {
+  Case c;
+  c.E = int64_t(counts.size());
+  c.N = op == 0 ? 4096 : 6144;
+  c.K = op == 0 ? 6144 : 2048;
+  c.epilogue = op == 0 ? Epilogue::SiluMul : Epilogue::RowScale;
+  c.counts = std::move(counts);
+  c.max_check_rows = max_check_rows;
+  return c;
+}
+
 TEST(Sm90MoeGemm, SplitKOneExpertEveryConfig) {
   SKIP_WITHOUT_GPU();
   for (int op = 0; op < 2; ++op) {
-    Case c;
-    c.E = 1;
-    c.N = op == 0 ? 4096 : 6144;
-    c.K = op == 0 ? 6144 : 2048;
-    c.epilogue = op == 0 ? Epilogue::SiluMul : Epilogue::RowScale;
-    c.counts = {100};
-    c.max_check_rows = 10;
+    const Case c = glm5_op_case(op, {100}, 10);
     expect_case(c, candidate_configs(desc_of(c)));
     if (HasFailure()) return;
   }
@@ -346,13 +353,7 @@ TEST(Sm90MoeGemm, SplitKDecodeDeterministicAndMatchesUnsplit) {
   SKIP_WITHOUT_GPU();
   const ScopedSplits force(4);
   for (int op = 0; op < 2; ++op) {
-    Case c;
-    c.E = 9;
-    c.N = op == 0 ? 4096 : 6144;
-    c.K = op == 0 ? 6144 : 2048;
-    c.epilogue = op == 0 ? Epilogue::SiluMul : Epilogue::RowScale;
-    c.counts.assign(9, 1);
-    c.max_check_rows = 9;
+    const Case c = glm5_op_case(op, std::vector<int32_t>(9, 1), 9);
     const MoeGemmDesc d0 = desc_of(c);
     const ExpertStack stack = random_stack(c.format, c.E, c.N, c.K, 7 + uint64_t(c.N * 3 + c.K));
     const DeviceExpertWeights dw = upload_weights(stack, c.epilogue);
@@ -645,29 +646,6 @@ TEST(Sm90MoeGemmLayout, HostDecodeOfRelaidChunksMatchesDequantize) {
 namespace fp4moe::cuda {
 namespace {
 
-// Median of `runs` CUDA-event timings (µs) of fn() after `warm` warm-ups, L2 flushed before each.
-template <typename Fn>
-double median_us(DeviceBuf<uint8_t>& flush, int warm, int runs, Fn&& fn) {
-  static cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (!e0) {
-    FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
-    FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
-  }
-  std::vector<float> ms;
-  for (int it = 0; it < warm + runs; ++it) {
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, it, flush.n));
-    FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
-    fn();
-    FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
-    FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= warm) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3;
-}
-
 // The two GLM-5 expert GEMMs the timing sweeps run.
 struct PerfOp {
   const char* name;
@@ -742,7 +720,7 @@ TEST(Sm90MoeGemmPerf, DISABLED_Glm5Sweep) {
         // The decode kernel re-reads an expert's weights per token tile: skip it where that
         // would take seconds (hundreds of tokens per expert).
         if (cfg.kernel == GemmKernel::Sm90Decode && double(M) / std::max(hit, 1) > 16.0 * cfg.block_n) continue;
-        const double us = median_us(flush, 1, 9, [&] { run_moe_gemm(d, cfg, w, a); });
+        const double us = test::median_event_us(flush.p, flush.n, 1, 9, [&] { run_moe_gemm(d, cfg, w, a); });
         std::printf("| %-7s | %5lld | %3d | %-28s | %9.1f | %7.1f | %7.0f | %5.1f%% |\n", op.name, (long long)T, hit,
                     to_string(cfg).c_str(), us, flops / us * 1e-6, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
         std::fflush(stdout);
@@ -786,7 +764,7 @@ TEST(Sm90MoeGemmPerf, DISABLED_DecodeSplitSweep) {
         if (cfg.kernel != GemmKernel::Sm90Decode || cfg.block_n != 8) continue;
         DeviceBuf<uint8_t> ws(workspace_bytes(d, cfg));
         for (int s : {0, 1, 2, 3, 4, 5, 6, 8}) {
-          setenv("FP4MOE_SM90_SPLITS", std::to_string(s).c_str(), 1);
+          const ScopedSplits force(s);
           MoeGemmArgs a;
           a.x = x.p;
           a.expert_offsets = doff.p;
@@ -794,13 +772,12 @@ TEST(Sm90MoeGemmPerf, DISABLED_DecodeSplitSweep) {
           a.y = y.p;
           a.m_total = experts;
           a.workspace = ws.p;
-          const double us = median_us(flush, 2, 10, [&] { run_moe_gemm(d, cfg, w, a); });
+          const double us = test::median_event_us(flush.p, flush.n, 2, 10, [&] { run_moe_gemm(d, cfg, w, a); });
           const double bytes = double(experts) * op.n * op.k * 0.5625;
           std::printf("| split | %-7s | %d experts | S=%d%s | %8.1f us | %6.0f GB/s | %5.1f%% |\n", op.name, experts, s,
                       s == 0 ? " (auto)" : "", us, bytes / us * 1e-3, bytes / us * 1e-3 / 4300 * 100);
           std::fflush(stdout);
         }
-        unsetenv("FP4MOE_SM90_SPLITS");
       }
     }
   }

@@ -379,24 +379,7 @@ TEST(RouterPerf, DISABLED_Glm5Sweep) {
   FP4MOE_CUBLAS_CHECK(cublasCreate(&h));
   FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(h, cublas_ws.ptr, cublas_ws.n));
   FP4MOE_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH));
-  cudaEvent_t e0, e1;
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
-  auto time_us = [&](auto&& fn) {
-    std::vector<float> ms;
-    for (int it = 0; it < 21; ++it) {
-      FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.ptr, it, flush.n));
-      FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
-      fn();
-      FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      if (it > 0) ms.push_back(t);  // the first call warms up
-    }
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]) * 1e3;
-  };
+  auto time_us = [&](auto&& fn) { return test::median_event_us(flush.ptr, flush.n, 1, 20, fn); };  // 1 warm-up
   const float* bias = r.bias->ptr;
   std::printf("| T | auto path | fused us | tiled us | old us | old/auto | floor us | auto/floor | ids = old |\n");
   for (int T : Ts) {

@@ -21,6 +21,30 @@ namespace fp4moe::test {
     if (!::fp4moe::cuda::device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
+// Median of `runs` CUDA-event timings (µs) of fn() on the default stream after `warm`
+// warm-up calls, the `flush_bytes` at `flush` overwritten before each call (cold L2).
+template <typename Fn>
+double median_event_us(void* flush, size_t flush_bytes, int warm, int runs, Fn&& fn) {
+  cudaEvent_t e0, e1;
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e0));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int it = 0; it < warm + runs; ++it) {
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush, it, flush_bytes));
+    FP4MOE_CUDA_CHECK(cudaEventRecord(e0));
+    fn();
+    FP4MOE_CUDA_CHECK(cudaEventRecord(e1));
+    FP4MOE_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= warm) ms.push_back(t);
+  }
+  FP4MOE_CUDA_CHECK(cudaEventDestroy(e0));
+  FP4MOE_CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]) * 1e3;
+}
+
 template <typename T>
 struct DeviceArray {
   T* ptr = nullptr;

@@ -114,16 +114,16 @@ struct Sm90Smem {
   int* prefix;           // [E + 1], then the split count
   volatile int* split_flag;
 };
-__device__ __forceinline__ Sm90Smem carve_smem(uint8_t* smem_raw, const Sm90SmemLayout& L, int stages, int num_experts) {
+__device__ __forceinline__ Sm90Smem carve_smem(uint8_t* smem_raw, const Sm90SmemLayout& L) {
   // Realign to 1024 B by offsetting the __shared__ array itself (keeps shared-space loads).
   uint8_t* smem = smem_raw + ((kSwizzleAlign - (smem_u32(smem_raw) & (kSwizzleAlign - 1))) & (kSwizzleAlign - 1));
   Sm90Smem s;
   s.b = smem + L.b_offset;
   s.chunk = smem + L.chunk_offset;
   s.full = reinterpret_cast<uint64_t*>(smem + L.barrier_offset);
-  s.empty = s.full + stages;
+  s.empty = s.full + L.stages;
   s.prefix = reinterpret_cast<int*>(smem + L.sched_offset);
-  s.split_flag = s.prefix + num_experts + 2;
+  s.split_flag = s.prefix + L.num_experts + 2;
   return s;
 }
 

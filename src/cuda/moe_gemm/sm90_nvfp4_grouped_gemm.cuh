@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(sm90_threads(kBlockN), sm90_ctas_per_sm(kBlock
   constexpr int kAcc = Mma::kAcc;
   const Sm90SmemLayout L = sm90_smem_layout(kBlockN, p.stages, p.num_experts);
   extern __shared__ uint8_t smem_raw[];
-  const Sm90Smem sm = carve_smem(smem_raw, L, p.stages, p.num_experts);
+  const Sm90Smem sm = carve_smem(smem_raw, L);
   const Sm90Schedule sched = schedule_prologue<kBlockN>(p, sm, kConsumerWarpgroups, &tmap_x);
 
   const int tid = threadIdx.x;

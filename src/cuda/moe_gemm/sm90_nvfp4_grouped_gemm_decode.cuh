@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
   constexpr int kSets = kNB == 1 ? 2 : 1;     // n8: even / odd K steps accumulate apart (2 chains)
   const Sm90SmemLayout L = sm90_smem_layout(kBlockN, p.stages, p.num_experts);
   extern __shared__ uint8_t smem_raw[];
-  const Sm90Smem sm = carve_smem(smem_raw, L, p.stages, p.num_experts);
+  const Sm90Smem sm = carve_smem(smem_raw, L);
   const Sm90Schedule sched = schedule_prologue<kBlockN>(p, sm, kDecodeConsumerWarps, &tmap_x);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -53,6 +53,14 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def fnv1a64(path: Path) -> str:
+    """FNV-1a 64 of a file, hex: what tests/cli/golden_quantize_test.cpp recomputes in CI."""
+    h = 0xCBF29CE484222325
+    for b in path.read_bytes():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
 def model_class(arch: str):
     return getattr(transformers, arch)
 
@@ -342,6 +350,7 @@ def make_case(name: str, case: dict, out: Path, fp4moe: Path | None) -> None:
                     "command": ["fp4moe", "quantize", "<case>/model", "OUT", *extra],
                     "two_runs_byte_identical": same,
                     "output_sha256": {f: sha256(q1 / f) for f in files},
+                    "model_safetensors_fnv1a64": fnv1a64(q1 / "model.safetensors"),
                     "quantized_modules": len(modules),
                     "dequantization": "w = e2m1 * fp32(e4m3(weight_scale) * weight_scale_2) in FP32 (as fp4moe's "
                                       "dequantize_rows); input_scale unused (activations stay FP32)",

@@ -8,6 +8,7 @@
 //   - bad input: unsupported head count / dims, page size, k.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -142,6 +143,15 @@ TEST(IndexerTiny, ScoresMatchCpuBf16) {
 TEST(IndexerTiny, ScoresMatchCpuFp8WithQuantizedQuery) {
   FP4MOE_SKIP_WITHOUT_GPU();
   for (int64_t ps : {1, 64}) check_scores(ps, KvElem::FP8_E4M3, 20 + uint64_t(ps));
+}
+
+// The 2-stage ring (what a 99 KB-smem arch such as sm_120 runs), forced on this GPU.
+TEST(IndexerTiny, ScoresMatchCpuWithTwoStageRing) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  setenv("FP4MOE_INDEXER_STAGES", "2", 1);
+  check_scores(64, KvElem::BF16, 25);
+  check_scores(16, KvElem::FP8_E4M3, 26);
+  unsetenv("FP4MOE_INDEXER_STAGES");
 }
 
 TEST(Indexer, ScoresMatchCpuAtContext100K) {

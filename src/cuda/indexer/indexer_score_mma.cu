@@ -1,6 +1,7 @@
 // The indexer's score kernel: one CTA = one query row x a chunk of its keys. The row's 32 x 128
 // query lives in registers as mma.sync B fragments (heads = N); key tiles of 128 keys stream
 // through a 3-stage cp.async ring (paged gather, 16 B per copy, 16 or 8 threads per key row);
+// (2 stages where a block cannot have the 3-stage 102 KB, e.g. sm_120's 99 KB);
 // each warp multiplies 32 keys (two M = 16 tiles) against all 32 heads, then applies
 // ReLU, the head weights and the quad reduction in registers and writes one FP32 per key.
 // BF16: mma m16n8k16 (8 K-steps); FP8 E4M3: mma m16n8k32 (4 K-steps; the per-array key scale
@@ -10,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/attention/kv_device.cuh"
@@ -24,11 +26,10 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileKeys = 128;                 // keys per pipeline stage
 constexpr int kWarpKeys = kTileKeys / kWarps;  // 32 = two m16 tiles
-constexpr int kStages = 3;
 constexpr int kNTiles = kIndexHeads / 8;       // 4 n8 tiles of heads
 static_assert(kWarpKeys == 32 && kIndexHeads == 32 && kIndexDim == 128, "tiling assumes GLM-5's 32 x 128 indexer");
 
-template <bool kFp8>
+template <bool kFp8, int kStages>
 struct Tile {
   static constexpr int kRowBytes = kFp8 ? kIndexDim : kIndexDim * 2;
   static constexpr int kPitch = kRowBytes + 16;          // +16 B: conflict-free 32-bit fragment loads
@@ -40,6 +41,7 @@ struct Tile {
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static_assert((kPitch / 4) % 32 == 4, "row pitch must shift banks by 4 words per row");
   static_assert(kTileKeys % kKeysPerPass == 0, "");
+  static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "");
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -82,9 +84,9 @@ struct ScoreParams {
   float scale;             // d^-1/2 (times index_scale for FP8)
 };
 
-template <bool kFp8>
+template <bool kFp8, int kStages>
 __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams p) {
-  using T = Tile<kFp8>;
+  using T = Tile<kFp8, kStages>;
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;  // flat token
   const int ctx = p.positions[row] + 1;
@@ -213,15 +215,18 @@ int num_sms() {
   return n;
 }
 
-template <bool kFp8>
+int max_smem_optin() {
+  int dev = 0, n = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return n;
+}
+
+template <bool kFp8, int kStages>
 void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
-  using T = Tile<kFp8>;
-  static bool attr_set = false;  // per process: the attribute is per function, device-independent here
-  if (!attr_set) {
-    FP4MOE_CUDA_CHECK(
-        cudaFuncSetAttribute(index_score_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-    attr_set = true;
-  }
+  using T = Tile<kFp8, kStages>;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
   // Enough CTAs for ~4 waves of 2 CTAs/SM, each at least one tile, at most 16 tiles (2048 keys).
   const int64_t want_ctas = int64_t(num_sms()) * 8;
@@ -242,7 +247,7 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   p.tiles_per_cta = tiles_per_cta;
   p.scale = 1.0f / sqrtf(float(kIndexDim)) * (kFp8 ? a.layer.index_scale : 1.0f);
   const dim3 grid(unsigned(a.batch.num_tokens), unsigned((key_tiles + tiles_per_cta - 1) / tiles_per_cta));
-  index_score_kernel<kFp8><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
+  index_score_kernel<kFp8, kStages><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -271,10 +276,14 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   require(a.max_ctx >= 0 && a.max_ctx <= 65535 * 16 * kTileKeys, "indexer scores: max_ctx out of range");
   require(a.score_stride >= a.max_ctx, "indexer scores: score_stride < max_ctx");
   if (b.num_tokens == 0 || a.max_ctx == 0) return;
+  // FP4MOE_INDEXER_STAGES=2 forces the 2-stage ring (tests cover both configs on one GPU).
+  const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
+  const bool three = !(force && std::string(force) == "2") && max_smem_optin() >= (L.index_elem == KvElem::BF16 ? Tile<false, 3>::kSmemBytes
+                                                                         : Tile<true, 3>::kSmemBytes);
   if (L.index_elem == KvElem::BF16)
-    launch_scores<false>(a, stream);
+    three ? launch_scores<false, 3>(a, stream) : launch_scores<false, 2>(a, stream);
   else
-    launch_scores<true>(a, stream);
+    three ? launch_scores<true, 3>(a, stream) : launch_scores<true, 2>(a, stream);
 }
 
 void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp8, int64_t tokens,

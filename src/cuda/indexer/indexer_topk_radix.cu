@@ -81,9 +81,16 @@ __global__ void __launch_bounds__(kThreads) topk_radix_kernel(const TopKParams p
     const uint32_t prefix = s_prefix, mask = s_mask;
     const int shift = kShift[pass];
     const uint32_t digit_mask = (1u << kBits[pass]) - 1;
-    for (int i = tid; i < ctx; i += kThreads) {
-      const uint32_t key = order_key(s[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & digit_mask], 1);
+    // Warp-aggregated: lanes with the same digit add once (scores crowd a few top-bit bins).
+    for (int base = 0; base < ctx; base += kThreads) {
+      const int i = base + tid;
+      int digit = -1;
+      if (i < ctx) {
+        const uint32_t key = order_key(s[i]);
+        if ((key & mask) == prefix) digit = int((key >> shift) & digit_mask);
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, digit);
+      if (digit >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
     }
     __syncthreads();
     // Counts from the top bin down: thread t owns bins (2047 - 2t) and (2046 - 2t).

@@ -4,7 +4,8 @@
 //   decode  batch x context: dense MLA (FlashInfer SM90 kernel via MlaSm90), and for context >
 //           top-k the sparse path: indexer scores -> top-k -> sparse MLA over the selected slots;
 //           each stage timed alone and the three back to back;
-//   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens;
+//   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
+//           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
 //   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random
 //           and model-like keys / queries).
 // Every time is cold-L2 (256 MiB memset before each run, median). Floors: bytes / the copy
@@ -34,6 +35,7 @@
 #if defined(FP4MOE_HAVE_CUDA)
 #include "cuda/attention/kv_append.hpp"
 #include "cuda/attention/mla.hpp"
+#include "cuda/attention/mla_prefill.hpp"
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
@@ -270,6 +272,12 @@ class Bench {
         out(size_t(maxN) * kHeads * at::kCkvDim * 2);
     bench::fill_random_bf16(q_nope.p, size_t(maxN) * kHeads * at::kCkvDim, 41, 0.5f, s_);
     bench::fill_random_bf16(q_pe.p, size_t(maxN) * kHeads * at::kKpeDim, 42, 0.5f, s_);
+    // The expanded form's inputs: q [N, 64, 256], kv_b_proj [64 * 448, 512], out [N, 64, 256].
+    const size_t wb = size_t(kHeads) * (at::kQkNopeDim + at::kVDim) * at::kCkvDim;
+    DeviceMem q_exp(size_t(maxN) * kHeads * at::kExpandedHeadDim * 2), kv_b(wb * 2),
+        out_exp(size_t(maxN) * kHeads * at::kVDim * 2);
+    bench::fill_random_bf16(q_exp.p, size_t(maxN) * kHeads * at::kExpandedHeadDim, 43, 0.5f, s_);
+    bench::fill_random_bf16(kv_b.p, wb, 44, 0.044f, s_);
     const std::string kv = std::string(kv_elem_name(elem));
     for (int N : opt_.prefill) {
       // Chunk c: queries [c0, c1) at the end of a context of c1 tokens (chunked prefill).
@@ -300,6 +308,35 @@ class Bench {
       r.note = fmt::format("{} chunk(s); expanded-form equivalent {:.0f} TFLOP/s", plans.size(),
                            expanded / (r.us * 1e6));
       report(r);
+
+      // Expanded form: per chunk, the context's latents expanded by kv_b_proj, then FA3.
+      std::vector<std::unique_ptr<at::MlaPrefillExpandedSm90>> eplans;
+      std::vector<at::MlaPrefillRunArgs> eargs;
+      double gemm_flops = 0;
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const int c0 = int(i) * kPrefillChunk, c1 = std::min(N, c0 + kPrefillChunk);
+        HostBatch hb = make_batch(1, c1, c1 - c0, perm, ps);
+        eplans.push_back(std::make_unique<at::MlaPrefillExpandedSm90>(kHeads, kSmScale, c1));
+        eplans.back()->plan(hb.view(), ps, pages, s_);
+        at::MlaPrefillRunArgs ea;
+        ea.q = q_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kExpandedHeadDim;
+        ea.kv_b_proj = kv_b.p;
+        ea.layer = pool.view();
+        ea.page_indices = batches[i]->v.page_indices;
+        ea.out = out_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kVDim;
+        eargs.push_back(ea);
+        gemm_flops += 2.0 * c1 * at::kCkvDim * kHeads * (at::kQkNopeDim + at::kVDim);
+      }
+      Row e{"prefill", kv, "expanded-cublas+fa3-sm90", 1, N};
+      e.flops = expanded + gemm_flops;
+      e.bytes = r.bytes;
+      e.us = time_us([&] {
+        for (size_t i = 0; i < eplans.size(); ++i) eplans[i]->run(eargs[i], s_);
+      });
+      e.floor_us = e.flops / (ceil_.bf16_tflops * 1e6);
+      e.note = fmt::format("vs absorbed {:.2f}x ({:.0f} % of the flops are the expansion GEMMs)", r.us / e.us,
+                           100 * gemm_flops / e.flops);
+      report(e);
     }
   }
 
@@ -443,7 +480,6 @@ class Bench {
 };
 
 int run_bench(const Options& opt) {
-  FP4MOE_CHECK(cuda::device_available(), "bench attention needs a CUDA GPU");
   FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
   FP4MOE_CHECK(at::log2_exact(opt.page_size) >= 0, "--page-size {} must be a power of two", opt.page_size);
   FP4MOE_CHECK(opt.top_k >= 1 && opt.top_k <= ix::kMaxTopK, "--top-k {} outside [1, {}]", opt.top_k, ix::kMaxTopK);
@@ -455,6 +491,7 @@ int run_bench(const Options& opt) {
     FP4MOE_CHECK(k == "bf16" || k == "fp8", "--kv {}: bf16 or fp8", k);
     elems.push_back(k == "bf16" ? KvElem::BF16 : KvElem::FP8_E4M3);
   }
+  FP4MOE_CHECK(cuda::device_available(), "bench attention needs a CUDA GPU");
   int dev = 0, major = 0, minor = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

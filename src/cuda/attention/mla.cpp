@@ -66,21 +66,25 @@ MlaSm90::~MlaSm90() {
   cudaFree(float_ws_);
 }
 
-void MlaSm90::plan(const KvBatchView& b, int64_t page_size, int64_t num_pages, cudaStream_t stream) {
+void check_prefill_batch(const KvBatchView& b, int64_t page_size, int64_t num_pages) {
   validate_kv_batch(b, page_size, num_pages);
   FP4MOE_CHECK(b.num_requests >= 1, "MLA plan: empty batch");
-  const size_t R = size_t(b.num_requests);
-  std::vector<int32_t> q_indptr(b.qo_indptr, b.qo_indptr + R + 1), kv_len(b.kv_len, b.kv_len + R),
-      page_indptr(b.page_indptr, b.page_indptr + R + 1);
-  for (size_t r = 0; r < R; ++r) {
-    const int32_t q = q_indptr[r + 1] - q_indptr[r];
+  for (int64_t r = 0; r < b.num_requests; ++r) {
+    const int32_t q = b.qo_indptr[r + 1] - b.qo_indptr[r];
     for (int32_t j = 0; j < q; ++j)
-      FP4MOE_CHECK(b.positions[q_indptr[r] + j] == kv_len[r] - q + j,
-                   "MLA plan: request {} token {} is at position {}; the SM90 MLA kernel needs the {} new tokens "
+      FP4MOE_CHECK(b.positions[b.qo_indptr[r] + j] == b.kv_len[r] - q + j,
+                   "MLA plan: request {} token {} is at position {}; the SM90 MLA kernels need the {} new tokens "
                    "at the end of the context of {} (position {})",
-                   r, j, b.positions[q_indptr[r] + j], q, kv_len[r], kv_len[r] - q + j);
+                   r, j, b.positions[b.qo_indptr[r] + j], q, b.kv_len[r], b.kv_len[r] - q + j);
   }
-  plan_impl(q_indptr, page_indptr, kv_len, stream);
+}
+
+void MlaSm90::plan(const KvBatchView& b, int64_t page_size, int64_t num_pages, cudaStream_t stream) {
+  check_prefill_batch(b, page_size, num_pages);
+  const size_t R = size_t(b.num_requests);
+  plan_impl(std::vector<int32_t>(b.qo_indptr, b.qo_indptr + R + 1),
+            std::vector<int32_t>(b.page_indptr, b.page_indptr + R + 1), std::vector<int32_t>(b.kv_len, b.kv_len + R),
+            stream);
   sparse_ = false;
   page_size_ = int(page_size);
 }

@@ -97,4 +97,8 @@ class MlaSm90 {
   bool planned_ = false, sparse_ = false;
 };
 
+// Host checks shared by the planners: the batch is valid for the pool (validate_kv_batch), has
+// a request, and each request's tokens are the last q_len positions of its context, in order.
+void check_prefill_batch(const KvBatchView& b, int64_t page_size, int64_t num_pages);
+
 }  // namespace fp4moe::cuda::attention

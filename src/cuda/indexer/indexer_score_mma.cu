@@ -208,28 +208,38 @@ __global__ void quantize_q_fp8_kernel(const __nv_bfloat16* q, const float* w, __
   if (lane == 0) w8[rh] = w[rh] * scale;
 }
 
-int num_sms() {
-  int dev = 0, n = 0;
+// Per-device facts, read once per device (index_scores runs every decode step).
+struct DeviceFacts {
+  int sms = 0, smem_optin = 0;
+};
+const DeviceFacts& device_facts() {
+  constexpr int kMaxDevices = 64;
+  static DeviceFacts facts[kMaxDevices];
+  int dev = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
-int max_smem_optin() {
-  int dev = 0, n = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return n;
+  require(dev < kMaxDevices, "indexer: device index >= 64");
+  DeviceFacts& f = facts[dev];
+  if (f.sms == 0) {
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  return f;
 }
 
 template <bool kFp8, int kStages>
 void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   using T = Tile<kFp8, kStages>;
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  static uint64_t attribute_set = 0;  // bit per device: the smem opt-in is per device
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (!(attribute_set >> dev & 1)) {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    attribute_set |= uint64_t(1) << dev;
+  }
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
   // Enough CTAs for ~4 waves of 2 CTAs/SM, each at least one tile, at most 16 tiles (2048 keys).
-  const int64_t want_ctas = int64_t(num_sms()) * 8;
+  const int64_t want_ctas = int64_t(device_facts().sms) * 8;
   const int64_t total_tiles = int64_t(key_tiles) * a.batch.num_tokens;
   const int tiles_per_cta = int(std::clamp<int64_t>(total_tiles / std::max<int64_t>(want_ctas, 1), 1, 16));
   ScoreParams p{};
@@ -278,7 +288,7 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   if (b.num_tokens == 0 || a.max_ctx == 0) return;
   // FP4MOE_INDEXER_STAGES=2 forces the 2-stage ring (tests cover both configs on one GPU).
   const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
-  const bool three = !(force && std::string(force) == "2") && max_smem_optin() >= (L.index_elem == KvElem::BF16 ? Tile<false, 3>::kSmemBytes
+  const bool three = !(force && std::string(force) == "2") && device_facts().smem_optin >= (L.index_elem == KvElem::BF16 ? Tile<false, 3>::kSmemBytes
                                                                          : Tile<true, 3>::kSmemBytes);
   if (L.index_elem == KvElem::BF16)
     three ? launch_scores<false, 3>(a, stream) : launch_scores<false, 2>(a, stream);

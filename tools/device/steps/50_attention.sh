@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/attention"
 O=$OUT/attention
-TESTS="kv_append_test indexer_test mla_attention_test"
+TESTS="kv_append_test indexer_test mla_attention_test mla_prefill_expanded_test"
 for t in $TESTS fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
 for t in $TESTS; do

@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,8 @@ std::unique_ptr<DeviceMem> upload(const std::vector<T>& h, cudaStream_t s) {
 }
 
 struct Row {
+  Row(std::string kind_, std::string kv_, std::string path_, int batch_, int ctx_)
+      : kind(std::move(kind_)), kv(std::move(kv_)), path(std::move(path_)), batch(batch_), ctx(ctx_) {}
   std::string kind, kv, path;
   int batch = 0, ctx = 0;
   double us = 0, bytes = 0, flops = 0, floor_us = 0;
@@ -172,7 +175,7 @@ class Bench {
     const int maxL = *std::max_element(opt_.contexts.begin(), opt_.contexts.end());
     const int64_t ps = opt_.page_size, ppr = (maxL + ps - 1) / ps, pages = int64_t(maxB) * ppr + 1;
     Pool pool(elem, ps, pages, s_);
-    std::vector<int32_t> perm(size_t(pages));
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
     const std::string kv = std::string(kv_elem_name(elem));
@@ -265,7 +268,7 @@ class Bench {
     const int maxN = *std::max_element(opt_.prefill.begin(), opt_.prefill.end());
     const int64_t ps = opt_.page_size, pages = (maxN + ps - 1) / ps + 1;
     Pool pool(elem, ps, pages, s_);
-    std::vector<int32_t> perm(size_t(pages));
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937_64(8));
     DeviceMem q_nope(size_t(maxN) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxN) * kHeads * at::kKpeDim * 2),

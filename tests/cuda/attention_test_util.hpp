@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "core/error.hpp"
 #include "core/paged_kv.hpp"
 #include "cpu/attention/kv_cache_cpu.hpp"
 #include "cuda/attention/kv_dims.hpp"

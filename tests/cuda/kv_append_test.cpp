@@ -10,7 +10,7 @@ namespace fp4moe::test {
 namespace {
 
 void check_append(int64_t page_size, KvElem elem, KvElem index_elem, bool with_index, uint64_t seed) {
-  const std::vector<RequestShape> shapes = {{1, 1}, {70, 1}, {300, 37}, {page_size * 3, int32_t(page_size)}, {5, 5}};
+  const std::vector<RequestShape> shapes = {{1, 1}, {70, 1}, {300, 37}, {int32_t(page_size * 3), int32_t(page_size)}, {5, 5}};
   PagedCase c = make_paged_case(shapes, page_size, elem, index_elem, seed, /*fill=*/false);
   const size_t T = size_t(c.tokens());
   const auto ckv = random_bf16(T * kCkvDim, seed + 11, 2.0f), kpe = random_bf16(T * kKpeDim, seed + 12, 2.0f),
@@ -54,7 +54,7 @@ TEST(KvAppend, RejectsNonPowerOfTwoPageSize) {
   PagedCase c = make_paged_case({{10, 1}}, 48, KvElem::BF16, KvElem::BF16, 1, false);
   DeviceCache dc(c);
   DeviceBatch db(c);
-  DeviceArray<uint16_t> x(size_t(kCkvDim));
+  DeviceArray<uint16_t> x(static_cast<size_t>(kCkvDim));
   cuda::attention::KvAppendArgs a;
   a.ckv = a.kpe = x.ptr;
   a.layer = dc.L;

@@ -161,6 +161,45 @@ struct DevBatch {
   }
 };
 
+// The DSA selection of a decode batch with contexts <= L: indexer scores (the query quantized
+// to FP8 first when the keys are FP8), then the top-k positions (and slots when `slot` is given).
+struct Selection {
+  ix::IndexerScoreArgs score;
+  ix::TopKArgs topk;
+  const void* q_bf16 = nullptr;
+  const float* w = nullptr;
+  int64_t rows = 0;
+  void run_indexer(cudaStream_t s) const {
+    if (score.layer.index_elem == KvElem::FP8_E4M3)
+      ix::quantize_q_fp8(q_bf16, w, const_cast<void*>(score.q), const_cast<float*>(score.w), rows, s);
+    ix::index_scores(score, s);
+  }
+  void run_topk(cudaStream_t s) const { ix::top_k(topk, s); }
+};
+Selection make_selection(const void* q, const float* w, void* q8, float* w8, const KvLayerView& layer,
+                         const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot) {
+  Selection sel;
+  sel.q_bf16 = q;
+  sel.w = w;
+  sel.rows = b.num_tokens;
+  const bool fp8 = layer.index_elem == KvElem::FP8_E4M3;
+  sel.score.q = fp8 ? q8 : q;
+  sel.score.w = fp8 ? w8 : w;
+  sel.score.layer = layer;
+  sel.score.batch = b;
+  sel.score.max_ctx = L;
+  sel.score.scores = scores;
+  sel.score.score_stride = L;
+  sel.topk.scores = scores;
+  sel.topk.score_stride = L;
+  sel.topk.batch = b;
+  sel.topk.top_k = k;
+  sel.topk.out_pos = pos;
+  sel.topk.out_slot = slot;
+  sel.topk.page_size = layer.page_size;
+  return sel;
+}
+
 class Bench {
  public:
   Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s) { ceil_ = bench::measure_ceilings(s); }
@@ -208,41 +247,22 @@ class Bench {
         if (!opt_.sparse || L <= opt_.top_k) continue;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
-        ix::IndexerScoreArgs sa;
-        sa.q = qi.p;
-        sa.w = w.as<float>();
-        sa.layer = layer;
-        sa.batch = db.v;
-        sa.max_ctx = L;
-        sa.scores = scores.as<float>();
-        sa.score_stride = L;
-        const bool fp8 = elem == KvElem::FP8_E4M3;
-        if (fp8) sa.q = qi8.p, sa.w = w8.as<float>();
-        auto run_indexer = [&] {
-          if (fp8) ix::quantize_q_fp8(qi.p, w.as<float>(), qi8.p, w8.as<float>(), B, s_);
-          ix::index_scores(sa, s_);
-        };
-        ix::TopKArgs ta;
-        ta.scores = scores.as<float>();
-        ta.score_stride = L;
-        ta.batch = db.v;
-        ta.top_k = opt_.top_k;
-        ta.out_pos = sel_pos.as<int32_t>();
-        ta.out_slot = sel_slot.as<int32_t>();
-        ta.page_size = ps;
+        const Selection sel = make_selection(qi.p, w.as<float>(), qi8.p, w8.as<float>(), layer, db.v, L,
+                                             scores.as<float>(), opt_.top_k, sel_pos.as<int32_t>(),
+                                             sel_slot.as<int32_t>());
         sparse.plan_sparse(hb.view(), opt_.top_k, s_);
         at::MlaRunArgs sp{q_nope.p, q_pe.p, layer, sel_slot.as<int32_t>(), out.p, nullptr};
         const double key_bytes = double(B) * L * at::kIndexDim * eb;
         Row ri{"indexer", kv, "ours-mma", B, L};
         ri.bytes = key_bytes;
         ri.flops = 2.0 * B * double(L) * at::kIndexHeads * at::kIndexDim;
-        ri.us = time_us(run_indexer);
+        ri.us = time_us([&] { sel.run_indexer(s_); });
         ri.floor_us = copy_floor_us(key_bytes);
         ri.note = fmt::format("+{:.0f} MB scores written", double(B) * L * 4 / 1e6);
         report(ri);
         Row rt{"topk", kv, "ours-radix", B, L};
         rt.bytes = double(B) * L * 4;
-        rt.us = time_us([&] { ix::top_k(ta, s_); });
+        rt.us = time_us([&] { sel.run_topk(s_); });
         rt.floor_us = copy_floor_us(rt.bytes);
         report(rt);
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
@@ -254,8 +274,8 @@ class Bench {
         Row rall{"sparse-decode", kv, "indexer+topk+mla", B, L};
         rall.bytes = key_bytes + rs.bytes;
         rall.us = time_us([&] {
-          run_indexer();
-          ix::top_k(ta, s_);
+          sel.run_indexer(s_);
+          sel.run_topk(s_);
           sparse.run(sp, s_);
         });
         rall.floor_us = copy_floor_us(rall.bytes);
@@ -419,31 +439,14 @@ class Bench {
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
     }
     const KvLayerView L16 = glm5_layer(dummy.p, dummy.p, d_keys->p, pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
-    auto select = [&](const KvLayerView& layer, bool fp8, DeviceMem& dst) {
-      ix::IndexerScoreArgs a;
-      a.q = d_q->p;
-      a.w = d_w->as<float>();
-      if (fp8) {
-        ix::quantize_q_fp8(d_q->p, d_w->as<float>(), q8.p, w8.as<float>(), B, s_);
-        a.q = q8.p;
-        a.w = w8.as<float>();
-      }
-      a.layer = layer;
-      a.batch = db.v;
-      a.max_ctx = L;
-      a.scores = sc.as<float>();
-      a.score_stride = L;
-      ix::index_scores(a, s_);
-      ix::TopKArgs t;
-      t.scores = sc.as<float>();
-      t.score_stride = L;
-      t.batch = db.v;
-      t.top_k = k;
-      t.out_pos = dst.as<int32_t>();
-      ix::top_k(t, s_);
+    auto select = [&](const KvLayerView& layer, DeviceMem& dst) {
+      const Selection sel = make_selection(d_q->p, d_w->as<float>(), q8.p, w8.as<float>(), layer, db.v, L,
+                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr);
+      sel.run_indexer(s_);
+      sel.run_topk(s_);
     };
-    select(L16, false, pos32);
-    select(L8, true, pos8);
+    select(L16, pos32);
+    select(L8, pos8);
     std::vector<int32_t> a(size_t(B) * k), b8(size_t(B) * k);
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), pos32.p, a.size() * 4, cudaMemcpyDeviceToHost, s_));
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b8.data(), pos8.p, b8.size() * 4, cudaMemcpyDeviceToHost, s_));
@@ -495,18 +498,15 @@ int run_bench(const Options& opt) {
     elems.push_back(k == "bf16" ? KvElem::BF16 : KvElem::FP8_E4M3);
   }
   FP4MOE_CHECK(cuda::device_available(), "bench attention needs a CUDA GPU");
-  int dev = 0, major = 0, minor = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  const std::string why = at::mla_can_implement({kHeads, kSmScale, KvElem::BF16}, major * 10 + minor);
+  const int sm = at::current_device_sm();
+  const std::string why = at::mla_can_implement({kHeads, kSmScale, KvElem::BF16}, sm);
   FP4MOE_CHECK(why.empty(), "bench attention: {}", why);
   cudaStream_t s;
   FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Bench b(opt, s);
   const auto& c = b.ceilings();
-  std::printf("device: %s (sm_%d%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
-              bench::device_name().c_str(), major, minor, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
+  std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
+              bench::device_name().c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
   std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
               opt.page_size);
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");

@@ -25,6 +25,19 @@ using cuda::attention::kIndexDim;
 using cuda::attention::kIndexHeads;
 using cuda::attention::kKpeDim;
 
+// The MLA kernels (FlashInfer's SM90 ones) need an sm_90 GPU.
+inline bool sm90_available() {
+  if (!cuda::device_available()) return false;
+  int dev = 0, major = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major == 9;
+}
+#define FP4MOE_SKIP_WITHOUT_SM90()                                           \
+  do {                                                                       \
+    if (!::fp4moe::test::sm90_available()) GTEST_SKIP() << "needs an sm_90 GPU"; \
+  } while (0)
+
 // BF16 values (as uint16) and the same values as floats.
 struct Bf16Data {
   std::vector<uint16_t> bits;

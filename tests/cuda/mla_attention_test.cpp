@@ -17,17 +17,6 @@ namespace at = cuda::attention;
 constexpr int kHeads = 64;
 constexpr float kSmScale = 0.0625f;  // (192 + 64)^-1/2
 
-bool sm90_available() {
-  if (!cuda::device_available()) return false;
-  int dev = 0, major = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major == 9;
-}
-#define SKIP_WITHOUT_SM90() \
-  do {                      \
-    if (!sm90_available()) GTEST_SKIP() << "needs an sm_90 GPU"; \
-  } while (0)
 
 struct Queries {
   Bf16Data nope, pe;  // [T, 64, 512], [T, 64, 64]
@@ -103,28 +92,28 @@ void check_dense(const std::vector<RequestShape>& shapes, int64_t page_size, KvE
 const std::vector<RequestShape> kDecodeShapes = {{1, 1}, {63, 1}, {64, 1}, {65, 1}, {1000, 1}, {4097, 1}};
 
 TEST(MlaAttentionTiny, DecodeMatchesCpuBf16) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::BF16, 1);
 }
 
 TEST(MlaAttentionTiny, DecodeMatchesCpuFp8) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::FP8_E4M3, 2);
 }
 
 TEST(MlaAttention, DecodeMatchesCpuEveryPageSize) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
     for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, e, 10 + uint64_t(ps));
 }
 
 TEST(MlaAttention, DecodeLengths1And100KInOneBatch) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, KvElem::BF16, 20);
 }
 
 TEST(MlaAttention, ChunkedPrefillMatchesCpu) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
     check_dense({{300, 37}, {128, 128}, {1, 1}, {1000, 64}, {70, 3}}, 64, e, 30);
     check_dense({{129, 129}, {517, 100}}, 16, e, 31);
@@ -161,18 +150,18 @@ void check_sparse(const std::vector<RequestShape>& shapes, int64_t page_size, Kv
 }
 
 TEST(MlaAttentionTiny, SparseDecodeMatchesCpu) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 40);
 }
 
 TEST(MlaAttention, SparseTopK2048MatchesCpu) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
     check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 41);
 }
 
 TEST(MlaAttention, SparseWithTopKAtLeastContextEqualsDense) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case({{1, 1}, {100, 1}, {2048, 1}}, 64, KvElem::BF16, KvElem::BF16, 50);
   const Queries q = random_queries(c.tokens(), 51);
   const Selection sel = random_selection(c, 2048, 52);  // every row is 0..p: the dense set
@@ -188,7 +177,7 @@ TEST(MlaAttentionErrors, UnsupportedHeadCountIsAnError) {
   EXPECT_NE(at::mla_can_implement({48, kSmScale, KvElem::BF16}, 90).find("48 heads unsupported"), std::string::npos);
   EXPECT_NE(at::mla_can_implement({64, kSmScale, KvElem::F32}, 90).find("unsupported"), std::string::npos);
   EXPECT_NE(at::mla_can_implement({64, kSmScale, KvElem::BF16}, 120).find("sm_90"), std::string::npos);
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   EXPECT_EQ(at::mla_can_implement({64, kSmScale, KvElem::BF16}, 90), "");
   try {
     at::MlaSm90 m({48, kSmScale, KvElem::BF16});
@@ -199,7 +188,7 @@ TEST(MlaAttentionErrors, UnsupportedHeadCountIsAnError) {
 }
 
 TEST(MlaAttentionErrors, PageTableOutOfRangeIsAnError) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case({{100, 1}, {10, 1}}, 64, KvElem::BF16, KvElem::BF16, 60, false);
   c.page_indices[1] = int32_t(c.num_pages);  // one past the pool
   at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
@@ -214,7 +203,7 @@ TEST(MlaAttentionErrors, PageTableOutOfRangeIsAnError) {
 }
 
 TEST(MlaAttentionErrors, TokensNotAtTheEndOfTheContextAreAnError) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case({{100, 2}}, 64, KvElem::BF16, KvElem::BF16, 61, false);
   c.positions[0] = 10;  // a gap: the kernel's causal rule cannot express it
   at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
@@ -222,7 +211,7 @@ TEST(MlaAttentionErrors, TokensNotAtTheEndOfTheContextAreAnError) {
 }
 
 TEST(MlaAttentionErrors, RunBeforePlanAndMismatchedCacheAreErrors) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   at::MlaSm90 mla({kHeads, kSmScale, KvElem::FP8_E4M3});
   at::MlaRunArgs a;
   EXPECT_THROW(mla.run(a, nullptr), Error);
@@ -233,7 +222,7 @@ TEST(MlaAttentionErrors, RunBeforePlanAndMismatchedCacheAreErrors) {
 }
 
 TEST(MlaAttentionErrors, TooManyQueryTilesIsAnError) {
-  SKIP_WITHOUT_SM90();
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case({{40000, 40000}}, 64, KvElem::BF16, KvElem::BF16, 63, false);
   at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
   try {

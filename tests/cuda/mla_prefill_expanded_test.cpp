@@ -18,16 +18,9 @@ constexpr int kHeads = 64;
 constexpr int kNope = at::kQkNopeDim, kV = at::kVDim, kRows = kNope + kV;  // kv_b_proj rows per head
 constexpr float kSmScale = 0.0625f;
 
-bool sm90_available() {
-  if (!cuda::device_available()) return false;
-  int dev = 0, major = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major == 9;
-}
 
 void check_expanded(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, uint64_t seed) {
-  if (!sm90_available()) GTEST_SKIP() << "needs an sm_90 GPU";
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
   const int64_t T = c.tokens();
   const auto q = random_bf16(size_t(T) * kHeads * at::kExpandedHeadDim, seed + 1, 0.5f);
@@ -99,7 +92,7 @@ TEST(MlaPrefillExpanded, ChunkedPrefillMatchesAbsorbedCpuFp8) {
 }
 
 TEST(MlaPrefillExpandedErrors, TooManyContextTokensIsAnError) {
-  if (!sm90_available()) GTEST_SKIP() << "needs an sm_90 GPU";
+  FP4MOE_SKIP_WITHOUT_SM90();
   PagedCase c = make_paged_case({{100, 10}}, 64, KvElem::BF16, KvElem::BF16, 5, false);
   at::MlaPrefillExpandedSm90 op(kHeads, kSmScale, 99);
   EXPECT_THROW(op.plan(c.batch(), c.page_size, c.num_pages, nullptr), Error);

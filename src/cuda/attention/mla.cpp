@@ -15,16 +15,16 @@ namespace {
 
 bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-int current_sm(int* num_sm) {
+
+}  // namespace
+
+int current_device_sm() {
   int dev = 0, major = 0, minor = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (num_sm) FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(num_sm, cudaDevAttrMultiProcessorCount, dev));
   return major * 10 + minor;
 }
-
-}  // namespace
 
 std::string mla_can_implement(const MlaDesc& d, int sm) {
   if (!power_of_two(d.num_heads) || d.num_heads > 128)
@@ -49,7 +49,10 @@ size_t MlaSm90::float_workspace_bytes(int num_sm) {
 }
 
 MlaSm90::MlaSm90(const MlaDesc& desc) : desc_(desc) {
-  const int sm = current_sm(&num_sm_);
+  const int sm = current_device_sm();
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sm_, cudaDevAttrMultiProcessorCount, dev));
   const std::string why = mla_can_implement(desc, sm);
   FP4MOE_CHECK(why.empty(), "{}", why);
   float_bytes_ = float_workspace_bytes(num_sm_);

@@ -35,6 +35,9 @@ struct MlaDesc {
   KvElem kv_elem = KvElem::BF16;  // BF16 or FP8_E4M3
 };
 
+// The current device's compute capability as 10 * major + minor (90 for an H100 / H200).
+int current_device_sm();
+
 // Why this desc cannot run here ("" when it can): head count, element type, arch (sm_90 only),
 // FlashInfer built in.
 std::string mla_can_implement(const MlaDesc& d, int sm);

@@ -23,13 +23,7 @@ static_assert(kQkNopeDim + kKpeDim + kVDim == kHeadStride, "");
 
 MlaPrefillExpandedSm90::MlaPrefillExpandedSm90(int num_heads, float sm_scale, int64_t max_kv_tokens)
     : num_heads_(num_heads), sm_scale_(sm_scale), max_kv_(max_kv_tokens) {
-  const std::string why = mla_can_implement({num_heads, sm_scale, KvElem::BF16}, [] {
-    int dev = 0, major = 0, minor = 0;
-    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major * 10 + minor;
-  }());
+  const std::string why = mla_can_implement({num_heads, sm_scale, KvElem::BF16}, current_device_sm());
   FP4MOE_CHECK(why.empty(), "{}", why);
   FP4MOE_CHECK(max_kv_tokens >= 1, "MLA prefill: max_kv_tokens {} must be >= 1", max_kv_tokens);
   FP4MOE_CUDA_CHECK(cudaMalloc(&ckv_, size_t(max_kv_) * kCkvDim * 2));

@@ -1,6 +1,7 @@
 // fp4moe tune: validate the kernel path on this GPU (or, --dry-run, on any architecture of the
 // table): rule out what cannot run with the arithmetic, measure what can per tokens bucket,
-// keep the winner in the plan cache, and state the verdict.
+// keep the winner in the plan cache, and state the verdict. The dry run also prints the whole
+// model's kernel plan on that arch (tuner/model_plan.hpp).
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,7 +13,9 @@
 #include "cli/command.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "format/checkpoint.hpp"
 #include "tuner/arch.hpp"
+#include "tuner/model_plan.hpp"
 #include "tuner/plan_cache.hpp"
 #include "tuner/profiler.hpp"
 #include "tuner/tune_report.hpp"
@@ -25,7 +28,7 @@ using namespace fp4moe::tuner;
 struct TuneArgs {
   std::string op = "moe-gemm";
   std::string model, preset, arch, json_path, plan_cache, tokens, act = "w4a16";
-  bool dry_run = false, explain = false;
+  bool dry_run = false, explain = false, act_explicit = false;
   int min_runs = 20;
 };
 
@@ -95,6 +98,14 @@ int run_tune(const TuneArgs& a) {
                         {"feasibility", feasibility_json(feas)},
                         {"feasibility_verdict", feasibility_verdict(a.op, feas, arch)}};
   if (a.dry_run) {
+    // The whole model's kernel plan on this arch (routed experts W4A4 as NVIDIA's checkpoints
+    // quantize them, unless --act w4a16 says otherwise).
+    const ModelConfig cfg = a.model.empty() ? glm5_config() : Checkpoint::open(a.model)->config();
+    const std::vector<int64_t> plan_tokens = a.tokens.empty() ? std::vector<int64_t>{1, 64, 8192} : parse_tokens(a.tokens);
+    const bool w4a4 = a.act_explicit ? *act == Act::NVFP4 : true;
+    const ModelPlan plan = plan_model(arch, cfg, plan_tokens, w4a4);
+    std::printf("%s", format_model_plan(plan).c_str());
+    out["model_plan"] = model_plan_json(plan);
     if (!a.json_path.empty()) write_json(a.json_path, out);
     return 0;
   }
@@ -151,7 +162,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--arch", a->arch, "Architecture (sm_80 ... sm_121); without a GPU only with --dry-run");
   app.add_flag("--dry-run", a->dry_run, "Feasibility only: launch nothing, no GPU needed");
   app.add_flag("--explain", a->explain, "Print the shared memory of every tactic term by term");
-  app.add_option("--act", a->act, "Activations: w4a16 (BF16, default) or w4a4 (NVFP4, Blackwell numerics)");
+  app.add_option("--act", a->act, "Activations: w4a16 (BF16, default) or w4a4 (NVFP4, Blackwell numerics); "
+                                  "the dry run's model plan uses w4a4 unless --act is given")
+      ->each([a](const std::string&) { a->act_explicit = true; });
   app.add_option("--json", a->json_path, "Write the whole report as JSON");
   app.add_option("--plan-cache", a->plan_cache, "Plan cache file (default $XDG_CACHE_HOME/fp4moe/plans.json)");
   app.add_option("--tokens", a->tokens, "Token counts to measure, e.g. 1,8,128 (default 1,8,32,128,512,2048,8192,16384)");

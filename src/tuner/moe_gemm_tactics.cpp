@@ -1,6 +1,6 @@
-// The "moe-gemm" tactic registry: our sm_90a kernel (each candidate config), the cuBLAS
-// dequant baseline, the Generic fallback, and the Blackwell block-scaled kernels listed for
-// feasibility only. Every valid() says why not, with the bytes.
+// The "moe-gemm" tactic registry: our sm_90a kernels (each candidate config), the cuBLAS
+// dequant baseline, the Generic fallback, and the Blackwell block-scaled kernels
+// (sm1xx_tactics.cpp; compiled, not run). Every valid() says why not, with the bytes.
 #include <algorithm>
 #include <set>
 
@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"  // plain constexpr: the sm90 kernel's carve-up
-#include "tuner/blackwell_layout.hpp"
+#include "tuner/sm1xx_tactics.hpp"
 #include "tuner/tactic.hpp"
 
 namespace fp4moe::tuner {
@@ -142,70 +142,6 @@ Feasibility generic_valid(const GemmProblem& p, const ArchInfo& a) {
   return f;
 }
 
-// ---- Blackwell block-scaled (listed only) ----
-
-BsFamily bs_family(Impl i) {
-  return i == Impl::Sm100Tcgen05BlockScaled ? BsFamily::Sm100Tcgen05 : BsFamily::Sm120MmaSync;
-}
-
-Feasibility bs_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
-  Feasibility f;
-  const BsFamily fam = bs_family(t.impl);
-  const BsTile tile{t.cfg.block_m, t.cfg.block_n, t.cfg.block_k};
-  if (fam == BsFamily::Sm100Tcgen05 && !a.tcgen05)
-    f.reject(RejectKind::Arch, fmt::format("needs tcgen05 block-scaled MMA (sm_100a / sm_103a); {} has none", a.name));
-  if (fam == BsFamily::Sm120MmaSync && !a.is_blackwell_geforce())
-    f.reject(RejectKind::Arch, fmt::format("needs mma.sync block_scale (sm_120a / sm_121a); {} has none", a.name));
-  if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
-  if (p.act != Act::NVFP4)
-    f.reject(RejectKind::Numerics, "computes W4A4 (activations quantized to FP4); this problem is W4A16");
-  if (p.n % tile.n != 0) f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the tile N = {}", p.n, tile.n));
-  if (p.k % tile.k != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of the tile K = {}", p.k, tile.k));
-  if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
-  const WeightFormat w = is_fp4(p.weight) ? p.weight : WeightFormat::NVFP4;
-  SmemPlan plan = bs_smem_plan(fam, tile, t.cfg.stages, w);
-  const int64_t cap = a.smem_per_block_optin;
-  if (plan.total() > cap) {
-    std::string r = smem_reason(t, plan.total(), a);
-    const int naive = bs_naive_stage_count(fam, tile, w, cap);
-    const int aligned = bs_aligned_stage_count(fam, tile, w, cap);
-    if (naive == t.cfg.stages && aligned < naive)
-    {
-      const int64_t counted = bs_naive_carveout(fam, tile) + naive * bs_naive_stage_bytes(tile, w, fam);
-      r += fmt::format(" (CUTLASS's StageCountAutoCarveout would pick {} stages: it counts {} B and misses {} B of "
-                       "alignment padding; {} fit)",
-                       naive, with_commas(counted), with_commas(plan.total() - counted), aligned);
-    }
-    f.reject(RejectKind::SharedMemory, std::move(r));
-  }
-  const BsCtaShape c = bs_cta_shape(fam, tile);
-  if (fam == BsFamily::Sm120MmaSync) {
-    // Accumulators live in registers: 2 consumer warpgroups (256 threads) hold the M x N FP32 tile.
-    const int acc_regs = tile.m * tile.n / 256;
-    if (acc_regs > 192)
-      f.reject(RejectKind::Registers, fmt::format("{} FP32 accumulators per consumer thread leave too few of the {} registers",
-                           acc_regs, a.regs_per_thread_max));
-  } else {
-    // Tensor memory: 512 columns of 128 lanes; the accumulator takes N columns per stage.
-    const int acc_stages = tile.n == 256 ? 1 : 2;
-    const int cols = tile.n * acc_stages;
-    if (cols > 512) f.reject(RejectKind::Registers, fmt::format("accumulators need {} TMEM columns; 512 exist", cols));
-    if (c.cta_pair == 2) f.notes.push_back("2-SM tile: a CTA pair (cluster 2x1), each CTA holds half of A and B");
-  }
-  f.notes.push_back("listed for feasibility: not implemented in fp4moe (no Blackwell GPU to run it)");
-  f.smem = std::move(plan);
-  return f;
-}
-
-std::vector<int> bs_stage_list(BsFamily fam, BsTile tile, WeightFormat w, int64_t cap) {
-  const int naive = bs_naive_stage_count(fam, tile, w, cap);
-  std::set<int> s{2};
-  for (int st : {3, 4})
-    if (st <= naive) s.insert(st);
-  if (naive > 2) s.insert(naive);
-  return {s.begin(), s.end()};
-}
-
 }  // namespace
 
 std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
@@ -234,24 +170,8 @@ std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
   out.push_back({Tactic{Impl::DequantCublas, TileCfg{}}, dequant_valid});
   out.push_back({fallback_tactic("moe-gemm"), generic_valid});
 
-  const WeightFormat w = is_fp4(p.weight) ? p.weight : WeightFormat::NVFP4;
-  struct Listing {
-    Impl impl;
-    int64_t cap;
-    std::vector<BsTile> tiles;
-  };
-  const Listing listings[] = {
-      {Impl::Sm100Tcgen05BlockScaled, arch_by_name("sm_100").smem_per_block_optin,
-       {{128, 128, 256}, {128, 256, 256}, {256, 128, 256}, {256, 256, 256}}},
-      {Impl::Sm120MmaBlockScaled, arch_by_name("sm_120").smem_per_block_optin,
-       {{128, 128, 128}, {128, 256, 128}, {256, 128, 128}, {128, 128, 256}, {128, 256, 256}, {256, 128, 256}}},
-  };
-  for (const Listing& l : listings)
-    for (BsTile tile : l.tiles)
-      for (int st : bs_stage_list(bs_family(l.impl), tile, w, l.cap)) {
-        Tactic t{l.impl, TileCfg{tile.m, tile.n, tile.k, st, 1, 1}};
-        out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return bs_valid(t, q, a); }});
-      }
+  // Blackwell block-scaled NVFP4 kernels: each config's shared memory from its CUTLASS types.
+  append_sm1xx_tactics(p, out);
   return out;
 }
 

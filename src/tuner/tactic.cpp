@@ -46,7 +46,8 @@ std::string to_string(const GemmProblem& p) {
 namespace {
 constexpr Impl kAllImpls[] = {Impl::Sm90Wgmma,     Impl::Sm90Decode,
                               Impl::DequantCublas, Impl::Generic,
-                              Impl::Sm100Tcgen05BlockScaled, Impl::Sm120MmaBlockScaled};
+                              Impl::Sm100Tcgen05BlockScaled, Impl::Sm120MmaBlockScaled,
+                              Impl::Sm100MoeDecodeBlockScaled};
 }
 
 std::string_view impl_name(Impl i) {
@@ -57,6 +58,7 @@ std::string_view impl_name(Impl i) {
     case Impl::Generic: return "generic";
     case Impl::Sm100Tcgen05BlockScaled: return "sm100-tcgen05-bs";
     case Impl::Sm120MmaBlockScaled: return "sm120-mma-bs";
+    case Impl::Sm100MoeDecodeBlockScaled: return "sm100-moe-bs";
   }
   return "?";
 }
@@ -68,7 +70,7 @@ std::optional<Impl> impl_from_name(std::string_view s) {
 }
 
 bool impl_is_listed_only(Impl i) {
-  return i == Impl::Sm100Tcgen05BlockScaled || i == Impl::Sm120MmaBlockScaled;
+  return i == Impl::Sm100Tcgen05BlockScaled || i == Impl::Sm120MmaBlockScaled || i == Impl::Sm100MoeDecodeBlockScaled;
 }
 
 std::string Tactic::name() const {
@@ -89,6 +91,7 @@ std::string_view reject_kind_name(RejectKind k) {
     case RejectKind::Shape: return "shape";
     case RejectKind::SharedMemory: return "shared memory";
     case RejectKind::Registers: return "registers";
+    case RejectKind::NotBuilt: return "not built";
   }
   return "?";
 }

@@ -48,18 +48,21 @@ enum class Impl : uint8_t {
   Sm90Decode,             // cuda::GemmKernel::Sm90Decode
   DequantCublas,          // cuda::GemmKernel::DequantCublas (the baseline)
   Generic,                // cuda::GemmKernel::Generic (the fallback: any shape, any arch)
-  Sm100Tcgen05BlockScaled,  // listed only: CUTLASS-like tcgen05 kind::mxf4nvf4 kernel (sm_100/103)
-  Sm120MmaBlockScaled,      // listed only: CUTLASS-like mma.sync block_scale kernel (sm_120/121)
+  // Blackwell block-scaled NVFP4 (cuda/moe_gemm_sm1xx, CUTLASS; compiled, not run), W4A4:
+  Sm100Tcgen05BlockScaled,  // sm_100a ptr-array grouped, tcgen05 kind::mxf4nvf4 (cluster 2: 2-SM tiles)
+  Sm120MmaBlockScaled,      // sm_120a ptr-array grouped, mma.sync block_scale
+  Sm100MoeDecodeBlockScaled,  // sm_100a, CUTLASS example 92: TMA weights, cp.async activations
 };
 std::string_view impl_name(Impl i);     // "sm90-wgmma", "sm90-decode", "dequant-cublas", "generic",
-                                        // "sm100-tcgen05-bs", "sm120-mma-bs"
+                                        // "sm100-tcgen05-bs", "sm120-mma-bs", "sm100-moe-bs"
 std::optional<Impl> impl_from_name(std::string_view s);
-bool impl_is_listed_only(Impl i);       // Blackwell tactics: feasibility only, never launched here
+// Blackwell tactics: compiled, not run (no Blackwell GPU here); the profiler does not launch them.
+bool impl_is_listed_only(Impl i);
 
 // How it is computed (cuda::TileConfig without the kernel).
 struct TileCfg {
-  int block_m = 0;   // sm90: weight rows (GEMM N) per CTA; Blackwell listings: CUTLASS tile M (tokens)
-  int block_n = 0;   // sm90: tokens per CTA;                Blackwell listings: CUTLASS tile N (weight rows)
+  int block_m = 0;   // weight rows (GEMM N) per CTA (Blackwell: CUTLASS tile M, swap-AB orientation)
+  int block_n = 0;   // tokens per CTA (Blackwell: CUTLASS tile N)
   int block_k = 0;   // elements along K
   int stages = 0;
   int split_k = 1;
@@ -82,6 +85,7 @@ enum class RejectKind : uint8_t {
   Shape,         // N / K / block sizes
   SharedMemory,  // does not fit the per-block shared memory
   Registers,     // register / tensor-memory / thread budget
+  NotBuilt,      // fits, but this binary has no kernel of that config (types only)
 };
 std::string_view reject_kind_name(RejectKind k);  // "arch", "numerics", ...
 

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "format/checkpoint.hpp"
+#include "tuner/sm1xx_tactics.hpp"
 
 namespace fp4moe::tuner {
 using nlohmann::json;
@@ -97,6 +98,8 @@ std::string tile_of(const Tactic& t) {
 std::string format_feasibility(const std::string& op, const std::vector<ProblemFeasibility>& all,
                                const ArchInfo& arch, bool explain) {
   std::string s;
+  if (arch.block_scaled_mma && !sm1xx_facts_available())
+    s += fmt::format("\nnote: no Blackwell block-scaled tactics: {}\n", sm1xx_absence_reason());
   for (const ProblemFeasibility& pf : all) {
     s += fmt::format("\n== {} {}: feasibility on {} (the same for every tokens bucket)\n", op,
                      to_string(pf.problem), arch.name);
@@ -104,7 +107,7 @@ std::string format_feasibility(const std::string& op, const std::vector<ProblemF
     for (const TacticVerdict& v : pf.feasible) {
       std::string extra;
       if (v.feasibility.smem) extra = fmt::format("{} B shared memory", with_commas(v.feasibility.smem->total()));
-      if (impl_is_listed_only(v.tactic.impl)) extra += extra.empty() ? "listed only" : "; listed only (not implemented)";
+      if (impl_is_listed_only(v.tactic.impl)) extra += extra.empty() ? "compiled, not run" : "; compiled, not run";
       s += fmt::format("    {:<34} {}\n", v.tactic.name(), extra);
     }
     s += fmt::format("  rejected ({}):\n", pf.rejected.size());

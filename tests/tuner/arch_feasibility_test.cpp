@@ -1,6 +1,6 @@
-// The architecture model and the feasibility arithmetic: the SM120 cases (block-scaled FP4
-// 128x256 / 256x128 tiles that do not fit 101,376 B even at 2 stages; CUTLASS's
-// StageCountAutoCarveout picking one stage too many) and SM90 acceptance of our kernel.
+// The architecture model and the feasibility arithmetic of our sm90 kernels, the baseline and the
+// fallback. The Blackwell tactics (shared memory from their CUTLASS types) are tested in
+// sm1xx_tactics_test.cpp.
 #include <algorithm>
 #include <string>
 
@@ -9,7 +9,6 @@
 #include "core/error.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
 #include "tuner/arch.hpp"
-#include "tuner/blackwell_layout.hpp"
 #include "tuner/tactic.hpp"
 #include "tuner/tune_report.hpp"
 
@@ -101,100 +100,6 @@ TEST(SmemPlan, LaysTermsOutLikeAStructWithAlignas) {
   EXPECT_THROW(p.add("bad", 1, 3), Error);
   const std::string text = p.explain();
   EXPECT_NE(text.find("2,048 B"), std::string::npos) << text;
-}
-
-TEST(Blackwell, Sm120BlockScaled128x256And256x128DoNotFitEvenAtTwoStages) {
-  const int64_t sm120 = arch_by_name("sm_120").smem_per_block_optin;
-  const int64_t sm100 = arch_by_name("sm_100").smem_per_block_optin;
-  const int64_t sm90 = arch_by_name("sm_90").smem_per_block_optin;
-  ASSERT_EQ(sm120, 101376);
-  ASSERT_EQ(sm100, 232448);
-  for (WeightFormat w : {WeightFormat::NVFP4, WeightFormat::MXFP4})
-    for (BsTile t : {BsTile{128, 256, 256}, BsTile{256, 128, 256}}) {
-      const SmemPlan p120 = bs_smem_plan(BsFamily::Sm120MmaSync, t, 2, w);
-      // A 2 x 16 KB (128 x 128 B) + B 2 x 32 KB alone are 98,304 B; scale factors and the epilogue push it over.
-      EXPECT_GT(p120.total(), sm120) << t.m << "x" << t.n;
-      EXPECT_GT(int64_t(2) * (t.m + t.n) * t.k / 2, 98000);
-      EXPECT_EQ(bs_aligned_stage_count(BsFamily::Sm120MmaSync, t, w, sm120), 1);
-      // The same storage fits the 232,448 B of sm_90 / sm_100, and the sm_100 kernel does too.
-      EXPECT_LE(p120.total(), sm90);
-      EXPECT_LE(bs_smem_plan(BsFamily::Sm100Tcgen05, t, 2, w).total(), sm100);
-      EXPECT_GE(bs_aligned_stage_count(BsFamily::Sm100Tcgen05, t, w, sm100), 3);
-    }
-  // NVFP4, exact: A 32,768 + B 65,536 + SFA 2 x 128 x 16 + SFB 2 x 256 x 16 = 110,592 B of
-  // tiles; + barriers, epilogue and scheduler state, 1024-aligned: 130,048 B.
-  EXPECT_EQ(bs_smem_plan(BsFamily::Sm120MmaSync, {128, 256, 256}, 2, WeightFormat::NVFP4).total(), 130048);
-
-  // Through the registry: rejected on sm_120 for shared memory, with the bytes in the reason.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
-  for (const char* name : {"sm120-mma-bs 128x256x256 s2", "sm120-mma-bs 256x128x256 s2"}) {
-    const TacticVerdict* v = find_verdict(pf, name);
-    ASSERT_NE(v, nullptr) << name;
-    EXPECT_FALSE(v->feasibility.ok);
-    EXPECT_TRUE(v->feasibility.only_rejected_for(RejectKind::SharedMemory)) << v->feasibility.reason();
-    EXPECT_NE(v->feasibility.reason().find("needs 130,048 B of shared memory; sm_120 allows 101,376 B per block"),
-              std::string::npos)
-        << v->feasibility.reason();
-  }
-  // 128x128 tiles do fit (W4A4): the listing is not all-or-nothing.
-  const TacticVerdict* ok = find_verdict(pf, "sm120-mma-bs 128x128x128 s4");
-  ASSERT_NE(ok, nullptr);
-  EXPECT_TRUE(ok->feasibility.ok) << ok->feasibility.reason();
-  // And the sm_100 kernel takes both tiles on sm_100.
-  const ProblemFeasibility pf100 = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_100"));
-  for (const char* name : {"sm100-tcgen05-bs 128x256x256 s2", "sm100-tcgen05-bs 256x128x256 s2"}) {
-    const TacticVerdict* v = find_verdict(pf100, name);
-    ASSERT_NE(v, nullptr) << name;
-    EXPECT_TRUE(v->feasibility.ok) << v->feasibility.reason();
-  }
-}
-
-// CUTLASS's StageCountAutoCarveout (sm100_compute_stage_count_or_override_blockscaled, also used
-// by the sm_120 builder) divides (capacity - carve-out) by A + B + SFA + SFB + 16 B, ignoring the
-// alignas(1024) padding of the shared storage. For a 128x256 NVFP4 tile with K = 128 (64 B) on
-// sm_120 it picks 3 stages, which need 102,400 B: the kernel fails at start-up
-// (NVIDIA/cutlass#3096; #3144 reports exactly "requires 102400 bytes shared memory but device
-// supports 101376" for CtaShape128x256x64B). Counting the padding gives 2.
-TEST(Blackwell, StageCountWithAlignmentPaddingIsOneLessThanCutlassAutoCarveout) {
-  const int64_t cap = arch_by_name("sm_120").smem_per_block_optin;
-  for (BsTile t : {BsTile{128, 256, 128}, BsTile{256, 128, 128}}) {
-    EXPECT_EQ(bs_naive_stage_bytes(t, WeightFormat::NVFP4, BsFamily::Sm120MmaSync), 8192 + 16384 + 1024 + 2048 + 16)
-        << t.m << "x" << t.n;
-    EXPECT_EQ(bs_naive_carveout(BsFamily::Sm120MmaSync, t), 17408 + 432);
-    const int naive = bs_naive_stage_count(BsFamily::Sm120MmaSync, t, WeightFormat::NVFP4, cap);
-    const int aligned = bs_aligned_stage_count(BsFamily::Sm120MmaSync, t, WeightFormat::NVFP4, cap);
-    EXPECT_EQ(naive, 3);
-    EXPECT_EQ(aligned, 2);
-    const SmemPlan three = bs_smem_plan(BsFamily::Sm120MmaSync, t, 3, WeightFormat::NVFP4);
-    EXPECT_EQ(three.total(), 102400);
-    EXPECT_GT(three.total(), cap);
-    EXPECT_GT(three.padding(), three.total() - cap);  // the padding is what tips it over
-    EXPECT_LE(bs_smem_plan(BsFamily::Sm120MmaSync, t, 2, WeightFormat::NVFP4).total(), cap);
-  }
-  // Where there is slack the two counts agree.
-  EXPECT_EQ(bs_naive_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap),
-            bs_aligned_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap));
-  // The registry lists the naive count and rejects it with the explanation.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
-  const TacticVerdict* v = find_verdict(pf, "sm120-mma-bs 128x256x128 s3");
-  ASSERT_NE(v, nullptr);
-  EXPECT_FALSE(v->feasibility.ok);
-  EXPECT_NE(v->feasibility.reason().find("StageCountAutoCarveout would pick 3 stages"), std::string::npos)
-      << v->feasibility.reason();
-  EXPECT_NE(v->feasibility.reason().find("102,400 B"), std::string::npos);
-  // 17,840 B of carve-out + 3 x 27,664 B = 100,832 B counted; 1,568 B of padding missed.
-  EXPECT_NE(v->feasibility.reason().find("it counts 100,832 B and misses 1,568 B"), std::string::npos)
-      << v->feasibility.reason();
-  const TacticVerdict* v2 = find_verdict(pf, "sm120-mma-bs 128x256x128 s2");
-  ASSERT_NE(v2, nullptr);
-  EXPECT_TRUE(v2->feasibility.ok) << v2->feasibility.reason();
-}
-
-TEST(Blackwell, ScaleFactorsArePaddedTo128x4Atoms) {
-  EXPECT_EQ(bs_sf_stage_bytes(128, 256, WeightFormat::NVFP4), 128 * 16);  // 16 E4M3 per row
-  EXPECT_EQ(bs_sf_stage_bytes(128, 256, WeightFormat::MXFP4), 128 * 8);   // 8 UE8M0 per row
-  EXPECT_EQ(bs_sf_stage_bytes(64, 64, WeightFormat::MXFP4), 128 * 4);     // rows -> 128, 2 SF -> 4
-  EXPECT_EQ(bs_sf_stage_bytes(200, 128, WeightFormat::NVFP4), 256 * 8);
 }
 
 TEST(Sm90, EveryConfigOfOurKernelIsAcceptedOnSm90WithTheLayoutHeadersBytes) {

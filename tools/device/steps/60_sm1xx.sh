@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Device step (run_all.sh, after build-dev/ is built): what of the Blackwell path can run on the
+# H200 (the sm_100a / sm_120a GEMMs themselves are compiled, not run):
+#   1. nvfp4_act_quant_test under compute-sanitizer memcheck, then plainly: the NVFP4 activation
+#      quantizer (grouped and slab layouts, SiLU·up input) and the row pass against the CPU;
+#   2. sm1xx_bs_args_test (host arithmetic; its CUTLASS-backed cases skip in this 90a-only build).
+# Expected run time: < 1 min.
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/sm1xx"
+O=$OUT/sm1xx
+rc=0
+for t in nvfp4_act_quant_test sm1xx_bs_args_test; do
+  [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
+  B=build-dev/bin/$t
+  [ -x "$B" ] || { echo "$t: not built"; rc=1; continue; }
+  if [ $t = nvfp4_act_quant_test ]; then
+    timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" > "$O/${t}_memcheck.log" 2>&1
+    r=$?; echo "$t memcheck: rc=$r $(grep -E 'ERROR SUMMARY' "$O/${t}_memcheck.log" | tail -n 1)"; [ $r -eq 0 ] || rc=1
+  fi
+  timeout 120 "$B" > "$O/${t}.log" 2>&1
+  r=$?; echo "$t: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/${t}.log" | tr '\n' ' ')"; [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]' "$O/${t}.log" | head -n 20
+done
+exit $rc

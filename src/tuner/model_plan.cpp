@@ -247,7 +247,7 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
 
 std::string format_model_plan(const ModelPlan& plan) {
   std::string s = fmt::format("\n== whole-model plan on {} ({})\n", plan.arch, plan.model);
-  for (const PlanEntry& e : plan.entries) {
+  for (const ModelPlanEntry& e : plan.entries) {
     s += fmt::format("  {}\n    -> {}{}\n", e.part, e.kernel, e.runs ? "" : " (cannot run)");
     if (!e.why.empty()) s += fmt::format("       {}\n", e.why);
   }
@@ -259,7 +259,7 @@ std::string format_model_plan(const ModelPlan& plan) {
 
 nlohmann::json model_plan_json(const ModelPlan& plan) {
   nlohmann::json entries = nlohmann::json::array();
-  for (const PlanEntry& e : plan.entries)
+  for (const ModelPlanEntry& e : plan.entries)
     entries.push_back({{"part", e.part}, {"kernel", e.kernel}, {"why", e.why}, {"runs", e.runs}});
   return {{"arch", plan.arch}, {"model", plan.model}, {"entries", entries}};
 }

@@ -18,7 +18,7 @@
 
 namespace fp4moe::tuner {
 
-struct PlanEntry {
+struct ModelPlanEntry {
   std::string part;    // "routed experts gate_up, T=1"
   std::string kernel;  // "sm120-mma-bs 128x32x256 s3" / "FlashInfer MLA (attention/mla.cuh)"
   std::string why;     // one or two sentences with the numbers
@@ -27,7 +27,7 @@ struct PlanEntry {
 
 struct ModelPlan {
   std::string arch, model;
-  std::vector<PlanEntry> entries;
+  std::vector<ModelPlanEntry> entries;
 };
 
 // GLM-5's dimensions (the glm5 preset of `fp4moe tune`).

@@ -144,7 +144,9 @@ TEST(Sm1xxArgs, GroupedPointersStridesAndScaleFactorLayoutsMatchTheLayoutArithme
       for (size_t i = 0; i < pr.size() / 2; ++i) {
         const int64_t row = pr[2 * i], kb = pr[2 * i + 1] / kSfVec;
         EXPECT_EQ(h.sfa_at[i], sf_offset(row, kb, k)) << "row " << row << " k " << pr[2 * i + 1];
-        if (row < m) EXPECT_EQ(h.sfb_at[i], sf_offset(row, kb, k)) << "row " << row << " k " << pr[2 * i + 1];
+        if (row < m) {
+          EXPECT_EQ(h.sfb_at[i], sf_offset(row, kb, k)) << "row " << row << " k " << pr[2 * i + 1];
+        }
       }
     }
     ++checked;
@@ -172,7 +174,9 @@ TEST(Sm1xxArgs, DecodeRecipeSlabsMatchTheLayoutArithmetic) {
       for (size_t i = 0; i < pr.size() / 2; ++i) {
         const int64_t row = pr[2 * i], kb = pr[2 * i + 1] / kSfVec;
         EXPECT_EQ(h.sfa_at[i], sf_offset(row, kb, k));
-        if (row < max_n) EXPECT_EQ(h.sfb_at[i], sf_offset(row, kb, k));
+        if (row < max_n) {
+          EXPECT_EQ(h.sfb_at[i], sf_offset(row, kb, k));
+        }
       }
     }
     ++checked;
@@ -253,8 +257,11 @@ TEST(Sm1xxWeights, ScaleFactorsAreReLaidPerExpertAndPaddedWithZero) {
         EXPECT_EQ(sf[at], w.scales[size_t((e * 136 + r) * 16 + kb)]);
         used[at] = true;
       }
-  for (size_t i = 0; i < sf.size(); ++i)
-    if (!used[i]) EXPECT_EQ(sf[i], 0) << i;
+  for (size_t i = 0; i < sf.size(); ++i) {
+    if (!used[i]) {
+      EXPECT_EQ(sf[i], 0) << i;
+    }
+  }
   w.k = 200;
   EXPECT_THROW(swizzle_weight_sf_sm1xx(w), Error);
   w.k = 256;

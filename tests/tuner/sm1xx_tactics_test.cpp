@@ -2,6 +2,7 @@
 // sizeof(GemmKernel::SharedStorage), the stage count the builder resolved), against the arch
 // model; and the whole-model plan by arch. Compiled, not run: nothing here launches a kernel.
 // The facts exist only in a CUDA build with sm_100a / sm_120a (CI's default); elsewhere skipped.
+#include <cmath>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -107,7 +108,9 @@ TEST(Sm1xxFacts, AutoStageCountsFitTheArchModelAndTheBuildersAgreeWithIt) {
     EXPECT_LE(f.mainloop_bytes + f.epilogue_bytes, f.smem_bytes) << f.name();
     EXPECT_LE(f.epilogue_bytes, f.epilogue_carveout) << f.name();
     EXPECT_LE(f.threads, a.max_threads_per_block) << f.name();
-    if (f.auto_stages) EXPECT_LE(f.smem_bytes, a.smem_per_block_optin) << f.name();
+    if (f.auto_stages) {
+      EXPECT_LE(f.smem_bytes, a.smem_per_block_optin) << f.name();
+    }
   }
 }
 
@@ -153,13 +156,19 @@ TEST(Sm1xxTactics, Sm120VerdictsComeFromTheInstantiatedTypes) {
   EXPECT_EQ(built_ok, 3) << "128x32x256, 128x64x128, 128x128x128";
   // W4A16 is not what they compute; other archs have not the instructions.
   const ProblemFeasibility w4a16 = check_feasibility("moe-gemm", preset_problems("glm5", Act::BF16)[0], a);
-  for (const TacticVerdict& v : w4a16.rejected)
-    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Numerics));
+  for (const TacticVerdict& v : w4a16.rejected) {
+    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+      EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Numerics));
+    }
+  }
   const ProblemFeasibility on90 = check_feasibility("moe-gemm", p, arch_by_name("sm_90"));
   for (const TacticVerdict& v : on90.feasible) EXPECT_FALSE(impl_is_listed_only(v.tactic.impl)) << v.tactic.name();
   const ProblemFeasibility on121 = check_feasibility("moe-gemm", p, arch_by_name("sm_121"));
-  for (const TacticVerdict& v : on121.rejected)
-    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Arch));
+  for (const TacticVerdict& v : on121.rejected) {
+    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+      EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Arch));
+    }
+  }
 }
 
 TEST(Sm1xxTactics, Sm100TakesTheWideTilesAndTheDecodeRecipe) {
@@ -175,9 +184,11 @@ TEST(Sm1xxTactics, Sm100TakesTheWideTilesAndTheDecodeRecipe) {
   }
   EXPECT_EQ(tc, 2) << "1-SM 128x64x256 and 2-SM 256x128x256";
   EXPECT_EQ(moe, 1) << "example 92's 128x64x256";
-  for (const TacticVerdict& v : pf.rejected)
-    if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled)
+  for (const TacticVerdict& v : pf.rejected) {
+    if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled) {
       EXPECT_TRUE(v.feasibility.only_rejected_for(RejectKind::NotBuilt)) << v.tactic.name() << ": " << v.feasibility.reason();
+    }
+  }
 }
 
 TEST(ModelPlan, Sm120PicksTheNarrowTokenTileForDecodeAndTheWideOneForPrefill) {

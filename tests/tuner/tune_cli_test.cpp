@@ -1,5 +1,6 @@
-// `fp4moe tune --dry-run` for sm_120 (no GPU needed): the report names the rejected tiles with
-// their bytes, and bad input is one clear line with a non-zero exit.
+// `fp4moe tune --dry-run` for sm_120 / sm_100 (no GPU needed): the report names the rejected tiles
+// with their bytes (from the CUTLASS types), prints the whole-model plan, and bad input is one
+// clear line with a non-zero exit.
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tuner/sm1xx_tactics.hpp"
 #include "tuner/tune_report.hpp"
 
 using namespace fp4moe::tuner;
@@ -41,15 +43,19 @@ bool have_binary() { return fs::exists(FP4MOE_BINARY_DIR "/bin/fp4moe"); }
 }  // namespace
 
 TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
+  if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
   const ArchInfo& a = arch_by_name("sm_120");
   std::vector<ProblemFeasibility> all;
   for (const GemmProblem& p : preset_problems("glm5", Act::NVFP4)) all.push_back(check_feasibility("moe-gemm", p, a));
   const std::string text = format_feasibility("moe-gemm", all, a, false);
   EXPECT_NE(text.find("sm120-mma-bs 128x256x256 s2"), std::string::npos) << text;
-  EXPECT_NE(text.find("needs 130,048 B of shared memory; sm_120 allows 101,376 B per block"), std::string::npos);
-  EXPECT_NE(text.find("StageCountAutoCarveout would pick 3 stages"), std::string::npos);
+  EXPECT_NE(text.find("needs 121,856 B of shared memory (sizeof(SharedStorage) of its CUTLASS types); sm_120 allows "
+                      "101,376 B per block"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("needs wgmma (sm_90a); sm_120 has none"), std::string::npos);
-  EXPECT_NE(text.find("alignment padding"), std::string::npos);  // term by term
+  EXPECT_NE(text.find("sizeof(CollectiveMainloop::TensorStorage)"), std::string::npos);  // term by term
+  EXPECT_NE(text.find("compiled, not run"), std::string::npos);
   const std::string verdict = feasibility_verdict("moe-gemm", all, a);
   EXPECT_NE(verdict.find("128x256x256, 256x128x256 (do not fit 101,376 B of shared memory even at 2 stages)"),
             std::string::npos)
@@ -57,29 +63,47 @@ TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
   EXPECT_NE(verdict.find("generic"), std::string::npos);
 }
 
-TEST(TuneCli, DryRunSm120WritesReportAndJson) {
+TEST(TuneCli, DryRunSm120WritesReportPlanAndJson) {
   if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
   const fs::path json = fs::temp_directory_path() / "fp4moe_tune_cli_test.json";
   const RunResult r = run("tune --preset glm5 --arch sm_120 --dry-run --act w4a4 --json " + json.string());
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("sm_120"), std::string::npos);
   EXPECT_NE(r.out.find("101,376 B per block"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("130,048 B"), std::string::npos);
+  EXPECT_NE(r.out.find("121,856 B"), std::string::npos);
   EXPECT_NE(r.out.find("verdict:"), std::string::npos);
+  EXPECT_NE(r.out.find("whole-model plan on sm_120"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-> sm120-mma-bs 128x32x256"), std::string::npos) << r.out;
   std::ifstream in(json);
   const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j.at("arch").at("name"), "sm_120");
   EXPECT_EQ(j.at("feasibility").size(), 2u);
   EXPECT_TRUE(j.at("dry_run").get<bool>());
+  EXPECT_GE(j.at("model_plan").at("entries").size(), 8u);
   bool found = false;
   for (const auto& t : j.at("feasibility")[0].at("tactics"))
     if (t.at("tactic") == "sm120-mma-bs 128x256x128 s3") {
       found = true;
-      EXPECT_FALSE(t.at("ok").get<bool>());
-      EXPECT_EQ(t.at("smem").at("total").get<int64_t>(), 102400);
+      EXPECT_FALSE(t.at("ok").get<bool>());  // it fits, but no kernel of that tile is built
+      EXPECT_EQ(t.at("reasons")[0].at("kind"), "not built");
+      EXPECT_EQ(t.at("smem").at("total").get<int64_t>(), 94208);
     }
   EXPECT_TRUE(found);
   fs::remove(json);
+}
+
+TEST(TuneCli, DryRunSm100PrintsTheWholeModelPlan) {
+  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  const RunResult r = run("tune --preset glm5 --arch sm_100 --dry-run --tokens 1,8192");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("whole-model plan on sm_100"), std::string::npos) << r.out;
+  for (const char* part : {"routed experts gate_up (N 4096, K 6144), T=1", "routed experts down (N 6144, K 2048), T=8192",
+                           "router", "MLA decode", "MLA prefill", "DSA indexer (32 x 128, top-2048)", "lm_head"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  if (sm1xx_facts_available()) {
+    EXPECT_NE(r.out.find("-> sm100-moe-bs 128x64x256"), std::string::npos) << r.out;
+  }
 }
 
 TEST(TuneCli, EveryTableArchitectureDryRuns) {

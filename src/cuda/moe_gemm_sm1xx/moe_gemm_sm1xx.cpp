@@ -88,9 +88,9 @@ DeviceBsWeights upload_weights_sm1xx(const ExpertStack& w, cudaStream_t stream) 
   d.num_experts = int(w.num_experts);
   d.n = int(w.n);
   d.k = int(w.k);
-  FP4MOE_CUDA_CHECK(cudaMalloc(&d.codes, w.packed.size()));
-  FP4MOE_CUDA_CHECK(cudaMalloc(&d.sf, sf.size()));
-  FP4MOE_CUDA_CHECK(cudaMalloc(&d.global_scale, w.global_scale.size() * sizeof(float)));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.codes), w.packed.size()));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.sf), sf.size()));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), w.global_scale.size() * sizeof(float)));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.codes, w.packed.data(), w.packed.size(), cudaMemcpyHostToDevice, stream));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.sf, sf.data(), sf.size(), cudaMemcpyHostToDevice, stream));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.global_scale, w.global_scale.data(), w.global_scale.size() * sizeof(float),

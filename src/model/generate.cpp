@@ -50,7 +50,9 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
   auto sample = [&](uint64_t step) {
     const std::vector<int32_t> output(res.tokens.begin() + P, res.tokens.end());
     cpu::SampledToken s = cpu::sample_cpu(row.data(), V, opt.sampling, prompt, output, step);
-    res.tokens.push_back(s.token);
+    res.tokens.push_back(step < opt.forced.size() ? opt.forced[step] : s.token);
+    FP4MOE_CHECK(res.tokens.back() >= 0 && res.tokens.back() < V, "forced token {} is out of the vocabulary",
+                 res.tokens.back());
     res.samples.push_back(std::move(s));
   };
 

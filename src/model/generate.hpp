@@ -20,6 +20,9 @@ struct GenerateOptions {
   bool keep_logits = false;         // keep every next-token logits row (for --dump-logits / tests)
   bool prefill_token_by_token = false;  // feed the prompt one decode step at a time (tests)
   HiddenStates* prompt_hidden = nullptr;  // when set: the prefill step's hidden states
+  // Teacher forcing (tests): new token i is forced[i] instead of the sampled one (which is
+  // still recorded in `samples`) while i < forced.size().
+  std::vector<int32_t> forced;
 };
 
 struct GenerateResult {

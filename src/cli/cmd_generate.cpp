@@ -51,9 +51,9 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu", "--backend {}: only the cpu backend runs a whole model so far", a.backend);
   const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  cpu::validate_sampling(a.sampling);
   model::ModelOptions mo;
   mo.threads = a.threads > 0 ? a.threads : default_num_threads();
-  if (log_level() > LogLevel::Info) set_log_level(LogLevel::Info);  // the one start-up line
   auto m = model::Model::load(a.model, mo);
 
   model::GenerateOptions go;
@@ -65,6 +65,8 @@ int run_generate(const GenerateArgs& a) {
   go.keep_logits = !a.dump_logits.empty();
   model::HiddenStates hidden;
   if (!a.dump_hidden.empty()) go.prompt_hidden = &hidden;
+  model::validate_request(*m, prompt, go);
+  fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
   const model::GenerateResult r = model::generate(*m, prompt, go);
 
   std::string ids;

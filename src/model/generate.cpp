@@ -6,7 +6,7 @@
 
 namespace fp4moe::model {
 
-GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
   const MlaModelConfig& c = model.config();
   const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
   FP4MOE_CHECK(P >= 1, "the prompt is empty");
@@ -19,6 +19,12 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
                c.max_position_embeddings);
   cpu::validate_sampling(opt.sampling);
   FP4MOE_CHECK(opt.page_size >= 1, "page size {} must be >= 1", opt.page_size);
+}
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+  validate_request(model, prompt, opt);
+  const MlaModelConfig& c = model.config();
+  const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
 
   const int64_t pages = (P + N + opt.page_size - 1) / opt.page_size;
   HostKvPool kv(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());

@@ -33,7 +33,12 @@ struct GenerateResult {
   int64_t prompt_tokens = 0, new_tokens = 0;
 };
 
-// Errors (one line): an empty prompt, an id outside the vocabulary, prompt + max_new_tokens
+// Checks a request against the model before anything runs; throws fp4moe::Error (one line):
+// an empty prompt, an id outside the vocabulary, prompt + max_new_tokens beyond
+// max_position_embeddings, bad sampling parameters.
+void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+// Errors (one line, validate_request's): an empty prompt, an id outside the vocabulary, prompt + max_new_tokens
 // beyond max_position_embeddings, bad sampling parameters.
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
 

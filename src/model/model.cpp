@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -55,8 +57,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
     moe += c.moe_layer[size_t(l)];
     shared += c.indexer[size_t(l)] == IndexerKind::Shared;
   }
-  log_info("loaded {} ({}): {} layers ({} MoE, {} shared-indexer), hidden {}, vocab {}, rope {}; {} in {:.2f} s", dir,
-           c.architecture, c.num_layers, moe, shared, c.hidden, c.vocab, c.rope.type, m->w_.summary, s);
+  m->description_ = fmt::format("loaded {} ({}): {} layers ({} MoE, {} shared-indexer), hidden {}, vocab {}, rope {}; {} in {:.2f} s",
+                                dir, c.architecture, c.num_layers, moe, shared, c.hidden, c.vocab, c.rope.type,
+                                m->w_.summary, s);
+  log_debug("{}", m->description_);
   return m;
 }
 

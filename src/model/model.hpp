@@ -43,6 +43,8 @@ class Model {
   const MlaModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const Checkpoint& checkpoint() const { return *ck_; }
+  // One line on what was loaded (architecture, layers, weight formats by role, load time).
+  const std::string& description() const { return description_; }
   ModelOptions& options() { return opt_; }
 
   // A cache geometry for this model; layers with a "full" indexer hold index keys.
@@ -68,6 +70,7 @@ class Model {
   ModelWeights w_;
   ModelOptions opt_;
   Arena arena_;
+  std::string description_;
 };
 
 // Norms over rows of dim values (FP32), as transformers computes them:

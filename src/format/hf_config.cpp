@@ -78,6 +78,7 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
 
   c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
   c.num_layers = r.integer("num_hidden_layers", std::nullopt, 1);
+  FP4MOE_CHECK(c.num_layers <= 4096, "{}: num_hidden_layers = {} is out of range (at most 4096)", path, c.num_layers);
   c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
   c.intermediate_size = r.integer("intermediate_size", 0);
   c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);

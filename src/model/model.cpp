@@ -122,7 +122,11 @@ void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, co
   for (int32_t r : logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
   arena_.reset();
   Step s;
-  s.topk_k = c.index_topk;
+  // Rows with at most topk_k causal keys select them all, so k beyond the longest request
+  // changes nothing; this bounds the selection buffer.
+  int64_t longest = 1;
+  for (int64_t r = 0; r < b.num_requests; ++r) longest = std::max<int64_t>(longest, b.kv_len[r]);
+  s.topk_k = std::min<int64_t>(c.index_topk, longest);
   s.topk = c.has_indexer() ? arena_.alloc<int32_t>(size_t(std::max<int64_t>(T * c.index_topk, 1))) : nullptr;
   s.have_topk = false;
   s.cos = arena_.alloc<float>(size_t(T * c.qk_rope_dim / 2 + 1));

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor.hpp"
 #include "model/generate.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
@@ -89,7 +90,7 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
     std::iota(pos.begin(), pos.end(), 0);
     const int32_t qo[2] = {0, 23}, len[1] = {23}, pp[2] = {0, 6};
     const KvBatchView bv{1, 23, qo, pos.data(), len, pp, pages_b.data()};
-    m->step(b.data(), bv, kv, {}, nullptr);
+    m->step(TensorView::of(b.data(), {23}), bv, kv, {}, {});
   }
   // One step: A's 40 tokens and B's 24th token.
   std::vector<int32_t> tokens(a), pos(40), pages(pages_a);
@@ -100,7 +101,7 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
   const int32_t qo[3] = {0, 40, 41}, len[2] = {40, 24}, pp[3] = {0, 10, 16};
   const KvBatchView bv{2, 41, qo, pos.data(), len, pp, pages.data()};
   std::vector<float> both(size_t(3 * V));
-  m->step(tokens.data(), bv, kv, {0, 39, 40}, both.data());
+  m->step(TensorView::of(tokens.data(), {41}), bv, kv, {0, 39, 40}, TensorView::of(both.data(), {3, V}));
 
   // Each alone, in fresh caches.
   model::GenerateOptions g;

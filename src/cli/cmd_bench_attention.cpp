@@ -207,6 +207,20 @@ class Bench {
   std::vector<Row> rows;
 
   double time_us(const std::function<void()>& fn) { return timer_.time(fn, opt_.iters).median_us; }
+
+  // Runs one case or part; a refused one (an fp4moe::Error) is reported as a table row and the
+  // run goes on, so one failure does not cost the rest (a sticky CUDA error still ends it all).
+  void guard(const std::string& what, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      ++failures_;
+      std::printf("| %s | failed: %s\n", what.c_str(), e.what());
+      std::fflush(stdout);
+      cudaGetLastError();  // clear a non-sticky launch error
+    }
+  }
+  int failures() const { return failures_; }
   double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
 
   void decode(KvElem elem) {
@@ -231,7 +245,7 @@ class Bench {
     bench::fill_random_bf16(qi.p, size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
     bench::fill_random_f32(w.as<float>(), size_t(maxB) * at::kIndexHeads, 34, -0.2f, 0.5f, s_);
     for (int B : opt_.batches)
-      for (int L : opt_.contexts) {
+      for (int L : opt_.contexts) guard(fmt::format("decode {} B {} ctx {}", kv, B, L), [&] {
         const HostBatch hb = make_batch(B, L, 1, perm, ps);
         DevBatch db(hb, s_);
         const KvLayerView layer = pool.view();
@@ -244,7 +258,7 @@ class Bench {
         r.us = time_us([&] { dense.run(a, s_); });
         r.floor_us = copy_floor_us(r.bytes);
         report(r);
-        if (!opt_.sparse || L <= opt_.top_k) continue;
+        if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
         const Selection sel = make_selection(qi.p, w.as<float>(), qi8.p, w8.as<float>(), layer, db.v, L,
@@ -281,7 +295,7 @@ class Bench {
         rall.floor_us = copy_floor_us(rall.bytes);
         rall.note = fmt::format("vs dense {:.2f}x", r.us / rall.us);
         report(rall);
-      }
+      });
   }
 
   void prefill(KvElem elem) {
@@ -302,7 +316,7 @@ class Bench {
     bench::fill_random_bf16(q_exp.p, size_t(maxN) * kHeads * at::kExpandedHeadDim, 43, 0.5f, s_);
     bench::fill_random_bf16(kv_b.p, wb, 44, 0.044f, s_);
     const std::string kv = std::string(kv_elem_name(elem));
-    for (int N : opt_.prefill) {
+    for (int N : opt_.prefill) guard(fmt::format("prefill {} N {}", kv, N), [&] {
       // Chunk c: queries [c0, c1) at the end of a context of c1 tokens (chunked prefill).
       std::vector<std::unique_ptr<at::MlaSm90>> plans;
       std::vector<std::unique_ptr<DevBatch>> batches;
@@ -360,7 +374,7 @@ class Bench {
       e.note = fmt::format("vs absorbed {:.2f}x ({:.0f} % of the flops are the expansion GEMMs)", r.us / e.us,
                            100 * gemm_flops / e.flops);
       report(e);
-    }
+    });
   }
 
   // FP8 vs FP32 (BF16-exact) indexer selections: B rows of context L, random or model-like data.
@@ -483,6 +497,7 @@ class Bench {
   cudaStream_t s_;
   bench::ColdL2Timer timer_;
   bench::Ceilings ceil_;
+  int failures_ = 0;
 };
 
 int run_bench(const Options& opt) {
@@ -510,13 +525,13 @@ int run_bench(const Options& opt) {
   std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
               opt.page_size);
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
-  for (KvElem e : elems) b.decode(e);
+  for (KvElem e : elems) b.guard("decode", [&] { b.decode(e); });
   if (opt.do_prefill)
-    for (KvElem e : elems) b.prefill(e);
+    for (KvElem e : elems) b.guard("prefill", [&] { b.prefill(e); });
   nlohmann::json agreement = nlohmann::json::array();
   if (opt.fp8_agreement) {
-    b.fp8_agreement(false, agreement);
-    b.fp8_agreement(true, agreement);
+    b.guard("fp8 agreement (random)", [&] { b.fp8_agreement(false, agreement); });
+    b.guard("fp8 agreement (model-like)", [&] { b.fp8_agreement(true, agreement); });
   }
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   if (!opt.json_path.empty()) {
@@ -537,6 +552,7 @@ int run_bench(const Options& opt) {
     FP4MOE_CHECK(f.good(), "cannot write {}", opt.json_path);
     f << j.dump(2) << "\n";
   }
+  FP4MOE_CHECK(b.failures() == 0, "bench attention: {} case(s) failed (see the table)", b.failures());
   return 0;
 }
 #endif

@@ -180,6 +180,16 @@ inline double worst_row_rel_error(const std::vector<float>& a, const std::vector
   return worst;
 }
 
+// max |a · a_scale − b| (a NaN / inf -> +inf): LSE rows (a_scale ln 2 for a base-2 LSE).
+inline double worst_lse_error(const std::vector<float>& a, const std::vector<float>& b, double a_scale = 1.0) {
+  double worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(a[i] * a_scale - b[i]));
+  }
+  return worst;
+}
+
 inline std::vector<float> bf16_to_floats(const std::vector<uint16_t>& v) {
   std::vector<float> f(v.size());
   for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_float(v[i]);

@@ -69,15 +69,6 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
   return {bf16_to_floats(out.download()), lse.download()};
 }
 
-double worst_lse_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    worst = std::max(worst, double(std::fabs(a[i] - b[i])));
-  }
-  return worst;
-}
-
 double tolerance(KvElem e) { return e == KvElem::BF16 ? 1e-2 : 3e-2; }
 
 void check_dense(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, uint64_t seed) {

@@ -1,12 +1,12 @@
 // NVFP4 activation quantization into the Blackwell kernels' layouts, and the row gather / routing
 // weight pass (nvfp4_act_quant.hpp). Plain CUDA, every arch.
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm_sm1xx/nvfp4_act_quant.hpp"
+#include "cuda/moe_gemm_sm1xx/nvfp4_block_quant.hpp"
 #include "cuda/moe_gemm_sm1xx/sm1xx_bs_layout.hpp"
 
 namespace fp4moe::cuda::sm1xx {
@@ -21,16 +21,6 @@ __device__ __forceinline__ int expert_of_row(const int32_t* __restrict__ off, in
     if (off[mid] <= r) lo = mid; else hi = mid;
   }
   return lo;
-}
-
-// format/codecs.cpp's e2m1_from_float_nvfp4: round half to even onto {0, .5, 1, 1.5, 2, 3, 4, 6},
-// saturating; sign bit for x < 0; NaN -> 7.
-__device__ __forceinline__ uint32_t e2m1_code(float x) {
-  const float a = fabsf(x);
-  if (isnan(a)) return 7u;
-  uint32_t ord = (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f);
-  ord += (a == 0.75f || a == 1.75f || a == 3.5f);
-  return (x < 0.0f ? 8u : 0u) + ord;
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
@@ -62,23 +52,7 @@ __global__ void quantize_act_kernel(ActQuantArgs a) {
     for (int i = 0; i < 16; ++i) v[i] = __bfloat162float(h[i]);
   }
 
-  const float g = *a.global;
-  uint8_t sf = 0x38;  // all-zero global: scale 1.0, codes 0 (format/fp4.cpp)
-  uint32_t lo = 0, hi = 0;
-  if (g != 0.0f) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    float s = amax / (6.0f * g);
-    if (s == 0.0f) s = 1.0f;
-    s = fminf(fmaxf(s, 0.001953125f), 448.0f);
-    sf = __nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3);
-    const float d = __half2float(__half(__nv_cvt_fp8_to_halfraw(sf, __NV_E4M3))) * g;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) lo |= e2m1_code(v[i] / d) << (4 * i);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) hi |= e2m1_code(v[8 + i] / d) << (4 * i);
-  }
+  const Nvfp4Block q = quantize_block16(v, *a.global);
 
   int64_t out_row, sf_row;
   if (a.max_n > 0) {
@@ -88,8 +62,8 @@ __global__ void quantize_act_kernel(ActQuantArgs a) {
     out_row = r;
     sf_row = act_sf_row_base(e, a.offsets[e]) + local;
   }
-  *reinterpret_cast<uint2*>(a.out_fp4 + out_row * (a.k / 2) + kb * 8) = make_uint2(lo, hi);
-  a.out_sf[sf_offset(sf_row, kb, a.k)] = sf;
+  *reinterpret_cast<uint2*>(a.out_fp4 + out_row * (a.k / 2) + kb * 8) = make_uint2(q.lo, q.hi);
+  a.out_sf[sf_offset(sf_row, kb, a.k)] = q.sf;
 }
 
 // One thread per 8 BF16 of one output row.

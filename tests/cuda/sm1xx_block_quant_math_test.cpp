@@ -49,7 +49,9 @@ TEST(Sm1xxBlockQuantMath, E2m1CodeMatchesTheCpuEncoderOnEveryBoundaryAndBetween)
   for (int i = -4000; i <= 4000; ++i) xs.push_back(float(i) * 0.00173f);
   for (float x : xs) {
     EXPECT_EQ(e2m1_code(x), uint32_t(e2m1_from_float_nvfp4(x))) << x;
-    if (x != 0.0f) EXPECT_EQ(e2m1_code(-x), uint32_t(e2m1_from_float_nvfp4(-x))) << -x;
+    if (x != 0.0f) {
+      EXPECT_EQ(e2m1_code(-x), uint32_t(e2m1_from_float_nvfp4(-x))) << -x;
+    }
   }
   EXPECT_EQ(e2m1_code(std::nanf("")), 7u);
 }

@@ -23,6 +23,10 @@
 namespace fp4moe::test {
 namespace {
 
+using cuda::ActFormat;
+using cuda::Epilogue;
+using cuda::MoeGemmArgs;
+using cuda::MoeGemmDesc;
 using cuda::Sm1xxConfig;
 
 constexpr uint16_t kPoison = 0xFFFF;  // DeviceArray's fill: a NaN BF16
@@ -114,7 +118,7 @@ void run_case(const Case& c, const Sm1xxConfig& cfg, int cc) {
   cuda::run_moe_gemm_sm1xx(d, cfg, w, a, max_per_expert);
   const std::vector<uint16_t> got = y.download();
 
-  std::vector<float> wf(size_t(N * K)), xq(size_t(K)), acc(size_t(N));
+  std::vector<float> wf(static_cast<size_t>(N * K)), xq(static_cast<size_t>(K)), acc(static_cast<size_t>(N));
   for (int64_t e = 0; e < E; ++e) {
     const bool mine = e >= begin && e < end;
     if (mine) dequantize_rows(stack.expert(e), 0, N, wf.data());
@@ -131,7 +135,7 @@ void run_case(const Case& c, const Sm1xxConfig& cfg, int cc) {
         for (int64_t k = 0; k < K; ++k) s += double(xq[size_t(k)]) * double(wf[size_t(n * K + k)]);
         acc[size_t(n)] = float(s);
       }
-      std::vector<float> ref(size_t(out_n)), out(size_t(out_n));
+      std::vector<float> ref(static_cast<size_t>(out_n)), out(static_cast<size_t>(out_n));
       for (int64_t j = 0; j < out_n; ++j) {
         const float v = acc[size_t(j)];
         ref[size_t(j)] = c.epilogue == Epilogue::SiluMul ? v / (1.0f + std::exp(-v)) * acc[size_t(N / 2 + j)]

@@ -29,6 +29,8 @@ ProblemResult profile_problem(const std::string&, const GemmProblem&, const Arch
 #include "core/bf16.hpp"
 #include "core/log.hpp"
 #include "core/threads.hpp"
+#include "cpu/grouped_gemm_ref.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/dequant_cublas.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
@@ -89,27 +91,19 @@ ExpertStack random_experts(const GemmProblem& p, uint64_t seed) {
   return w;
 }
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (bytes) FP4MOE_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using cuda::DeviceBuffer;
 
 // One tokens bucket's inputs: routing, activations (rotated copies), outputs.
 struct BucketInputs {
   int64_t tokens = 0, m_total = 0;
   int experts_hit = 0;
   std::vector<int32_t> offsets;            // [E+1] host
-  std::unique_ptr<DeviceBuffer> d_offsets, d_x, d_y, d_row_scale, d_ws;
+  std::vector<uint16_t> x;                 // [m_total, K] host (the reference reads it)
+  std::vector<float> row_scale;            // [m_total] host
+  DeviceBuffer d_offsets, d_x, d_y, d_row_scale, d_ws;
   int copies = 1;
   size_t x_bytes = 0, y_row_bytes = 0;
-  const void* x(int copy) const { return static_cast<const uint8_t*>(d_x->p) + size_t(copy) * x_bytes; }
+  const void* x_copy(int copy) const { return d_x.as<const uint8_t>() + size_t(copy) * x_bytes; }
 };
 
 BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes, uint64_t seed) {
@@ -138,7 +132,8 @@ BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes,
   const size_t l2 = size_t(std::max<int64_t>(l2_bytes, 64 << 20));
   in.copies = int(std::clamp<size_t>((2 * l2 + in.x_bytes - 1) / in.x_bytes, 1, 64));
   while (in.copies > 1 && size_t(in.copies) * in.x_bytes > (size_t(4) << 30)) --in.copies;
-  std::vector<uint16_t> x(size_t(in.m_total) * size_t(p.k));
+  std::vector<uint16_t>& x = in.x;
+  x.resize(size_t(in.m_total) * size_t(p.k));
   const int64_t nx = int64_t(x.size()), chunk = int64_t(1) << 20;
   parallel_for((nx + chunk - 1) / chunk, default_num_threads(), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
@@ -147,44 +142,31 @@ BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes,
         x[size_t(i)] = float_to_bf16(float(rc.uniform() * 2 - 1));
     }
   });
-  in.d_x = std::make_unique<DeviceBuffer>(in.x_bytes * size_t(in.copies));
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_x->p, x.data(), in.x_bytes, cudaMemcpyHostToDevice));
+  in.d_x = DeviceBuffer(std::max<size_t>(in.x_bytes * size_t(in.copies), 16));
+  in.d_x.upload(x);
   for (int c = 1; c < in.copies; ++c)  // the copies differ only in address: that is what defeats L2
-    FP4MOE_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(in.d_x->p) + size_t(c) * in.x_bytes, in.d_x->p, in.x_bytes,
+    FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_x.as<uint8_t>() + size_t(c) * in.x_bytes, in.d_x.ptr(), in.x_bytes,
                                  cudaMemcpyDeviceToDevice));
-  in.d_offsets = std::make_unique<DeviceBuffer>(in.offsets.size() * 4);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_offsets->p, in.offsets.data(), in.offsets.size() * 4, cudaMemcpyHostToDevice));
-  std::vector<float> rs(size_t(std::max<int64_t>(in.m_total, 1)));
-  for (auto& v : rs) v = float(0.25 + 0.75 * r.uniform());
-  in.d_row_scale = std::make_unique<DeviceBuffer>(rs.size() * 4);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_row_scale->p, rs.data(), rs.size() * 4, cudaMemcpyHostToDevice));
+  in.d_offsets = DeviceBuffer::from(in.offsets);
+  in.row_scale.resize(size_t(std::max<int64_t>(in.m_total, 1)));
+  for (auto& v : in.row_scale) v = float(0.25 + 0.75 * r.uniform());
+  in.d_row_scale = DeviceBuffer::from(in.row_scale);
   const int n_out = p.epilogue == Epi::SiluMul ? p.n / 2 : p.n;
   in.y_row_bytes = size_t(n_out) * 2;
-  in.d_y = std::make_unique<DeviceBuffer>(std::max<size_t>(size_t(in.m_total) * in.y_row_bytes, 16));
+  in.d_y = DeviceBuffer(std::max<size_t>(size_t(in.m_total) * in.y_row_bytes, 16));
   return in;
 }
 
-// Sampled output rows (evenly spaced) as floats.
-std::vector<float> sample_rows(const BucketInputs& in, int check_rows) {
-  const int64_t stride = std::max<int64_t>(1, in.m_total / std::max(check_rows, 1));
-  const int64_t rows = (in.m_total + stride - 1) / stride;
-  std::vector<uint16_t> h(size_t(rows) * in.y_row_bytes / 2);
-  FP4MOE_CUDA_CHECK(cudaMemcpy2D(h.data(), in.y_row_bytes, in.d_y->p, in.y_row_bytes * size_t(stride), in.y_row_bytes,
-                                 size_t(rows), cudaMemcpyDeviceToHost));
+// Output rows `rows` of y (bf16) as floats.
+std::vector<float> download_rows(const BucketInputs& in, const std::vector<int64_t>& rows) {
+  const size_t cols = in.y_row_bytes / 2;
+  std::vector<uint16_t> h(rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    FP4MOE_CUDA_CHECK(cudaMemcpy(h.data() + i * cols, in.d_y.as<uint8_t>() + size_t(rows[i]) * in.y_row_bytes,
+                                 in.y_row_bytes, cudaMemcpyDeviceToHost));
   std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_float(h[i]);
   return f;
-}
-
-double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(y[i])) return INFINITY;
-    const double d = double(y[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
 // A CUDA error that poisons the context: nothing after it can be trusted.
@@ -219,8 +201,8 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   const cuda::MoeGemmDesc desc = to_cuda_desc(p, int(max_rows));
   std::optional<cuda::DeviceExpertWeights> w_sm90;
   std::unique_ptr<cuda::DeviceLinearFp4Weights> w_linear;
+  const ExpertStack host = random_experts(p, opt.seed);  // kept: the CPU reference reads it
   {
-    ExpertStack host = random_experts(p, opt.seed);
     const bool any_sm90 = std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) {
       return t.impl == Impl::Sm90Wgmma || t.impl == Impl::Sm90Decode;
     });
@@ -252,6 +234,9 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   // between runs: every timed run starts after a write of 2x L2 (outside the timed events).
   const size_t flush_bytes = size_t(std::max<int64_t>(2 * arch.l2_bytes, int64_t(128) << 20));
   DeviceBuffer flush(flush_bytes);
+  const RefEpilogue ref_epilogue = p.epilogue == Epi::SiluMul    ? RefEpilogue::SiluMul
+                                   : p.epilogue == Epi::RowScale ? RefEpilogue::RowScale
+                                                                 : RefEpilogue::None;
   bool broken = false;
   const double weight_bytes_per_expert = double(p.n) * p.k / 2 + double(p.n) * p.k / (p.weight == WeightFormat::MXFP4 ? 32 : 16) + 4;
 
@@ -268,10 +253,10 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
 
     auto run_once = [&](const Tactic& t, int copy) {
       cuda::MoeGemmArgs a;
-      a.x = in.x(copy);
-      a.expert_offsets = static_cast<const int32_t*>(in.d_offsets->p);
-      a.row_scale = static_cast<const float*>(in.d_row_scale->p);
-      a.y = in.d_y->p;
+      a.x = in.x_copy(copy);
+      a.expert_offsets = in.d_offsets.as<const int32_t>();
+      a.row_scale = in.d_row_scale.as<const float>();
+      a.y = in.d_y.ptr();
       a.m_total = int(in.m_total);
       a.stream = stream;
       switch (t.impl) {
@@ -279,8 +264,8 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
         case Impl::Sm90Decode: {
           const cuda::TileConfig c = to_cuda_config(t);
           const size_t ws = cuda::workspace_bytes(desc, c);
-          if (ws && (!in.d_ws)) in.d_ws = std::make_unique<DeviceBuffer>(ws);
-          a.workspace = ws ? in.d_ws->p : nullptr;
+          if (ws > in.d_ws.bytes()) in.d_ws = DeviceBuffer(ws);
+          a.workspace = ws ? in.d_ws.ptr() : nullptr;
           cuda::run_moe_gemm(desc, c, *w_sm90, a);
           break;
         }
@@ -293,22 +278,19 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
       }
       FP4MOE_CUDA_CHECK(cudaGetLastError());
     };
-    auto poison = [&] { FP4MOE_CUDA_CHECK(cudaMemsetAsync(in.d_y->p, 0xff, size_t(in.m_total) * in.y_row_bytes, stream)); };
+    auto poison = [&] { FP4MOE_CUDA_CHECK(cudaMemsetAsync(in.d_y.ptr(), 0xff, size_t(in.m_total) * in.y_row_bytes, stream)); };
 
-    // The reference: Generic's output (when Generic can run this problem).
-    std::optional<std::vector<float>> ref;
-    const Tactic generic = fallback_tactic(op);
-    if (!broken && in.m_total > 0 && std::find(runnable.begin(), runnable.end(), generic) != runnable.end()) {
-      try {
-        poison();
-        run_once(generic, 0);
-        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        ref = sample_rows(in, opt.check_rows);
-      } catch (const Error& e) {
-        log_warn("tune: the reference (generic) failed at {} tokens: {}", tokens, e.what());
-        broken = context_broken();
-      }
-    }
+    // The reference: the CPU's, on sampled rows (no tactic under test is its own judge).
+    const std::vector<int64_t> rows = sample_rows(in.offsets.data(), p.num_experts, opt.check_rows);
+    GroupedGemmRef gr;
+    gr.w = &host;
+    gr.x = in.x.data();
+    gr.m_total = in.m_total;
+    gr.offsets = in.offsets.data();
+    gr.row_scale = in.row_scale.data();
+    gr.epilogue = ref_epilogue;
+    gr.nvfp4_act = p.act == Act::NVFP4;
+    const std::vector<double> ref = grouped_gemm_reference(gr, rows);
 
     for (const Tactic& t : runnable) {
       Measurement m;
@@ -330,12 +312,14 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
         poison();
         run_once(t, 0);
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        if (ref && in.m_total > 0) {
-          m.rel_err = rel_err(sample_rows(in, opt.check_rows), *ref);
-          if (!(m.rel_err <= opt.tolerance)) {
+        if (!rows.empty()) {
+          const RowErrors re = compare_rows(download_rows(in, rows), ref, reference_cols(gr), opt.tolerance);
+          m.rel_err = re.worst;
+          if (re.bad_rows > 0) {
             m.status = Measurement::Status::Disqualified;
-            m.error = fmt::format("output differs from the reference (generic): rel err {:.3g} > {:.0e}", m.rel_err,
-                                  opt.tolerance);
+            m.error = fmt::format("output differs from the CPU reference: {} of {} checked rows above {:.0e} (worst: row "
+                                  "{}, rel err {:.3g})",
+                                  re.bad_rows, rows.size(), opt.tolerance, rows[size_t(re.worst_row)], re.worst);
           }
         }
         if (m.status == Measurement::Status::Ok) {
@@ -344,7 +328,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
           std::vector<float> ms;
           const auto start = std::chrono::steady_clock::now();
           for (int i = 0; i < 400; ++i) {
-            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, flush_bytes, stream));
+            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.ptr(), i & 0xff, flush_bytes, stream));
             FP4MOE_CUDA_CHECK(cudaEventRecord(ev_begin, stream));
             run_once(t, i % in.copies);
             FP4MOE_CUDA_CHECK(cudaEventRecord(ev_end, stream));

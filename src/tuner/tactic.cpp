@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "tuner/kernel_ids.hpp"
 
 namespace fp4moe::tuner {
 
@@ -110,6 +111,33 @@ std::string Feasibility::reason() const {
   std::string s;
   for (const Reason& r : reasons) s += (s.empty() ? "" : "; ") + r.text;
   return s;
+}
+
+std::vector<KernelIdentity> kernel_identities(std::string_view op) {
+  FP4MOE_CHECK(op == "moe-gemm", "unknown op '{}' (known: moe-gemm)", op);
+  namespace id = kernel_ids;
+  return {{Impl::Sm90Wgmma, id::kSm90Wgmma, id::kSm90Layout},
+          {Impl::Sm90Decode, id::kSm90Decode, id::kSm90Layout},
+          {Impl::DequantCublas, id::kDequantCublas, "checkpoint-linear"},
+          {Impl::Generic, id::kGeneric, "checkpoint-linear"}};
+}
+
+std::string registry_key(const std::vector<KernelIdentity>& ids) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  auto mix = [&h](std::string_view s) {
+    for (const char c : s) {
+      h ^= uint8_t(c);
+      h *= 0x100000001b3ull;
+    }
+    h ^= 0xff;  // field separator
+    h *= 0x100000001b3ull;
+  };
+  for (const KernelIdentity& i : ids) {
+    mix(impl_name(i.impl));
+    mix(i.kernel);
+    mix(i.layout);
+  }
+  return fmt::format("{:016x}", h);
 }
 
 std::vector<std::string> known_ops() { return {"moe-gemm"}; }

@@ -4,7 +4,8 @@
 //
 // The problem and config types mirror cuda::MoeGemmDesc / cuda::TileConfig / cuda::GemmKernel
 // (src/cuda/moe_gemm/moe_gemm.hpp) so that feasibility, the plan cache and `tune --dry-run`
-// build without CUDA; tactic_cuda.cpp converts both ways when CUDA is present.
+// build without CUDA (and list the Blackwell tactics no GPU here can run). tactic_cuda.hpp is
+// the one converter between the two: the profiler and the MoE layer's plan lookup use it.
 #pragma once
 
 #include <cstdint>
@@ -116,6 +117,18 @@ std::vector<std::string> known_ops();
 std::vector<TacticDef> tactics_for(std::string_view op, const GemmProblem& p);
 // The tactic that accepts any shape on any architecture the engine runs on (Generic). Always exists.
 Tactic fallback_tactic(std::string_view op);
+
+// What a measured plan depends on besides the GPU: each implementation's kernel code and the
+// layout of the weights it reads. The ids are hashes of the defining source files, made at
+// configure time (src/tuner/CMakeLists.txt -> kernel_ids.hpp); listed-only tactics have none.
+struct KernelIdentity {
+  Impl impl;
+  std::string kernel;  // hash of the kernel's source files
+  std::string layout;  // hash of its weight layout's source files ("checkpoint-linear": the checkpoint's)
+};
+std::vector<KernelIdentity> kernel_identities(std::string_view op);
+// One short hex string (FNV-1a 64) over every identity in order: the plan cache's `kernels` key.
+std::string registry_key(const std::vector<KernelIdentity>& ids);
 
 // Internal: the moe-gemm registry (moe_gemm_tactics.cpp).
 std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p);

@@ -95,7 +95,7 @@ inline bool next_field(std::ostringstream& os, std::string_view& f, std::string_
 template <typename... Args>
 std::string format_braces(std::string_view f, const Args&... args) {
   std::ostringstream os;
-  auto one = [&](const auto& v) {
+  [[maybe_unused]] auto one = [&](const auto& v) {
     std::string_view spec;
     if (detail::next_field(os, f, spec)) {
       detail::put_field(os, spec, v);

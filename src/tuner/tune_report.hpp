@@ -50,7 +50,7 @@ struct Measurement {
   double median_us = 0, min_us = 0;
   int runs = 0;
   double tflops = 0, gbps = 0;
-  double rel_err = -1;      // vs the reference (Generic), -1 when not checked
+  double rel_err = -1;      // worst checked row vs the CPU reference, -1 when not checked
   std::string error;        // launch error / why disqualified / skipped
 };
 

@@ -261,7 +261,7 @@ TEST_F(RunMoeTest, CudaBackendMatchesTheCpuBackend) {
     const MoeOutput ref = moe_forward_cpu(w, x.data(), T, on_gpu_logits);
     EXPECT_EQ(ids, ref.routing.topk_ids) << "ids differ from the CPU selection on the GPU's logits";
     for (size_t i = 0; i < wts.size(); ++i)
-      EXPECT_NEAR(wts[i], ref.routing.topk_weights[i], 1e-5 * (1 + std::fabs(ref.routing.topk_weights[i])));
+      EXPECT_NEAR(wts[i], ref.routing.topk_weights[i], 1e-4 * (1 + std::fabs(ref.routing.topk_weights[i])));
     EXPECT_LT(worst_row_error(out, ref.out, kHidden), 1e-2) << "output";
   }
 }

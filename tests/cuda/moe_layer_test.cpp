@@ -9,7 +9,7 @@
 //   logits:  GPU vs the CPU's own FP32 logits, per token ‖gpu − cpu‖ / ‖cpu‖ < 1e-4 (FP32 sums
 //            in different orders);
 //   routing: route_cpu run on the GPU's own logits must give IDENTICAL ids for every token
-//            (and weights within float rounding): the selection is the same function;
+//            (and weights within 1e-4 relative): the selection is the same function;
 //   output:  against moe_forward_cpu routed on those same GPU logits (so both backends run the
 //            same experts), per token ‖gpu − cpu‖ / ‖cpu‖ < 1e-2 (BF16 activations between the
 //            GEMMs and the BF16 down output: ~3e-3 expected).
@@ -168,7 +168,7 @@ void check_against_cpu(const MoeOutput& gpu, CpuReference& ref) {
   ASSERT_EQ(differ, 0) << "ids differ from route_cpu on the GPU's logits; first token " << first;
   for (int64_t i = 0; i < T * k; ++i)
     ASSERT_NEAR(gpu.routing.topk_weights[size_t(i)], cpu.routing.topk_weights[size_t(i)],
-                1e-5 * (1 + std::fabs(cpu.routing.topk_weights[size_t(i)])))
+                1e-4 * (1 + std::fabs(cpu.routing.topk_weights[size_t(i)])))
         << "slot " << i;
   // Output: every token, against the CPU layer on the same routing.
   expect_rows_close(gpu.out, cpu.out, c.hidden, 1e-2, "output");
@@ -192,7 +192,7 @@ void check_layer(const MoeLayerWeights& w, int64_t T, uint64_t seed) {
     }
     SCOPED_TRACE(::testing::Message() << "folded vs separate, gemm " << moe_gemm_path_name(path) << " T=" << T);
     ASSERT_EQ(by_fold[1].routing.topk_ids, by_fold[0].routing.topk_ids);
-    expect_rows_close(by_fold[1].out, by_fold[0].out, H, 5e-3, "folded vs separate");
+    expect_rows_close(by_fold[1].out, by_fold[0].out, H, 1e-2, "folded vs separate");
   }
 }
 
@@ -378,7 +378,7 @@ TEST(MoeLayerCuda, GraphCaptureMatchesEager) {
     runner.capture_graph(8);
     runner.capture_graph(64);
     EXPECT_EQ(runner.graph_buckets(), (std::vector<int64_t>{8, 64}));
-    for (const auto [T, bucket] : {std::pair<int64_t, int64_t>{5, 8}, {50, 64}}) {
+    for (const auto& [T, bucket] : {std::pair<int64_t, int64_t>{5, 8}, {50, 64}}) {
       SCOPED_TRACE(::testing::Message() << "T=" << T << " bucket " << bucket);
       const std::vector<uint16_t> xb = to_bf16(test::random_floats(size_t(T * H), 9 + T, -2.f, 2.f));
       FP4MOE_CUDA_CHECK(cudaMemset(runner.graph_input(), 0, size_t(64 * H) * 2));
@@ -399,7 +399,7 @@ TEST(MoeLayerCuda, GraphCaptureMatchesEager) {
         ASSERT_EQ(0, std::memcmp(g.data(), e.data(), g.size() * 4)) << "replay " << rep << " differs from eager";
       }
       const std::vector<float> g_real(e.begin(), e.begin() + T * H);
-      expect_rows_close(g_real, e_real, H, 5e-3, "padded bucket rows vs eager of the real rows");
+      expect_rows_close(g_real, e_real, H, 1e-2, "padded bucket rows vs eager of the real rows");
     }
     EXPECT_THROW(runner.replay_graph(65), Error);
   });
@@ -448,7 +448,7 @@ TEST(MoeLayerCuda, ForwardDoesNoHostAllocation) {
   for_each_layer_kind([](const MoeLayerWeights& w, const MoeLayerCuda& layer, MoeLayerRunner& runner) {
     const int64_t H = w.cfg.hidden;
     const DeviceArray<uint16_t> x(to_bf16(test::random_floats(size_t(H), 11, -2.f, 2.f)));
-    DeviceArray<float> out(size_t(H));
+    DeviceArray<float> out{size_t(H)};
     runner.forward(x.ptr, 1, out.ptr);  // warm-up: per-device kernel attributes, module loads
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(runner.stream()));
     const MoeWorkspace ws = runner.workspace();

@@ -128,7 +128,7 @@ int run_tune(const TuneArgs& a) {
       e.bucket = b.bucket;
       e.best = best->tactic;
       e.best_us = best->median_us;
-      for (const Measurement& m : b.ranked) e.timings.push_back({m.tactic.name(), m.median_us, m.tflops, m.gbps});
+      for (const Measurement& m : b.ranked) e.timings.push_back({tactic_name(m.tactic), m.median_us, m.tflops, m.gbps});
       cache.put(std::move(e));
       ++stored;
     }

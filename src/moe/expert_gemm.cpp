@@ -3,7 +3,7 @@
 // Paths:
 //  - Sm90 (cuda/moe_gemm/moe_gemm.hpp: upload_weights + run_moe_gemm): the sm_90a kernels,
 //    weights re-laid at upload. Each tokens bucket's TileConfig is chosen at upload: the
-//    tuner's plan for the bucket (tuner::plan_for, through tactic_cuda.hpp's converter) when
+//    tuner's plan for the bucket (tuner::plan_for on the kernel descriptor) when
 //    `fp4moe tune` stored one, else cuda::default_config. W4A16, or W4A4 emulation.
 //  - Generic (generic_nvfp4_grouped_gemm.hpp): linear checkpoint layout, any shape/arch.
 // Both read the expert offsets on the device and need no host sync: graph-capturable.
@@ -24,7 +24,7 @@
 #include "cuda/common/device.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
 #if defined(FP4MOE_MOE_HAVE_TUNER)
-#include "tuner/tactic_cuda.hpp"
+#include "tuner/plan_cache.hpp"
 #endif
 
 namespace fp4moe {

@@ -48,22 +48,22 @@ PlanKey key_from_json(const json& j) {
 }
 
 json tactic_to_json(const Tactic& t) {
-  return {{"impl", std::string(impl_name(t.impl))}, {"block_m", t.cfg.block_m}, {"block_n", t.cfg.block_n},
-          {"block_k", t.cfg.block_k},  {"stages", t.cfg.stages},   {"split_k", t.cfg.split_k},
-          {"cluster", t.cfg.cluster},  {"name", t.name()}};
+  return {{"impl", std::string(impl_name(t.kernel))}, {"block_m", t.block_m}, {"block_n", t.block_n},
+          {"block_k", t.block_k},  {"stages", t.stages},   {"split_k", t.split_k},
+          {"cluster", t.cluster},  {"name", tactic_name(t)}};
 }
 
 Tactic tactic_from_json(const json& j) {
   const std::string impl = j.at("impl").get<std::string>();
   auto i = impl_from_name(impl);
   FP4MOE_CHECK(i.has_value(), "unknown implementation '{}'", impl);
-  Tactic t{*i, TileCfg{}};
-  t.cfg.block_m = j.at("block_m").get<int>();
-  t.cfg.block_n = j.at("block_n").get<int>();
-  t.cfg.block_k = j.at("block_k").get<int>();
-  t.cfg.stages = j.at("stages").get<int>();
-  t.cfg.split_k = j.at("split_k").get<int>();
-  t.cfg.cluster = j.at("cluster").get<int>();
+  Tactic t{*i};
+  t.block_m = j.at("block_m").get<int>();
+  t.block_n = j.at("block_n").get<int>();
+  t.block_k = j.at("block_k").get<int>();
+  t.stages = j.at("stages").get<int>();
+  t.split_k = j.at("split_k").get<int>();
+  t.cluster = j.at("cluster").get<int>();
   return t;
 }
 
@@ -347,13 +347,13 @@ Tactic plan_for(const PlanCache& cache, const GemmProblem& p, int64_t tokens, co
   for (const TacticDef& d : tactics_for(op, p))
     if (d.tactic == e->best) {
       const Feasibility f = d.valid(p, arch);
-      if (f.ok && !impl_is_listed_only(d.tactic.impl)) return d.tactic;
+      if (f.ok && !impl_is_listed_only(d.tactic.kernel)) return d.tactic;
       warn_once(fmt::format("plan cache {}: {} (bucket {}) is not valid for {} on {} ({}); using the default",
-                            cache.path(), d.tactic.name(), e->bucket, to_string(p), arch.name, f.reason()));
+                            cache.path(), tactic_name(d.tactic), e->bucket, to_string(p), arch.name, f.reason()));
       return fallback_tactic(op);
     }
   warn_once(fmt::format("plan cache {}: tactic {} (bucket {}, {}) is unknown to this build; using the default",
-                        cache.path(), e->best.name(), e->bucket, to_string(p)));
+                        cache.path(), tactic_name(e->best), e->bucket, to_string(p)));
   return fallback_tactic(op);
 }
 
@@ -383,6 +383,10 @@ Tactic plan_for(const GemmProblem& p, int64_t tokens, const std::string& op) {
   }
   if (!pp.arch) return fallback_tactic(op);
   return plan_for(pp.cache, p, tokens, *pp.arch, op);
+}
+
+Tactic plan_for(const cuda::MoeGemmDesc& d, int64_t tokens, int top_k) {
+  return plan_for(problem_of(d, top_k), tokens);
 }
 
 void reset_plan_for_cache() {

@@ -48,8 +48,8 @@ struct PlanEntry {
   std::string op = "moe-gemm";
   int n = 0, k = 0, num_experts = 0;
   WeightFormat weight = WeightFormat::NVFP4;
-  Act act = Act::BF16;
-  Epi epilogue = Epi::None;
+  ActFormat act = ActFormat::BF16;
+  Epilogue epilogue = Epilogue::None;
   int64_t bucket = 0;        // tokens bucket
   Tactic best;
   double best_us = 0;
@@ -101,6 +101,9 @@ Tactic plan_for(const GemmProblem& p, int64_t tokens, const std::string& op = "m
 // Same, against an explicit cache (tests) and architecture.
 Tactic plan_for(const PlanCache& cache, const GemmProblem& p, int64_t tokens, const ArchInfo& arch,
                 const std::string& op = "moe-gemm");
+// The same lookup for a kernel descriptor (the MoE layer's): a TileConfig whose kernel is
+// GemmKernel::Generic (the fallback) when nothing is tuned for it.
+Tactic plan_for(const cuda::MoeGemmDesc& d, int64_t tokens, int top_k);
 // How many distinct stale / invalid stored tactics this process has reported (tests).
 int plan_warnings_reported();
 // Drops the process-wide cache so the next plan_for reloads it (after `fp4moe tune`).

@@ -36,7 +36,6 @@ ProblemResult profile_problem(const std::string&, const GemmProblem&, const Arch
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "tuner/plan_cache.hpp"
-#include "tuner/tactic_cuda.hpp"
 
 namespace fp4moe::tuner {
 namespace {
@@ -151,7 +150,7 @@ BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes,
   in.row_scale.resize(size_t(std::max<int64_t>(in.m_total, 1)));
   for (auto& v : in.row_scale) v = float(0.25 + 0.75 * r.uniform());
   in.d_row_scale = DeviceBuffer::from(in.row_scale);
-  const int n_out = p.epilogue == Epi::SiluMul ? p.n / 2 : p.n;
+  const int n_out = p.epilogue == Epilogue::SiluMul ? p.n / 2 : p.n;
   in.y_row_bytes = size_t(n_out) * 2;
   in.d_y = DeviceBuffer(std::max<size_t>(size_t(in.m_total) * in.y_row_bytes, 16));
   return in;
@@ -188,39 +187,39 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   result.problem = p;
   // The tactics that can run here and are implemented.
   std::vector<Tactic> runnable;
-  std::map<Impl, std::string> setup_error;  // an implementation whose weights / handles could not be set up
+  std::map<GemmKernel, std::string> setup_error;  // an implementation whose weights / handles could not be set up
   for (const TacticDef& d : tactics_for(op, p)) {
     const Feasibility f = d.valid(p, arch);
-    if (f.ok && !impl_is_listed_only(d.tactic.impl)) runnable.push_back(d.tactic);
+    if (f.ok && !impl_is_listed_only(d.tactic.kernel)) runnable.push_back(d.tactic);
   }
   const auto t0 = std::chrono::steady_clock::now();
   log_info("tune: {}: generating and uploading random FP4 experts ({:.1f} GB)", to_string(p),
            double(p.num_experts) * p.n * (p.k / 2 + p.k / 16) * 1e-9);
   int64_t max_rows = 0;
   for (int64_t t : opt.tokens) max_rows = std::max(max_rows, t * p.top_k);
-  const cuda::MoeGemmDesc desc = to_cuda_desc(p, int(max_rows));
+  const cuda::MoeGemmDesc desc = desc_of(p, int(max_rows));
   std::optional<cuda::DeviceExpertWeights> w_sm90;
   std::unique_ptr<cuda::DeviceLinearFp4Weights> w_linear;
   const ExpertStack host = random_experts(p, opt.seed);  // kept: the CPU reference reads it
   {
     const bool any_sm90 = std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) {
-      return t.impl == Impl::Sm90Wgmma || t.impl == Impl::Sm90Decode;
+      return t.kernel == GemmKernel::Sm90Wgmma || t.kernel == GemmKernel::Sm90Decode;
     });
     if (any_sm90) {
       try {
         w_sm90 = cuda::upload_weights(host, desc.epilogue);
       } catch (const Error& e) {
-        setup_error[Impl::Sm90Wgmma] = setup_error[Impl::Sm90Decode] = fmt::format("weight upload failed: {}", e.what());
+        setup_error[GemmKernel::Sm90Wgmma] = setup_error[GemmKernel::Sm90Decode] = fmt::format("weight upload failed: {}", e.what());
       }
     }
     w_linear = std::make_unique<cuda::DeviceLinearFp4Weights>(host);
   }
   std::unique_ptr<cuda::DequantCublasGemm> cublas;
-  if (std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) { return t.impl == Impl::DequantCublas; })) {
+  if (std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) { return t.kernel == GemmKernel::DequantCublas; })) {
     try {
       cublas = std::make_unique<cuda::DequantCublasGemm>(desc);
     } catch (const Error& e) {
-      setup_error[Impl::DequantCublas] = fmt::format("set-up failed: {}", e.what());
+      setup_error[GemmKernel::DequantCublas] = fmt::format("set-up failed: {}", e.what());
     }
   }
   log_info("tune: weights ready in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -234,8 +233,8 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   // between runs: every timed run starts after a write of 2x L2 (outside the timed events).
   const size_t flush_bytes = size_t(std::max<int64_t>(2 * arch.l2_bytes, int64_t(128) << 20));
   DeviceBuffer flush(flush_bytes);
-  const RefEpilogue ref_epilogue = p.epilogue == Epi::SiluMul    ? RefEpilogue::SiluMul
-                                   : p.epilogue == Epi::RowScale ? RefEpilogue::RowScale
+  const RefEpilogue ref_epilogue = p.epilogue == Epilogue::SiluMul    ? RefEpilogue::SiluMul
+                                   : p.epilogue == Epilogue::RowScale ? RefEpilogue::RowScale
                                                                  : RefEpilogue::None;
   bool broken = false;
   const double weight_bytes_per_expert = double(p.n) * p.k / 2 + double(p.n) * p.k / (p.weight == WeightFormat::MXFP4 ? 32 : 16) + 4;
@@ -259,22 +258,22 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
       a.y = in.d_y.ptr();
       a.m_total = int(in.m_total);
       a.stream = stream;
-      switch (t.impl) {
-        case Impl::Sm90Wgmma:
-        case Impl::Sm90Decode: {
-          const cuda::TileConfig c = to_cuda_config(t);
+      switch (t.kernel) {
+        case GemmKernel::Sm90Wgmma:
+        case GemmKernel::Sm90Decode: {
+          const cuda::TileConfig& c = t;
           const size_t ws = cuda::workspace_bytes(desc, c);
           if (ws > in.d_ws.bytes()) in.d_ws = DeviceBuffer(ws);
           a.workspace = ws ? in.d_ws.ptr() : nullptr;
           cuda::run_moe_gemm(desc, c, *w_sm90, a);
           break;
         }
-        case Impl::Generic: cuda::run_generic_grouped_gemm(desc, w_linear->view(), a); break;
-        case Impl::DequantCublas:
+        case GemmKernel::Generic: cuda::run_generic_grouped_gemm(desc, w_linear->view(), a); break;
+        case GemmKernel::DequantCublas:
           FP4MOE_CHECK(cublas != nullptr, "dequant-cublas could not be set up");
           cublas->run(w_linear->view(), a, in.offsets);
           break;
-        default: FP4MOE_FAIL("{} is listed only: it cannot run here", t.name());
+        default: FP4MOE_FAIL("{} is listed only: it cannot run here", tactic_name(t));
       }
       FP4MOE_CUDA_CHECK(cudaGetLastError());
     };
@@ -289,7 +288,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     gr.offsets = in.offsets.data();
     gr.row_scale = in.row_scale.data();
     gr.epilogue = ref_epilogue;
-    gr.nvfp4_act = p.act == Act::NVFP4;
+    gr.nvfp4_act = p.act == ActFormat::NVFP4_EMULATED;
     const std::vector<double> ref = grouped_gemm_reference(gr, rows);
 
     for (const Tactic& t : runnable) {
@@ -301,7 +300,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
         br.dropped.push_back(m);
         continue;
       }
-      if (auto it = setup_error.find(t.impl); it != setup_error.end()) {
+      if (auto it = setup_error.find(t.kernel); it != setup_error.end()) {
         m.status = Measurement::Status::LaunchFailed;
         m.error = it->second;
         br.dropped.push_back(m);
@@ -357,7 +356,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     std::sort(br.ranked.begin(), br.ranked.end(),
               [](const Measurement& a, const Measurement& b) { return a.median_us < b.median_us; });
     if (const Measurement* b = br.best())
-      log_info("tune: {} tokens {}: best {} {:.1f} us", p.label, tokens, b->tactic.name(), b->median_us);
+      log_info("tune: {} tokens {}: best {} {:.1f} us", p.label, tokens, tactic_name(b->tactic), b->median_us);
     result.buckets.push_back(std::move(br));
   }
   cudaEventDestroy(ev_begin);

@@ -18,12 +18,12 @@ using namespace fp4moe::tuner;
 
 namespace {
 
-GemmProblem glm5_gate_up(Act act = Act::BF16) { return preset_problems("glm5", act)[0]; }
+GemmProblem glm5_gate_up(ActFormat act = ActFormat::BF16) { return preset_problems("glm5", act)[0]; }
 
 const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
   for (const auto* list : {&pf.feasible, &pf.rejected})
     for (const TacticVerdict& v : *list)
-      if (v.tactic.name() == name) return &v;
+      if (tactic_name(v.tactic) == name) return &v;
   return nullptr;
 }
 
@@ -126,7 +126,7 @@ TEST(Blackwell, Sm120BlockScaled128x256And256x128DoNotFitEvenAtTwoStages) {
   EXPECT_EQ(bs_smem_plan(BsFamily::Sm120MmaSync, {128, 256, 256}, 2, WeightFormat::NVFP4).total(), 130048);
 
   // Through the registry: rejected on sm_120 for shared memory, with the bytes in the reason.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
+  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_120"));
   for (const char* name : {"sm120-mma-bs 128x256x256 s2", "sm120-mma-bs 256x128x256 s2"}) {
     const TacticVerdict* v = find_verdict(pf, name);
     ASSERT_NE(v, nullptr) << name;
@@ -141,7 +141,7 @@ TEST(Blackwell, Sm120BlockScaled128x256And256x128DoNotFitEvenAtTwoStages) {
   ASSERT_NE(ok, nullptr);
   EXPECT_TRUE(ok->feasibility.ok) << ok->feasibility.reason();
   // And the sm_100 kernel takes both tiles on sm_100.
-  const ProblemFeasibility pf100 = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_100"));
+  const ProblemFeasibility pf100 = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_100"));
   for (const char* name : {"sm100-tcgen05-bs 128x256x256 s2", "sm100-tcgen05-bs 256x128x256 s2"}) {
     const TacticVerdict* v = find_verdict(pf100, name);
     ASSERT_NE(v, nullptr) << name;
@@ -175,7 +175,7 @@ TEST(Blackwell, StageCountWithAlignmentPaddingIsOneLessThanCutlassAutoCarveout) 
   EXPECT_EQ(bs_naive_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap),
             bs_aligned_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap));
   // The registry lists the naive count and rejects it with the explanation.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
+  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_120"));
   const TacticVerdict* v = find_verdict(pf, "sm120-mma-bs 128x256x128 s3");
   ASSERT_NE(v, nullptr);
   EXPECT_FALSE(v->feasibility.ok);
@@ -240,17 +240,17 @@ TEST(Sm90, SharedMemoryOfOurKernelsMatchesHandComputedBytes) {
     // fallback is rejected there; the Blackwell listings are, for their arch.
     int sm90_ok = 0, decode_ok = 0;
     for (const TacticVerdict& v : pf.feasible) {
-      sm90_ok += v.tactic.impl == Impl::Sm90Wgmma;
-      decode_ok += v.tactic.impl == Impl::Sm90Decode;
+      sm90_ok += v.tactic.kernel == GemmKernel::Sm90Wgmma;
+      decode_ok += v.tactic.kernel == GemmKernel::Sm90Decode;
     }
     EXPECT_EQ(decode_ok, 3) << "decode block_n 8, 16, 32";
     EXPECT_GE(sm90_ok, 4);
     for (const TacticVerdict& v : pf.rejected) {
-      EXPECT_NE(v.tactic.impl, Impl::Sm90Wgmma) << v.tactic.name() << ": " << v.feasibility.reason();
-      EXPECT_NE(v.tactic.impl, Impl::Sm90Decode) << v.tactic.name() << ": " << v.feasibility.reason();
-      EXPECT_NE(v.tactic.impl, Impl::Generic);
-      EXPECT_NE(v.tactic.impl, Impl::DequantCublas);
-      if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled || v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Sm90Wgmma) << tactic_name(v.tactic) << ": " << v.feasibility.reason();
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Sm90Decode) << tactic_name(v.tactic) << ": " << v.feasibility.reason();
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Generic);
+      EXPECT_NE(v.tactic.kernel, GemmKernel::DequantCublas);
+      if (v.tactic.kernel == GemmKernel::Sm100Tcgen05BlockScaled || v.tactic.kernel == GemmKernel::Sm120MmaBlockScaled) {
         EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Arch));
       }
     }
@@ -270,20 +270,20 @@ TEST(Sm90, RejectedElsewhereAndForBadShapes) {
   p.n = 4000;  // not a multiple of the 128-row tile
   const ProblemFeasibility bad = check_feasibility("moe-gemm", p, arch_by_name("sm_90"));
   for (const TacticVerdict& t : bad.rejected)
-    if (t.tactic.impl == Impl::Sm90Wgmma) {
+    if (t.tactic.kernel == GemmKernel::Sm90Wgmma) {
       EXPECT_TRUE(t.feasibility.rejected_for(RejectKind::Shape));
     }
-  for (const TacticVerdict& t : bad.feasible) EXPECT_NE(t.tactic.impl, Impl::Sm90Wgmma);
+  for (const TacticVerdict& t : bad.feasible) EXPECT_NE(t.tactic.kernel, GemmKernel::Sm90Wgmma);
 }
 
 TEST(Fallback, GenericAcceptsAnyShapeOnEveryArchitecture) {
   const Tactic fb = fallback_tactic("moe-gemm");
-  EXPECT_EQ(fb.impl, Impl::Generic);
+  EXPECT_EQ(fb.kernel, GemmKernel::Generic);
   EXPECT_THROW(fallback_tactic("attention"), Error);
   EXPECT_THROW(tactics_for("attention", glm5_gate_up()), Error);
   for (const ArchInfo& a : arch_table())
-    for (GemmProblem p : {glm5_gate_up(), GemmProblem{3, 96, 48, 1, WeightFormat::NVFP4, Act::BF16, Epi::None, "odd"},
-                          GemmProblem{1, 2, 32, 1, WeightFormat::MXFP4, Act::BF16, Epi::SiluMul, "tiny"}}) {
+    for (GemmProblem p : {glm5_gate_up(), GemmProblem{3, 96, 48, 1, WeightFormat::NVFP4, ActFormat::BF16, Epilogue::None, "odd"},
+                          GemmProblem{1, 2, 32, 1, WeightFormat::MXFP4, ActFormat::BF16, Epilogue::SiluMul, "tiny"}}) {
       bool found = false;
       for (const TacticDef& d : tactics_for("moe-gemm", p))
         if (d.tactic == fb) {

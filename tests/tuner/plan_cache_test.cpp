@@ -55,10 +55,10 @@ class PlanCacheTest : public ::testing::Test {
     e.bucket = bucket;
     e.best = best;
     e.best_us = us;
-    e.timings = {{best.name(), us, 1.5, 2.5}, {"generic", us * 3, 0.5, 0.8}};
+    e.timings = {{tactic_name(best), us, 1.5, 2.5}, {"generic", us * 3, 0.5, 0.8}};
     return e;
   }
-  static Tactic sm90(int bn, int stages) { return Tactic{Impl::Sm90Wgmma, TileCfg{128, bn, 64, stages, 1, 1}}; }
+  static Tactic sm90(int bn, int stages) { return Tactic{GemmKernel::Sm90Wgmma, 128, bn, 64, stages, 1, 1}; }
   void write(const std::string& text) {
     fs::create_directories(fs::path(path_).parent_path());
     std::ofstream(path_) << text;
@@ -93,10 +93,10 @@ TEST_F(PlanCacheTest, RoundTripKeepsEveryField) {
   ASSERT_EQ(e->timings.size(), 2u);
   EXPECT_EQ(e->timings[0].tactic, "sm90-wgmma 128x128x64 s4");
   EXPECT_DOUBLE_EQ(e->timings[1].median_us, 2400.0);
-  EXPECT_EQ(e->epilogue, Epi::SiluMul);
+  EXPECT_EQ(e->epilogue, Epilogue::SiluMul);
   EXPECT_EQ(d.find("moe-gemm", problem(), 64), nullptr);
   GemmProblem other = problem();
-  other.epilogue = Epi::None;
+  other.epilogue = Epilogue::None;
   EXPECT_EQ(d.find("moe-gemm", other, 128), nullptr);
 }
 
@@ -179,7 +179,7 @@ TEST_F(PlanCacheTest, PlanForUsesTheNearestBucketAndFallsBack) {
   EXPECT_EQ(plan_for(odd, problem(), 1, sm90a), fallback_tactic("moe-gemm"));
   // A listed-only Blackwell tactic is never returned.
   PlanCache listed(path_, key());
-  listed.put(entry(1, Tactic{Impl::Sm120MmaBlockScaled, TileCfg{128, 128, 128, 2, 1, 1}}, 30));
+  listed.put(entry(1, Tactic{GemmKernel::Sm120MmaBlockScaled, 128, 128, 128, 2, 1, 1}, 30));
   EXPECT_EQ(plan_for(listed, problem(), 1, arch_by_name("sm_120")), fallback_tactic("moe-gemm"));
 }
 
@@ -222,18 +222,18 @@ TEST_F(PlanCacheTest, KeyChangesWhenAKernelIdentityChanges) {
   for (size_t i = 0; i < ids.size(); ++i)
     for (int field = 0; field < 2; ++field) {
       std::vector<KernelIdentity> changed = ids;
-      (field == 0 ? changed[i].kernel : changed[i].layout) += "x";
-      EXPECT_NE(registry_key(changed), k0) << impl_name(ids[i].impl) << (field == 0 ? " kernel" : " layout");
+      (field == 0 ? changed[i].kernel_id : changed[i].layout_id) += "x";
+      EXPECT_NE(registry_key(changed), k0) << impl_name(ids[i].gemm) << (field == 0 ? " kernel" : " layout");
     }
   for (const KernelIdentity& id : ids) {
-    EXPECT_EQ(id.kernel.size(), 16u) << impl_name(id.impl) << ": a configure-time source hash";
-    EXPECT_FALSE(id.layout.empty());
+    EXPECT_EQ(id.kernel_id.size(), 16u) << impl_name(id.gemm) << ": a configure-time source hash";
+    EXPECT_FALSE(id.layout_id.empty());
   }
   PlanCache c(path_, key());
   c.put(entry(1, sm90(16, 8), 30));
   c.save();
   std::vector<KernelIdentity> newer = ids;
-  newer[0].kernel = "ffffffffffffffff";  // the wgmma kernel changed
+  newer[0].kernel_id = "ffffffffffffffff";  // the wgmma kernel changed
   PlanKey k = key();
   k.kernels = registry_key(newer);
   PlanCache d(path_, k);

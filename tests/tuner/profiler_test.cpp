@@ -31,18 +31,18 @@ TEST(Profiler, TinyProblemsRankCheckAndPlan) {
     for (const BucketResult& b : r.buckets) {
       EXPECT_EQ(b.m_total, b.tokens * p.top_k);
       ASSERT_NE(b.best(), nullptr) << "nothing ran at " << b.tokens;
-      ASSERT_NE(b.of(Impl::Generic), nullptr) << "the fallback must always run (and pass the CPU check)";
+      ASSERT_NE(b.of(GemmKernel::Generic), nullptr) << "the fallback must always run (and pass the CPU check)";
       for (size_t i = 1; i < b.ranked.size(); ++i) EXPECT_LE(b.ranked[i - 1].median_us, b.ranked[i].median_us);
       for (const Measurement& m : b.ranked) {
-        EXPECT_GE(m.runs, 20) << m.tactic.name();
+        EXPECT_GE(m.runs, 20) << tactic_name(m.tactic);
         EXPECT_GT(m.median_us, 0);
-        EXPECT_GE(m.rel_err, 0) << m.tactic.name() << " was not checked against the CPU reference";
-        EXPECT_LE(m.rel_err, opt.tolerance) << m.tactic.name();
+        EXPECT_GE(m.rel_err, 0) << tactic_name(m.tactic) << " was not checked against the CPU reference";
+        EXPECT_LE(m.rel_err, opt.tolerance) << tactic_name(m.tactic);
       }
-      for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << m.tactic.name();
+      for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << tactic_name(m.tactic);
       if (arch.cc == 90) {
-        EXPECT_NE(b.of(Impl::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
-        EXPECT_NE(b.of(Impl::Sm90Decode), nullptr) << "sm90 decode kernel did not run at " << b.tokens;
+        EXPECT_NE(b.of(GemmKernel::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+        EXPECT_NE(b.of(GemmKernel::Sm90Decode), nullptr) << "sm90 decode kernel did not run at " << b.tokens;
       }
       PlanEntry e;
       e.n = p.n;

@@ -24,15 +24,6 @@ namespace fp4moe::cuda {
 
 namespace {
 
-const char* kernel_name(GemmKernel k) {
-  switch (k) {
-    case GemmKernel::Sm90Wgmma: return "sm90_wgmma";
-    case GemmKernel::Sm90Decode: return "sm90_decode";
-    case GemmKernel::DequantCublas: return "dequant_cublas";
-    case GemmKernel::Generic: return "generic";
-  }
-  return "?";
-}
 const char* epilogue_name(Epilogue e) {
   switch (e) {
     case Epilogue::None: return "none";
@@ -89,16 +80,6 @@ std::ostream& operator<<(std::ostream& os, const MoeGemmDesc& d) {
             << ", weight=" << weight_format_name(d.weight)
             << ", act=" << (d.act == ActFormat::BF16 ? "bf16" : "nvfp4_emulated")
             << ", epilogue=" << epilogue_name(d.epilogue) << "}";
-}
-
-std::ostream& operator<<(std::ostream& os, const TileConfig& c) { return os << to_string(c); }
-
-std::string to_string(const TileConfig& c) {
-  std::ostringstream s;
-  s << kernel_name(c.kernel) << "_m" << c.block_m << "n" << c.block_n << "k" << c.block_k << "_s" << c.stages;
-  if (c.split_k != 1) s << "_splitk" << c.split_k;
-  if (c.cluster != 1) s << "_c" << c.cluster;
-  return s.str();
 }
 
 std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {

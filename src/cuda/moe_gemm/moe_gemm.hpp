@@ -18,51 +18,12 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/moe_gemm/moe_gemm_types.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe::cuda {
 
-enum class ActFormat : uint8_t { BF16, NVFP4_EMULATED };  // W4A16, or W4A4 (Blackwell numerics)
-
-enum class Epilogue : uint8_t {
-  None,     // y = acc * global
-  SiluMul,  // N = 2I, rows [0,I) gate, [I,2I) up (halves, as checkpoints store them):
-            // y[m, j] = SiLU(gate[m, j]) * up[m, j], y is [M_total, I]
-  RowScale, // y[m, n] = acc * global * row_scale[m]  (routing weight of that row)
-};
-
-// What must be computed.
-struct MoeGemmDesc {
-  int num_experts = 0;
-  int n = 0;            // output features (2I for gate_up)
-  int k = 0;            // reduction dim
-  int max_tokens = 0;   // upper bound of M_total (workspace sizing)
-  WeightFormat weight = WeightFormat::NVFP4;
-  ActFormat act = ActFormat::BF16;
-  Epilogue epilogue = Epilogue::None;
-};
 std::ostream& operator<<(std::ostream&, const MoeGemmDesc&);
-
-// Which implementation runs it.
-enum class GemmKernel : uint8_t {
-  Sm90Wgmma,       // sm_90a: FP4 weights decoded to BF16 registers (wgmma A), tokens via TMA
-  Sm90Decode,      // sm_90a+: weight-streaming variant for few tokens per expert (split-K)
-  DequantCublas,   // baseline: dequantize hit experts to BF16, cuBLAS(Lt) per expert
-  Generic,         // fallback for any shape / arch (slow, simple)
-};
-
-// How it is computed.
-struct TileConfig {
-  GemmKernel kernel = GemmKernel::Generic;
-  int block_m = 0;   // weight rows (GEMM N) per CTA
-  int block_n = 0;   // tokens per CTA
-  int block_k = 0;
-  int stages = 0;
-  int split_k = 1;
-  int cluster = 1;
-};
-std::ostream& operator<<(std::ostream&, const TileConfig&);
-std::string to_string(const TileConfig&);
 
 // Device pointers for one call.
 struct MoeGemmArgs {

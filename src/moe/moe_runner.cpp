@@ -18,7 +18,9 @@ MoeLayerRunner::MoeLayerRunner(const MoeLayerCuda& layer, int64_t max_tokens) : 
   g_out_ = cuda::DeviceBuffer(size_t(max_tokens * H) * 4);
   FP4MOE_CUDA_CHECK(cudaMemset(ws_.ptr(), 0, ws_.bytes()));      // the router's counters start at 0
   FP4MOE_CUDA_CHECK(cudaMemset(g_in_.ptr(), 0, g_in_.bytes()));  // finite padding rows for graph buckets
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // A blocking stream: it stays ordered after the default stream's copies and memsets (how tests
+  // and the CLI fill inputs), so no caller has to remember a synchronisation.
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream_));
   FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_, cudaStreamNonBlocking));
   for (int s = 0; s < kNumMoeStages; ++s) {
     FP4MOE_CUDA_CHECK(cudaEventCreate(&events_.begin[size_t(s)]));
@@ -60,8 +62,9 @@ void MoeLayerRunner::capture_graph(int64_t bucket) {
     cudaGraphExecDestroy(it->second);
     graphs_.erase(it);
   }
-  // Everything the stream has queued must be done before the buffers are shared with the capture.
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Everything queued (the runner's stream, the default stream's input copies) must be done
+  // before the buffers are shared with the capture stream.
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   // Warm-up outside the capture: first-call initialisation (module loads, per-device kernel
   // attributes) must not happen inside it.
   layer_.forward(graph_input(), bucket, graph_output(), workspace(), capture_);

@@ -29,7 +29,8 @@ namespace fp4moe {
 
 class MoeLayerRunner {
  public:
-  // A workspace for up to max_tokens tokens (<= the layer's), zeroed; a non-blocking stream.
+  // A workspace for up to max_tokens tokens (<= the layer's), zeroed; a stream (blocking: ordered
+  // after work on the default stream).
   MoeLayerRunner(const MoeLayerCuda& layer, int64_t max_tokens);
   ~MoeLayerRunner();
   MoeLayerRunner(const MoeLayerRunner&) = delete;

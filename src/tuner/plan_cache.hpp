@@ -39,7 +39,7 @@ PlanKey current_plan_key(int device = 0);
 int64_t tokens_bucket(int64_t tokens);
 
 struct TacticTiming {
-  std::string tactic;        // Tactic::name()
+  std::string tactic;        // tactic_name()
   double median_us = 0;
   double tflops = 0, gbps = 0;
 };

@@ -233,9 +233,6 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   // between runs: every timed run starts after a write of 2x L2 (outside the timed events).
   const size_t flush_bytes = size_t(std::max<int64_t>(2 * arch.l2_bytes, int64_t(128) << 20));
   DeviceBuffer flush(flush_bytes);
-  const RefEpilogue ref_epilogue = p.epilogue == Epilogue::SiluMul    ? RefEpilogue::SiluMul
-                                   : p.epilogue == Epilogue::RowScale ? RefEpilogue::RowScale
-                                                                 : RefEpilogue::None;
   bool broken = false;
   const double weight_bytes_per_expert = double(p.n) * p.k / 2 + double(p.n) * p.k / (p.weight == WeightFormat::MXFP4 ? 32 : 16) + 4;
 
@@ -281,14 +278,8 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
 
     // The reference: the CPU's, on sampled rows (no tactic under test is its own judge).
     const std::vector<int64_t> rows = sample_rows(in.offsets.data(), p.num_experts, opt.check_rows);
-    GroupedGemmRef gr;
-    gr.w = &host;
-    gr.x = in.x.data();
-    gr.m_total = in.m_total;
-    gr.offsets = in.offsets.data();
-    gr.row_scale = in.row_scale.data();
-    gr.epilogue = ref_epilogue;
-    gr.nvfp4_act = p.act == ActFormat::NVFP4_EMULATED;
+    const GroupedGemmRef gr{&host, in.x.data(), in.m_total, in.offsets.data(), in.row_scale.data(),
+                            cuda::ref_epilogue(p.epilogue), p.act == ActFormat::NVFP4_EMULATED};
     const std::vector<double> ref = grouped_gemm_reference(gr, rows);
 
     for (const Tactic& t : runnable) {

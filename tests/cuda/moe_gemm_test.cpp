@@ -89,10 +89,6 @@ MoeGemmDesc desc_of(const Case& c) {
   return d;
 }
 
-RefEpilogue ref_epilogue(Epilogue e) {
-  return e == Epilogue::SiluMul ? RefEpilogue::SiluMul : e == Epilogue::RowScale ? RefEpilogue::RowScale : RefEpilogue::None;
-}
-
 // Above this many multiply-adds the reference of EVERY row comes from the Generic kernel on the
 // GPU (itself checked against the CPU on 64 sampled rows here, and on every row of its own
 // cases in generic_gemm_test), else from the CPU (cpu/grouped_gemm_ref.hpp) for every row.
@@ -152,15 +148,8 @@ struct CaseData {
   }
 
   GroupedGemmRef ref_spec() const {
-    GroupedGemmRef r;
-    r.w = &stack;
-    r.x = x.data();
-    r.m_total = M;
-    r.offsets = offsets.data();
-    r.row_scale = row_scale.data();
-    r.epilogue = ref_epilogue(c.epilogue);
-    r.nvfp4_act = c.act == ActFormat::NVFP4_EMULATED;
-    return r;
+    return {&stack, x.data(), M, offsets.data(), row_scale.data(), ref_epilogue(c.epilogue),
+            c.act == ActFormat::NVFP4_EMULATED};
   }
 
   MoeGemmArgs args(void* y, void* workspace) const {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "cpu/grouped_gemm_ref.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe::cuda {
@@ -77,5 +78,10 @@ inline std::string to_string(const TileConfig& c) {
   return s.str();
 }
 inline std::ostream& operator<<(std::ostream& os, const TileConfig& c) { return os << to_string(c); }
+
+// The CPU reference's name for an epilogue (cpu/grouped_gemm_ref.hpp, one layer below).
+inline RefEpilogue ref_epilogue(Epilogue e) {
+  return e == Epilogue::SiluMul ? RefEpilogue::SiluMul : e == Epilogue::RowScale ? RefEpilogue::RowScale : RefEpilogue::None;
+}
 
 }  // namespace fp4moe::cuda

@@ -6,6 +6,7 @@
 # short table last. The plan cache of this call is $OUT/plans.json (FP4MOE_PLAN_CACHE): the
 # tests run without a tuned plan, `tune` writes it, `bench moe` reads it.
 #   bash tools/device/run_all.sh                 build + GPU tests + every step
+#   NO_STEPS=1 bash tools/device/run_all.sh      build + GPU tests only
 #   bash tools/device/run_all.sh 20_bench_gemm   build + GPU tests + the named steps
 #   NO_TESTS=1 bash tools/device/run_all.sh 30_tune 40_bench_moe    (machine still warm)
 #   NO_TESTS=1 bash tools/device/run_all.sh ../extra/host_time_baseline  (optional: forward() host
@@ -34,7 +35,7 @@ if [ -z "${NO_TESTS:-}" ]; then
   grep -E '^\s+[0-9]+ - .*(Failed|Timeout|Not Run)' "$OUT/gpu_tests.log" | head -n 20
 fi
 steps=("$@")
-if [ ${#steps[@]} -eq 0 ]; then
+if [ ${#steps[@]} -eq 0 ] && [ -z "${NO_STEPS:-}" ]; then
   for s in tools/device/steps/*.sh; do steps+=("$(basename "$s" .sh)"); done
 fi
 for name in "${steps[@]}"; do

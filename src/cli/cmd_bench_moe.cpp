@@ -88,7 +88,9 @@ int run_bench_moe(const BenchMoeArgs& args) {
   const int64_t Tmax = *std::max_element(args.tokens.begin(), args.tokens.end());
   MoeCudaOptions opt;
   opt.max_tokens = int(Tmax);
-  opt.gemm = args.gemm == "generic" ? MoeGemmPath::Generic : args.gemm == "sm90" ? MoeGemmPath::Sm90 : MoeGemmPath::Auto;
+  opt.gemm = args.gemm == "generic" ? MoeGemmPath::Generic
+             : args.gemm == "sm90"  ? MoeGemmPath::Sm90
+                                    : MoeGemmPath::Auto;
   opt.w4a4 = args.w4a4;
   opt.fold_shared = !args.separate_shared;
   const auto layer = MoeLayerCuda::random(cfg, opt, args.seed);
@@ -149,7 +151,8 @@ int run_bench_moe(const BenchMoeArgs& args) {
 
     double graph = 0;
     if (T <= args.graph_max_tokens) {
-      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(runner.graph_input(), x_of(0), size_t(T * H) * 2, cudaMemcpyDeviceToDevice, st));
+      FP4MOE_CUDA_CHECK(
+          cudaMemcpyAsync(runner.graph_input(), x_of(0), size_t(T * H) * 2, cudaMemcpyDeviceToDevice, st));
       runner.capture_graph(T);
       graph = timer.time([&] { runner.replay_graph(T); }, args.iters, 3).median_us * 1e-3;
     }

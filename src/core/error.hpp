@@ -44,7 +44,8 @@ void put_field(std::ostringstream& os, std::string_view spec, const T& v) {
     const size_t dot = spec.find('.');
     if (dot != std::string_view::npos) {
       int prec = 0;
-      for (size_t i = dot + 1; i < spec.size() && spec[i] >= '0' && spec[i] <= '9'; ++i) prec = prec * 10 + (spec[i] - '0');
+      for (size_t i = dot + 1; i < spec.size() && spec[i] >= '0' && spec[i] <= '9'; ++i)
+        prec = prec * 10 + (spec[i] - '0');
       const std::streamsize old = os.precision(prec);
       const bool fixed = spec.find('f') != std::string_view::npos;
       if (fixed) os.setf(std::ios::fixed, std::ios::floatfield);

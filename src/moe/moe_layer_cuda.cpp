@@ -97,7 +97,8 @@ struct MoeLayerCuda::Impl {
       take(L.sh_y, size_t(T * Hd) * 2);
     }
     L.gemm_ws_bytes = std::max(w13->workspace_bytes(), w2->workspace_bytes());
-    if (separate_shared()) L.gemm_ws_bytes = std::max({L.gemm_ws_bytes, sw13->workspace_bytes(), sw2->workspace_bytes()});
+    if (separate_shared())
+      L.gemm_ws_bytes = std::max({L.gemm_ws_bytes, sw13->workspace_bytes(), sw2->workspace_bytes()});
     take(L.gemm_ws, L.gemm_ws_bytes);
     L.total = at;
     return L;
@@ -248,7 +249,8 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
   for (int b = 0; b <= moe::tokens_bucket_index(Tm); ++b)
     m.layouts.push_back(m.layout_for(std::min<int64_t>(int64_t(1) << b, Tm)));
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-  log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}{}; GEMM {} / {}; max {} tokens ({:.1f} MiB of workspace)",
+  log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}{}; GEMM {} / {}; max {} tokens "
+           "({:.1f} MiB of workspace)",
            c.hidden, c.inter, c.num_experts, c.top_k, c.shared_inter,
            m.n_sh ? fmt::format(" (folded: {} experts)", m.n_sh) : "", m.w13->describe(), m.w2->describe(),
            opt.max_tokens, double(m.layouts.back().total) / (1 << 20));

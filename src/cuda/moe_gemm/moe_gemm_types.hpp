@@ -81,7 +81,9 @@ inline std::ostream& operator<<(std::ostream& os, const TileConfig& c) { return 
 
 // The CPU reference's name for an epilogue (cpu/grouped_gemm_ref.hpp, one layer below).
 inline RefEpilogue ref_epilogue(Epilogue e) {
-  return e == Epilogue::SiluMul ? RefEpilogue::SiluMul : e == Epilogue::RowScale ? RefEpilogue::RowScale : RefEpilogue::None;
+  return e == Epilogue::SiluMul    ? RefEpilogue::SiluMul
+         : e == Epilogue::RowScale ? RefEpilogue::RowScale
+                                   : RefEpilogue::None;
 }
 
 }  // namespace fp4moe::cuda

@@ -65,7 +65,9 @@ inline int sm90_grid(const Sm90GemmLaunch& a, const GroupedGemmParams& p, int bl
 template <auto kKernel>
 void set_max_dynamic_smem_once(int bytes) {
   static DeviceOnce once;
-  once([bytes] { FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)); });
+  once([bytes] {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
 }
 
 // What kKernel asks of the current device (sm90_launch.hpp, Sm90KernelResources), after its opt-in.

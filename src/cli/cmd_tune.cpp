@@ -102,7 +102,7 @@ int run_tune(const TuneArgs& a) {
     // quantize them, unless --act w4a16 says otherwise).
     const ModelConfig cfg = a.model.empty() ? glm5_config() : Checkpoint::open(a.model)->config();
     const std::vector<int64_t> plan_tokens = a.tokens.empty() ? std::vector<int64_t>{1, 64, 8192} : parse_tokens(a.tokens);
-    const bool w4a4 = a.act_explicit ? *act == Act::NVFP4 : true;
+    const bool w4a4 = a.act_explicit ? *act == ActFormat::NVFP4_EMULATED : true;
     const ModelPlan plan = plan_model(arch, cfg, plan_tokens, w4a4);
     std::printf("%s", format_model_plan(plan).c_str());
     out["model_plan"] = model_plan_json(plan);
@@ -121,7 +121,7 @@ int run_tune(const TuneArgs& a) {
   const std::string verdict = measured_verdict(a.op, results);
   std::printf("\nverdict: %s\n", verdict.c_str());
 
-  PlanCache cache(a.plan_cache.empty() ? PlanCache::default_path() : a.plan_cache, current_plan_key());
+  PlanCache cache(a.plan_cache.empty() ? PlanCache::configured_path() : a.plan_cache, current_plan_key());
   cache.load();
   int stored = 0;
   for (const ProblemResult& pr : results)
@@ -139,14 +139,14 @@ int run_tune(const TuneArgs& a) {
       e.bucket = b.bucket;
       e.best = best->tactic;
       e.best_us = best->median_us;
-      for (const Measurement& m : b.ranked) e.timings.push_back({m.tactic.name(), m.median_us, m.tflops, m.gbps});
+      for (const Measurement& m : b.ranked) e.timings.push_back({tactic_name(m.tactic), m.median_us, m.tflops, m.gbps});
       cache.put(std::move(e));
       ++stored;
     }
   cache.save();
   reset_plan_for_cache();
-  std::printf("plan cache: %d entries written to %s (key: %s)\n", stored, cache.path().c_str(),
-              to_string(cache.key()).c_str());
+  std::printf("plan cache: %d entries written to %s (%zu in the file; key: %s)\n", stored, cache.path().c_str(),
+              cache.entries().size(), to_string(cache.key()).c_str());
   out["measured"] = measured_json(results);
   out["verdict"] = verdict;
   out["plan_cache"] = cache.path();
@@ -166,7 +166,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
                                   "the dry run's model plan uses w4a4 unless --act is given")
       ->each([a](const std::string&) { a->act_explicit = true; });
   app.add_option("--json", a->json_path, "Write the whole report as JSON");
-  app.add_option("--plan-cache", a->plan_cache, "Plan cache file (default $XDG_CACHE_HOME/fp4moe/plans.json)");
+  app.add_option("--plan-cache", a->plan_cache,
+                 "Plan cache file (default: $FP4MOE_PLAN_CACHE, else $XDG_CACHE_HOME/fp4moe/plans.json: where the "
+                 "MoE layer reads it)");
   app.add_option("--tokens", a->tokens, "Token counts to measure, e.g. 1,8,128 (default 1,8,32,128,512,2048,8192,16384)");
   app.add_option("--runs", a->min_runs, "Timed runs per tactic (>= 20; median reported)");
   run = [a] { return run_tune(*a); };

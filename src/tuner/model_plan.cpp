@@ -56,16 +56,16 @@ struct Option {
   Feasibility f;
 };
 
-std::vector<Option> feasible(const GemmProblem& p, const ArchInfo& a, Impl impl) {
+std::vector<Option> feasible(const GemmProblem& p, const ArchInfo& a, GemmKernel kernel) {
   std::vector<Option> out;
   for (const TacticDef& d : tactics_for("moe-gemm", p))
-    if (d.tactic.impl == impl)
+    if (d.tactic.kernel == kernel)
       if (Feasibility f = d.valid(p, a); f.ok) out.push_back({d.tactic, std::move(f)});
   // Narrowest token tile first; for one tile the deepest pipeline first.
   std::sort(out.begin(), out.end(), [](const Option& x, const Option& y) {
-    if (x.tactic.cfg.block_n != y.tactic.cfg.block_n) return x.tactic.cfg.block_n < y.tactic.cfg.block_n;
-    if (x.tactic.cfg.cluster != y.tactic.cfg.cluster) return x.tactic.cfg.cluster > y.tactic.cfg.cluster;
-    return x.tactic.cfg.stages > y.tactic.cfg.stages;
+    if (x.tactic.block_n != y.tactic.block_n) return x.tactic.block_n < y.tactic.block_n;
+    if (x.tactic.cluster != y.tactic.cluster) return x.tactic.cluster > y.tactic.cluster;
+    return x.tactic.stages > y.tactic.stages;
   });
   return out;
 }
@@ -73,7 +73,7 @@ std::vector<Option> feasible(const GemmProblem& p, const ArchInfo& a, Impl impl)
 // The narrowest token tile that covers r rows, else the widest.
 const Option& covering(const std::vector<Option>& v, double r) {
   for (const Option& o : v)
-    if (o.tactic.cfg.block_n >= r) return o;
+    if (o.tactic.block_n >= r) return o;
   return v.back();
 }
 
@@ -90,39 +90,39 @@ Tactic pick_moe_gemm(const GemmProblem& p, const ArchInfo& a, double r, std::str
     if (why) *why = fmt::format("{}; {}", rule, smem_words(o, a));
     return o.tactic;
   };
-  if (const auto moe = feasible(p, a, Impl::Sm100MoeDecodeBlockScaled); !moe.empty() && r <= 64)
+  if (const auto moe = feasible(p, a, GemmKernel::Sm100MoeDecodeBlockScaled); !moe.empty() && r <= 64)
     return done(covering(moe, r),
                 fmt::format("{:.1f} rows per hit expert: CUTLASS example 92's decode recipe streams the weights by TMA "
                             "and the few activation rows by cp.async (no per-expert TMA descriptor updates)",
                             r));
-  if (const auto tc = feasible(p, a, Impl::Sm100Tcgen05BlockScaled); !tc.empty()) {
+  if (const auto tc = feasible(p, a, GemmKernel::Sm100Tcgen05BlockScaled); !tc.empty()) {
     if (r >= 128)
       for (const Option& o : tc)
-        if (o.tactic.cfg.cluster == 2 && o.tactic.cfg.block_n >= 128)
+        if (o.tactic.cluster == 2 && o.tactic.block_n >= 128)
           return done(o, fmt::format("{:.0f} rows per hit expert fill 128-token tiles: the 2-SM tile (256 weight "
                                      "rows over a CTA pair) halves the B traffic per MMA",
                                      r));
     std::vector<Option> one;
     for (const Option& o : tc)
-      if (o.tactic.cfg.cluster == 1) one.push_back(o);
+      if (o.tactic.cluster == 1) one.push_back(o);
     if (!one.empty())
       return done(covering(one, r), fmt::format("{:.1f} rows per hit expert: the narrowest 1-SM token tile that covers them", r));
   }
-  if (const auto mma = feasible(p, a, Impl::Sm120MmaBlockScaled); !mma.empty())
+  if (const auto mma = feasible(p, a, GemmKernel::Sm120MmaBlockScaled); !mma.empty())
     return done(covering(mma, r),
                 fmt::format("{:.1f} rows per hit expert: the narrowest built token tile that covers them wastes the "
                             "least MMA work (tile M is 128 weight rows)",
                             r));
-  if (const auto dec = feasible(p, a, Impl::Sm90Decode); !dec.empty() && r <= 24)
+  if (const auto dec = feasible(p, a, GemmKernel::Sm90Decode); !dec.empty() && r <= 24)
     return done(dec.front(), fmt::format("{:.1f} rows per hit expert (<= 24): the mma.sync weight-streaming kernel, "
                                          "block_n 8 (measured fastest per byte on the H200, bench/RESULTS.md)",
                                          r));
-  if (const auto wg = feasible(p, a, Impl::Sm90Wgmma); !wg.empty())
+  if (const auto wg = feasible(p, a, GemmKernel::Sm90Wgmma); !wg.empty())
     return done(covering(wg, r), fmt::format("{:.0f} rows per hit expert: the wgmma kernel's narrowest block_n that "
                                              "covers them, deepest pipeline",
                                              r));
   if (why)
-    *why = p.act == Act::NVFP4 && a.block_scaled_mma && !sm1xx_facts_available()
+    *why = p.act == ActFormat::NVFP4_EMULATED && a.block_scaled_mma && !sm1xx_facts_available()
                ? "no block-scaled kernel in this build (" + sm1xx_absence_reason() + "); the Generic fallback"
                : "nothing faster can run here: the Generic fallback (any shape, any arch, W4A16 numerics)";
   return fallback_tactic("moe-gemm");
@@ -203,17 +203,17 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
   plan.model = fmt::format("{}: {} layers ({} dense), hidden {}, {} experts top-{} (intermediate {}), {} heads", c.architecture,
                            c.num_layers, c.first_k_dense_replace, c.hidden_size, c.moe.num_experts, c.moe.top_k,
                            c.moe.inter, c.num_attention_heads);
-  const Act act = w4a4 ? Act::NVFP4 : Act::BF16;
+  const ActFormat act = w4a4 ? ActFormat::NVFP4_EMULATED : ActFormat::BF16;
   const GemmProblem gate_up{int(c.moe.num_experts), int(2 * c.moe.inter), int(c.moe.hidden), int(c.moe.top_k),
-                            WeightFormat::NVFP4, act, Epi::SiluMul, "gate_up"};
+                            WeightFormat::NVFP4, act, Epilogue::SiluMul, "gate_up"};
   const GemmProblem down{int(c.moe.num_experts), int(c.moe.hidden), int(c.moe.inter), int(c.moe.top_k),
-                         WeightFormat::NVFP4, act, Epi::RowScale, "down"};
+                         WeightFormat::NVFP4, act, Epilogue::RowScale, "down"};
   for (int64_t t : tokens) {
     const double r = rows_per_hit_expert(t, gate_up.num_experts, gate_up.top_k);
     for (const GemmProblem& p : {gate_up, down}) {
       std::string why;
       const Tactic pick = pick_moe_gemm(p, a, r, &why);
-      plan.entries.push_back({fmt::format("routed experts {} (N {}, K {}), T={}", p.label, p.n, p.k, t), pick.name(), why,
+      plan.entries.push_back({fmt::format("routed experts {} (N {}, K {}), T={}", p.label, p.n, p.k, t), tactic_name(pick), why,
                               true});
     }
   }

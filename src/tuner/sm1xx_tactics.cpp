@@ -29,15 +29,15 @@ std::span<const bs::BsKernel> built_kernels() {
 }
 
 Tactic tactic_of(const bs::BsKernelFacts& f) {
-  Impl impl = Impl::Sm120MmaBlockScaled;
+  GemmKernel kernel = GemmKernel::Sm120MmaBlockScaled;
   int cluster = 1;
   switch (f.recipe) {
-    case bs::BsRecipe::Sm120Grouped: impl = Impl::Sm120MmaBlockScaled; break;
-    case bs::BsRecipe::Sm100Grouped1Sm: impl = Impl::Sm100Tcgen05BlockScaled; break;
-    case bs::BsRecipe::Sm100Grouped2Sm: impl = Impl::Sm100Tcgen05BlockScaled; cluster = 2; break;
-    case bs::BsRecipe::Sm100MoeDecode: impl = Impl::Sm100MoeDecodeBlockScaled; break;
+    case bs::BsRecipe::Sm120Grouped: kernel = GemmKernel::Sm120MmaBlockScaled; break;
+    case bs::BsRecipe::Sm100Grouped1Sm: kernel = GemmKernel::Sm100Tcgen05BlockScaled; break;
+    case bs::BsRecipe::Sm100Grouped2Sm: kernel = GemmKernel::Sm100Tcgen05BlockScaled; cluster = 2; break;
+    case bs::BsRecipe::Sm100MoeDecode: kernel = GemmKernel::Sm100MoeDecodeBlockScaled; break;
   }
-  return Tactic{impl, TileCfg{f.tile_m, f.tile_n, f.tile_k, f.stages, 1, cluster}};
+  return Tactic{kernel, f.tile_m, f.tile_n, f.tile_k, f.stages, 1, cluster};
 }
 
 // A kernel of exactly these types is compiled into this binary.
@@ -69,7 +69,7 @@ Feasibility sm1xx_valid(const bs::BsKernelFacts& f, bool built, const GemmProble
                                            cc % 10, a.name));
   if (p.weight != WeightFormat::NVFP4)
     r.reject(RejectKind::Numerics, fmt::format("built for NVFP4 (E4M3 scale per 16) weights, not {}", weight_format_name(p.weight)));
-  if (p.act != Act::NVFP4)
+  if (p.act != ActFormat::NVFP4_EMULATED)
     r.reject(RejectKind::Numerics, "computes W4A4 (activations quantized to NVFP4 with the input_scale); this problem is W4A16");
   if (p.k % 128 != 0) r.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of 128", p.k));
   if (p.n % 8 != 0) r.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of 8 (16-byte BF16 output rows)", p.n));

@@ -13,6 +13,7 @@
 #include "cuda/moe_gemm_sm1xx/nvfp4_act_quant.hpp"
 #include "cuda/moe_gemm_sm1xx/sm1xx_bs_layout.hpp"
 #include "cuda/moe_test_util.hpp"
+#include "gpu_test.hpp"
 #include "format/codecs.hpp"
 #include "format/fp4.hpp"
 

@@ -16,8 +16,10 @@
 
 #include "core/bf16.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/moe_gemm_sm1xx/moe_gemm_sm1xx.hpp"
 #include "format/fp4.hpp"
+#include "gpu_test.hpp"
 #include "moe_test_util.hpp"
 
 namespace fp4moe::test {
@@ -31,14 +33,7 @@ using cuda::Sm1xxConfig;
 
 constexpr uint16_t kPoison = 0xFFFF;  // DeviceArray's fill: a NaN BF16
 
-int device_cc() {
-  if (!cuda::device_available()) return 0;
-  int dev = 0, major = 0, minor = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
+int device_cc() { return cuda::current_device().cc; }
 
 #define SKIP_WITHOUT_BLACKWELL(cc)                                                                          \
   do {                                                                                                      \
@@ -98,8 +93,7 @@ void run_case(const Case& c, const Sm1xxConfig& cfg, int cc) {
   d.act = ActFormat::NVFP4_EMULATED;
   d.epilogue = c.epilogue;
   ASSERT_EQ(cuda::sm1xx_can_implement(d, cfg, cc, max_per_expert), "");
-  int sms = 0;
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = cuda::current_device().sm_count;
   const cuda::DeviceBsWeights w = cuda::upload_weights_sm1xx(stack);
   DeviceArray<uint16_t> x(xb), y(size_t(M * out_n));
   DeviceArray<int32_t> doff(off);
@@ -150,6 +144,7 @@ void run_case(const Case& c, const Sm1xxConfig& cfg, int cc) {
 }
 
 TEST(Sm1xxMoeGemm, EveryBuiltConfigAndEpilogueMatchesTheCpuReferencePerRow) {
+  FP4MOE_SKIP_WITHOUT_GPU();
   const int cc = device_cc();
   SKIP_WITHOUT_BLACKWELL(cc);
   for (const Sm1xxConfig& cfg : cuda::sm1xx_configs(cc))
@@ -162,6 +157,7 @@ TEST(Sm1xxMoeGemm, EveryBuiltConfigAndEpilogueMatchesTheCpuReferencePerRow) {
 }
 
 TEST(Sm1xxMoeGemm, ASubRangeOfExpertsLeavesTheOthersUntouched) {
+  FP4MOE_SKIP_WITHOUT_GPU();
   const int cc = device_cc();
   SKIP_WITHOUT_BLACKWELL(cc);
   for (const Sm1xxConfig& cfg : cuda::sm1xx_configs(cc)) {
@@ -174,6 +170,7 @@ TEST(Sm1xxMoeGemm, ASubRangeOfExpertsLeavesTheOthersUntouched) {
 }
 
 TEST(Sm1xxMoeGemm, Glm5ShapesDecodeBatch) {
+  FP4MOE_SKIP_WITHOUT_GPU();
   const int cc = device_cc();
   SKIP_WITHOUT_BLACKWELL(cc);
   for (const Sm1xxConfig& cfg : cuda::sm1xx_configs(cc)) {

@@ -120,19 +120,19 @@ TEST(Sm120SmemArithmetic, CutlassTypesEqualTheHandSumsTermByTerm) {
 TEST(Sm120SmemArithmetic, TunerVerdictsFollowTheBytes) {
   if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
   const ArchInfo& a = arch_by_name("sm_120");
-  const GemmProblem p = preset_problems("glm5", Act::NVFP4)[0];
+  const GemmProblem p = preset_problems("glm5", ActFormat::NVFP4_EMULATED)[0];
   const ProblemFeasibility pf = check_feasibility("moe-gemm", p, a);
   int judged = 0;
   for (const auto* list : {&pf.feasible, &pf.rejected})
     for (const TacticVerdict& v : *list) {
-      if (v.tactic.impl != Impl::Sm120MmaBlockScaled) continue;
+      if (v.tactic.kernel != GemmKernel::Sm120MmaBlockScaled) continue;
       for (const Row& r : kTable) {
-        if (r.f32 || r.m != v.tactic.cfg.block_m || r.n != v.tactic.cfg.block_n || r.k != v.tactic.cfg.block_k ||
-            r.hand_stages != v.tactic.cfg.stages)
+        if (r.f32 || r.m != v.tactic.block_m || r.n != v.tactic.block_n || r.k != v.tactic.block_k ||
+            r.hand_stages != v.tactic.stages)
           continue;
-        EXPECT_EQ(v.feasibility.rejected_for(RejectKind::SharedMemory), r.hand_bytes > kOptin) << v.tactic.name();
-        ASSERT_TRUE(v.feasibility.smem.has_value()) << v.tactic.name();
-        EXPECT_EQ(v.feasibility.smem->total(), r.hand_bytes) << v.tactic.name();
+        EXPECT_EQ(v.feasibility.rejected_for(RejectKind::SharedMemory), r.hand_bytes > kOptin) << tactic_name(v.tactic);
+        ASSERT_TRUE(v.feasibility.smem.has_value()) << tactic_name(v.tactic);
+        EXPECT_EQ(v.feasibility.smem->total(), r.hand_bytes) << tactic_name(v.tactic);
         ++judged;
         break;
       }

@@ -50,7 +50,7 @@ bool have_facts(int) { return false; }
 const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
   for (const auto* list : {&pf.feasible, &pf.rejected})
     for (const TacticVerdict& v : *list)
-      if (v.tactic.name() == name) return &v;
+      if (tactic_name(v.tactic) == name) return &v;
   return nullptr;
 }
 
@@ -132,7 +132,7 @@ TEST(Sm1xxFacts, EveryBuiltKernelIsARowOfTheFactsTable) {
 TEST(Sm1xxTactics, Sm120VerdictsComeFromTheInstantiatedTypes) {
   SKIP_WITHOUT_FACTS(120);
   const ArchInfo& a = arch_by_name("sm_120");
-  const GemmProblem p = preset_problems("glm5", Act::NVFP4)[0];
+  const GemmProblem p = preset_problems("glm5", ActFormat::NVFP4_EMULATED)[0];
   const ProblemFeasibility pf = check_feasibility("moe-gemm", p, a);
   for (const char* name : {"sm120-mma-bs 128x256x256 s2", "sm120-mma-bs 256x128x256 s2"}) {
     const TacticVerdict* v = find_verdict(pf, name);
@@ -152,20 +152,20 @@ TEST(Sm1xxTactics, Sm120VerdictsComeFromTheInstantiatedTypes) {
   EXPECT_NE(s3->feasibility.reason().find("94,208 of 101,376 B"), std::string::npos) << s3->feasibility.reason();
   // The built ones run (in this model of the machine: compiled, not run).
   int built_ok = 0;
-  for (const TacticVerdict& v : pf.feasible) built_ok += v.tactic.impl == Impl::Sm120MmaBlockScaled;
+  for (const TacticVerdict& v : pf.feasible) built_ok += v.tactic.kernel == GemmKernel::Sm120MmaBlockScaled;
   EXPECT_EQ(built_ok, 3) << "128x32x256, 128x64x128, 128x128x128";
   // W4A16 is not what they compute; other archs have not the instructions.
-  const ProblemFeasibility w4a16 = check_feasibility("moe-gemm", preset_problems("glm5", Act::BF16)[0], a);
+  const ProblemFeasibility w4a16 = check_feasibility("moe-gemm", preset_problems("glm5", ActFormat::BF16)[0], a);
   for (const TacticVerdict& v : w4a16.rejected) {
-    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+    if (v.tactic.kernel == GemmKernel::Sm120MmaBlockScaled) {
       EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Numerics));
     }
   }
   const ProblemFeasibility on90 = check_feasibility("moe-gemm", p, arch_by_name("sm_90"));
-  for (const TacticVerdict& v : on90.feasible) EXPECT_FALSE(impl_is_listed_only(v.tactic.impl)) << v.tactic.name();
+  for (const TacticVerdict& v : on90.feasible) EXPECT_FALSE(impl_is_listed_only(v.tactic.kernel)) << tactic_name(v.tactic);
   const ProblemFeasibility on121 = check_feasibility("moe-gemm", p, arch_by_name("sm_121"));
   for (const TacticVerdict& v : on121.rejected) {
-    if (v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+    if (v.tactic.kernel == GemmKernel::Sm120MmaBlockScaled) {
       EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Arch));
     }
   }
@@ -174,19 +174,19 @@ TEST(Sm1xxTactics, Sm120VerdictsComeFromTheInstantiatedTypes) {
 TEST(Sm1xxTactics, Sm100TakesTheWideTilesAndTheDecodeRecipe) {
   SKIP_WITHOUT_FACTS(100);
   const ArchInfo& a = arch_by_name("sm_100");
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", preset_problems("glm5", Act::NVFP4)[1], a);
+  const ProblemFeasibility pf = check_feasibility("moe-gemm", preset_problems("glm5", ActFormat::NVFP4_EMULATED)[1], a);
   int tc = 0, moe = 0;
   for (const TacticVerdict& v : pf.feasible) {
-    tc += v.tactic.impl == Impl::Sm100Tcgen05BlockScaled;
-    moe += v.tactic.impl == Impl::Sm100MoeDecodeBlockScaled;
+    tc += v.tactic.kernel == GemmKernel::Sm100Tcgen05BlockScaled;
+    moe += v.tactic.kernel == GemmKernel::Sm100MoeDecodeBlockScaled;
     ASSERT_TRUE(v.feasibility.smem.has_value());
     EXPECT_LE(v.feasibility.smem->total(), a.smem_per_block_optin);
   }
   EXPECT_EQ(tc, 2) << "1-SM 128x64x256 and 2-SM 256x128x256";
   EXPECT_EQ(moe, 1) << "example 92's 128x64x256";
   for (const TacticVerdict& v : pf.rejected) {
-    if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled) {
-      EXPECT_TRUE(v.feasibility.only_rejected_for(RejectKind::NotBuilt)) << v.tactic.name() << ": " << v.feasibility.reason();
+    if (v.tactic.kernel == GemmKernel::Sm100Tcgen05BlockScaled) {
+      EXPECT_TRUE(v.feasibility.only_rejected_for(RejectKind::NotBuilt)) << tactic_name(v.tactic) << ": " << v.feasibility.reason();
     }
   }
 }
@@ -229,7 +229,7 @@ TEST(ModelPlan, Sm90KeepsItsOwnKernelsAndWithoutABlackwellBuildSaysWhy) {
   EXPECT_NE(t90.find("FlashInfer SM90 MLA"), std::string::npos) << t90;
   if (sm1xx_facts_available()) return;
   std::string why;
-  const Tactic t = pick_moe_gemm(preset_problems("glm5", Act::NVFP4)[0], arch_by_name("sm_120"), 1.0, &why);
+  const Tactic t = pick_moe_gemm(preset_problems("glm5", ActFormat::NVFP4_EMULATED)[0], arch_by_name("sm_120"), 1.0, &why);
   EXPECT_EQ(t, fallback_tactic("moe-gemm"));
   EXPECT_NE(why.find("no block-scaled kernel in this build"), std::string::npos) << why;
 }

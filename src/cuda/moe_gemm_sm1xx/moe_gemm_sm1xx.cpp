@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -12,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/threads.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/moe_gemm_sm1xx/nvfp4_act_quant.hpp"
 
 namespace fp4moe::cuda {
@@ -170,31 +170,11 @@ sm1xx::BsWorkspaceLayout sm1xx_workspace_layout(const MoeGemmDesc& d, const Sm1x
 
 // ---- one call ----
 
-namespace {
-
-struct DeviceFacts {
-  int sm_count = 0;
-};
-
-const DeviceFacts& device_facts(int device) {
-  static std::mutex mu;
-  static std::vector<DeviceFacts> facts;
-  std::lock_guard<std::mutex> lock(mu);
-  if (size_t(device) >= facts.size()) facts.resize(size_t(device) + 1);
-  DeviceFacts& f = facts[size_t(device)];
-  if (f.sm_count == 0) FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
-  return f;
-}
-
-}  // namespace
-
 void run_moe_gemm_sm1xx(const MoeGemmDesc& d, const Sm1xxConfig& c, const DeviceBsWeights& w, const MoeGemmArgs& a,
                         int max_rows_per_expert) {
-  int device = 0, major = 0, minor = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const std::string why = sm1xx_can_implement(d, c, major * 10 + minor, max_rows_per_expert);
+  const DeviceInfo& dev = current_device();
+  const int device = dev.ordinal;
+  const std::string why = sm1xx_can_implement(d, c, dev.cc, max_rows_per_expert);
   FP4MOE_CHECK(why.empty(), "run_moe_gemm_sm1xx: {}", why);
   FP4MOE_CHECK(w.num_experts == d.num_experts && w.n == d.n && w.k == d.k,
                "run_moe_gemm_sm1xx: weights are E {} x N {} x K {}, the problem E {} x N {} x K {}", w.num_experts, w.n,
@@ -208,7 +188,7 @@ void run_moe_gemm_sm1xx(const MoeGemmDesc& d, const Sm1xxConfig& c, const Device
   FP4MOE_CHECK(d.epilogue != Epilogue::RowScale || a.row_scale, "run_moe_gemm_sm1xx: RowScale needs row_scale");
   if (begin == end || a.m_total == 0) return;
 
-  const int sm_count = device_facts(device).sm_count;
+  const int sm_count = dev.sm_count;
   const sm1xx::BsWorkspaceLayout L = sm1xx_workspace_layout(d, c, sm_count, max_rows_per_expert);
   char* ws = static_cast<char*>(a.workspace);
   const bool slab = slabs(c), wide = slab || d.epilogue == Epilogue::SiluMul;

@@ -48,6 +48,13 @@ std::vector<GemmProblem> model_problems(const std::string& dir, ActFormat act) {
   return {gate_up, down};
 }
 
+const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
+  for (const auto* list : {&pf.feasible, &pf.rejected})
+    for (const TacticVerdict& v : *list)
+      if (tactic_name(v.tactic) == name) return &v;
+  return nullptr;
+}
+
 ProblemFeasibility check_feasibility(const std::string& op, const GemmProblem& p, const ArchInfo& arch) {
   ProblemFeasibility r;
   r.problem = p;

@@ -31,6 +31,8 @@ struct ProblemFeasibility {
   std::vector<TacticVerdict> feasible, rejected;
 };
 ProblemFeasibility check_feasibility(const std::string& op, const GemmProblem& p, const ArchInfo& arch);
+// The verdict on the tactic named `name` (tactic_name), feasible or rejected; null if not listed.
+const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name);
 
 std::string describe_arch(const ArchInfo& a);  // one paragraph: limits and instruction families
 

@@ -19,13 +19,6 @@ namespace {
 
 GemmProblem glm5_gate_up(ActFormat act = ActFormat::BF16) { return preset_problems("glm5", act)[0]; }
 
-const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
-  for (const auto* list : {&pf.feasible, &pf.rejected})
-    for (const TacticVerdict& v : *list)
-      if (tactic_name(v.tactic) == name) return &v;
-  return nullptr;
-}
-
 }  // namespace
 
 TEST(Arch, TableHasEveryArchitectureWithTheGuideNumbers) {

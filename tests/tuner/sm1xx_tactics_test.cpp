@@ -47,13 +47,6 @@ bool have_facts(int cc) {
 bool have_facts(int) { return false; }
 #endif
 
-const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
-  for (const auto* list : {&pf.feasible, &pf.rejected})
-    for (const TacticVerdict& v : *list)
-      if (tactic_name(v.tactic) == name) return &v;
-  return nullptr;
-}
-
 }  // namespace
 
 #ifdef FP4MOE_HAVE_CUDA

@@ -523,7 +523,7 @@ int run_bench(const Options& opt) {
   Bench b(opt, s);
   const auto& c = b.ceilings();
   std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
-              bench::device_name().c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
+              cuda::current_device().name.c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
   std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
               opt.page_size);
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
@@ -538,7 +538,7 @@ int run_bench(const Options& opt) {
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   if (!opt.json_path.empty()) {
     nlohmann::json j;
-    j["device"] = bench::device_name();
+    j["device"] = cuda::current_device().name;
     j["commit"] = std::getenv("FP4MOE_COMMIT") ? std::getenv("FP4MOE_COMMIT") : "unknown";
     j["ceilings"] = {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"fp8_tflops", c.fp8_tflops}};
     j["page_size"] = opt.page_size;

@@ -38,8 +38,18 @@ size_t StringHash::operator()(std::string_view s) const noexcept {
     h = (h ^ w) * 0xFF51AFD7ED558CCDull;
     h ^= h >> 32;
   }
-  uint64_t w = 0;
-  std::memcpy(&w, s.data() + i, s.size() - i);
+  uint64_t w = 0;  // the tail, without a variable-length memcpy call
+  const unsigned char* t = reinterpret_cast<const unsigned char*>(s.data() + i);
+  switch (s.size() - i) {
+    case 7: w |= uint64_t(t[6]) << 48; [[fallthrough]];
+    case 6: w |= uint64_t(t[5]) << 40; [[fallthrough]];
+    case 5: w |= uint64_t(t[4]) << 32; [[fallthrough]];
+    case 4: w |= uint64_t(t[3]) << 24; [[fallthrough]];
+    case 3: w |= uint64_t(t[2]) << 16; [[fallthrough]];
+    case 2: w |= uint64_t(t[1]) << 8; [[fallthrough]];
+    case 1: w |= uint64_t(t[0]); break;
+    default: break;
+  }
   h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
   h ^= h >> 29;
   return size_t(h);

@@ -113,8 +113,8 @@ Regex::Regex(std::string_view pattern, std::string_view what) : pattern_(pattern
     FP4MOE_FAIL("{}: bad regex at offset {}: {} (pattern {})", what, size_t(offset), reinterpret_cast<char*>(msg),
                 std::string(pattern));
   }
-  // JIT is an optimization: PCRE2 falls back to its interpreter where JIT is unavailable.
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  // JIT is an optimization: where it is unavailable PCRE2's interpreter runs instead.
+  jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   code_ = code;
 }
 
@@ -122,8 +122,10 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 bool Regex::search(std::string_view s, size_t from, size_t* begin, size_t* end) const {
   MatchState& st = match_state();
-  const int rc = pcre2_match(static_cast<pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(),
-                             from, PCRE2_NO_UTF_CHECK, st.data, st.context);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  const auto* code = static_cast<pcre2_code*>(code_);
+  const int rc = jit_ ? pcre2_jit_match(code, subject, s.size(), from, 0, st.data, st.context)
+                      : pcre2_match(code, subject, s.size(), from, PCRE2_NO_UTF_CHECK, st.data, st.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     PCRE2_UCHAR msg[256];

@@ -53,6 +53,7 @@ class Regex {
 
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
+  bool jit_ = false;
 };
 
 }  // namespace fp4moe::text

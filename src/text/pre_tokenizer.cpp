@@ -30,7 +30,12 @@ void PreTokenizer::add(PreTokenizerStep step) {
                step.kind == PreTokenizerStep::Kind::Split ? "Split"
                : step.kind == PreTokenizerStep::Kind::Digits ? "Digits"
                                                              : "ByteLevel");
-  if (step.kind == PreTokenizerStep::Kind::ByteLevel) byte_level_ = true;
+  if (step.kind == PreTokenizerStep::Kind::ByteLevel) {
+    byte_level_ = true;
+    // The byte mapping itself happens in the BPE model (it starts from bytes): a ByteLevel
+    // step that neither adds a space nor splits does nothing here.
+    if (!step.add_prefix_space && !step.regex) return;
+  }
   steps_.push_back(std::move(step));
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "text/regex_scanner.hpp"
+
 namespace fp4moe::text {
 
 // The PCRE2 pattern equivalent to an Oniguruma pattern (throws Error naming `what`).
@@ -30,6 +32,14 @@ class Regex {
   // skipped and the search moves on by one character.
   template <typename Fn>
   void for_each_match(std::string_view s, Fn&& fn) const {
+    if (scanner_ != ScannerKind::None) {  // a known pattern: its matches tile the text
+      for (size_t i = 0; i < s.size();) {
+        const size_t e = scan_match(scanner_, s, i);
+        fn(i, e);
+        i = e;
+      }
+      return;
+    }
     size_t pos = 0, last_end = size_t(-1);
     while (pos <= s.size()) {
       size_t b, e;
@@ -46,6 +56,8 @@ class Regex {
   }
 
   const std::string& pattern() const { return pattern_; }
+  // Tests compare the scanner with PCRE2: this forces PCRE2.
+  void disable_scanner() { scanner_ = ScannerKind::None; }
 
  private:
   bool search(std::string_view s, size_t from, size_t* begin, size_t* end) const;
@@ -54,6 +66,7 @@ class Regex {
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
+  ScannerKind scanner_ = ScannerKind::None;
 };
 
 }  // namespace fp4moe::text

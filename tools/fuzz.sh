@@ -6,7 +6,8 @@
 #   tools/fuzz.sh [SECONDS] [TARGET]   (default 60 s, safetensors_header; FUZZ_BUILD_DIR
 #                                       overrides build-fuzz)
 # Targets: safetensors_header (format/ header parser), tokenizer_json (text/: tokenizer.json
-# loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter).
+# loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter),
+# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
@@ -16,7 +17,8 @@ case "$target" in
   safetensors_header) max_len=4096 ;;
   tokenizer_json) max_len=16384 ;;
   chat_template) max_len=8192 ;;
-  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template)" >&2; exit 2 ;;
+  regex_scanner) max_len=4096 ;;
+  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner)" >&2; exit 2 ;;
 esac
 cxx="$(command -v clang++-14 || command -v clang++)"
 cc="$(command -v clang-14 || command -v clang)"

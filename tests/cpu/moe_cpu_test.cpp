@@ -69,7 +69,7 @@ RefRouting ref_route(const MoeConfig& c, const std::vector<double>& logits, cons
     for (auto& s : score) s /= sum;
   }
   for (int64_t e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias[e] : 0.0);
-  std::vector<bool> eligible(size_t(E), true);
+  std::vector<bool> eligible(static_cast<size_t>(E), true);
   if (c.n_group > 1) {
     const int64_t gs = E / c.n_group;
     std::vector<std::pair<double, int64_t>> groups;  // (-score, group) sorts best first, lower id on ties
@@ -129,7 +129,7 @@ RefOutput ref_forward(const MoeLayerWeights& w, const std::vector<float>& x, int
   const MoeConfig& c = w.cfg;
   const int64_t H = c.hidden, E = c.num_experts, I = c.inter;
   std::vector<std::vector<double>> d13(static_cast<size_t>(E)), d2(static_cast<size_t>(E));
-  std::vector<bool> decoded(size_t(E), false);
+  std::vector<bool> decoded(static_cast<size_t>(E), false);
   RefOutput r;
   r.out.assign(size_t(T * H), 0.0);
   std::vector<double> sh13, sh2;
@@ -140,7 +140,7 @@ RefOutput ref_forward(const MoeLayerWeights& w, const std::vector<float>& x, int
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> xt(static_cast<size_t>(H));
     for (int64_t k = 0; k < H; ++k) xt[size_t(k)] = rnd_bf16(x[size_t(t * H + k)], bf16);
-    std::vector<double> logits(size_t(E), 0.0);
+    std::vector<double> logits(static_cast<size_t>(E), 0.0);
     for (int64_t e = 0; e < E; ++e)
       for (int64_t k = 0; k < H; ++k) logits[e] += double(w.router_w[size_t(e * H + k)]) * xt[size_t(k)];
     RefRouting rt = ref_route(c, logits, w.router_bias.empty() ? nullptr : w.router_bias.data());
@@ -351,6 +351,29 @@ TEST(MoeCpu, DeterministicAcrossThreadCounts) {
   EXPECT_EQ(a.out, b.out);  // bitwise: every output element is summed in one fixed order
   EXPECT_EQ(a.out, c.out);
   EXPECT_EQ(a.routing.topk_ids, b.routing.topk_ids);
+}
+
+// The layer returns the logits it routed on; routing on given logits (what the GPU tests do with
+// the GPU's) reproduces the run when they are its own, and follows them when they differ.
+TEST(MoeCpu, RoutesOnGivenLogits) {
+  const MoeLayerWeights w = random_layer(Routing::SigmoidGrouped, WeightFormat::NVFP4, true, 192, 96, 13u);
+  const int64_t T = 9, E = w.cfg.num_experts, k = w.cfg.top_k;
+  const std::vector<float> x = random_x(T, 192, 14u);
+  const MoeOutput own = moe_forward_cpu(w, x.data(), T);
+  ASSERT_EQ(own.logits.size(), size_t(T * E));
+  CpuMoeOptions opt;
+  opt.router_logits = own.logits.data();
+  const MoeOutput again = moe_forward_cpu(w, x.data(), T, opt);
+  EXPECT_EQ(again.out, own.out);
+  EXPECT_EQ(again.routing.topk_ids, own.routing.topk_ids);
+  std::vector<float> forced(size_t(T * E), -5.0f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) forced[size_t(t * E + (E - 1 - j))] = 5.0f;  // the last k experts win
+  opt.router_logits = forced.data();
+  const MoeOutput f = moe_forward_cpu(w, x.data(), T, opt);
+  EXPECT_EQ(f.logits, forced);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) EXPECT_GE(f.routing.topk_ids[size_t(t * k + j)], E - k) << t;
 }
 
 TEST(MoeCpu, Bf16ActivationsRoundXAndH) {

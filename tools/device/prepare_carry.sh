@@ -2,10 +2,18 @@
 # Packs the header-only dependencies and GoogleTest's static libraries (from this machine's
 # Debian packages, see setup.sh) into .carry/ so the GPU machine, which reaches no registry,
 # can build fp4moe with its own cmake and g++. Name ".carry" in the device call's carry list.
+# FlashInfer's headers (third_party/flashinfer, unpacked by setup.sh: ~60 MB with its CUTLASS and
+# CCCL) travel as one gzip tarball (~6 MB) that tools/device/build.sh unpacks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .carry && mkdir -p .carry/include .carry/lib
 for d in nlohmann CLI fmt gtest gmock; do cp -r /usr/include/$d .carry/include/; done
 cp /usr/include/httplib.h .carry/include/ 2>/dev/null || true
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+[ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
+tar czf .carry/flashinfer.tgz -C third_party flashinfer
+# The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).
+if git rev-parse -q --verify c88aec0^{commit} >/dev/null; then
+  git archive --format=tar.gz -o .carry/baseline_c88aec0.tar.gz c88aec0
+fi
 du -sh .carry

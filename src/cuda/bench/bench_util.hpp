@@ -11,11 +11,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device_buffer.hpp"
+
 namespace fp4moe::cuda::bench {
+
+// Median of a sample (the mean of the two middle values for an even count; 0 when empty).
+double median(std::vector<double> v);
 
 struct Ceilings {
   double copy_gbps = 0;     // large D2D cudaMemcpy, bytes read + written per second / 1e9
   double bf16_tflops = 0;   // cuBLASLt BF16 8192^3 (FP32 accumulate, BF16 out), random data
+  double fp8_tflops = 0;    // cuBLASLt FP8 E4M3 8192^3 (FP32 accumulate, BF16 out), random data; 0 if unsupported
   int64_t copy_bytes = 0;   // size of the copied buffer
   int gemm_size = 0;        // 8192
 };
@@ -26,7 +32,6 @@ void fill_random_bf16(void* p, size_t n, uint64_t seed, float stddev, cudaStream
 void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, cudaStream_t stream);  // [lo, hi]
 void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
 
-std::string device_name();
 
 class ColdL2Timer {
  public:
@@ -46,8 +51,7 @@ class ColdL2Timer {
 
  private:
   cudaStream_t stream_;
-  void* flush_ = nullptr;
-  size_t flush_bytes_;
+  DeviceBuffer flush_;
   std::vector<cudaEvent_t> events_;
 };
 

@@ -20,7 +20,7 @@ std::string_view Normalizer::apply(std::string_view s, std::string* buffer) cons
 
 std::shared_ptr<const Regex> gpt2_regex() {
   static const auto re = std::make_shared<const Regex>(
-      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "ByteLevel pre_tokenizer");
+      scanner_pattern(ScannerKind::Gpt2), "ByteLevel pre_tokenizer");  // GPT-2's regex
   return re;
 }
 

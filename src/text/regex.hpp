@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "text/regex_scanner.hpp"
 
@@ -53,6 +55,13 @@ class Regex {
       last_end = e;
       fn(b, e);
     }
+  }
+
+  // Every [begin, end) for_each_match gives, in order.
+  std::vector<std::pair<size_t, size_t>> matches(std::string_view s) const {
+    std::vector<std::pair<size_t, size_t>> m;
+    for_each_match(s, [&](size_t b, size_t e) { m.emplace_back(b, e); });
+    return m;
   }
 
   const std::string& pattern() const { return pattern_; }

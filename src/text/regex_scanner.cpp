@@ -207,10 +207,19 @@ size_t scan_gpt2(std::string_view s, size_t i) {
 }  // namespace
 
 ScannerKind scanner_for(std::string_view pattern) {
-  if (pattern == kGpt4Pattern) return ScannerKind::Gpt4;
-  if (pattern == kQwenPattern) return ScannerKind::Qwen;
-  if (pattern == kGpt2Pattern) return ScannerKind::Gpt2;
+  for (ScannerKind kind : kScanners)
+    if (pattern == scanner_pattern(kind)) return kind;
   return ScannerKind::None;
+}
+
+std::string_view scanner_pattern(ScannerKind kind) {
+  switch (kind) {
+    case ScannerKind::Gpt4: return kGpt4Pattern;
+    case ScannerKind::Qwen: return kQwenPattern;
+    case ScannerKind::Gpt2: return kGpt2Pattern;
+    case ScannerKind::None: break;
+  }
+  return {};
 }
 
 size_t scan_match(ScannerKind kind, std::string_view s, size_t i) {

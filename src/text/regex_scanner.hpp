@@ -15,9 +15,12 @@
 namespace fp4moe::text {
 
 enum class ScannerKind { None, Gpt4, Qwen, Gpt2 };
+inline constexpr ScannerKind kScanners[] = {ScannerKind::Gpt4, ScannerKind::Qwen, ScannerKind::Gpt2};
 
 // The scanner for an Oniguruma pattern, or None.
 ScannerKind scanner_for(std::string_view pattern);
+// The pattern a scanner stands for (empty for None).
+std::string_view scanner_pattern(ScannerKind kind);
 
 // End of the match that starts at s[i] (i < s.size(), s valid UTF-8).
 size_t scan_match(ScannerKind kind, std::string_view s, size_t i);

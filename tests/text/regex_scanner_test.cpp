@@ -16,21 +16,11 @@
 namespace fp4moe::text {
 namespace {
 
-constexpr const char* kPatterns[] = {
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
-};
-
-std::vector<std::pair<size_t, size_t>> matches(const Regex& re, const std::string& s) {
-  std::vector<std::pair<size_t, size_t>> m;
-  re.for_each_match(s, [&](size_t b, size_t e) { m.emplace_back(b, e); });
-  return m;
-}
-
 // The scanner and PCRE2 for one pattern.
 struct Pair {
-  explicit Pair(const char* p) : fast(p, "test"), slow(p, "test") { slow.disable_scanner(); }
+  explicit Pair(ScannerKind kind) : fast(scanner_pattern(kind), "test"), slow(scanner_pattern(kind), "test") {
+    slow.disable_scanner();
+  }
   Regex fast;
   Regex slow;
 };
@@ -38,7 +28,7 @@ struct Pair {
 // Index of the first match that differs (or of the end of the shorter list), to print the
 // place rather than two lists of a million matches.
 ::testing::AssertionResult same_matches(const Pair& re, const std::string& s) {
-  const auto a = matches(re.fast, s), b = matches(re.slow, s);
+  const auto a = re.fast.matches(s), b = re.slow.matches(s);
   if (a == b) return ::testing::AssertionSuccess();
   size_t k = 0;
   while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
@@ -53,11 +43,16 @@ struct Pair {
 bool is_surrogate(char32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 
 TEST(RegexScanner, RecognizesExactlyTheKnownPatterns) {
-  EXPECT_EQ(scanner_for(kPatterns[0]), ScannerKind::Gpt4);
-  EXPECT_EQ(scanner_for(kPatterns[1]), ScannerKind::Qwen);
-  EXPECT_EQ(scanner_for(kPatterns[2]), ScannerKind::Gpt2);
+  EXPECT_EQ(scanner_for(
+                R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
+            ScannerKind::Gpt4);
+  EXPECT_EQ(scanner_for(
+                R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"),
+            ScannerKind::Qwen);
+  EXPECT_EQ(scanner_for(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"), ScannerKind::Gpt2);
   EXPECT_EQ(scanner_for(R"(\p{N}{1,3})"), ScannerKind::None);
-  EXPECT_EQ(scanner_for(std::string(kPatterns[0]) + "|x"), ScannerKind::None);
+  EXPECT_EQ(scanner_for(std::string(scanner_pattern(ScannerKind::Gpt4)) + "|x"), ScannerKind::None);
+  EXPECT_EQ(scanner_pattern(ScannerKind::None), "");
 }
 
 // Each code point after a letter, a digit, a space and punctuation, and before a newline:
@@ -65,8 +60,8 @@ TEST(RegexScanner, RecognizesExactlyTheKnownPatterns) {
 // other) splits differently in one of these. (The classes are shared by the patterns; the
 // GPT-2 one has no newline alternative, so both kinds are run.)
 TEST(RegexScanner, EveryCodePointInEveryContextMatchesLikePcre2) {
-  for (const char* p : {kPatterns[0], kPatterns[2]}) {
-    const Pair re(p);
+  for (ScannerKind kind : {ScannerKind::Gpt4, ScannerKind::Gpt2}) {
+    const Pair re(kind);
     std::string s;
     for (char32_t cp = 0; cp < 0x110000; ++cp) {
       if (is_surrogate(cp)) continue;
@@ -102,8 +97,8 @@ TEST(RegexScanner, RandomUnicodeTextMatchesLikePcre2) {
       if (!is_surrogate(cp)) return cp;
     }
   };
-  for (const char* p : kPatterns) {
-    const Pair re(p);
+  for (ScannerKind kind : kScanners) {
+    const Pair re(kind);
     for (int iter = 0; iter < 20000; ++iter) {
       std::string s;
       const int n = 1 + int(rng() % 24);
@@ -134,8 +129,8 @@ TEST(RegexScanner, AdversarialTextMatchesLikePcre2) {
       " \xC2\x85 x", "1234567", "12 345", "\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4", "1\xC2\xB2\xC2\xB3", " !!!\n\n", "!!\r\n x",
       " !x", " !\n", "a\xCC\x81\xCC\x81" "b", "\xCC\x81\xCC\x81", " \xCC\x81", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
       "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7", "x   ", "x\t\t", "\x0B\x0C\x0B"};
-  for (const char* p : kPatterns) {
-    const Pair re(p);
+  for (ScannerKind kind : kScanners) {
+    const Pair re(kind);
     for (const std::string& s : cases) ASSERT_TRUE(same_matches(re, s));
     // Long runs: the scanner must not be quadratic or stop early.
     for (const char* piece : {" ", "\n", " \n", "1", "a", "!", "\xE6\x97\xA5", "\xCC\x81", "'s"}) {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "text/tokenizer_impl.hpp"
@@ -271,10 +272,8 @@ const std::optional<std::string>& Tokenizer::chat_template() const { return impl
 
 std::string Tokenizer::summary() const {
   const TokenizerImpl& t = *impl_;
-  std::string stops;
-  for (int32_t id : t.stop_ids) stops += (stops.empty() ? "" : ",") + std::to_string(id);
   return fmt::format("tokenizer {}: byte-level BPE, {} tokens ({} merges, {} added), stop ids [{}], chat template {}",
-                     t.origin, t.vocab_size, t.model->num_merges(), t.added.tokens().size(), stops,
+                     t.origin, t.vocab_size, t.model->num_merges(), t.added.tokens().size(), fmt::join(t.stop_ids, ","),
                      t.chat_template ? "present" : "absent");
 }
 

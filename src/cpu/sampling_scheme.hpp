@@ -102,4 +102,12 @@ FP4MOE_HD uint32_t float_order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// The float of a (non-NaN) order key.
+FP4MOE_HD float float_from_order_key(uint32_t key) {
+  const uint32_t b = (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
+  float f;
+  __builtin_memcpy(&f, &b, 4);
+  return f;
+}
+
 }  // namespace fp4moe::cpu

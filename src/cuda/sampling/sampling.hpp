@@ -79,7 +79,7 @@ void sample(const SampleArgs& a, void* workspace, size_t workspace_bytes, cudaSt
 //                             * page_size + position % page_size; a done row gets dead_slot
 //   generated    int32        tokens generated so far (the RNG draw index, the penalty output_len)
 //   max_new      int32        stop when generated reaches it (length)
-//   max_position int32        stop when position + 1 reaches it (the context limit)
+//   max_position int32        the longest sequence (prompt + output) allowed: stop when reached
 //   pages        int32        pages of page_table[r] reserved (>= those K more tokens need)
 //   finish       int32        0 running, else a FinishReason; set once, never cleared here
 //   finish_step  int32        the step j (0..K-1) whose token finished the request, -1 running
@@ -100,7 +100,7 @@ void sample(const SampleArgs& a, void* workspace, size_t workspace_bytes, cudaSt
 enum FinishReason : int32_t {
   kRunning = 0,
   kFinishStop = 1,        // sampled one of its stop ids (the stop token is the row's last output)
-  kFinishLength = 2,      // generated == max_new or position + 1 == max_position
+  kFinishLength = 2,      // generated == max_new, or the sequence reached max_position tokens
   kFinishNoPage = 3,      // the next position needs a page beyond `pages` (the runner's bug: reserve K)
   kFinishNoHistory = 4,   // history_stride too small for another token (the runner's bug)
 };

@@ -69,8 +69,8 @@ int run_bench(const Options& o) {
       top_lp(size_t(max_rows) * cpu::kMaxTopLogprobs * 4), ws(sp::sample_workspace_bytes(max_rows, o.vocab));
   cuda::bench::fill_random_f32(logits.as<float>(), size_t(max_rows) * size_t(o.vocab), 1, -8.0f, 8.0f, stream);
   std::mt19937 g(3);
-  std::vector<int32_t> hist(size_t(max_rows) * H), plen(size_t(max_rows), 128), olen(size_t(max_rows), 128),
-      draw(size_t(max_rows));
+  std::vector<int32_t> hist(static_cast<size_t>(max_rows) * H), plen(size_t(max_rows), 128), olen(size_t(max_rows), 128),
+      draw(static_cast<size_t>(max_rows));
   for (auto& t : hist) t = int32_t(g() % uint32_t(o.vocab));
   for (auto& d : draw) d = int32_t(g() % 1000);
   auto dh = cuda::DeviceBuffer::from(hist), dp = cuda::DeviceBuffer::from(plen), dol = cuda::DeviceBuffer::from(olen),

@@ -69,7 +69,7 @@ Batch make_batch(int rows, int vocab, uint64_t seed, bool ties) {
   b.rows = rows;
   b.vocab = vocab;
   b.logits = random_logits(size_t(rows) * size_t(vocab), seed, 3.0f, ties);
-  std::mt19937 g(uint32_t(seed));
+  std::mt19937 g{uint32_t(seed)};
   for (int r = 0; r < rows; ++r) {
     b.params.push_back(mixed_params(r, seed));
     b.draw.push_back(int32_t(g() % 1000));
@@ -235,7 +235,7 @@ TEST(SamplingGpu, BadArgumentsSayWhy) {
 
 // ---- decode bookkeeping ----------------------------------------------------------------------
 sp::DecodeStateHost make_state(int rows, int K, int page_size, uint64_t seed) {
-  std::mt19937 g(uint32_t(seed));
+  std::mt19937 g{uint32_t(seed)};
   sp::DecodeStateHost s;
   s.rows = rows, s.k_steps = K, s.page_size = page_size, s.stop_stride = 3, s.page_stride = 8, s.history_stride = 48;
   s.dead_slot = 999999;

@@ -1,4 +1,5 @@
 // decode_advance(): one thread per row, after sample() of step j (sampling.hpp's DecodeState).
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/sampling/sampling.hpp"
 

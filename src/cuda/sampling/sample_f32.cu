@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a, uint32_t
     return;
   }
   const SamplingRowParams P = a.params[row];
-  if (P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f)
+  if (a.history && (P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f))
     apply_penalties(a, P, l, bitmaps + row * 2 * bitmap_words, bitmap_words, row);
   const bool greedy = P.temperature == 0.0f;
   const RowX xf{l, P.temperature, !greedy};

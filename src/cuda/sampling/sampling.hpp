@@ -46,7 +46,8 @@ struct SampleArgs {
   const SamplingRowParams* params = nullptr;   // [rows] device
   const int32_t* draw_index = nullptr;         // [rows] the request's draw counter (tokens generated so far); null: 0
   const int32_t* done = nullptr;               // [rows] nonzero: the row is finished, writes kNoToken; null: none
-  // Penalty token lists (needed only when a row has a penalty; null otherwise): row r's prompt
+  // Penalty token lists (required when any row has a penalty: with history null the kernel
+  // cannot fail, it skips penalties, so the runner must pass them): row r's prompt
   // is history[r * history_stride, + prompt_len[r]), its output the next output_len[r] ids.
   const int32_t* history = nullptr;            // [rows, history_stride]
   int64_t history_stride = 0;

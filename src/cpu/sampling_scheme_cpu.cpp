@@ -6,21 +6,25 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "cpu/sampling_cpu.hpp"
 
 namespace fp4moe::cpu {
 
-void validate_row_params(const SamplingRowParams& p) {
-  FP4MOE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature {} must be >= 0", p.temperature);
-  FP4MOE_CHECK(p.top_k >= 0, "top_k {} must be >= 0 (0: off)", p.top_k);
-  FP4MOE_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p {} must be in (0, 1]", p.top_p);
-  FP4MOE_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p {} must be in [0, 1]", p.min_p);
-  FP4MOE_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
-               "repetition_penalty {} must be > 0", p.repetition_penalty);
-  FP4MOE_CHECK(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty),
-               "presence / frequency penalties must be finite");
-  FP4MOE_CHECK(p.logprobs_top_n >= -1 && p.logprobs_top_n <= kMaxTopLogprobs, "logprobs top_n {} must be in [-1, {}]",
-               p.logprobs_top_n, kMaxTopLogprobs);
+SamplingParams to_sampling_params(const SamplingRowParams& p) {
+  SamplingParams c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  c.repetition_penalty = p.repetition_penalty;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
+  c.seed = p.seed;
+  c.logprobs_top_n = p.logprobs_top_n;
+  return c;
 }
+
+void validate_row_params(const SamplingRowParams& p) { validate_sampling(to_sampling_params(p)); }
 
 SchemeToken sample_scheme_cpu(const float* logits, int64_t vocab, const SamplingRowParams& p,
                               const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, uint64_t step) {

@@ -26,7 +26,11 @@ struct SchemeToken {
   double cut_margin = 0.0;
 };
 
-// Checks the parameters (the ranges of cpu::validate_sampling); throws with one line.
+// The same knobs in cpu/sampling_cpu.hpp's form.
+struct SamplingParams;
+SamplingParams to_sampling_params(const SamplingRowParams& p);
+
+// Checks the parameters (cpu::validate_sampling's ranges); throws with one line.
 void validate_row_params(const SamplingRowParams& p);
 
 // logits [vocab] (not modified); prompt / output: the request's token ids (penalties); step:

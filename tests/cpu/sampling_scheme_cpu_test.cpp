@@ -26,20 +26,6 @@ std::vector<float> random_logits(size_t n, uint64_t seed, float scale = 3.0f) {
   return v;
 }
 
-cpu::SamplingParams as_cpu(const cpu::SamplingRowParams& p) {
-  cpu::SamplingParams c;
-  c.temperature = p.temperature;
-  c.top_k = p.top_k;
-  c.top_p = p.top_p;
-  c.min_p = p.min_p;
-  c.repetition_penalty = p.repetition_penalty;
-  c.presence_penalty = p.presence_penalty;
-  c.frequency_penalty = p.frequency_penalty;
-  c.seed = p.seed;
-  c.logprobs_top_n = p.logprobs_top_n;
-  return c;
-}
-
 TEST(SamplingScheme, PhiloxKnownAnswers) {  // Random123's kat_vectors for philox4x32-10
   const cpu::Philox4 z = cpu::philox4x32_10(0, 0, 0, 0, 0, 0);
   EXPECT_EQ(z.v[0], 0x6627e8d5u);
@@ -85,7 +71,7 @@ TEST(SamplingScheme, GreedyAndLogprobsEqualSampleCpu) {
     if (seed % 2) p.repetition_penalty = 1.3f;
     if (seed % 3) p.frequency_penalty = 0.4f, p.presence_penalty = 0.2f;
     std::vector<int32_t> prompt = {1, 2, 3, int32_t(seed)}, output = {5, 5, 9, int32_t(seed * 7 % V)};
-    const auto ref = cpu::sample_cpu(l.data(), V, as_cpu(p), prompt, output, 0);
+    const auto ref = cpu::sample_cpu(l.data(), V, cpu::to_sampling_params(p), prompt, output, 0);
     const auto got = cpu::sample_scheme_cpu(l.data(), V, p, prompt, output, 0);
     EXPECT_EQ(got.token, ref.token);
     EXPECT_NEAR(got.logprob, ref.logprob, 1e-5f);

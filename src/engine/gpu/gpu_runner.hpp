@@ -45,6 +45,7 @@ struct RunnerOptions {
   int64_t max_total_tokens = 0;       // > 0: the KV pool holds at most this many tokens
   int64_t cuda_graph_max_bs = -1;     // decode graphs for batch buckets up to this; -1: max_requests, 0: none
   bool quiet = false;                 // no progress bar / plan lines (tests)
+  bool poison = false;                // tests: every activation buffer NaN-filled before each step
 };
 
 // One step's host-side description: tokens [T], the batch (core/paged_kv.hpp, host pointers),

@@ -113,26 +113,35 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);
   bool decode = T == R && rows == T;
   for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
+  // A decode batch within the graph buckets runs padded to its bucket, replayed or (graphs
+  // disabled, or hidden states asked for) eager over the same padded batch: bit for bit the same.
   const GraphEntry* g = nullptr;
-  if (decode && m.graphs_enabled && !out.hidden) {
+  if (decode && !m.graphs.empty() && !out.hidden) {
     auto it = m.graphs.lower_bound(T);
     if (it != m.graphs.end()) {
       g = &it->second;
-    } else if (!m.graphs.empty() && !m.said_eager) {
+    } else if (!m.said_eager) {
       m.said_eager = true;
       log_info("gpu runner: decode batch {} is above --cuda-graph-max-bs {}: such steps run eager", T,
                m.graphs.rbegin()->first);
     }
   }
-  if (g) {
+  if (m.opt.poison) {  // activations NaN before the step (not the MoE / router counters, placed last)
+    const size_t n = size_t(static_cast<uint8_t*>(m.s.moe_ws) - m.workspace.as<uint8_t>());
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.workspace.ptr(), 0xFF, n, m.stream));
+  }
+  if (g && m.graphs_enabled && !out.hidden) {
     m.upload_meta(in, g->bucket);
     FP4MOE_CUDA_CHECK(cudaGraphLaunch(g->exec, m.stream));
     ++m.stats.graph_steps;
   } else {
-    m.upload_meta(in, 0);
+    const int64_t pad = g ? g->bucket : 0;
+    m.upload_meta(in, pad);
     int max_ctx = 1;
     for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, b.positions[t] + 1);
-    m.forward(int(T), int(R), int(rows), max_ctx, out.hidden);
+    if (g) max_ctx = int(m.opt.max_context);  // as captured
+    const int Tp = int(std::max(T, pad));
+    m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden);
     ++m.stats.eager_steps;
   }
   if (out.logits && rows > 0) {

@@ -59,6 +59,7 @@ std::string Loader::summary() const {
 }
 
 void Loader::progress(const std::string& what) {
+  if (total_ == 0) return;  // quiet
   const double f = total_ ? std::min(1.0, double(bytes_) / double(total_)) : 1.0;
   if (tty_) {
     const int w = 30, fill = int(f * w);
@@ -75,7 +76,7 @@ void Loader::progress(const std::string& what) {
 }
 
 void Loader::finish() {
-  if (tty_) fmt::print(stderr, "\n");
+  if (tty_ && total_ > 0) fmt::print(stderr, "\n");
 }
 
 }  // namespace fp4moe::engine::gpu

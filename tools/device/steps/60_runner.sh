@@ -3,6 +3,8 @@
 #   1. gpu_runner_test: GPU vs CPU backend on the tiny GLM-5 goldens (sparse + dense x BF16 /
 #      NVIDIA NVFP4 / all-NVFP4), batch = alone, graph replay == eager; one case first under
 #      compute-sanitizer memcheck;
+#   3. `fp4moe bench step` on it (RUNNER_BENCH_ARGS): decode B x ctx (ms/step vs the all-weights +
+#      KV byte floor), prefill tok/s;
 #   2. a GLM-5-dims model with few layers (make-synthetic --preset glm5-layer; RUNNER_LAYERS /
 #      RUNNER_DENSE, default 4 / 2 ≈ 16 GB on disk) and `fp4moe generate --backend cuda` on it:
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
@@ -43,4 +45,9 @@ for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p
   r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
   grep -E 'gpu runner|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
 done
+t0=$(date +%s)
+timeout 500 build-dev/bin/fp4moe bench step --model "$M" ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384} \
+  > "$O/bench_step.log" 2> "$O/bench_step.err"
+r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+grep -E '^\||start-up|ceilings' "$O/bench_step.log"; grep -E 'memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 5
 exit $rc

@@ -10,6 +10,9 @@ rm -rf .carry && mkdir -p .carry/include .carry/lib
 for d in nlohmann CLI fmt gtest gmock; do cp -r /usr/include/$d .carry/include/; done
 cp /usr/include/httplib.h .carry/include/ 2>/dev/null || true
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+# text/'s two compiled libraries, static (the GPU machine has neither): PCRE2 and utf8proc.
+cp /usr/include/pcre2.h /usr/include/utf8proc.h .carry/include/
+cp /usr/lib/x86_64-linux-gnu/libpcre2-8.a /usr/lib/x86_64-linux-gnu/libutf8proc.a .carry/lib/
 [ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
 tar czf .carry/flashinfer.tgz -C third_party flashinfer
 # The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).

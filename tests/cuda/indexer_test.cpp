@@ -206,6 +206,26 @@ TEST(IndexerTiny, TopKIdenticalToCpuSmallK) {
   check_topk_exact({{1, 1}, {5, 1}, {6, 1}, {300, 4}}, 16, 5, true, 41);
 }
 
+// -0 and +0 compare equal: a cut that falls among zeros of both signs takes the lowest
+// positions, whatever their sign (the CPU rule; the radix key must not order -0 below +0).
+TEST(IndexerTiny, TopKTreatsSignedZerosAsTies) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{300, 1}, {4000, 1}}, 16, KvElem::BF16, KvElem::BF16, 45, /*fill=*/false);
+  const int64_t stride = c.max_ctx();
+  std::vector<float> s(size_t(c.tokens() * stride), 0.f);
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int64_t j = 0; j < stride; ++j) {
+      float v = (j % 3 == 0) ? -0.0f : 0.0f;  // zeros of both signs, the -0 ones first at j = 0
+      if (j % 17 == 5) v = 1.0f;               // a few clear winners
+      if (j % 13 == 7) v = -1.0f;
+      s[size_t(t * stride + j)] = v;
+    }
+  for (int k : {5, 40, 2048}) {
+    const auto g = gpu_topk(c, s, stride, k, nullptr);
+    EXPECT_EQ(g, cpu_topk(c, s, stride, k)) << "k " << k;
+  }
+}
+
 TEST(Indexer, TopKIdenticalToCpuK2048) {
   FP4MOE_SKIP_WITHOUT_GPU();
   for (bool ties : {false, true}) {

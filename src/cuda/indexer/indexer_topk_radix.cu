@@ -19,10 +19,13 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kBins = 2048;  // 11 bits
 
-// Larger float -> larger key (-0 < +0); NaN -> 0, below every number (cpu/attention's rule).
+// Larger float -> larger key; equal floats -> equal keys (-0 and +0 both map to +0's key:
+// they compare equal, so they tie and the lower position wins, as in cpu/attention); NaN -> 0,
+// below every number (cpu/attention's rule).
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  uint32_t u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0u;
+  if ((u & 0x7fffffffu) == 0u) u = 0u;  // -0 -> +0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

@@ -1,8 +1,9 @@
-// fp4moe generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [sampling options]
+// fp4moe generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N [sampling options]
 //                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
 //
 // Runs the model on the CPU backend (or the GPU runner with --backend cuda): one prefill step over the prompt, then one decode step per
-// new token. Prints the generated ids and the prefill / decode tokens per second.
+// new token. Prints the generated ids (with --prompt: the generated text, through the model
+// folder's tokenizer.json, or --tokenizer-path) and the prefill / decode tokens per second.
 // --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
 // logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
@@ -10,6 +11,8 @@
 #include <charconv>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "core/threads.hpp"
 #include "format/safetensors.hpp"
 #include "model/generate.hpp"
+#include "text/tokenizer.hpp"
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
 #include "engine/gpu/gpu_generate.hpp"
 #endif
@@ -29,7 +33,7 @@ namespace fp4moe::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
+  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
   int64_t max_new_tokens = 16, page_size = 16;
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
@@ -54,7 +58,10 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
-  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  std::optional<text::Tokenizer> tokenizer;
+  if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
+  const std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt_text) : parse_ids(a.prompt_ids);
+  FP4MOE_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
   cpu::validate_sampling(a.sampling);
   model::GenerateOptions go;
   go.max_new_tokens = a.max_new_tokens;
@@ -102,7 +109,12 @@ int run_generate(const GenerateArgs& a) {
 
   std::string ids;
   for (size_t i = size_t(r.prompt_tokens); i < r.tokens.size(); ++i) ids += fmt::format("{}{}", ids.empty() ? "" : ",", r.tokens[i]);
-  fmt::print("{}\n", ids);
+  if (tokenizer) {
+    const std::span<const int32_t> out(r.tokens.data() + r.prompt_tokens, r.tokens.size() - size_t(r.prompt_tokens));
+    fmt::print("{}\n", tokenizer->decode(out, /*skip_special_tokens=*/true));
+  } else {
+    fmt::print("{}\n", ids);
+  }
   if (a.logprobs >= 0)
     for (const auto& s : r.samples) {
       std::string top;
@@ -131,7 +143,13 @@ int run_generate(const GenerateArgs& a) {
 void setup(CLI::App& app, std::function<int()>& run) {
   auto a = std::make_shared<GenerateArgs>();
   app.add_option("--model", a->model, "checkpoint folder (GlmMoeDsaForCausalLM / DeepseekV3ForCausalLM / V3.2)")->required();
-  app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  auto* ids = app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
+  auto* text = app.add_option("--prompt", a->prompt_text, "prompt text (encoded with the folder's tokenizer.json); prints text");
+  ids->excludes(text);
+  app.add_option("--tokenizer-path", a->tokenizer_path, "folder with tokenizer.json (default: --model)");
+  app.callback([ids, text] {
+    if (ids->count() == 0 && text->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");
+  });
   app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--temperature", a->sampling.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "nucleus mass kept, (0, 1]")->capture_default_str();
@@ -158,7 +176,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   run = [a] { return run_generate(*a); };
 }
 
-const Registrar kRegistrar{"generate", "Generate tokens from prompt ids with a whole model (CPU or CUDA backend)", setup};
+const Registrar kRegistrar{"generate", "Generate tokens from prompt ids or text with a whole model (CPU or CUDA backend)", setup};
 
 }  // namespace
 }  // namespace fp4moe::cli

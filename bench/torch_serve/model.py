@@ -5,12 +5,16 @@ one decode token each), their positions, and per request a row of the page table
 pool. Everything but attention runs on the flat [N, hidden] rows; the routed experts run as
 two `torch._grouped_mm` calls over the expert-sorted rows (offsets API).
 
-KV cache (the simplest choice that fits every cell of the experiment): per layer the MLA
-latent of each cached token, `[ckv (kv_lora) | k_rope (rope)]`, in a page pool. Attention
-expands the latent of the whole context with kv_b_proj every step (K = [k_nope | k_rope] per
-head, V) and calls `scaled_dot_product_attention` on the expanded K/V: prefills one request at
-a time (causal), decodes all together, padded to the longest context with a boolean mask, in
-chunks of at most `attn_chunk_tokens` context tokens so the expanded K/V stay bounded.
+KV cache, two modes of one page pool (page table per request, pages reserved at admission):
+- "latent" (default; the simplest that fits every cell of the experiment): per layer the MLA
+  latent of each cached token, `[ckv (kv_lora) | k_rope (rope)]` (1,152 B/token/layer at GLM-5
+  dims in BF16). Attention expands the latent of the whole context with kv_b_proj every step
+  (K = [k_nope | k_rope] per head, V): ~29 MFLOP per context token per layer per step.
+- "expanded" (transformers' choice): per layer K and V of every head (64 KiB/token/layer at
+  GLM-5 dims), expanded once when the token is appended; steps only gather them.
+Then `scaled_dot_product_attention` on the expanded K/V: prefills one request at a time
+(causal), decodes all together, padded to the longest context with a boolean mask, in chunks
+of at most `attn_chunk_tokens` context tokens so the gathered K/V stay bounded.
 
 DSA: the indexer is not run. It selects min(index_topk, T) keys among the T causal keys of a
 query, so while every query sees T <= index_topk keys it selects all of them and the layer is
@@ -65,10 +69,27 @@ class KvPool:
     """The MLA latents of every cached token, per layer, in pages of `page_size` tokens, and the
     page table: one row per running request (rows are reused), the request's pages in order."""
 
-    def __init__(self, cfg: GlmConfig, num_pages: int, page_size: int, rows: int, max_context: int, dtype, device):
-        self.page_size = page_size
+    MODES = ("latent", "expanded")
+
+    @staticmethod
+    def bytes_per_token(cfg: GlmConfig, mode: str, dtype_bytes: int) -> int:
+        per_layer = cfg.kv_lora + cfg.rope if mode == "latent" else cfg.heads * (cfg.nope + cfg.rope + cfg.v_dim)
+        return cfg.layers * per_layer * dtype_bytes
+
+    def __init__(self, cfg: GlmConfig, num_pages: int, page_size: int, rows: int, max_context: int, dtype, device,
+                 mode: str = "latent"):
+        if mode not in self.MODES:
+            raise ValueError(f"KV cache mode {mode}: latent or expanded")
+        self.mode, self.page_size = mode, page_size
         self.max_pages_per_row = -(-max_context // page_size)
-        self.latent = torch.zeros(cfg.layers, num_pages * page_size, cfg.kv_lora + cfg.rope, dtype=dtype, device=device)
+        slots = num_pages * page_size
+        if mode == "latent":
+            self.latent = torch.zeros(cfg.layers, slots, cfg.kv_lora + cfg.rope, dtype=dtype, device=device)
+            self.tensors = [self.latent]
+        else:
+            self.k = torch.zeros(cfg.layers, slots, cfg.heads, cfg.nope + cfg.rope, dtype=dtype, device=device)
+            self.v = torch.zeros(cfg.layers, slots, cfg.heads, cfg.v_dim, dtype=dtype, device=device)
+            self.tensors = [self.k, self.v]
         self.page_table = torch.zeros(rows, self.max_pages_per_row, dtype=torch.int64, device=device)
         self.free_pages = list(range(num_pages - 1, -1, -1))
         self.free_rows = list(range(rows - 1, -1, -1))
@@ -91,6 +112,9 @@ class KvPool:
     def release(self, row: int, pages: list):
         self.free_pages.extend(pages)
         self.free_rows.append(row)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
 
     def slots(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Pool slots of (row, position) pairs (broadcasting)."""
@@ -196,11 +220,15 @@ class GlmModel:
         q = torch.cat((q[..., :nope], rope_interleaved(q[..., nope:], cos, sin)), dim=-1)
         ckv_kr = h @ layer.kv_a.t()
         ckv = rms_norm(ckv_kr[:, :cfg.kv_lora], layer.kv_a_norm, 1e-6)
-        kv.latent[l, slots] = torch.cat((ckv, rope_interleaved(ckv_kr[:, cfg.kv_lora:], cos, sin)), dim=-1)
+        latent = torch.cat((ckv, rope_interleaved(ckv_kr[:, cfg.kv_lora:], cos, sin)), dim=-1)
+        if kv.mode == "latent":
+            kv.latent[l, slots] = latent
+        else:
+            k, v = self.expand(layer, latent[None])
+            kv.k[l, slots], kv.v[l, slots] = k[0].transpose(0, 1), v[0].transpose(0, 1)
         out = torch.empty(n, heads, v_dim, dtype=h.dtype, device=h.device)
         for first, length, row in b.prefills:
-            ctx = kv.latent[l, kv.slots(torch.tensor(row, device=h.device), b.positions[first:first + length])]
-            k, v = self.expand(layer, ctx[None])  # [1, heads, T, nope + rope], [1, heads, T, v]
+            k, v = self.context(l, layer, kv, kv.slots(torch.tensor(row, device=h.device), b.positions[first:first + length])[None])
             qs = q[first:first + length].transpose(0, 1)[None]  # [1, heads, T, nope + rope]
             o = F.scaled_dot_product_attention(qs, k, v, is_causal=True, scale=cfg.softmax_scale)
             out[first:first + length] = o[0].transpose(0, 1)
@@ -214,8 +242,7 @@ class GlmModel:
                     end += 1
                 pos = torch.arange(longest, device=h.device)
                 rows = b.decode_rows[start:end]
-                ctx = kv.latent[l, kv.slots(rows[:, None], pos[None, :])]  # [B, T, kv_lora + rope]
-                k, v = self.expand(layer, ctx)
+                k, v = self.context(l, layer, kv, kv.slots(rows[:, None], pos[None, :]))
                 lens_t = torch.tensor(lens[start:end], device=h.device)
                 mask = (pos[None, :] < lens_t[:, None])[:, None, None, :]  # [B, 1, 1, T]
                 idx = b.decode_index[start:end]
@@ -223,6 +250,12 @@ class GlmModel:
                 out[idx] = o[:, :, 0, :]
                 start = end
         return out.view(n, heads * v_dim) @ layer.o.t()
+
+    def context(self, l, layer, kv, slots):
+        """K [B, heads, T, nope + rope], V [B, heads, T, v] of the cached tokens at slots [B, T]."""
+        if kv.mode == "latent":
+            return self.expand(layer, kv.latent[l, slots])
+        return kv.k[l, slots].transpose(1, 2), kv.v[l, slots].transpose(1, 2)
 
     def expand(self, layer, ctx):
         """Latents [B, T, kv_lora + rope] -> K [B, heads, T, nope + rope], V [B, heads, T, v]."""

@@ -37,6 +37,9 @@ def parse_args(argv=None):
     p.add_argument("--mem-fraction-static", type=float, default=0.88,
                    help="share of GPU memory for weights + KV pool (the rest: activations, attention workspace)")
     p.add_argument("--kv-cache-tokens", type=int, default=0, help="KV pool size in tokens (default: from memory; cpu 65536)")
+    p.add_argument("--kv-cache", choices=KvPool.MODES, default="latent",
+                   help="latent: MLA latents, expanded with kv_b_proj every step (fits every cap); expanded: K/V of "
+                        "every head, expanded once (56x the memory at GLM-5 dims, no per-step expansion)")
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--attn-chunk-tokens", type=int, default=32768,
                    help="decode attention expands at most this many context tokens at once")
@@ -76,7 +79,7 @@ def kv_pool_tokens(a, cfg, dtype_bytes, device) -> int:
                                        + cfg.top_k * (3 * cfg.moe_inter + 2 * cfg.hidden) + 2 * cfg.inter_dense)
     workspace = int(1.5 * (a.attn_chunk_tokens * per_ctx_token + a.max_prefill_tokens * per_prefill_token))
     free = int(a.mem_fraction_static * total) - used - workspace
-    per_token = cfg.layers * (cfg.kv_lora + cfg.rope) * dtype_bytes
+    per_token = KvPool.bytes_per_token(cfg, a.kv_cache, dtype_bytes)
     if free < per_token * a.page_size:
         raise CheckpointError(f"no memory left for the KV pool: {human_bytes(total)} GPU, weights {human_bytes(used)}, "
                               f"workspace {human_bytes(workspace)} at --mem-fraction-static {a.mem_fraction_static}")
@@ -103,13 +106,14 @@ def build(a):
     load_s = time.time() - t0
     tokens = kv_pool_tokens(a, cfg, dtype.itemsize, device)
     pages = max(tokens // a.page_size, 1)
-    kv = KvPool(cfg, pages, a.page_size, a.max_running_requests, cfg.max_context, dtype, device)
+    kv = KvPool(cfg, pages, a.page_size, a.max_running_requests, cfg.max_context, dtype, device, a.kv_cache)
     engine = Engine(model, kv, a.max_running_requests, a.num_continuous_decode_steps, a.max_prefill_tokens,
                     a.attn_chunk_tokens, a.seed, log)
-    weights = torch.cuda.memory_allocated(device) - kv.latent.numel() * dtype.itemsize if device.type == "cuda" else 0
+    weights = torch.cuda.memory_allocated(device) - kv.nbytes() if device.type == "cuda" else 0
     log(f"loaded in {load_s:.1f} s" + (f", weights {human_bytes(weights)}" if weights else "")
-        + f"; KV pool {pages * a.page_size} tokens ({human_bytes(kv.latent.numel() * dtype.itemsize)}, latents), "
-        f"max context {cfg.max_context}, cap {a.max_running_requests} running, "
+        + f"; KV pool {pages * a.page_size} tokens ({human_bytes(kv.nbytes())}, {a.kv_cache}), "
+        f"{pages // kv.pages_for(cfg.max_context)} requests of the max context {cfg.max_context}, "
+        f"cap {a.max_running_requests} running, "
         f"{a.num_continuous_decode_steps} decode steps per round")
     return engine, cfg
 

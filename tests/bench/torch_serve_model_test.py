@@ -114,8 +114,14 @@ class BatchingTest(unittest.TestCase):
         cls.tokens = g["tokens"].long().tolist()
 
     def test_mixed_step_equals_each_request_alone(self):
+        for mode in KvPool.MODES:
+            with self.subTest(kv_cache=mode):
+                self.check_mixed_step(mode)
+
+    def check_mixed_step(self, mode):
         m, P = self.model, 64
-        kv = KvPool(m.cfg, num_pages=32, page_size=16, rows=4, max_context=128, dtype=torch.float32, device="cpu")
+        kv = KvPool(m.cfg, num_pages=32, page_size=16, rows=4, max_context=128, dtype=torch.float32, device="cpu",
+                    mode=mode)
         a, b, c = kv.acquire(100), kv.acquire(100), kv.acquire(100)
         with torch.inference_mode():
             # a: 64-token prefill; b: 40-token prefill; then one step mixing a 20-token prefill (c)
@@ -129,8 +135,14 @@ class BatchingTest(unittest.TestCase):
         self.assertLess(row_rel_err(mixed, torch.stack(alone)), 1e-5)
 
     def test_engine_runs_golden_prompts_to_golden_tokens_among_others(self):
+        for mode in KvPool.MODES:
+            with self.subTest(kv_cache=mode):
+                self.check_engine(mode)
+
+    def check_engine(self, mode):
         m, P = self.model, 64
-        kv = KvPool(m.cfg, num_pages=40, page_size=16, rows=3, max_context=128, dtype=torch.float32, device="cpu")
+        kv = KvPool(m.cfg, num_pages=40, page_size=16, rows=3, max_context=128, dtype=torch.float32, device="cpu",
+                    mode=mode)
         engine = Engine(m, kv, max_running=3, num_decode_steps=2, max_prefill_tokens=100, attn_chunk_tokens=150)
         finished = []
         engine.on_tokens = lambda events: finished.extend(r for r, _, reason in events if reason)

@@ -204,15 +204,37 @@ class GlmModel:
         freqs = b.positions.float()[:, None] * self.inv_freq[None, :]
         cos, sin = freqs.cos().to(self.dtype), freqs.sin().to(self.dtype)
         slots = kv.slots(b.token_rows, b.positions)
+        plan = self.attention_plan(b, kv, attn_chunk_tokens)
         for l, layer in enumerate(self.layers):
             h = rms_norm(x, layer.input_norm, cfg.rms_eps)
-            x = x + self.attention(l, layer, h, b, kv, slots, cos, sin, attn_chunk_tokens)
+            x = x + self.attention(l, layer, h, kv, slots, plan, cos, sin)
             h = rms_norm(x, layer.post_norm, cfg.rms_eps)
             x = x + (self.mlp(layer, h) if cfg.dense_layers[l] else self.moe(layer, h))
         h = rms_norm(x[b.last_index if logit_rows is None else logit_rows], self.norm, cfg.rms_eps)
         return (h @ self.lm_head.t()).float()
 
-    def attention(self, l, layer, h, b, kv, slots, cos, sin, chunk_tokens):
+    def attention_plan(self, b: StepBatch, kv: KvPool, chunk_tokens: int):
+        """Per step, shared by the layers: (prefills, decode chunks). A prefill is (flat range, its
+        context slots [1, T]); a decode chunk (flat indices [B], context slots [B, T], mask
+        [B, 1, 1, T]) holds requests whose padded context fits chunk_tokens (at least one)."""
+        dev = self.device
+        prefills = [(slice(first, first + length),
+                     kv.slots(torch.tensor(row, device=dev), b.positions[first:first + length])[None])
+                    for first, length, row in b.prefills]
+        chunks, lens, start = [], b.decode_lens, 0
+        while start < len(lens):
+            end, longest = start, 0
+            while end < len(lens) and (end == start or max(longest, lens[end]) * (end + 1 - start) <= chunk_tokens):
+                longest = max(longest, lens[end])
+                end += 1
+            pos = torch.arange(longest, device=dev)
+            mask = pos[None, :] < torch.tensor(lens[start:end], device=dev)[:, None]
+            chunks.append((b.decode_index[start:end], kv.slots(b.decode_rows[start:end, None], pos[None, :]),
+                           mask[:, None, None, :]))
+            start = end
+        return prefills, chunks
+
+    def attention(self, l, layer, h, kv, slots, plan, cos, sin):
         cfg = self.cfg
         n, heads, nope, rope, v_dim = h.shape[0], cfg.heads, cfg.nope, cfg.rope, cfg.v_dim
         q_resid = rms_norm(h @ layer.q_a.t(), layer.q_a_norm, 1e-6)
@@ -227,28 +249,16 @@ class GlmModel:
             k, v = self.expand(layer, latent[None])
             kv.k[l, slots], kv.v[l, slots] = k[0].transpose(0, 1), v[0].transpose(0, 1)
         out = torch.empty(n, heads, v_dim, dtype=h.dtype, device=h.device)
-        for first, length, row in b.prefills:
-            k, v = self.context(l, layer, kv, kv.slots(torch.tensor(row, device=h.device), b.positions[first:first + length])[None])
-            qs = q[first:first + length].transpose(0, 1)[None]  # [1, heads, T, nope + rope]
+        prefills, chunks = plan
+        for rng, ctx_slots in prefills:
+            k, v = self.context(l, layer, kv, ctx_slots)
+            qs = q[rng].transpose(0, 1)[None]  # [1, heads, T, nope + rope]
             o = F.scaled_dot_product_attention(qs, k, v, is_causal=True, scale=cfg.softmax_scale)
-            out[first:first + length] = o[0].transpose(0, 1)
-        if b.decode_lens:
-            lens = b.decode_lens
-            start = 0
-            while start < len(lens):  # chunks of requests whose padded context fits chunk_tokens
-                end, longest = start, 0
-                while end < len(lens) and (end == start or max(longest, lens[end]) * (end + 1 - start) <= chunk_tokens):
-                    longest = max(longest, lens[end])
-                    end += 1
-                pos = torch.arange(longest, device=h.device)
-                rows = b.decode_rows[start:end]
-                k, v = self.context(l, layer, kv, kv.slots(rows[:, None], pos[None, :]))
-                lens_t = torch.tensor(lens[start:end], device=h.device)
-                mask = (pos[None, :] < lens_t[:, None])[:, None, None, :]  # [B, 1, 1, T]
-                idx = b.decode_index[start:end]
-                o = F.scaled_dot_product_attention(q[idx][:, :, None, :], k, v, attn_mask=mask, scale=cfg.softmax_scale)
-                out[idx] = o[:, :, 0, :]
-                start = end
+            out[rng] = o[0].transpose(0, 1)
+        for idx, ctx_slots, mask in chunks:
+            k, v = self.context(l, layer, kv, ctx_slots)
+            o = F.scaled_dot_product_attention(q[idx][:, :, None, :], k, v, attn_mask=mask, scale=cfg.softmax_scale)
+            out[idx] = o[:, :, 0, :]
         return out.view(n, heads * v_dim) @ layer.o.t()
 
     def context(self, l, layer, kv, slots):

@@ -113,15 +113,21 @@ class BatchingTest(unittest.TestCase):
         g = load_file(os.path.join(CASE, "golden.safetensors"))
         cls.tokens = g["tokens"].long().tolist()
 
-    def test_mixed_step_equals_each_request_alone(self):
+    def pool(self, mode, rows, num_pages=40):
+        return KvPool(self.model.cfg, num_pages=num_pages, page_size=16, rows=rows, max_context=128,
+                      dtype=torch.float32, device="cpu", mode=mode)
+
+    def each_kv_mode(self, check):
         for mode in KvPool.MODES:
             with self.subTest(kv_cache=mode):
-                self.check_mixed_step(mode)
+                check(mode)
+
+    def test_mixed_step_equals_each_request_alone(self):
+        self.each_kv_mode(self.check_mixed_step)
 
     def check_mixed_step(self, mode):
         m, P = self.model, 64
-        kv = KvPool(m.cfg, num_pages=32, page_size=16, rows=4, max_context=128, dtype=torch.float32, device="cpu",
-                    mode=mode)
+        kv = self.pool(mode, rows=4)
         a, b, c = kv.acquire(100), kv.acquire(100), kv.acquire(100)
         with torch.inference_mode():
             # a: 64-token prefill; b: 40-token prefill; then one step mixing a 20-token prefill (c)
@@ -135,14 +141,11 @@ class BatchingTest(unittest.TestCase):
         self.assertLess(row_rel_err(mixed, torch.stack(alone)), 1e-5)
 
     def test_engine_runs_golden_prompts_to_golden_tokens_among_others(self):
-        for mode in KvPool.MODES:
-            with self.subTest(kv_cache=mode):
-                self.check_engine(mode)
+        self.each_kv_mode(self.check_engine)
 
     def check_engine(self, mode):
         m, P = self.model, 64
-        kv = KvPool(m.cfg, num_pages=40, page_size=16, rows=3, max_context=128, dtype=torch.float32, device="cpu",
-                    mode=mode)
+        kv = self.pool(mode, rows=3)
         engine = Engine(m, kv, max_running=3, num_decode_steps=2, max_prefill_tokens=100, attn_chunk_tokens=150)
         finished = []
         engine.on_tokens = lambda events: finished.extend(r for r, _, reason in events if reason)
@@ -169,9 +172,7 @@ class BatchingTest(unittest.TestCase):
         self.assertGreater(engine.stats.decode_tokens / engine.stats.decode_steps, 1.5)  # requests did share steps
 
     def test_requests_past_the_dense_attention_limit_are_refused(self):
-        m = self.model
-        kv = KvPool(m.cfg, num_pages=40, page_size=16, rows=3, max_context=128, dtype=torch.float32, device="cpu")
-        engine = Engine(m, kv, max_running=3)
+        engine = Engine(self.model, self.pool("latent", rows=3), max_running=3)
         engine.check(Request(prompt=[2] * 100, max_tokens=29))  # 128 keys: still every key
         for bad in (Request(prompt=[2] * 100, max_tokens=30), Request(prompt=[], max_tokens=3),
                     Request(prompt=[2, 512], max_tokens=3), Request(prompt=[2], max_tokens=0)):

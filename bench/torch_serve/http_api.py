@@ -118,7 +118,7 @@ class Server:
     # -- connections ------------------------------------------------------------------------
     async def serve(self, host: str, port: int, ready=None):
         self.loop = asyncio.get_running_loop()
-        server = await asyncio.start_server(self._connection, host, port, limit=1 << 20)
+        server = await asyncio.start_server(self._connection, host, port, limit=1 << 20, backlog=4096)
         if ready:
             ready(server.sockets[0].getsockname()[1])
         async with server:

@@ -12,4 +12,8 @@ cp /usr/include/httplib.h .carry/include/ 2>/dev/null || true
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
 [ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
 tar czf .carry/flashinfer.tgz -C third_party flashinfer
+# The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).
+if git rev-parse -q --verify c88aec0^{commit} >/dev/null; then
+  git archive --format=tar.gz -o .carry/baseline_c88aec0.tar.gz c88aec0
+fi
 du -sh .carry

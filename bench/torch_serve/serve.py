@@ -106,7 +106,11 @@ def build(a):
     load_s = time.time() - t0
     tokens = kv_pool_tokens(a, cfg, dtype.itemsize, device)
     pages = max(tokens // a.page_size, 1)
-    kv = KvPool(cfg, pages, a.page_size, a.max_running_requests, cfg.max_context, dtype, device, a.kv_cache)
+    try:
+        kv = KvPool(cfg, pages, a.page_size, a.max_running_requests, cfg.max_context, dtype, device, a.kv_cache)
+    except torch.cuda.OutOfMemoryError:
+        raise CheckpointError(f"a KV pool of {pages * a.page_size} tokens does not fit: lower --kv-cache-tokens or "
+                              f"--mem-fraction-static") from None
     engine = Engine(model, kv, a.max_running_requests, a.num_continuous_decode_steps, a.max_prefill_tokens,
                     a.attn_chunk_tokens, a.seed, log)
     weights = torch.cuda.memory_allocated(device) - kv.nbytes() if device.type == "cuda" else 0

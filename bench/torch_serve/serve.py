@@ -145,6 +145,9 @@ def main(argv=None):
     except (CheckpointError, RuntimeError, OSError) as e:
         print(f"torch_serve: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # e.g. a corrupt safetensors header: still one line
+        print(f"torch_serve: {a.model}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     name = a.served_model_name or os.path.basename(os.path.normpath(a.model))
     server = Server(engine, name, a.model)
     try:

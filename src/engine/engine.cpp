@@ -136,15 +136,23 @@ void Engine::log_interval() {
 }
 
 void Engine::loop() {
-  const EventSink sink = [this](uint64_t id, OutputEvent&& ev) {
-    auto it = routes_.find(id);
-    if (it == routes_.end()) return;
-    const bool finished = ev.finished;
-    it->second.channel->push(it->second.index, std::move(ev));
-    if (finished) {
-      routes_.erase(it);
-      --unfinished_;
+  // Events are delivered after the stats are published, so a client that sees its finish
+  // also sees its pages freed in stats().
+  std::vector<std::pair<uint64_t, OutputEvent>> events;
+  const EventSink sink = [&events](uint64_t id, OutputEvent&& ev) { events.emplace_back(id, std::move(ev)); };
+  auto deliver = [&] {
+    publish();
+    for (auto& [id, ev] : events) {
+      auto it = routes_.find(id);
+      if (it == routes_.end()) continue;
+      const Route route = it->second;
+      if (ev.finished) {
+        routes_.erase(it);
+        --unfinished_;
+      }
+      route.channel->push(route.index, std::move(ev));
     }
+    events.clear();
   };
   std::vector<Incoming> incoming;
   std::vector<uint64_t> cancels;
@@ -185,11 +193,15 @@ void Engine::loop() {
     for (uint64_t id : cancels) scheduler_->cancel(id, "cancelled", sink);
     cancels.clear();
     if (abort) scheduler_->cancel_all(abort_why, sink);
-    for (auto& f : flushes) f.set_value(scheduler_->flush_cache());
-    flushes.clear();
+    if (!flushes.empty()) {
+      const int32_t freed = scheduler_->flush_cache();
+      publish();
+      for (auto& f : flushes) f.set_value(freed);
+      flushes.clear();
+    }
     if (stop) {
       scheduler_->cancel_all("the server is shutting down", sink);
-      publish();
+      deliver();
       return;
     }
     if (!failed_ && !scheduler_->idle()) {
@@ -210,7 +222,7 @@ void Engine::loop() {
       }
       log_interval();
     }
-    publish();
+    deliver();
   }
 }
 

@@ -157,6 +157,7 @@ void Engine::loop() {
   std::vector<Incoming> incoming;
   std::vector<uint64_t> cancels;
   std::vector<std::promise<int32_t>> flushes;
+  bool busy_before = false;
   for (;;) {
     bool stop = false, abort = false;
     std::string abort_why;
@@ -205,6 +206,12 @@ void Engine::loop() {
       return;
     }
     if (!failed_ && !scheduler_->idle()) {
+      if (!busy_before) {  // rates in the log cover busy time only
+        last_log_ = std::chrono::steady_clock::now();
+        last_log_stats_ = scheduler_->stats();
+        rounds_since_log_ = 0;
+      }
+      busy_before = true;
       try {
         scheduler_->run_round(sink);
       } catch (const std::exception& e) {
@@ -221,6 +228,8 @@ void Engine::loop() {
         }
       }
       log_interval();
+    } else {
+      busy_before = false;
     }
     deliver();
   }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target for the safetensors header parser (clang, ASan + UBSan) in
-# its own build dir, writes a seed corpus and a JSON dictionary, and fuzzes for a bounded
-# time. Exit status is libFuzzer's: 0 when nothing was found.
+# Builds a libFuzzer target (clang, ASan + UBSan) in its own build dir, writes a seed corpus
+# and a JSON dictionary, and fuzzes for a bounded time. Exit status is libFuzzer's: 0 when
+# nothing was found.
 #
-#   tools/fuzz.sh [SECONDS]          (default 60; FUZZ_BUILD_DIR overrides build-fuzz)
+#   tools/fuzz.sh [SECONDS] [TARGET]   (default 60 s; TARGET safetensors_header (default) or
+#                                       api_request; FUZZ_BUILD_DIR overrides build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+target="${2:-safetensors_header}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 cxx="$(command -v clang++-14 || command -v clang++)"
 cc="$(command -v clang-14 || command -v clang)"
@@ -15,7 +17,52 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DFP4MOE_FUZZ=ON -DFP4MOE_CUDA=OFF -DFP4MOE_TESTS=OFF >/dev/null
 fi
-cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target safetensors_header_fuzz
+cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${target}_fuzz"
+
+if [[ "$target" == api_request ]]; then
+  corpus="$build/corpus/api_request"
+  mkdir -p "$corpus" "$build/artifacts"
+  python3 - "$corpus" "$build/api_request.dict" <<'PY'
+import json, os, sys
+corpus, dict_path = sys.argv[1], sys.argv[2]
+seeds = {
+    0: {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+        {"type": "text", "text": "hi"}]}], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 4,
+        "logprobs": True, "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}, "n": 2,
+        "stop": ["a", "b"], "seed": 3, "max_completion_tokens": 4},
+    1: {"prompt": ["a", "b"], "n": 2, "stop": "x", "logprobs": 3, "min_p": 0.1, "presence_penalty": 1,
+        "frequency_penalty": -1, "repetition_penalty": 1.2, "ignore_eos": True, "stop_token_ids": [1, 2]},
+    2: {"text": "a", "sampling_params": {"max_new_tokens": 3, "top_k": 5, "stop_token_ids": [1], "sampling_seed": 9},
+        "return_logprob": True, "top_logprobs_num": 2, "stream": False},
+    3: {"prompt": "abc", "messages": [{"role": "user", "content": "x"}]},
+    4: {"tokens": [1, 2, 3]},
+}
+for kind, body in seeds.items():
+    with open(os.path.join(corpus, f"seed_{kind}"), "wb") as f:
+        f.write(bytes([kind]) + json.dumps(body).encode())
+    with open(os.path.join(corpus, f"seed_ids_{kind}"), "wb") as f:
+        f.write(bytes([kind]) + b'{"prompt": [[1, 2], [3]], "input_ids": [[4]], "text": ["x", "y"]}')
+keys = ["model", "messages", "role", "content", "type", "text", "prompt", "input_ids", "sampling_params",
+        "max_tokens", "max_new_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "sampling_seed", "stop",
+        "stop_token_ids", "n", "logprobs", "top_logprobs", "top_logprobs_num", "return_logprob", "stream",
+        "stream_options", "include_usage", "ignore_eos", "skip_special_tokens", "echo", "logit_bias", "tokens",
+        "add_generation_prompt", "user", "assistant", "system", "tool"]
+tokens = ['"%s"' % k for k in keys] + ['{', '}', '[', ']', ':', ',', 'null', 'true', 'false', '-1', '0', '1e309',
+                                      '2.5', '18446744073709551616', '9223372036854775807', '\\u0000', '\\ud800']
+with open(dict_path, "w") as f:
+    for t in tokens:
+        f.write('"%s"\n' % t.replace("\\", "\\\\").replace('"', '\\"'))
+PY
+  echo "fuzzing the server's request parsers for ${seconds}s (corpus $corpus)"
+  set +e
+  "$build/bin/api_request_fuzz" "$corpus" -dict="$build/api_request.dict" -max_total_time="$seconds" \
+    -max_len=8192 -print_final_stats=1 -artifact_prefix="$build/artifacts/" 2>&1 | tee "$build/fuzz.log" | tail -25
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo "fuzz result: exit $rc ($( [[ $rc -eq 0 ]] && echo 'no crash, no sanitizer report, no broken invariant' || echo "FAILURE: see $build/artifacts/"))"
+  exit "$rc"
+fi
 
 corpus="$build/corpus/safetensors_header"
 mkdir -p "$corpus" "$build/artifacts"

@@ -109,6 +109,10 @@ class Backend {
   // CPU backend's multi-step); the GPU runner overrides it to keep the K steps on the device.
   virtual void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out);
 
+  // The request left the running batch (finished, aborted or retracted): per-request state
+  // keyed on its id (penalty counts, graph slots) can go. Its pages are already back in the pool.
+  virtual void release_request(uint64_t request_id) {}
+
   void set_moe_observer(MoeObserver* observer) { moe_observer_ = observer; }
 
  protected:

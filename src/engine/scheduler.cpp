@@ -86,6 +86,7 @@ void Scheduler::cache_prefix(Sequence& s) {
 
 void Scheduler::release(Sequence& s) {
   cache_prefix(s);
+  if (!s.pages.empty()) backend_.release_request(s.id);
   pool_.release(s.pages);
   s.pages.clear();
   s.kv_len = 0;

@@ -187,6 +187,8 @@ TEST(Scheduler, MultiStepDecodeStopsEachRequestAtItsOwnLimit) {
   EXPECT_EQ(rows[3], int(stop_at) + 1);
   // One prefill round, then 19 decode tokens in rounds of up to 8 steps.
   EXPECT_EQ(st.rounds, 1 + 3);
+  std::sort(be.released.begin(), be.released.end());
+  EXPECT_EQ(be.released, (std::vector<uint64_t>{1, 2, 3}));  // each told to the backend once, at its end
 }
 
 TEST(Scheduler, CancellationAbortsWaitingAndRunningRequestsAndFreesTheirPages) {
@@ -197,7 +199,7 @@ TEST(Scheduler, CancellationAbortsWaitingAndRunningRequestsAndFreesTheirPages) {
     s.max_new_tokens = 40;
     s.ignore_eos = true;
   }
-  FakeBackend be(fake_options());
+  RecordingBackend be(fake_options());
   be.init_kv(64, 4, 64 + 2, 2);
   Scheduler s(config(4, 64, 2, 64, 1, false), be);
   std::map<uint64_t, std::vector<OutputEvent>> events;
@@ -222,6 +224,7 @@ TEST(Scheduler, CancellationAbortsWaitingAndRunningRequestsAndFreesTheirPages) {
     EXPECT_EQ(events[id].back().abort_message, "client went away");
   }
   EXPECT_EQ(events[1].back().usage.completion_tokens, 2);
+  EXPECT_EQ(be.released, std::vector<uint64_t>{1});  // request 3 never ran
   while (!s.idle()) s.run_round(sink);
   s.check_invariants();
   EXPECT_EQ(s.stats().pages_free, 64);

@@ -42,7 +42,9 @@ class RecordingBackend : public FakeBackend {
       rows.push_back({batch.request_ids[size_t(r)], batch.count(r), batch.start(r), batch.sample[size_t(r)] != 0});
     FakeBackend::step(batch, out);
   }
+  void release_request(uint64_t id) override { released.push_back(id); }
   std::vector<std::vector<StepRow>> steps;
+  std::vector<uint64_t> released;
 };
 
 inline FakeBackendOptions fake_options() {

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -149,6 +150,11 @@ HttpServer::HttpServer(HttpLimits limits) : limits_(limits) {
   });
 }
 
+bool HttpServer::bind(const std::string& host, int port) {
+  if (!bind_to_port(host, port)) return false;
+  return ::listen(svr_sock_, SOMAXCONN) == 0;  // a second listen() resizes the queue
+}
+
 bool HttpServer::client_connected() { return !t_connection || t_connection->peer_alive(); }
 
 void HttpServer::close_after_response() {
@@ -156,6 +162,8 @@ void HttpServer::close_after_response() {
 }
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
+  const int one = 1;  // headers and body go out in separate writes: no Nagle delay between them
+  ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ConnectionStream stream(sock, limits_);
   t_connection = &stream;
   bool ok = false;

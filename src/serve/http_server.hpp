@@ -24,6 +24,9 @@ class HttpServer : public httplib::Server {
  public:
   explicit HttpServer(HttpLimits limits);
   const HttpLimits& limits() const { return limits_; }
+  // bind_to_port with a deep accept queue (the library's is 5: a burst of connections beyond
+  // it waits for the client's 1 s SYN retry).
+  bool bind(const std::string& host, int port);
 
   // For handlers, on their own thread: whether the client is still connected.
   static bool client_connected();

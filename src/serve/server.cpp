@@ -321,7 +321,7 @@ int Server::run() {
   signal(SIGPIPE, SIG_IGN);
 
   routes();
-  if (!http_.bind_to_port(opt_.host, opt_.port)) {
+  if (!http_.bind(opt_.host, opt_.port)) {
     log_warn("cannot listen on {}:{} ({})", opt_.host, opt_.port, std::strerror(errno));
     FP4MOE_FAIL("cannot listen on {}:{}", opt_.host, opt_.port);
   }

@@ -6,16 +6,9 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/units.hpp"
 
 namespace fp4moe::engine {
-
-std::string human_bytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
-}
 
 MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req) {
   FP4MOE_CHECK(req.page_size >= 1 && req.page_size <= 4096, "--page-size must be in [1, 4096] (got {})", req.page_size);

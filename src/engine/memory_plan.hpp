@@ -31,6 +31,4 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req);
 
-std::string human_bytes(int64_t bytes);
-
 }  // namespace fp4moe::engine

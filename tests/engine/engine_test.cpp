@@ -35,12 +35,7 @@ std::map<int32_t, Outcome> collect(OutputChannel& ch, int32_t n, std::chrono::se
 }
 
 RequestSpec spec(int32_t prompt_len, int32_t max_new, uint32_t seed) {
-  std::mt19937 rng(seed);
-  RequestSpec s;
-  s.prompt = random_prompt(rng, prompt_len);
-  s.max_new_tokens = max_new;
-  s.ignore_eos = true;
-  return s;
+  return uniform_requests(1, prompt_len, max_new, seed)[0];
 }
 
 }  // namespace

@@ -98,13 +98,7 @@ TEST(Scheduler, AdmissionRespectsTheRunningCap) {
 
 TEST(Scheduler, AdmissionWaitsForPages) {
   // 10 pages of 4 tokens; each 15-token prompt needs 4 pages (16 positions + the first decode token).
-  std::vector<RequestSpec> specs(3);
-  std::mt19937 rng(1);
-  for (auto& s : specs) {
-    s.prompt = random_prompt(rng, 15);
-    s.max_new_tokens = 8;
-    s.sampling.temperature = 0.0f;
-  }
+  auto specs = uniform_requests(3, 15, 8, 1);
   FakeBackend be(fake_options());
   bool checked = false;
   run_all(config(4, 10, 8, 64, 1, false), specs, be, nullptr, [&](Scheduler& s, int round) {
@@ -152,16 +146,9 @@ TEST(Scheduler, ChunkedPrefillStaysWithinTheBudgetAndRidesWithDecode) {
 }
 
 TEST(Scheduler, MultiStepDecodeStopsEachRequestAtItsOwnLimit) {
-  std::mt19937 rng(9);
-  std::vector<RequestSpec> specs(3);
-  for (auto& s : specs) {
-    s.prompt = random_prompt(rng, 6);
-    s.ignore_eos = true;
-    s.sampling.temperature = 0.0f;
-  }
+  auto specs = uniform_requests(3, 6, 20, 9);
+  for (auto& s : specs) s.sampling.temperature = 0.0f;
   specs[0].max_new_tokens = 3;
-  specs[1].max_new_tokens = 20;
-  specs[2].max_new_tokens = 20;
   const auto free_run = run_alone(specs);
   // Request 3 stops on its 5th token (an id that does not occur earlier in its output).
   const auto& t3 = free_run.at(3).tokens;
@@ -192,13 +179,7 @@ TEST(Scheduler, MultiStepDecodeStopsEachRequestAtItsOwnLimit) {
 }
 
 TEST(Scheduler, CancellationAbortsWaitingAndRunningRequestsAndFreesTheirPages) {
-  std::mt19937 rng(11);
-  std::vector<RequestSpec> specs(3);
-  for (auto& s : specs) {
-    s.prompt = random_prompt(rng, 9);
-    s.max_new_tokens = 40;
-    s.ignore_eos = true;
-  }
+  const auto specs = uniform_requests(3, 9, 40, 11);
   RecordingBackend be(fake_options());
   be.init_kv(64, 4, 64 + 2, 2);
   Scheduler s(config(4, 64, 2, 64, 1, false), be);
@@ -270,13 +251,7 @@ TEST(Scheduler, PrefixReuseSkipsCachedPagesAndKeepsOutputs) {
 
 TEST(Scheduler, RetractionRequeuesTheNewestAndItProducesTheSameTokens) {
   // 12 pages of 2 tokens: two requests of 4 + 18 tokens each fit alone, not together.
-  std::mt19937 rng(17);
-  std::vector<RequestSpec> specs(2);
-  for (auto& s : specs) {
-    s.prompt = random_prompt(rng, 4);
-    s.max_new_tokens = 18;
-    s.ignore_eos = true;
-  }
+  auto specs = uniform_requests(2, 4, 18, 17);
   specs[1].sampling.temperature = 0.9f;
   specs[1].sampling.seed = 77;
   specs[1].sampling.has_seed = true;

@@ -124,4 +124,16 @@ inline std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t n) {
   return p;
 }
 
+// n requests of random prompt_len-token prompts, max_new tokens each, EOS ignored.
+inline std::vector<RequestSpec> uniform_requests(int32_t n, int32_t prompt_len, int32_t max_new, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<RequestSpec> specs(static_cast<size_t>(n));
+  for (auto& s : specs) {
+    s.prompt = random_prompt(rng, prompt_len);
+    s.max_new_tokens = max_new;
+    s.ignore_eos = true;
+  }
+  return specs;
+}
+
 }  // namespace fp4moe::engine::testing

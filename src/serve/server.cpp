@@ -214,8 +214,9 @@ void Server::routes() {
   });
   http_.Get("/health_generate", [this](const Request&, Response& res) { health_generate(res); });
   http_.Get("/metrics", [this](const Request&, Response& res) {
-    const bool up = state_ == State::kReady && engine_ && !engine_->failed();
-    const engine::EngineStats st = engine_ ? engine_->stats() : engine::EngineStats{};
+    const bool loaded = loaded_.load();  // set once engine_ is
+    const bool up = loaded && state_ == State::kReady && !engine_->failed();
+    const engine::EngineStats st = loaded ? engine_->stats() : engine::EngineStats{};
     res.set_content(metrics_.render(st, up), "text/plain; version=0.0.4");
   });
   http_.Get("/v1/models", [this](const Request&, Response& res) {
@@ -293,7 +294,7 @@ void Server::routes() {
 
 void Server::graceful_shutdown() {
   const State was = state_.exchange(State::kDraining);
-  if (engine_ && was == State::kReady) {
+  if (loaded_ && was == State::kReady) {
     engine_->stop_accepting();
     const auto st = engine_->stats();
     log_info("shutting down: {} running, {} queued; waiting up to {} s", st.running, st.queued,
@@ -336,7 +337,9 @@ int Server::run() {
   int rc = 0;
   try {
     load();
-    state_ = State::kReady;
+    loaded_ = true;
+    State loading = State::kLoading;  // a SIGTERM during loading keeps it draining
+    state_.compare_exchange_strong(loading, State::kReady);
   } catch (const std::exception& e) {
     load_error_ = e.what();
     state_ = State::kFailed;

@@ -91,6 +91,7 @@ class Server {
   int32_t context_length_ = 0;
   int32_t max_request_tokens_ = 0;  // min(context, KV pool)
   std::atomic<State> state_{State::kLoading};
+  std::atomic<bool> loaded_{false};
   std::atomic<int> active_calls_{0};
   std::string load_error_;
 };

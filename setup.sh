@@ -13,6 +13,8 @@ APT_PACKAGES=(
   "nlohmann-json3-dev=3.11.2-2"
   "libcli11-dev=2.1.2+ds-1"
   "libfmt-dev=9.1.0+ds1-2"
+  "libpcre2-dev=10.42-1+deb12u2"
+  "libutf8proc-dev=2.8.0-1"
   "clang-14"
   "libclang-rt-14-dev"
   "libcpp-httplib-dev=0.11.4+ds-1+deb12u1"

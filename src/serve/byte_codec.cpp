@@ -41,7 +41,7 @@ class ByteCodec : public TextCodec {
   std::string name() const override { return "byte-level stand-in"; }
   int32_t vocab_size() const override { return 256 + int32_t(kSpecials.size()); }
   std::vector<int32_t> eos_ids() const override { return {kEos}; }
-  std::vector<int32_t> encode(std::string_view text) const override {
+  std::vector<int32_t> encode(std::string_view text, bool) const override {
     std::vector<int32_t> ids;
     ids.reserve(text.size());
     for (size_t i = 0; i < text.size();) {
@@ -74,6 +74,7 @@ class ByteCodec : public TextCodec {
   std::unique_ptr<StreamDecoder> stream_decoder(bool skip_special) const override {
     return std::make_unique<ByteStreamDecoder>(skip_special);
   }
+  bool has_chat_template() const override { return true; }
   std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt) const override {
     std::string out;
     for (const auto& m : messages)

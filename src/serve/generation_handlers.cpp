@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "serve/server_impl.hpp"
 
@@ -60,9 +61,15 @@ void Server::handle_generation(ApiKind kind, const httplib::Request& req, httpli
   // Prompts -> token ids, checked against the vocabulary and the context.
   std::vector<std::vector<int32_t>> prompts;
   if (kind == ApiKind::kChat) {
-    prompts.push_back(codec_->encode(codec_->render_chat(r.messages, r.add_generation_prompt)));
+    std::string text;
+    try {
+      text = codec_->render_chat(r.messages, r.add_generation_prompt);
+    } catch (const Error& e) {  // the template refused the conversation (raise_exception), or there is none
+      return send_error(res, {400, e.what(), "invalid_request_error", "messages", ""});
+    }
+    prompts.push_back(codec_->encode(text, false));
   } else {
-    for (const PromptInput& p : r.prompts) prompts.push_back(p.is_ids ? p.ids : codec_->encode(p.text));
+    for (const PromptInput& p : r.prompts) prompts.push_back(p.is_ids ? p.ids : codec_->encode(p.text, true));
   }
   const int32_t vocab = codec_->vocab_size();
   const char* prompt_param = kind == ApiKind::kChat ? "messages" : kind == ApiKind::kGenerate ? "input_ids" : "prompt";

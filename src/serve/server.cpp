@@ -83,7 +83,8 @@ void Server::load() {
   FP4MOE_CHECK(opt_.max_queued_requests >= -1, "--max-queued-requests must be >= 0 (got {})", opt_.max_queued_requests);
   FP4MOE_CHECK(opt_.context_length >= 0, "--context-length must be positive (got {})", opt_.context_length);
   FP4MOE_CHECK(opt_.backend == "fake" || !opt_.model.empty(), "--model DIR is required (except with --backend fake)");
-  codec_ = make_byte_codec();
+  // The model folder's tokenizer; the fake backend without a folder uses the byte stand-in.
+  codec_ = opt_.model.empty() ? make_byte_codec() : make_hf_text_codec(opt_.model);
   backend_ = make_backend(opt_, *codec_);
   backend_info_ = backend_->info();
   engine::MemoryPlanRequest mr;
@@ -270,8 +271,13 @@ void Server::routes() {
     auto parsed = parse_tokenize_request(req.body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
     const TokenizeRequest& t = std::get<TokenizeRequest>(parsed);
-    const auto ids =
-        codec_->encode(t.messages.is_null() ? t.text : codec_->render_chat(t.messages, t.add_generation_prompt));
+    std::vector<int32_t> ids;
+    try {
+      ids = t.messages.is_null() ? codec_->encode(t.text, true)
+                                 : codec_->encode(codec_->render_chat(t.messages, t.add_generation_prompt), false);
+    } catch (const Error& e) {
+      return send_error(res, {400, e.what(), "invalid_request_error", "messages", ""});
+    }
     send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context_length_}});
   });
   http_.Post("/detokenize", [this](const Request& req, Response& res) {

@@ -105,7 +105,7 @@ TEST(ChoiceOutput, MultiByteCharactersAreNeverSplit) {
 
 TEST(ByteCodec, EncodesSpecialsDecodesAndRendersChat) {
   auto codec = make_byte_codec();
-  EXPECT_EQ(codec->encode("a<|user|>b"), (std::vector<int32_t>{'a', 258, 'b'}));
+  EXPECT_EQ(codec->encode("a<|user|>b", true), (std::vector<int32_t>{'a', 258, 'b'}));
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256, 'b'}, true), "ab");
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256}, false), "a<|endoftext|>");
   nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});

@@ -528,6 +528,59 @@ class MainServer(unittest.TestCase):
         self.assertEqual(m["fp4moe_healthy"], 1)
 
 
+class RealTokenizer(unittest.TestCase):
+    """The fake model behind a real tokenizer folder (text/: tokenizer.json BPE, chat template)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import shutil
+        import tempfile
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "data")
+        cls.dir = tempfile.mkdtemp(prefix="fp4moe_serve_tok_")
+        for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(os.path.join(data, "glm_style", f), cls.dir)
+        shutil.copy(os.path.join(data, "templates", "glm_style.jinja"), os.path.join(cls.dir, "chat_template.jinja"))
+        cls.server = ServerProcess("--model", cls.dir, "--fake-eos-period", "0")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        rc = cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"server exit code {rc}"
+
+    def test_chat_and_tokenize_through_the_real_tokenizer(self):
+        name = os.path.basename(self.dir)
+        self.assertEqual([m.id for m in self.client.models.list().data], [name])
+        msgs = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Hello, world! \u00e9\u4e2d"}]
+        status, tok = self.server.json("POST", "/tokenize", {"messages": msgs})
+        self.assertEqual(status, 200)
+        status, detok = self.server.json("POST", "/detokenize", {"tokens": tok["tokens"]})
+        self.assertIn("<|user|>", detok["text"])
+        self.assertIn("Hello, world! \u00e9\u4e2d", detok["text"])
+        r = self.client.chat.completions.create(model=name, messages=msgs, max_tokens=40, temperature=0)
+        self.assertEqual(r.usage.prompt_tokens, tok["count"])
+        self.assertEqual(r.usage.completion_tokens, 40)
+        streamed = "".join(c.choices[0].delta.content or "" for c in self.client.chat.completions.create(
+            model=name, messages=msgs, max_tokens=40, temperature=0, stream=True) if c.choices)
+        self.assertEqual(streamed, r.choices[0].message.content)
+        status, g = self.server.json("POST", "/generate", {"input_ids": tok["tokens"], "sampling_params": {
+            "max_new_tokens": 40, "temperature": 0}})
+        status, d = self.server.json("POST", "/detokenize", {"tokens": g["output_ids"]})
+        self.assertEqual(g["text"], d["text"])
+        status, t = self.server.json("POST", "/tokenize", {"prompt": "Hello, world!"})
+        status, back = self.server.json("POST", "/detokenize", {"tokens": t["tokens"]})
+        self.assertEqual(back["text"], "Hello, world!")
+
+    def test_a_missing_model_folder_is_one_line_and_exit_1(self):
+        p = subprocess.run([BINARY, "serve", "--backend", "fake", "--model", "/nonexistent/dir", "--port",
+                            str(free_port())], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("tokenizer.json", p.stderr)
+
+
 class TinyKvPool(unittest.TestCase):
     """A 128-token KV pool: concurrent requests cannot all fit, the newest are retracted."""
 

@@ -3,7 +3,8 @@
 # NVFP4 checkpoint (ModelOpt layout), describe it, and run one MoE layer's forward pass.
 #   ./demo.sh              uses build/bin/fp4moe (./setup.sh builds it) and /tmp/fp4moe-demo
 # Environment: BUILD_DIR (default build), FP4MOE_DEMO_DIR (default /tmp/fp4moe-demo),
-#              PRESET (glm5-tiny, default; glm5-layer = GLM-5's real MoE dims, ~5.6 GB on disk).
+#              PRESET (glm5-tiny, default; glm5-tiny-shared, deepseek-v3-tiny; glm5-layer = GLM-5's
+#              real dims, 1 dense + 1 MoE layer, ~10 GB on disk).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=${BUILD_DIR:-build}/bin/fp4moe

@@ -1,4 +1,5 @@
-// fp4moe quantize IN_DIR OUT_DIR [--format nvfp4|mxfp4] [--exclude GLOB ...]
+// fp4moe quantize IN_DIR OUT_DIR [--format nvfp4|mxfp4] [--exclude GLOB ...] [--only GLOB ...]
+//                 [--input-amax A]
 //
 // Turns a BF16/F16/F32 Hugging Face checkpoint into a weight-only ModelOpt-layout NVFP4
 // (or MXFP4) checkpoint:
@@ -15,6 +16,12 @@
 // a tensor's FP32 copy is the largest buffer held. Configs: hf_quant_config.json and
 // config.json's quantization_config (quant_algo W4A16_NVFP4 / W4A16_MXFP4, no activation
 // scales); other files of IN_DIR (tokenizer, generation config, ...) are copied.
+//
+// --only GLOB restricts quantization to the matching modules (e.g. '*.mlp.experts.*', the
+// routed experts, as NVIDIA's NVFP4 checkpoints of GLM-5 / DeepSeek-V3 do). --input-amax A
+// (NVFP4 only) also writes `<module>.input_scale` F32 [] = A / (6 * 448) for every quantized
+// linear and declares W4A4 (quant_algo NVFP4), the layout of NVIDIA's checkpoints; the value
+// is nominal, not calibrated (this tool runs no forward pass).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/modelopt_config.hpp"
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -51,6 +59,8 @@ struct QuantizeOptions {
   std::string in_dir, out_dir;
   std::string format = "nvfp4";
   std::vector<std::string> exclude;
+  std::vector<std::string> only;  // if not empty: quantize only modules matching one of these
+  float input_amax = 0.0f;        // > 0: write input_scale = input_amax / (6 * 448), declare W4A4
   int threads = 0;
 };
 
@@ -158,8 +168,9 @@ std::string fusion_key(const std::string& module) {
   return it == kFamily.end() ? "" : parent + "|" + it->second;
 }
 
-// Why a tensor is not quantized ("" = quantize it).
-std::string skip_reason(const TensorInfo& t, const QuantConfig& excludes, int block) {
+// Why a tensor is not quantized ("" = quantize it). `only`: when not empty, a module must
+// match one of its globs.
+std::string skip_reason(const TensorInfo& t, const QuantConfig& excludes, const QuantConfig& only, int block) {
   const std::string& name = t.name;
   if (name.size() <= 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return "not a weight";
   if (t.shape.size() != 2) return "not 2-D";
@@ -170,6 +181,7 @@ std::string skip_reason(const TensorInfo& t, const QuantConfig& excludes, int bl
   if (leaf.find("norm") != std::string::npos) return "norm";
   if (leaf == "gate" || leaf == "router" || leaf == "shared_expert_gate") return "router gate";
   if (excludes.is_ignored(module) || excludes.is_ignored(name)) return "excluded";
+  if (!only.ignore.empty() && !only.is_ignored(module)) return "not matched by --only";
   if (t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F32)
     return fmt::format("dtype {}", dtype_name(t.dtype));
   if (t.shape[1] % block != 0) return fmt::format("K = {} is not a multiple of {}", t.shape[1], block);
@@ -219,27 +231,10 @@ InputCheckpoint open_input(const fs::path& dir) {
 }
 
 // hf_quant_config.json as ModelOpt writes it, and its config.json quantization_config
-// (convert_hf_quant_config_format: weights-only config group, "ignore", quant_method).
-void write_quant_configs(const fs::path& out, json config, const std::string& algo, int block,
-                         const std::vector<std::string>& exclude_modules) {
-  const json producer = {{"name", "fp4moe"}, {"version", FP4MOE_VERSION}};
-  const json hf_quant = {{"producer", producer},
-                         {"quantization",
-                          {{"quant_algo", algo},
-                           {"kv_cache_quant_algo", nullptr},
-                           {"group_size", block},
-                           {"exclude_modules", exclude_modules}}}};
-  write_json(out / "hf_quant_config.json", hf_quant);
-  config["quantization_config"] = {
-      {"config_groups",
-       {{"group_0",
-         {{"weights", {{"dynamic", false}, {"num_bits", 4}, {"type", "float"}, {"group_size", block}}},
-          {"targets", json::array({"Linear"})}}}}},
-      {"ignore", exclude_modules},
-      {"quant_algo", algo},
-      {"group_size", block},
-      {"producer", producer},
-      {"quant_method", "modelopt"}};
+// (convert_hf_quant_config_format: config group, "ignore", quant_method).
+void write_quant_configs(const fs::path& out, json config, const ModelOptQuant& q) {
+  write_json(out / "hf_quant_config.json", modelopt_hf_quant_config(q));
+  config["quantization_config"] = modelopt_quantization_config(q);
   write_json(out / "config.json", config);
 }
 
@@ -264,8 +259,13 @@ int run_quantize(const QuantizeOptions& o) {
     FP4MOE_CHECK(!ec, "{}: cannot create: {}", out_dir.string(), ec.message());
   }
 
-  QuantConfig excludes;
+  QuantConfig excludes, only;
   excludes.ignore = o.exclude;
+  only.ignore = o.only;
+  const bool act_quant = o.input_amax > 0.0f;
+  FP4MOE_CHECK(!act_quant || format == Fp4Format::NVFP4, "--input-amax applies to --format nvfp4 only");
+  FP4MOE_CHECK(o.input_amax >= 0.0f && std::isfinite(o.input_amax), "--input-amax {} is not a finite positive number",
+               o.input_amax);
 
   // Plan: which tensors to quantize, and the fused groups that share a global scale.
   struct Planned {
@@ -278,7 +278,7 @@ int run_quantize(const QuantizeOptions& o) {
   int64_t n_quant = 0;
   for (const auto& f : in.shards)
     for (const TensorInfo& t : f->tensors()) {
-      const std::string why = skip_reason(t, excludes, block);
+      const std::string why = skip_reason(t, excludes, only, block);
       const bool is_linear_weight = t.shape.size() == 2 && t.name.size() > 7 &&
                                     t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       if (!why.empty()) {
@@ -295,7 +295,8 @@ int run_quantize(const QuantizeOptions& o) {
         if (!key.empty()) fused[key].push_back({f.get(), &t});
       }
     }
-  FP4MOE_CHECK(n_quant > 0, "{}: no 2-D BF16/F16/F32 linear weight to quantize", in_dir.string());
+  FP4MOE_CHECK(n_quant > 0, "{}: no 2-D BF16/F16/F32 linear weight to quantize{}", in_dir.string(),
+               o.only.empty() ? "" : " (matched by --only)");
 
   // Shared global scales: one pass over the fused groups' weights for their amax.
   std::map<std::string, float> shared_gs;  // tensor name -> weight_scale_2
@@ -325,7 +326,7 @@ int run_quantize(const QuantizeOptions& o) {
     };
     for (const TensorInfo& t : f.tensors()) {
       total_in += t.nbytes();
-      if (!skip_reason(t, excludes, block).empty()) {
+      if (!skip_reason(t, excludes, only, block).empty()) {
         add(t.name, t.dtype, t.shape, f.bytes(t));
         release_pages(f.bytes(t));
         ++n_copied;
@@ -362,6 +363,11 @@ int run_quantize(const QuantizeOptions& o) {
         const float g = *gs;
         add(module + ".weight_scale_2", DType::F32, {},
             std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&g), 4));
+        if (act_quant) {
+          const float is = nvfp4_global_scale_from_amax(o.input_amax);
+          add(module + ".input_scale", DType::F32, {},
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&is), 4));
+        }
       }
     }
     w.finish();
@@ -369,9 +375,10 @@ int run_quantize(const QuantizeOptions& o) {
   }
 
   // Configs, index, and the folder's other files.
-  const std::string algo = format == Fp4Format::NVFP4 ? "W4A16_NVFP4" : "W4A16_MXFP4";
-  write_quant_configs(out_dir, in.config, algo, block,
-                      std::vector<std::string>(exclude_modules.begin(), exclude_modules.end()));
+  const std::string algo = format == Fp4Format::NVFP4 ? (act_quant ? "NVFP4" : "W4A16_NVFP4") : "W4A16_MXFP4";
+  write_quant_configs(out_dir, in.config,
+                      {algo, block, act_quant, std::vector<std::string>(exclude_modules.begin(), exclude_modules.end()),
+                       {{"name", "fp4moe"}, {"version", FP4MOE_VERSION}}});
   if (in.sharded)
     write_json(out_dir / "model.safetensors.index.json",
                {{"metadata", {{"total_size", total_out}}}, {"weight_map", weight_map}});
@@ -406,12 +413,19 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--exclude", o->exclude,
                  "Module name or glob ('*', '?'; 're:' for a regex) to keep unquantized; repeatable");
+  app.add_option("--only", o->only,
+                 "Quantize only modules matching this glob (e.g. '*.mlp.experts.*': the routed experts, as "
+                 "NVIDIA's NVFP4 checkpoints); repeatable; default: every eligible linear");
+  app.add_option("--input-amax", o->input_amax,
+                 "NVFP4: also write input_scale = A / (6*448) per quantized linear and declare W4A4 "
+                 "(quant_algo NVFP4); nominal, not calibrated")
+      ->check(CLI::PositiveNumber);
   app.add_option("--threads", o->threads, "Worker threads (default: FP4MOE_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);
   run = [o] { return run_quantize(*o); };
 }
 
-const Registrar kRegistrar{"quantize", "Quantize a BF16/F32 checkpoint to ModelOpt-layout NVFP4 or MXFP4 (weight-only)",
+const Registrar kRegistrar{"quantize", "Quantize a BF16/F32 checkpoint to ModelOpt-layout NVFP4 or MXFP4",
                            setup};
 
 }  // namespace

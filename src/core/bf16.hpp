@@ -1,8 +1,10 @@
-// bfloat16 <-> float on the host, round to nearest even (NaN stays NaN).
+// bfloat16 <-> float on the host, round to nearest even (NaN stays NaN), and `bfloat16`,
+// a 2-byte value type for BF16 data (new code uses it instead of raw uint16_t bits).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace fp4moe {
 
@@ -22,5 +24,22 @@ inline uint16_t float_to_bf16(float f) {
 }
 
 inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+// One BF16 value: the upper 16 bits of an IEEE float32. Conversions are explicit.
+struct bfloat16 {
+  uint16_t bits = 0;
+
+  bfloat16() = default;
+  explicit bfloat16(float f) : bits(float_to_bf16(f)) {}
+  static constexpr bfloat16 from_bits(uint16_t b) {
+    bfloat16 h;
+    h.bits = b;
+    return h;
+  }
+  explicit operator float() const { return bf16_to_float(bits); }
+  float to_float() const { return bf16_to_float(bits); }
+  friend bool operator==(bfloat16 a, bfloat16 b) { return a.bits == b.bits; }
+};
+static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 
 }  // namespace fp4moe

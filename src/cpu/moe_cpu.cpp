@@ -43,7 +43,15 @@ void validate_stack(const ExpertStack& s, const char* what, int64_t experts, int
                experts, n, k);
   FP4MOE_CHECK(k % 16 == 0, "{}: reduction dim {} is not a multiple of 16", what, k);
   const size_t enk = size_t(experts * n * k);
-  if (s.is_fp4()) {
+  if (s.is_view()) {
+    FP4MOE_CHECK(s.parts >= 1 && n % s.parts == 0 && s.views.size() == size_t(experts * s.parts),
+                 "{}: {} part views for {} experts of {} parts", what, s.views.size(), experts, s.parts);
+    for (const ExpertStack::PartView& v : s.views)
+      FP4MOE_CHECK(s.is_fp4() ? (v.packed && v.scales) : v.bf16 != nullptr, "{}: a part view has no data", what);
+    if (s.is_fp4())
+      FP4MOE_CHECK(k % s.block() == 0, "{}: reduction dim {} is not a multiple of the {} block {}", what, k,
+                   weight_format_name(s.format), s.block());
+  } else if (s.is_fp4()) {
     FP4MOE_CHECK(k % s.block() == 0, "{}: reduction dim {} is not a multiple of the {} block {}", what,
                  k, weight_format_name(s.format), s.block());
     FP4MOE_CHECK(s.packed.size() == enk / 2 && s.scales.size() == enk / size_t(s.block()) &&
@@ -74,10 +82,52 @@ void validate_layer(const MoeLayerWeights& w) {
   }
 }
 
+// Scale tables of expert e: one per part in view mode (each part has its own global
+// scale), else one for the whole expert.
+struct ExpertTables {
+  cpu::ScaleTable t[2];
+};
+ExpertTables tables_for(const ExpertStack& s, int64_t e) {
+  ExpertTables out{};
+  if (!s.is_fp4()) return out;
+  FP4MOE_CHECK(s.parts <= 2, "expert stacks of {} parts are not supported", s.parts);
+  for (int64_t p = 0; p < (s.is_view() ? s.parts : 1); ++p)
+    out.t[p] = cpu::make_scale_table(s.fp4_format(), s.is_view() ? s.views[size_t(e * s.parts + p)].global_scale
+                                                                  : s.global_scale[size_t(e)]);
+  return out;
+}
+
 // Calls f(make_row) with a typed row maker for expert e of the stack (one format dispatch).
 template <class F>
-void with_rows(const ExpertStack& s, int64_t e, const float* table, F&& f) {
+void with_rows(const ExpertStack& s, int64_t e, const ExpertTables& tables, F&& f) {
   const int64_t n = s.n, k = s.k;
+  if (s.is_view()) {
+    const int64_t part_rows = n / s.parts;
+    const ExpertStack::PartView* v = s.views.data() + e * s.parts;
+    auto locate = [v, part_rows](int64_t r) { return std::pair<int64_t, int64_t>(r / part_rows, r % part_rows); };
+    switch (s.format) {
+      case WeightFormat::NVFP4:
+        f([&, locate, k](int64_t r) {
+          const auto [p, row] = locate(r);
+          return cpu::Fp4Row<16>{v[p].packed + row * (k / 2), v[p].scales + row * (k / 16), tables.t[p].data()};
+        });
+        break;
+      case WeightFormat::MXFP4:
+        f([&, locate, k](int64_t r) {
+          const auto [p, row] = locate(r);
+          return cpu::Fp4Row<32>{v[p].packed + row * (k / 2), v[p].scales + row * (k / 32), tables.t[p].data()};
+        });
+        break;
+      case WeightFormat::BF16:
+        f([&, locate, k](int64_t r) {
+          const auto [p, row] = locate(r);
+          return cpu::Bf16Row{v[p].bf16 + row * k};
+        });
+        break;
+    }
+    return;
+  }
+  const float* table = tables.t[0].data();
   switch (s.format) {
     case WeightFormat::NVFP4:
       f([&, n, k](int64_t r) {
@@ -97,11 +147,6 @@ void with_rows(const ExpertStack& s, int64_t e, const float* table, F&& f) {
   }
 }
 
-cpu::ScaleTable table_for(const ExpertStack& s, int64_t e) {
-  if (!s.is_fp4()) return {};
-  return cpu::make_scale_table(s.fp4_format(), s.global_scale[size_t(e)]);
-}
-
 // One expert's share of a token chunk: its tokens, their routing weights and its h rows.
 struct ExpertWork {
   const ExpertStack* w13 = nullptr;
@@ -112,14 +157,14 @@ struct ExpertWork {
   const float* weights = nullptr;   // [m] routing weights; nullptr = 1 (shared expert)
   int64_t m = 0;
   float* h = nullptr;               // [m, inter] SiLU(gate)·up
-  cpu::ScaleTable table13, table2;
+  ExpertTables table13, table2;
 };
 
 inline float silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 // h[j, i] = SiLU(x_j · gate_i) · (x_j · up_i) for gate rows [i0, i1) of one expert.
 void gate_up_rows(const ExpertWork& w, const float* x, int64_t hidden, int64_t i0, int64_t i1, bool bf16) {
-  with_rows(*w.w13, w.expert, w.table13.data(), [&](auto make_row) {
+  with_rows(*w.w13, w.expert, w.table13, [&](auto make_row) {
     const float* xp[cpu::kMaxTokenTile];
     float g[cpu::kMaxTokenTile], u[cpu::kMaxTokenTile];
     for (int64_t t0 = 0; t0 < w.m; t0 += cpu::kMaxTokenTile) {
@@ -139,7 +184,7 @@ void gate_up_rows(const ExpertWork& w, const float* x, int64_t hidden, int64_t i
 
 // out[t_j, r] += weight_j * (h_j · down_r) for output columns [r0, r1) of one expert.
 void down_rows(const ExpertWork& w, float* out, int64_t hidden, int64_t r0, int64_t r1) {
-  with_rows(*w.w2, w.expert, w.table2.data(), [&](auto make_row) {
+  with_rows(*w.w2, w.expert, w.table2, [&](auto make_row) {
     const float* hp[cpu::kMaxTokenTile];
     float y[cpu::kMaxTokenTile];
     for (int64_t t0 = 0; t0 < w.m; t0 += cpu::kMaxTokenTile) {
@@ -331,8 +376,8 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
       ew.weights = wts.data() + offset[e];
       ew.m = counts[e];
       ew.h = hbuf.data() + offset[e] * c.inter;
-      ew.table13 = table_for(w.w13, e);
-      ew.table2 = table_for(w.w2, e);
+      ew.table13 = tables_for(w.w13, e);
+      ew.table2 = tables_for(w.w2, e);
       work.push_back(ew);
     }
     if (has_shared) {
@@ -343,8 +388,8 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
       ew.tokens = iota_tokens.data();
       ew.m = tc;
       ew.h = hbuf.data() + tc * K * c.inter;
-      ew.table13 = table_for(*w.shared_w13, 0);
-      ew.table2 = table_for(*w.shared_w2, 0);
+      ew.table13 = tables_for(*w.shared_w13, 0);
+      ew.table2 = tables_for(*w.shared_w2, 0);
       work.push_back(ew);
     }
 

@@ -102,17 +102,6 @@ std::vector<float> to_float(const TensorInfo& t, std::span<const uint8_t> b) {
   return out;
 }
 
-// One linear layer of one expert as found in the files.
-struct LinearRef {
-  std::string prefix;
-  TensorGroupFormat format = TensorGroupFormat::Other;
-  const TensorInfo* weight = nullptr;  // packed (FP4) or dense (BF16/F32)
-  const TensorInfo* scales = nullptr;
-  const SafetensorsFile* wfile = nullptr;
-  const SafetensorsFile* sfile = nullptr;
-  float global = 1.0f;  // NVFP4 weight_scale_2 (compressed: reciprocal of weight_global_scale)
-};
-
 WeightFormat weight_format_of(TensorGroupFormat f) {
   switch (f) {
     case TensorGroupFormat::ModelOptNVFP4:
@@ -333,13 +322,11 @@ std::vector<TensorGroup> Checkpoint::groups() const {
   return out;
 }
 
-// ---- MoE layer -------------------------------------------------------------------------
+// ---- linear layers and the MoE layer ----------------------------------------------------
 
-namespace {
-
-// Finds and validates one expert linear of n rows and k columns.
-LinearRef find_linear(const Checkpoint& ck, const std::string& prefix, int64_t n, int64_t k) {
-  LinearRef r;
+LinearTensors Checkpoint::find_linear(const std::string& prefix, int64_t n, int64_t k) const {
+  const Checkpoint& ck = *this;
+  LinearTensors r;
   r.prefix = prefix;
   const SafetensorsFile* f = nullptr;
   auto get = [&](const char* part, const SafetensorsFile** file) { return ck.find(prefix + "." + part, file); };
@@ -350,6 +337,7 @@ LinearRef find_linear(const Checkpoint& ck, const std::string& prefix, int64_t n
   auto global_of = [&](const char* part, bool reciprocal) {
     const TensorInfo* g = get(part, &f);
     FP4MOE_CHECK(g != nullptr, "{}: missing tensor '{}.{}'", ck.dir(), prefix, part);
+    r.names.push_back(g->name);
     FP4MOE_CHECK(is_scalar_f32(*g), "{}: tensor '{}' must be one F32 value, is {} {}", ck.dir(), g->name,
                  dtype_name(g->dtype), shape_str(g->shape));
     const float v = read_f32(f->bytes(*g));
@@ -382,6 +370,7 @@ LinearRef find_linear(const Checkpoint& ck, const std::string& prefix, int64_t n
     FP4MOE_FAIL("{}: missing tensor '{}.weight'", ck.dir(), prefix);
   }
 
+  r.names.push_back(r.weight->name);
   if (r.format == TensorGroupFormat::BF16 || r.format == TensorGroupFormat::F32) {
     expect_shape(r.weight, {n, k});
     return r;
@@ -404,10 +393,25 @@ LinearRef find_linear(const Checkpoint& ck, const std::string& prefix, int64_t n
                  dtype_name(r.scales->dtype));
   }
   expect_shape(r.scales, {n, k / block});
+  r.names.push_back(r.scales->name);
   if (r.format == TensorGroupFormat::ModelOptNVFP4) r.global = global_of("weight_scale_2", false);
   if (r.format == TensorGroupFormat::CompressedNVFP4) r.global = global_of("weight_global_scale", true);
+  // W4A4 activation scales (optional); compressed-tensors' weight_shape is [n, k] when present.
+  if (r.format == TensorGroupFormat::ModelOptNVFP4 && get("input_scale", &f))
+    r.input_scale = global_of("input_scale", false);
+  if (r.format == TensorGroupFormat::CompressedNVFP4 && get("input_global_scale", &f))
+    r.input_scale = global_of("input_global_scale", true);
+  if (const TensorInfo* ws = get("weight_shape", &f)) {
+    const auto b = f->bytes(*ws);
+    int64_t dims[2] = {0, 0};
+    if (ws->dtype == DType::I64 && ws->numel() == 2) std::memcpy(dims, b.data(), 16);
+    FP4MOE_CHECK(dims[0] == n && dims[1] == k, "{}: tensor '{}' does not say [{}, {}]", ck.dir(), ws->name, n, k);
+    r.names.push_back(ws->name);
+  }
   return r;
 }
+
+namespace {
 
 // Stacks experts; each expert's matrix is its `parts` (gate then up, or down alone) on
 // top of each other, every part [n_part, k]. NVFP4 parts with different global scales
@@ -417,12 +421,12 @@ ExpertStack stack_experts(const Checkpoint& ck, const std::vector<std::vector<st
                           int64_t n_part, int64_t k, const std::string& what, int64_t* rescaled_experts) {
   const int64_t E = int64_t(prefixes.size());
   const int64_t parts = int64_t(prefixes[0].size());
-  std::vector<std::vector<LinearRef>> refs(static_cast<size_t>(E));
+  std::vector<std::vector<LinearTensors>> refs(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e)
-    for (const std::string& p : prefixes[size_t(e)]) refs[size_t(e)].push_back(find_linear(ck, p, n_part, k));
+    for (const std::string& p : prefixes[size_t(e)]) refs[size_t(e)].push_back(ck.find_linear(p, n_part, k));
   const WeightFormat wf = weight_format_of(refs[0][0].format);
   for (int64_t e = 0; e < E; ++e)
-    for (const LinearRef& r : refs[size_t(e)])
+    for (const LinearTensors& r : refs[size_t(e)])
       FP4MOE_CHECK(weight_format_of(r.format) == wf, "{}: {}: '{}' is {} but '{}' is {}", ck.dir(), what, r.prefix,
                    tensor_group_format_name(r.format), refs[0][0].prefix, tensor_group_format_name(refs[0][0].format));
 
@@ -446,10 +450,10 @@ ExpertStack stack_experts(const Checkpoint& ck, const std::vector<std::vector<st
     for (int64_t e = e0; e < e1; ++e) {
       const auto& rs = refs[size_t(e)];
       float g_max = 0.0f;
-      for (const LinearRef& r : rs) g_max = std::max(g_max, r.global);
+      for (const LinearTensors& r : rs) g_max = std::max(g_max, r.global);
       bool any_rescaled = false;
       for (int64_t p = 0; p < parts; ++p) {
-        const LinearRef& r = rs[size_t(p)];
+        const LinearTensors& r = rs[size_t(p)];
         const size_t slot = size_t(e * parts + p);
         if (!fp4) {
           uint16_t* dst = s.bf16.data() + slot * size_t(n_part * k);

@@ -76,6 +76,20 @@ QuantConfig parse_quant_config(const nlohmann::json& j, const std::string& path_
 // compressed-tensors writes) a regex matched from the start.
 bool module_glob_match(std::string_view pattern, std::string_view name);
 
+// One linear layer's tensors as found in the files ("<prefix>.weight", ...), checked against
+// [n, k] (see checkpoint.cpp for the layouts). Views stay valid while the Checkpoint lives.
+struct LinearTensors {
+  std::string prefix;
+  TensorGroupFormat format = TensorGroupFormat::Other;
+  const TensorInfo* weight = nullptr;  // packed (FP4) or dense (BF16/F32)
+  const TensorInfo* scales = nullptr;  // FP4 block scales
+  const SafetensorsFile* wfile = nullptr;
+  const SafetensorsFile* sfile = nullptr;
+  float global = 1.0f;                 // NVFP4 weight_scale_2 (compressed: 1 / weight_global_scale)
+  float input_scale = 0.0f;            // NVFP4 W4A4 activation scale (input_scale; compressed: 1 / input_global_scale); 0 if absent
+  std::vector<std::string> names;      // every tensor of the group that was read or checked
+};
+
 class Checkpoint {
  public:
   // Reads and validates the folder; errors name the file and the problem.
@@ -88,6 +102,8 @@ class Checkpoint {
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
   const TensorInfo* find(std::string_view name, const SafetensorsFile** file = nullptr) const;
   std::vector<TensorGroup> groups() const;  // every linear layer, by prefix
+  // Finds and validates one linear layer of n rows (outputs) and k columns (reduction dim).
+  LinearTensors find_linear(const std::string& prefix, int64_t n, int64_t k) const;
 
   // Stacks layer `layer`'s routed experts ([E, 2I, H] w13 with gate rows first, [E, H, I] w2),
   // router, correction bias and shared expert. Checks shapes, dtypes and finiteness.

@@ -30,9 +30,14 @@ struct MoeConfig {
   int64_t shared_inter = 0;      // shared expert intermediate (0 = no shared expert)
 };
 
-// Weights of E experts, each [n, k] (k is the reduction dim), stored contiguously.
+// Weights of E experts, each [n, k] (k is the reduction dim), either owned and stored
+// contiguously:
 //   FP4:  packed [E, n, k/2], scales [E, n, k/block], global_scale [E]
 //   BF16: bf16 [E, n, k] (bf16 bits)
+// or, for the CPU backend, viewed in place (mmap'd checkpoint bytes, no copy): `views` holds
+// per expert `parts` matrices of n / parts rows each, stacked in order (w13: gate, then up),
+// each with its own global scale. Owned arrays are empty then; the GPU upload paths need
+// the owned form.
 struct ExpertStack {
   WeightFormat format = WeightFormat::NVFP4;
   int64_t num_experts = 0, n = 0, k = 0;
@@ -41,6 +46,16 @@ struct ExpertStack {
   std::vector<float> global_scale;
   std::vector<uint16_t> bf16;
 
+  struct PartView {
+    const uint8_t* packed = nullptr;  // FP4 [n / parts, k/2]
+    const uint8_t* scales = nullptr;  // FP4 [n / parts, k/block]
+    const uint16_t* bf16 = nullptr;   // BF16 [n / parts, k]
+    float global_scale = 1.0f;
+  };
+  int64_t parts = 1;
+  std::vector<PartView> views;  // [num_experts * parts] in view mode, else empty
+
+  bool is_view() const { return !views.empty(); }
   bool is_fp4() const { return format != WeightFormat::BF16; }
   Fp4Format fp4_format() const { return format == WeightFormat::MXFP4 ? Fp4Format::MXFP4 : Fp4Format::NVFP4; }
   int64_t block() const { return fp4_block_size(fp4_format()); }

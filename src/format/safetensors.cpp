@@ -338,6 +338,9 @@ struct SafetensorsWriter::Impl {
   std::map<std::string, std::string> metadata;
   std::vector<TensorInfo> tensors;  // in add order
   std::set<std::string, std::less<>> names;
+  bool streaming = false;   // between begin_tensor() and end_tensor()
+  bool broken = false;      // a streamed tensor got the wrong byte count: finish() refuses
+  uint64_t expected = 0;    // bytes the streamed tensor needs
 
   void cleanup() {
     if (data_fd >= 0) ::close(data_fd);
@@ -367,31 +370,68 @@ void SafetensorsWriter::set_metadata(std::string key, std::string value) {
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                             std::span<const uint8_t> data) {
+  uint64_t numel = 1;
+  for (int64_t d : shape)
+    FP4MOE_CHECK(d >= 0 && !__builtin_mul_overflow(numel, uint64_t(d), &numel),
+                 "{}: tensor '{}': bad shape", impl_->path, printable(name));
+  FP4MOE_CHECK(numel * dtype_size(dtype) == data.size(), "{}: tensor '{}': {} {} elements need {} bytes, got {}",
+               impl_->path, printable(name), numel, dtype_name(dtype), numel * dtype_size(dtype), data.size());
+  begin_tensor(std::move(name), dtype, std::move(shape));
+  append(data);
+  end_tensor();
+}
+
+void SafetensorsWriter::begin_tensor(std::string name, DType dtype, std::vector<int64_t> shape) {
   Impl& w = *impl_;
   FP4MOE_CHECK(!w.finished, "{}: add('{}') after finish()", w.path, printable(name));
+  FP4MOE_CHECK(!w.streaming, "{}: add('{}') while '{}' is being written", w.path, printable(name),
+               printable(w.tensors.back().name));
   FP4MOE_CHECK(name != "__metadata__", "{}: '__metadata__' is not a valid tensor name", w.path);
   FP4MOE_CHECK(!w.names.count(name), "{}: duplicate tensor name '{}'", w.path, printable(name));
   uint64_t numel = 1;
   for (int64_t d : shape)
     FP4MOE_CHECK(d >= 0 && !__builtin_mul_overflow(numel, uint64_t(d), &numel),
                  "{}: tensor '{}': bad shape", w.path, printable(name));
-  FP4MOE_CHECK(numel * dtype_size(dtype) == data.size(), "{}: tensor '{}': {} {} elements need {} bytes, got {}",
-               w.path, printable(name), numel, dtype_name(dtype), numel * dtype_size(dtype), data.size());
-  write_all(w.data_fd, data.data(), data.size(), w.data_path);
   TensorInfo t;
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.begin = w.offset;
-  t.end = w.offset + data.size();
-  w.offset = t.end;
+  t.begin = t.end = w.offset;
   w.names.insert(std::move(name));
   w.tensors.push_back(std::move(t));
+  w.streaming = true;
+  w.expected = numel * dtype_size(dtype);
+}
+
+void SafetensorsWriter::append(std::span<const uint8_t> piece) {
+  Impl& w = *impl_;
+  FP4MOE_CHECK(w.streaming, "{}: append() outside begin_tensor() / end_tensor()", w.path);
+  TensorInfo& t = w.tensors.back();
+  if (t.end - t.begin + piece.size() > w.expected) {
+    w.broken = true;
+    FP4MOE_FAIL("{}: tensor '{}': {} {} elements need {} bytes, got more", w.path, printable(t.name), t.numel(),
+                dtype_name(t.dtype), w.expected);
+  }
+  write_all(w.data_fd, piece.data(), piece.size(), w.data_path);
+  t.end += piece.size();
+  w.offset = t.end;
+}
+
+void SafetensorsWriter::end_tensor() {
+  Impl& w = *impl_;
+  FP4MOE_CHECK(w.streaming, "{}: end_tensor() without begin_tensor()", w.path);
+  const TensorInfo& t = w.tensors.back();
+  w.streaming = false;
+  w.broken = w.broken || t.end - t.begin != w.expected;
+  FP4MOE_CHECK(t.end - t.begin == w.expected, "{}: tensor '{}': {} {} elements need {} bytes, got {}", w.path,
+               printable(t.name), t.numel(), dtype_name(t.dtype), w.expected, t.end - t.begin);
 }
 
 void SafetensorsWriter::finish() {
   Impl& w = *impl_;
   FP4MOE_CHECK(!w.finished, "{}: finish() called twice", w.path);
+  FP4MOE_CHECK(!w.streaming, "{}: finish() while '{}' is being written", w.path, printable(w.tensors.back().name));
+  FP4MOE_CHECK(!w.broken, "{}: a tensor was written with the wrong byte count", w.path);
   json header = json::object();
   if (!w.metadata.empty()) header["__metadata__"] = w.metadata;
   for (const TensorInfo& t : w.tensors)

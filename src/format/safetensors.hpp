@@ -78,6 +78,11 @@ class SafetensorsWriter {
     add(std::move(name), dtype, std::move(shape),
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)));
   }
+  // Streamed add, for tensors too large to hold: begin_tensor(), then append() its bytes in
+  // pieces, then end_tensor() (which checks that exactly the shape's bytes came).
+  void begin_tensor(std::string name, DType dtype, std::vector<int64_t> shape);
+  void append(std::span<const uint8_t> piece);
+  void end_tensor();
   void finish();
 
  private:

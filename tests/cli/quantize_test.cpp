@@ -347,6 +347,47 @@ TEST_F(QuantizeCli, Mxfp4Layout) {
   EXPECT_EQ(hq["quantization"]["group_size"], 32);
 }
 
+TEST_F(QuantizeCli, OnlyRoutedExpertsWithInputScaleIsNvidiasLayout) {
+  write_checkpoint();
+  const fs::path out = tmp_ / "out";
+  const RunResult r =
+      run_cli("quantize '" + in_.string() + "' '" + out.string() + "' --only '*.mlp.experts.*' --input-amax 8", tmp_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("quantized 12 linear weights"), std::string::npos) << r.out;
+  open_output(out);
+  for (const std::string& m : quantized_modules()) {
+    SCOPED_TRACE(m);
+    if (m.find(".mlp.experts.") == std::string::npos) {  // attention stays as it was
+      EXPECT_EQ(info(m + ".weight").dtype, src_.at(m + ".weight").dtype);
+      EXPECT_FALSE(out_.count(m + ".weight_scale"));
+      continue;
+    }
+    EXPECT_EQ(info(m + ".weight").dtype, DType::U8);
+    ASSERT_TRUE(out_.count(m + ".input_scale"));
+    EXPECT_EQ(info(m + ".input_scale").dtype, DType::F32);
+    EXPECT_TRUE(info(m + ".input_scale").shape.empty());
+    EXPECT_EQ(scalar_f32(m + ".input_scale"), nvfp4_global_scale_from_amax(8.0f));
+  }
+  const json cfg = json::parse(slurp(out / "config.json"));
+  EXPECT_EQ(cfg["quantization_config"]["quant_algo"], "NVFP4");
+  EXPECT_TRUE(cfg["quantization_config"]["config_groups"]["group_0"].contains("input_activations"));
+  const auto ck = Checkpoint::open(out.string());
+  EXPECT_EQ(ck->quant().quant_algo, "NVFP4");
+  EXPECT_TRUE(ck->quant().activation_quant);
+  EXPECT_TRUE(ck->quant().is_ignored("model.layers.0.self_attn.q_proj"));
+  const MoeLayerWeights w = ck->load_moe_layer(0);
+  EXPECT_EQ(w.w13.format, WeightFormat::NVFP4);
+
+  // Nothing matched, and --input-amax with MXFP4: one line each.
+  RunResult bad = run_cli("quantize '" + in_.string() + "' '" + (tmp_ / "o2").string() + "' --only 'nothing.*'", tmp_);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("--only"), std::string::npos) << bad.err;
+  bad = run_cli("quantize '" + in_.string() + "' '" + (tmp_ / "o3").string() + "' --format mxfp4 --input-amax 8", tmp_);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+}
+
 TEST_F(QuantizeCli, BadInputGivesOneLineAndNonZeroExit) {
   // Missing input folder.
   RunResult r = run_cli("quantize '" + (tmp_ / "nope").string() + "' '" + (tmp_ / "o1").string() + "'", tmp_);

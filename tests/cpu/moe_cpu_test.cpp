@@ -69,7 +69,7 @@ RefRouting ref_route(const MoeConfig& c, const std::vector<double>& logits, cons
     for (auto& s : score) s /= sum;
   }
   for (int64_t e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias[e] : 0.0);
-  std::vector<bool> eligible(size_t(E), true);
+  std::vector<bool> eligible(static_cast<size_t>(E), true);
   if (c.n_group > 1) {
     const int64_t gs = E / c.n_group;
     std::vector<std::pair<double, int64_t>> groups;  // (-score, group) sorts best first, lower id on ties
@@ -129,7 +129,7 @@ RefOutput ref_forward(const MoeLayerWeights& w, const std::vector<float>& x, int
   const MoeConfig& c = w.cfg;
   const int64_t H = c.hidden, E = c.num_experts, I = c.inter;
   std::vector<std::vector<double>> d13(static_cast<size_t>(E)), d2(static_cast<size_t>(E));
-  std::vector<bool> decoded(size_t(E), false);
+  std::vector<bool> decoded(static_cast<size_t>(E), false);
   RefOutput r;
   r.out.assign(size_t(T * H), 0.0);
   std::vector<double> sh13, sh2;
@@ -140,7 +140,7 @@ RefOutput ref_forward(const MoeLayerWeights& w, const std::vector<float>& x, int
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> xt(static_cast<size_t>(H));
     for (int64_t k = 0; k < H; ++k) xt[size_t(k)] = rnd_bf16(x[size_t(t * H + k)], bf16);
-    std::vector<double> logits(size_t(E), 0.0);
+    std::vector<double> logits(static_cast<size_t>(E), 0.0);
     for (int64_t e = 0; e < E; ++e)
       for (int64_t k = 0; k < H; ++k) logits[e] += double(w.router_w[size_t(e * H + k)]) * xt[size_t(k)];
     RefRouting rt = ref_route(c, logits, w.router_bias.empty() ? nullptr : w.router_bias.data());

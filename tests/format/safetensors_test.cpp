@@ -169,6 +169,58 @@ TEST_F(SafetensorsTest, WriterRejectsBadInput) {
   EXPECT_THROW(w.add("__metadata__", DType::U8, {4}, four), Error);   // reserved
 }
 
+TEST_F(SafetensorsTest, StreamedTensorEqualsOneAdd) {
+  std::vector<uint16_t> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = uint16_t(i * 7919u);
+  const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 2);
+  const std::string a = path("one.safetensors"), b = path("streamed.safetensors");
+  {
+    SafetensorsWriter w(a);
+    w.add("before", DType::U8, {3}, std::vector<uint8_t>{1, 2, 3});
+    w.add("t", DType::BF16, {10, 100}, bytes);
+    w.add("after", DType::U8, {1}, std::vector<uint8_t>{9});
+    w.finish();
+  }
+  {
+    SafetensorsWriter w(b);
+    w.add("before", DType::U8, {3}, std::vector<uint8_t>{1, 2, 3});
+    w.begin_tensor("t", DType::BF16, {10, 100});
+    w.append(bytes.subspan(0, 6));  // uneven pieces and an empty one
+    w.append(bytes.subspan(6, 1000));
+    w.append({});
+    w.append(bytes.subspan(1006));
+    w.end_tensor();
+    w.add("after", DType::U8, {1}, std::vector<uint8_t>{9});
+    w.finish();
+  }
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  const std::string da((std::istreambuf_iterator<char>(fa)), {}), db((std::istreambuf_iterator<char>(fb)), {});
+  EXPECT_EQ(da, db);
+}
+
+TEST_F(SafetensorsTest, StreamedTensorWithWrongByteCountIsRefused) {
+  std::vector<uint8_t> eight(8);
+  {
+    SafetensorsWriter w(path("short.safetensors"));
+    w.begin_tensor("t", DType::F32, {4});
+    w.append(std::span<const uint8_t>(eight));
+    EXPECT_THROW(w.end_tensor(), Error);  // 8 of 16 bytes
+    EXPECT_THROW(w.finish(), Error);      // the file would be corrupt
+  }
+  {
+    SafetensorsWriter w(path("long.safetensors"));
+    w.begin_tensor("t", DType::U8, {4});
+    EXPECT_THROW(w.append(std::span<const uint8_t>(eight)), Error);  // 8 bytes for 4
+    EXPECT_THROW(w.add("u", DType::U8, {4}, std::vector<uint8_t>(4)), Error);  // still inside "t"
+  }
+  {
+    SafetensorsWriter w(path("misuse.safetensors"));
+    EXPECT_THROW(w.append(std::span<const uint8_t>(eight)), Error);  // no begin_tensor
+    EXPECT_THROW(w.end_tensor(), Error);
+  }
+  EXPECT_FALSE(fs::exists(path("short.safetensors")));
+}
+
 TEST_F(SafetensorsTest, UnfinishedWriterLeavesNothing) {
   const std::string p = path("u.safetensors");
   {

@@ -1,0 +1,129 @@
+// fp4moe generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [sampling options]
+//                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
+//
+// Runs the model on the CPU backend: one prefill step over the prompt, then one decode step per
+// new token. Prints the generated ids and the prefill / decode tokens per second.
+// --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
+// logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
+// decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
+// prefill step (0: embeddings, L: after the final norm).
+#include <charconv>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/threads.hpp"
+#include "format/safetensors.hpp"
+#include "model/generate.hpp"
+
+namespace fp4moe::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt_ids, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
+  int64_t max_new_tokens = 16, page_size = 16;
+  int threads = 0, logprobs = -1;
+  cpu::SamplingParams sampling;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= s.size()) {
+    const size_t j = std::min(s.find(',', i), s.size());
+    const std::string tok = s.substr(i, j - i);
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+    FP4MOE_CHECK(!tok.empty() && ec == std::errc() && p == tok.data() + tok.size() && v >= 0 && v <= INT32_MAX,
+                 "--prompt-ids: '{}' is not a token id (a non-negative integer)", tok.substr(0, 40));
+    ids.push_back(int32_t(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+int run_generate(const GenerateArgs& a) {
+  FP4MOE_CHECK(a.backend == "cpu", "--backend {}: only the cpu backend runs a whole model so far", a.backend);
+  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  cpu::validate_sampling(a.sampling);
+  model::ModelOptions mo;
+  mo.threads = a.threads > 0 ? a.threads : default_num_threads();
+  auto m = model::Model::load(a.model, mo);
+
+  model::GenerateOptions go;
+  go.max_new_tokens = a.max_new_tokens;
+  go.sampling = a.sampling;
+  go.sampling.logprobs_top_n = a.logprobs;
+  go.page_size = a.page_size;
+  go.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : a.kv_dtype == "fp8" ? KvElem::FP8_E4M3 : KvElem::BF16;
+  go.keep_logits = !a.dump_logits.empty();
+  model::HiddenStates hidden;
+  if (!a.dump_hidden.empty()) go.prompt_hidden = &hidden;
+  model::validate_request(*m, prompt, go);
+  fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
+  const model::GenerateResult r = model::generate(*m, prompt, go);
+
+  std::string ids;
+  for (size_t i = size_t(r.prompt_tokens); i < r.tokens.size(); ++i) ids += fmt::format("{}{}", ids.empty() ? "" : ",", r.tokens[i]);
+  fmt::print("{}\n", ids);
+  if (a.logprobs >= 0)
+    for (const auto& s : r.samples) {
+      std::string top;
+      for (const auto& [t, lp] : s.top) top += fmt::format(" {}:{:.4f}", t, lp);
+      fmt::print("logprob {} {:.6f}{}\n", s.token, s.logprob, top);
+    }
+  const int64_t decoded = r.new_tokens - 1;
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {} threads\n",
+             r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / r.prefill_seconds, decoded,
+             r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, mo.threads);
+  if (!a.dump_logits.empty()) {
+    SafetensorsWriter w(a.dump_logits);
+    w.add("tokens", DType::I32, {int64_t(r.tokens.size())}, r.tokens);
+    w.add("logits", DType::F32, {int64_t(r.tokens.size()) - 1, m->config().vocab}, r.logits);
+    w.finish();
+  }
+  if (!a.dump_hidden.empty()) {
+    SafetensorsWriter w(a.dump_hidden);
+    for (size_t i = 0; i < hidden.size(); ++i)
+      w.add(fmt::format("hidden_states.{}", i), DType::F32, {r.prompt_tokens, m->config().hidden}, hidden[i]);
+    w.finish();
+  }
+  return 0;
+}
+
+void setup(CLI::App& app, std::function<int()>& run) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("--model", a->model, "checkpoint folder (GlmMoeDsaForCausalLM / DeepseekV3ForCausalLM / V3.2)")->required();
+  app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--temperature", a->sampling.temperature, "0: greedy")->capture_default_str();
+  app.add_option("--top-p", a->sampling.top_p, "nucleus mass kept, (0, 1]")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "0: off")->capture_default_str();
+  app.add_option("--min-p", a->sampling.min_p, "keep tokens with p >= min_p * p_max")->capture_default_str();
+  app.add_option("--repetition-penalty", a->sampling.repetition_penalty, "1: off")->capture_default_str();
+  app.add_option("--presence-penalty", a->sampling.presence_penalty, "0: off")->capture_default_str();
+  app.add_option("--frequency-penalty", a->sampling.frequency_penalty, "0: off")->capture_default_str();
+  app.add_option("--seed", a->sampling.seed, "sampling seed (same seed, same tokens)")->capture_default_str();
+  app.add_option("--logprobs", a->logprobs, "print each sampled token's logprob and the top N (0..20)");
+  app.add_option("--backend", a->backend, "cpu (the CUDA backend does not run a whole model yet)")
+      ->capture_default_str();
+  app.add_option("--threads", a->threads, "CPU threads (default: FP4MOE_THREADS or all cores)");
+  app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32: exact, the reference; bf16 / fp8 as the GPU stores it)")
+      ->check(CLI::IsMember({"bf16", "fp8", "f32"}))
+      ->capture_default_str();
+  app.add_option("--page-size", a->page_size, "KV cache page size (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--dump-logits", a->dump_logits, "write tokens I32 [P+N] and logits F32 [P+N-1, vocab] here");
+  app.add_option("--dump-hidden", a->dump_hidden, "write the prompt's hidden_states.{0..L} F32 [P, hidden] here");
+  run = [a] { return run_generate(*a); };
+}
+
+const Registrar kRegistrar{"generate", "Generate tokens from prompt ids with a whole model (CPU backend)", setup};
+
+}  // namespace
+}  // namespace fp4moe::cli

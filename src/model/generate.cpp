@@ -1,0 +1,84 @@
+#include "model/generate.hpp"
+
+#include <chrono>
+
+#include "core/error.hpp"
+
+namespace fp4moe::model {
+
+void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+  const MlaModelConfig& c = model.config();
+  const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
+  FP4MOE_CHECK(P >= 1, "the prompt is empty");
+  FP4MOE_CHECK(N >= 1, "max_new_tokens {} must be >= 1", N);
+  for (int64_t i = 0; i < P; ++i)
+    FP4MOE_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < V, "prompt token {} = {} is out of the vocabulary (0 .. {})",
+                 i, prompt[size_t(i)], V - 1);
+  FP4MOE_CHECK(P + N <= c.max_position_embeddings,
+               "the prompt ({} tokens) + {} new tokens exceed the model's max_position_embeddings ({})", P, N,
+               c.max_position_embeddings);
+  cpu::validate_sampling(opt.sampling);
+  FP4MOE_CHECK(opt.page_size >= 1, "page size {} must be >= 1", opt.page_size);
+}
+
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+  validate_request(model, prompt, opt);
+  const MlaModelConfig& c = model.config();
+  const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
+
+  const int64_t pages = (P + N + opt.page_size - 1) / opt.page_size;
+  HostKvPool kv(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());
+  const std::vector<int32_t> page_table = kv.alloc(pages);
+  const int32_t page_ptr[2] = {0, int32_t(pages)};
+
+  GenerateResult res;
+  res.tokens = prompt;
+  res.prompt_tokens = P;
+  if (opt.keep_logits) res.logits.reserve(size_t((P + N - 1) * V));
+  std::vector<float> row(static_cast<size_t>(V));
+
+  // Runs positions [p0, p0 + n) of the sequence; logits of its last token (all when keeping).
+  auto run = [&](int64_t p0, int64_t n, HiddenStates* hidden) {
+    std::vector<int32_t> pos(static_cast<size_t>(n)), want;
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);
+    const int32_t qo[2] = {0, int32_t(n)}, len[1] = {int32_t(p0 + n)};
+    const KvBatchView b{1, n, qo, pos.data(), len, page_ptr, page_table.data()};
+    if (opt.keep_logits) {
+      for (int64_t i = 0; i < n; ++i) want.push_back(int32_t(i));
+    } else {
+      want.push_back(int32_t(n - 1));
+    }
+    std::vector<float> out(want.size() * size_t(V));
+    model.step(res.tokens.data() + p0, b, kv, want, out.data(), hidden);
+    if (opt.keep_logits) res.logits.insert(res.logits.end(), out.begin(), out.end());
+    std::copy(out.end() - V, out.end(), row.begin());
+  };
+  auto sample = [&](uint64_t step) {
+    const std::vector<int32_t> output(res.tokens.begin() + P, res.tokens.end());
+    cpu::SampledToken s = cpu::sample_cpu(row.data(), V, opt.sampling, prompt, output, step);
+    res.tokens.push_back(step < opt.forced.size() ? opt.forced[step] : s.token);
+    FP4MOE_CHECK(res.tokens.back() >= 0 && res.tokens.back() < V, "forced token {} is out of the vocabulary",
+                 res.tokens.back());
+    res.samples.push_back(std::move(s));
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt.prefill_token_by_token) {
+    for (int64_t p = 0; p < P; ++p) run(p, 1, nullptr);
+  } else {
+    run(0, P, opt.prompt_hidden);
+  }
+  sample(0);
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int64_t i = 1; i < N; ++i) {
+    run(P + i - 1, 1, nullptr);
+    sample(uint64_t(i));
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  res.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  res.new_tokens = N;
+  return res;
+}
+
+}  // namespace fp4moe::model

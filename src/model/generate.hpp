@@ -1,0 +1,45 @@
+// Single-request generation on the CPU backend: one prefill step over the prompt, then one
+// decode step per new token, with a paged KV pool sized for the request.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/paged_kv.hpp"
+#include "cpu/sampling_cpu.hpp"
+#include "model/model.hpp"
+
+namespace fp4moe::model {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 16;
+  cpu::SamplingParams sampling;
+  int64_t page_size = 16;
+  KvElem kv_elem = KvElem::BF16;
+  bool keep_logits = false;         // keep every next-token logits row (for --dump-logits / tests)
+  bool prefill_token_by_token = false;  // feed the prompt one decode step at a time (tests)
+  HiddenStates* prompt_hidden = nullptr;  // when set: the prefill step's hidden states
+  // Teacher forcing (tests): new token i is forced[i] instead of the sampled one (which is
+  // still recorded in `samples`) while i < forced.size().
+  std::vector<int32_t> forced;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;          // prompt + generated, [P + N]
+  std::vector<float> logits;            // keep_logits: [P + N − 1, vocab]; row i = after the first i+1 tokens
+  std::vector<cpu::SampledToken> samples;  // [N]
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+  int64_t prompt_tokens = 0, new_tokens = 0;
+};
+
+// Checks a request against the model before anything runs; throws fp4moe::Error (one line):
+// an empty prompt, an id outside the vocabulary, prompt + max_new_tokens beyond
+// max_position_embeddings, bad sampling parameters.
+void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+// Errors (one line, validate_request's): an empty prompt, an id outside the vocabulary, prompt + max_new_tokens
+// beyond max_position_embeddings, bad sampling parameters.
+GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+}  // namespace fp4moe::model

@@ -1,0 +1,163 @@
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/threads.hpp"
+#include "cpu/linear_cpu.hpp"
+#include "cpu/moe_cpu.hpp"
+#include "model/step_scratch.hpp"
+
+namespace fp4moe::model {
+
+void rms_norm_rows(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* w, float eps, float* y,
+                   int64_t y_stride) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * stride;
+    float* yr = y + r * y_stride;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void layer_norm_rows(const float* x, int64_t rows, int64_t dim, const float* w, const float* b, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float mean = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) mean += xr[i];
+    mean /= float(dim);
+    float var = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = 1.0f / std::sqrt(var / float(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+  }
+}
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> m(new Model());
+  m->opt_ = opt;
+  m->ck_ = Checkpoint::open(dir);
+  m->cfg_ = parse_mla_model_config(m->ck_->config_json(), m->ck_->config(), dir + "/config.json");
+  m->w_ = bind_weights(*m->ck_, m->cfg_);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const MlaModelConfig& c = m->cfg_;
+  int64_t moe = 0, shared = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    moe += c.moe_layer[size_t(l)];
+    shared += c.indexer[size_t(l)] == IndexerKind::Shared;
+  }
+  m->description_ = fmt::format("loaded {} ({}): {} layers ({} MoE, {} shared-indexer), hidden {}, vocab {}, rope {}; {} in {:.2f} s",
+                                dir, c.architecture, c.num_layers, moe, shared, c.hidden, c.vocab, c.rope.type,
+                                m->w_.summary, s);
+  log_debug("{}", m->description_);
+  return m;
+}
+
+int Model::threads() const { return opt_.threads > 0 ? opt_.threads : default_num_threads(); }
+
+PagedKvGeometry Model::kv_geometry(int64_t page_size, int64_t num_pages, KvElem elem) const {
+  PagedKvGeometry g;
+  g.num_layers = cfg_.num_layers;
+  g.page_size = page_size;
+  g.num_pages = num_pages;
+  g.ckv_dim = cfg_.kv_lora_rank;
+  g.kpe_dim = cfg_.qk_rope_dim;
+  g.index_dim = cfg_.has_indexer() ? cfg_.index_head_dim : 0;
+  g.elem = g.index_elem = elem;
+  return g;
+}
+
+std::vector<bool> Model::kv_index_layers() const {
+  std::vector<bool> v(size_t(cfg_.num_layers));
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) v[size_t(l)] = cfg_.indexer[size_t(l)] == IndexerKind::Full;
+  return v;
+}
+
+void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
+  const LayerWeights& lw = w_.layers[size_t(layer)];
+  if (lw.is_moe) {
+    CpuMoeOptions o;
+    o.threads = threads();
+    o.bf16_activations = false;
+    const MoeOutput r = moe_forward_cpu(lw.moe, h, T, o);
+    std::memcpy(out, r.out.data(), r.out.size() * sizeof(float));
+    return;
+  }
+  Arena::Scope scope(arena_);
+  const int64_t I = cfg_.intermediate;
+  float* g = arena_.alloc<float>(size_t(T * I));
+  float* u = arena_.alloc<float>(size_t(T * I));
+  cpu::linear_cpu(lw.mlp.gate.w, h, T, g, threads());
+  cpu::linear_cpu(lw.mlp.up.w, h, T, u, threads());
+  for (int64_t i = 0; i < T * I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  cpu::linear_cpu(lw.mlp.down.w, g, T, out, threads());
+}
+
+void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
+                 float* logits, HiddenStates* hidden) {
+  const MlaModelConfig& c = cfg_;
+  const int64_t T = b.num_tokens, H = c.hidden;
+  const PagedKvGeometry& g = kv.geometry();
+  FP4MOE_CHECK(g.num_layers == c.num_layers && g.ckv_dim == c.kv_lora_rank && g.kpe_dim == c.qk_rope_dim,
+               "KV pool geometry does not match the model ({} layers, latent {} + {})", c.num_layers, c.kv_lora_rank,
+               c.qk_rope_dim);
+  validate_kv_batch(b, g.page_size, g.num_pages);
+  for (int64_t t = 0; t < T; ++t) {
+    FP4MOE_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab, "token id {} is out of the vocabulary (0 .. {})", tokens[t],
+                 c.vocab - 1);
+    FP4MOE_CHECK(b.positions[t] < c.max_position_embeddings, "position {} is beyond max_position_embeddings {}",
+                 b.positions[t], c.max_position_embeddings);
+  }
+  for (int32_t r : logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
+  arena_.reset();
+  Step s;
+  s.topk_k = c.index_topk;
+  s.topk = c.has_indexer() ? arena_.alloc<int32_t>(size_t(std::max<int64_t>(T * c.index_topk, 1))) : nullptr;
+  s.have_topk = false;
+  s.cos = arena_.alloc<float>(size_t(T * c.qk_rope_dim / 2 + 1));
+  s.sin = arena_.alloc<float>(size_t(T * c.qk_rope_dim / 2 + 1));
+  for (int64_t t = 0; t < T; ++t)
+    rope_cos_sin(c.rope, b.positions[t], s.cos + t * (c.qk_rope_dim / 2), s.sin + t * (c.qk_rope_dim / 2));
+
+  float* x = arena_.alloc<float>(size_t(T * H));
+  float* h = arena_.alloc<float>(size_t(T * H));
+  float* o = arena_.alloc<float>(size_t(T * H));
+  const cpu::LinearView& emb = w_.embed.w;
+  for (int64_t t = 0; t < T; ++t) cpu::linear_row_cpu(emb, tokens[t], x + t * H);
+  if (hidden) {
+    hidden->clear();
+    hidden->emplace_back(x, x + T * H);
+  }
+  const float eps = float(c.rms_norm_eps);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w_.layers[size_t(l)];
+    rms_norm_rows(x, T, H, H, lw.input_norm.weight.data(), eps, h, H);
+    attention(l, h, b, kv, s, o);
+    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+    rms_norm_rows(x, T, H, H, lw.post_attention_norm.weight.data(), eps, h, H);
+    mlp(l, h, T, o);
+    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+    if (hidden && l + 1 < c.num_layers) hidden->emplace_back(x, x + T * H);
+  }
+  rms_norm_rows(x, T, H, H, w_.final_norm.weight.data(), eps, h, H);
+  if (hidden) hidden->emplace_back(h, h + T * H);
+  if (!logits_rows.empty()) {
+    float* rows = arena_.alloc<float>(logits_rows.size() * size_t(H));
+    for (size_t i = 0; i < logits_rows.size(); ++i)
+      std::memcpy(rows + i * size_t(H), h + int64_t(logits_rows[i]) * H, size_t(H) * sizeof(float));
+    cpu::linear_cpu(w_.lm_head.w, rows, int64_t(logits_rows.size()), logits, threads());
+  }
+}
+
+}  // namespace fp4moe::model

@@ -1,0 +1,83 @@
+// The MLA model (GLM-5 / DeepSeek-V3 family) on the CPU backend: load = parse config.json,
+// open the shards (mmap), bind every tensor in place; step = one forward pass over a batch
+// of flat tokens from several requests with a paged KV cache (core/paged_kv.hpp).
+//
+// The step, per layer: RMSNorm → MLA (+ DSA indexer) → residual → RMSNorm → dense MLP or MoE
+// → residual; then the final RMSNorm and lm_head for the rows asked for. FP32 activations and
+// accumulation throughout (the weights' own precision: BF16 / NVFP4 / MXFP4 / F32).
+// Attention: requests with more than one token in the step (prefill) expand K/V from the
+// latent (mla_expanded_cpu); single-token requests (decode) use the weight-absorbed form over
+// the cached latent (mla_cpu). Options can force either form for every request (tests).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.hpp"
+#include "core/paged_kv.hpp"
+#include "format/checkpoint.hpp"
+#include "model/kv_pool.hpp"
+#include "model/model_config.hpp"
+#include "model/weights.hpp"
+
+namespace fp4moe::model {
+
+enum class AttentionForm : uint8_t { Auto, Expanded, Absorbed };
+
+struct ModelOptions {
+  int threads = 0;                       // 0: default_num_threads()
+  AttentionForm attention = AttentionForm::Auto;
+};
+
+// Per-layer hidden states of a step, as transformers' output_hidden_states gives them:
+// [0] the embeddings, [i] the output of layer i-1 for 1 <= i < L, [L] after the final norm.
+// Each [T, hidden] FP32 over the step's flat tokens.
+using HiddenStates = std::vector<std::vector<float>>;
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string& dir, const ModelOptions& opt = {});
+
+  const MlaModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  const Checkpoint& checkpoint() const { return *ck_; }
+  // One line on what was loaded (architecture, layers, weight formats by role, load time).
+  const std::string& description() const { return description_; }
+  ModelOptions& options() { return opt_; }
+
+  // A cache geometry for this model; layers with a "full" indexer hold index keys.
+  PagedKvGeometry kv_geometry(int64_t page_size, int64_t num_pages, KvElem elem = KvElem::BF16) const;
+  std::vector<bool> kv_index_layers() const;
+
+  // One forward step. tokens [T]; batch: positions, kv_len and page tables of every request
+  // (the pages must come from `kv`); the step's keys are appended to `kv` first.
+  // logits_rows: flat token indices whose next-token logits are written to logits
+  // [logits_rows.size(), vocab], in that order. hidden: filled when non-null.
+  void step(const int32_t* tokens, const KvBatchView& batch, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
+            float* logits, HiddenStates* hidden = nullptr);
+
+ private:
+  Model() = default;
+  struct Step;  // per-step scratch pointers (model.cpp)
+  void attention(int64_t layer, const float* h, const KvBatchView& batch, HostKvPool& kv, Step& s, float* out);
+  void mlp(int64_t layer, const float* h, int64_t tokens, float* out);
+  int threads() const;
+
+  std::unique_ptr<Checkpoint> ck_;
+  MlaModelConfig cfg_;
+  ModelWeights w_;
+  ModelOptions opt_;
+  Arena arena_;
+  std::string description_;
+};
+
+// Norms over rows of dim values (FP32), as transformers computes them:
+//   RMSNorm:   y = w · x / sqrt(mean(x²) + eps)
+//   LayerNorm: y = w · (x − mean) / sqrt(var + eps) + b   (biased variance)
+void rms_norm_rows(const float* x, int64_t rows, int64_t dim, int64_t stride, const float* w, float eps, float* y,
+                   int64_t y_stride);
+void layer_norm_rows(const float* x, int64_t rows, int64_t dim, const float* w, const float* b, float eps, float* y);
+
+}  // namespace fp4moe::model

@@ -1,0 +1,145 @@
+// parse_mla_model_config: the transformers 5.x and older config forms, and what is rejected.
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "model/model_config.hpp"
+#include "model_test_util.hpp"
+
+using namespace fp4moe;
+using namespace fp4moe::model;
+using json = nlohmann::json;
+
+namespace {
+
+json golden_config(const std::string& name) {
+  std::ifstream f(testing_model::golden_dir(name) + "/model/config.json");
+  return json::parse(f);
+}
+
+MlaModelConfig parse(const json& j) { return parse_mla_model_config(j, parse_model_config(j, "config.json"), "config.json"); }
+
+std::string error_of(const json& j) {
+  try {
+    parse(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(MlaModelConfig, YarnMatchesTransformers) {
+  const MlaModelConfig c = parse(golden_config("deepseek-v3-tiny-yarn"));
+  // transformers 5.17: ROPE_INIT_FUNCTIONS["yarn"](config) and yarn_apply_mscale for this config.
+  const float inv_freq[8] = {1.0f, 0.3162277638912201f, 0.10000000149011612f, 0.023914724588394165f,
+                             0.005124999675899744f, 0.0008498621755279601f, 2.499999936844688e-05f,
+                             7.905694474175107e-06f};
+  ASSERT_EQ(c.rope.inv_freq.size(), 8u);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(c.rope.inv_freq[size_t(i)], inv_freq[i], 1e-6f * inv_freq[i]) << i;
+  EXPECT_NEAR(c.rope.attention_factor, 1.0857263992561355, 1e-6);
+  EXPECT_NEAR(c.softmax_scale, 0.2294427735858522, 1e-6);
+  EXPECT_EQ(c.q_lora_rank, 0);  // q_lora_rank null: q_proj
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  EXPECT_FALSE(c.has_indexer());
+  EXPECT_EQ(c.moe_layer, (std::vector<bool>{false, true, true}));
+}
+
+TEST(MlaModelConfig, LegacyRopeScalingAndTopLevelThetaEqualRopeParameters) {
+  json j = golden_config("deepseek-v3-tiny-yarn");
+  const MlaModelConfig a = parse(j);
+  json legacy = j["rope_parameters"];
+  const double theta = legacy["rope_theta"].get<double>();
+  legacy.erase("rope_theta");
+  legacy["type"] = legacy["rope_type"];
+  legacy.erase("rope_type");
+  j.erase("rope_parameters");
+  j["rope_scaling"] = legacy;
+  j["rope_theta"] = theta;
+  const MlaModelConfig b = parse(j);
+  EXPECT_EQ(a.rope.inv_freq, b.rope.inv_freq);
+  EXPECT_EQ(a.softmax_scale, b.softmax_scale);
+  EXPECT_EQ(a.rope.attention_factor, b.rope.attention_factor);
+  // A default rope: theta from the top level, no scaling.
+  j.erase("rope_scaling");
+  j["rope_theta"] = 50000.0;
+  const MlaModelConfig d = parse(j);
+  EXPECT_FLOAT_EQ(d.rope.inv_freq[1], 1.0f / std::pow(50000.0f, 2.0f / 16.0f));
+  EXPECT_FLOAT_EQ(d.softmax_scale, 1.0f / std::sqrt(48.0f));
+}
+
+TEST(MlaModelConfig, IndexerTypesFromListPatternOrFreqOffsetRule) {
+  json j = golden_config("glm5-tiny-shared");
+  using K = IndexerKind;
+  const std::vector<K> fssf = {K::Full, K::Shared, K::Shared, K::Full};
+  EXPECT_EQ(parse(j).indexer, fssf);
+  j.erase("indexer_types");  // transformers' rule: full iff max(i - offset + 1, 0) % freq == 0
+  j["index_topk_freq"] = 3;
+  j["index_skip_topk_offset"] = 1;
+  EXPECT_EQ(parse(j).indexer, fssf);
+  j["index_topk_freq"] = 2;
+  j["index_skip_topk_offset"] = 2;  // i = 0, 1: full; then every second
+  EXPECT_EQ(parse(j).indexer, (std::vector<K>{K::Full, K::Full, K::Shared, K::Full}));
+  j.erase("index_topk_freq");
+  j.erase("index_skip_topk_offset");
+  EXPECT_EQ(parse(j).indexer, std::vector<K>(4, K::Full));  // defaults: every layer full
+  j["index_topk_pattern"] = "FSFS";
+  EXPECT_EQ(parse(j).indexer, (std::vector<K>{K::Full, K::Shared, K::Full, K::Shared}));
+  j["index_topk_pattern"] = json::array({"full", "full", "shared", "full"});
+  EXPECT_EQ(parse(j).indexer, (std::vector<K>{K::Full, K::Full, K::Shared, K::Full}));
+}
+
+TEST(MlaModelConfig, MlpLayerTypesAndFirstKDense) {
+  json j = golden_config("glm5-tiny-sparse");
+  EXPECT_EQ(parse(j).moe_layer, (std::vector<bool>{false, true, true, true}));
+  j["mlp_layer_types"] = {"dense", "sparse", "dense", "sparse"};
+  EXPECT_EQ(parse(j).moe_layer, (std::vector<bool>{false, true, false, true}));
+  j.erase("mlp_layer_types");
+  j["first_k_dense_replace"] = 2;
+  EXPECT_EQ(parse(j).moe_layer, (std::vector<bool>{false, false, true, true}));
+}
+
+TEST(MlaModelConfig, UnsupportedValuesAreRejectedWithOneLineNamingThem) {
+  const json base = golden_config("glm5-tiny-sparse");
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& c) { c["rope_parameters"]["rope_type"] = "llama3"; }, "rope_type 'llama3'"},
+      {[](json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor"},
+      {[](json& c) { c["attention_bias"] = true; }, "attention_bias"},
+      {[](json& c) { c["mlp_bias"] = true; }, "mlp_bias"},
+      {[](json& c) { c["num_key_value_heads"] = 1; }, "num_key_value_heads"},
+      {[](json& c) { c["scoring_func"] = "softmax"; }, "scoring_func"},
+      {[](json& c) { c["qk_rope_head_dim"] = 15; }, "qk_rope_head_dim"},
+      {[](json& c) { c["indexer_types"] = {"full", "shared"}; }, "indexer_types"},
+      {[](json& c) { c["indexer_types"][0] = "shared"; }, "layer 0"},
+      {[](json& c) { c["index_topk_pattern"] = "FX"; c.erase("indexer_types"); }, "index_topk_pattern"},
+      {[](json& c) { c["q_lora_rank"] = nullptr; }, "q_lora_rank"},
+      {[](json& c) { c["index_head_dim"] = 8; }, "index_head_dim"},
+      {[](json& c) { c["rope_parameters"]["rope_theta"] = "big"; }, "rope_theta"},
+      {[](json& c) { c["max_position_embeddings"] = 0; }, "max_position_embeddings"},
+  };
+  for (const auto& [edit, needle] : cases) {
+    json j = base;
+    edit(j);
+    const std::string e = error_of(j);
+    EXPECT_NE(e.find(needle), std::string::npos) << "expected '" << needle << "' in: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  json v3 = golden_config("deepseek-v3-tiny-yarn");
+  v3["moe_layer_freq"] = 2;
+  EXPECT_NE(error_of(v3).find("moe_layer_freq"), std::string::npos);
+}
+
+TEST(Rope, InterleavedRotatesAdjacentPairsHalfSplitRotatesHalves) {
+  const float cos[2] = {0.0f, 1.0f}, sin[2] = {1.0f, 0.0f};  // pair 0 by 90 degrees, pair 1 unchanged
+  float a[4] = {1, 2, 3, 4};
+  apply_rope(a, 4, cos, sin, RopeLayout::Interleaved);
+  EXPECT_EQ(std::vector<float>(a, a + 4), (std::vector<float>{-2, 1, 3, 4}));
+  float b[4] = {1, 2, 3, 4};
+  apply_rope(b, 4, cos, sin, RopeLayout::HalfSplit);
+  EXPECT_EQ(std::vector<float>(b, b + 4), (std::vector<float>{-3, 2, 1, 4}));
+}

@@ -7,6 +7,7 @@ namespace {
 void setup(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<fp4moe::serve::ServeOptions>();
   app.add_option("--model,--model-path", o->model, "Checkpoint folder (Hugging Face layout)");
+  app.add_option("--tokenizer-path", o->tokenizer_path, "Tokenizer folder (default: --model)");
   app.add_option("--backend", o->backend, "cpu | cuda | fake (fake: the deterministic test model, byte tokenizer)")
       ->capture_default_str();
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
@@ -33,7 +34,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-queued-requests", o->max_queued_requests, "Waiting requests at most; more get 429 (default: no limit)")
       ->check(CLI::Range(0, 1 << 30));
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "No prefix reuse");
-  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | bf16 | fp8_e4m3")->capture_default_str();
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
+      ->capture_default_str();
   app.add_flag("--log-requests", o->log_requests, "Log every request");
   app.add_option("--decode-log-interval", o->decode_log_interval, "Scheduling rounds per log line (0: none)")
       ->check(CLI::Range(0, 1 << 30))->capture_default_str();

@@ -88,6 +88,10 @@ struct BackendInfo {
   int64_t weight_bytes = 0;
   int64_t workspace_bytes = 0;    // activations etc. for the largest step
   int64_t device_bytes = 0;       // memory of the device the KV pool lives on (0: unknown)
+  // The KV pool's default when neither --max-total-tokens nor --mem-fraction-static is given:
+  // this fraction of device_bytes (the GPU runner: 0.88), or 0 for a fixed token count (the
+  // host backends, which share the machine's memory).
+  double default_mem_fraction = 0.0;
 };
 
 class Backend {

@@ -80,7 +80,7 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
     }
     if (batch.sample[size_t(r)]) {
       logits_after(h, logits_);
-      out.push_back(sample_logits_cpu(logits_, batch.sampling[size_t(r)]));
+      out.push_back(sample_row_cpu(logits_.data(), int64_t(logits_.size()), batch.sampling[size_t(r)]));
     }
   }
   if (moe_observer_) moe_observer_->on_moe_gemm(0, per_expert);

@@ -6,7 +6,7 @@
 // laid it out in pages: a wrong page table, a prefix page shared by mistake or overwritten
 // by another request changes the output (and reading a slot never written fails loudly).
 // Prefers printable tokens (a-z, space, '.') so that byte-level text reads; EOS is the
-// argmax about once every eos_period positions. Sampling is sample_logits_cpu.
+// argmax about once every eos_period positions. Sampling is sample_row_cpu.
 #pragma once
 
 #include <cstdint>

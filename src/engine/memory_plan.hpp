@@ -13,7 +13,7 @@ struct MemoryPlanRequest {
   int32_t page_size = 16;
   int64_t max_total_tokens = 0;      // > 0: the pool holds this many tokens (at most)
   double mem_fraction_static = 0.0;  // > 0: weights + workspace + KV take this fraction of the device
-  int64_t default_tokens = 65536;    // when neither applies (a backend that does not know its memory)
+  int64_t default_tokens = 65536;    // when neither applies and the backend has no default fraction
 };
 
 struct MemoryPlan {

@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/cpu_model_backend.hpp"
 #include "engine/fake_backend.hpp"
 #include "serve/server_impl.hpp"
 
@@ -56,10 +57,17 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     if (o.fake_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.fake_load_delay_ms));
     return std::make_unique<engine::FakeBackend>(f);
   }
-  if (o.backend == "cpu" || o.backend == "cuda")
-    FP4MOE_FAIL("--backend {}: the model runner is not built into this fp4moe yet (the model layer has not landed); "
-                "--backend fake serves the deterministic test model",
-                o.backend);
+  if (o.backend == "cpu") {
+    engine::CpuModelBackendOptions c;
+    c.model_dir = o.model;
+    c.kv_elem = o.kv_cache_dtype == "f32"        ? KvElem::F32
+                : o.kv_cache_dtype == "fp8_e4m3" ? KvElem::FP8_E4M3
+                                                 : KvElem::BF16;
+    return std::make_unique<engine::CpuModelBackend>(c);
+  }
+  if (o.backend == "cuda")
+    FP4MOE_FAIL("--backend cuda: the GPU model runner is not built into this fp4moe yet; --backend cpu runs the model "
+                "on the host");
   FP4MOE_FAIL("--backend must be cpu, cuda or fake (got '{}')", o.backend);
 }
 
@@ -77,16 +85,21 @@ Server::Server(ServeOptions options)
 }
 
 void Server::load() {
-  FP4MOE_CHECK(opt_.kv_cache_dtype == "auto" || opt_.kv_cache_dtype == "bf16" || opt_.kv_cache_dtype == "fp8_e4m3",
-               "--kv-cache-dtype must be auto, bf16 or fp8_e4m3 (got '{}')", opt_.kv_cache_dtype);
+  FP4MOE_CHECK(opt_.kv_cache_dtype == "auto" || opt_.kv_cache_dtype == "bf16" || opt_.kv_cache_dtype == "fp8_e4m3" ||
+                   opt_.kv_cache_dtype == "f32",
+               "--kv-cache-dtype must be auto, bf16, fp8_e4m3 or f32 (got '{}')", opt_.kv_cache_dtype);
   FP4MOE_CHECK(opt_.cuda_graph_max_bs >= 0, "--cuda-graph-max-bs must be >= 0 (got {})", opt_.cuda_graph_max_bs);
   FP4MOE_CHECK(opt_.max_queued_requests >= -1, "--max-queued-requests must be >= 0 (got {})", opt_.max_queued_requests);
   FP4MOE_CHECK(opt_.context_length >= 0, "--context-length must be positive (got {})", opt_.context_length);
   FP4MOE_CHECK(opt_.backend == "fake" || !opt_.model.empty(), "--model DIR is required (except with --backend fake)");
   // The model folder's tokenizer; the fake backend without a folder uses the byte stand-in.
-  codec_ = opt_.model.empty() ? make_byte_codec() : make_hf_text_codec(opt_.model);
+  const std::string tokenizer_dir = opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path;
+  codec_ = tokenizer_dir.empty() ? make_byte_codec() : make_hf_text_codec(tokenizer_dir);
   backend_ = make_backend(opt_, *codec_);
   backend_info_ = backend_->info();
+  FP4MOE_CHECK(codec_->vocab_size() <= backend_info_.vocab_size,
+               "the tokenizer's vocabulary ({} ids) is larger than the model's ({})", codec_->vocab_size(),
+               backend_info_.vocab_size);
   engine::MemoryPlanRequest mr;
   mr.page_size = opt_.page_size;
   mr.max_total_tokens = opt_.max_total_tokens;
@@ -228,7 +241,9 @@ void Server::routes() {
   });
   http_.Get("/get_model_info", [this](const Request&, Response& res) {
     if (!ready(res)) return;
-    send_json(res, {{"model_path", opt_.model}, {"tokenizer_path", opt_.model}, {"is_generation", true},
+    send_json(res, {{"model_path", opt_.model},
+                    {"tokenizer_path", opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path},
+                    {"is_generation", true},
                     {"served_model_name", served_name_}, {"backend", backend_info_.name},
                     {"tokenizer", codec_->name()}, {"context_length", context_length_},
                     {"vocab_size", codec_->vocab_size()}, {"eos_token_ids", codec_->eos_ids()}});
@@ -238,6 +253,7 @@ void Server::routes() {
     const engine::EngineStats st = engine_->stats();
     send_json(res, {{"version", FP4MOE_VERSION},
                     {"model_path", opt_.model},
+                    {"tokenizer_path", opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path},
                     {"served_model_name", served_name_},
                     {"backend", opt_.backend},
                     {"host", opt_.host},

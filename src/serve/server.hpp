@@ -9,6 +9,7 @@ namespace fp4moe::serve {
 // The flags of `fp4moe serve` (SGLang's names and meanings where SGLang has them).
 struct ServeOptions {
   std::string model;                 // --model DIR
+  std::string tokenizer_path;        // default: the model folder
   std::string backend = "cpu";       // --backend cpu|cuda|fake (fake: the deterministic test model)
   std::string host = "127.0.0.1";
   int port = 30000;
@@ -24,7 +25,7 @@ struct ServeOptions {
   int32_t context_length = 0;        // 0: the model's
   int32_t max_queued_requests = -1;  // -1: unlimited
   bool disable_radix_cache = false;
-  std::string kv_cache_dtype = "auto";  // auto|bf16|fp8_e4m3
+  std::string kv_cache_dtype = "auto";  // auto (bf16) | bf16 | fp8_e4m3 | f32 (CPU reference)
   bool log_requests = false;
   // fp4moe's own.
   int32_t decode_log_interval = 40;        // rounds per scheduler log line

@@ -41,9 +41,9 @@ def free_port():
 
 
 class ServerProcess:
-    def __init__(self, *extra, api_key=None, wait_ready=True):
+    def __init__(self, *extra, api_key=None, wait_ready=True, backend="fake"):
         self.port = free_port()
-        args = [BINARY, "serve", "--backend", "fake", "--port", str(self.port), "--decode-log-interval", "0"]
+        args = [BINARY, "serve", "--backend", backend, "--port", str(self.port), "--decode-log-interval", "0"]
         if api_key:
             args += ["--api-key", api_key]
         args += list(extra)
@@ -579,6 +579,71 @@ class RealTokenizer(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("tokenizer.json", p.stderr)
+
+
+class CpuModel(unittest.TestCase):
+    """--backend cpu on a random GLM-5-architecture toy model (make-synthetic glm5-tiny) with a
+    small trained tokenizer: the same tokens as `fp4moe generate`."""
+
+    @classmethod
+    def setUpClass(cls):
+        import shutil
+        import tempfile
+        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "data")
+        cls.dir = tempfile.mkdtemp(prefix="fp4moe_serve_cpu_")
+        subprocess.run([BINARY, "make-synthetic", cls.dir, "--preset", "glm5-tiny"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        shutil.copy(os.path.join(data, "behaviors", "tokenizer.json"), cls.dir)  # 801 ids <= the model's 1024
+        with open(os.path.join(cls.dir, "chat_template.jinja"), "w") as f:
+            f.write("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+                    "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        cls.server = ServerProcess("--model", cls.dir, "--kv-cache-dtype", "f32", "--page-size", "4",
+                                   "--max-running-requests", "8", "--num-continuous-decode-steps", "2", backend="cpu")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        rc = cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"server exit code {rc}"
+
+    def generate_cli(self, ids, n, *extra):
+        p = subprocess.run([BINARY, "generate", "--model", self.dir, "--prompt-ids", ",".join(map(str, ids)),
+                            "--max-new-tokens", str(n), "--kv-dtype", "f32", "--page-size", "4", *extra],
+                           capture_output=True, text=True, timeout=300, check=True)
+        return [int(x) for x in p.stdout.splitlines()[0].split(",")]
+
+    def test_same_tokens_as_generate(self):
+        ids = [5, 17, 300, 42, 7, 99, 640, 3]
+        status, g = self.server.json("POST", "/generate", {"input_ids": ids, "sampling_params": {
+            "max_new_tokens": 10, "temperature": 0}})
+        self.assertEqual(status, 200)
+        self.assertEqual(g["output_ids"], self.generate_cli(ids, 10))
+        status, g = self.server.json("POST", "/generate", {"input_ids": ids, "sampling_params": {
+            "max_new_tokens": 10, "temperature": 0.8, "sampling_seed": 7}})
+        self.assertEqual(g["output_ids"], self.generate_cli(ids, 10, "--temperature", "0.8", "--seed", "7"))
+
+    def test_chat_and_concurrent_streams(self):
+        name = os.path.basename(self.dir)
+        msgs = [{"role": "user", "content": "Hello there"}]
+        r = self.client.chat.completions.create(model=name, messages=msgs, max_tokens=8, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 8)
+
+        def run(i):
+            toks = 0
+            for chunk in self.client.completions.create(model=name, prompt=f"story {i}", max_tokens=6, stream=True,
+                                                        temperature=0.5, seed=i,
+                                                        stream_options={"include_usage": True}):
+                if chunk.usage:
+                    toks = chunk.usage.completion_tokens
+            return toks
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            self.assertEqual(list(pool.map(run, range(4))), [6] * 4)
+        status, info = self.server.json("GET", "/get_server_info")
+        self.assertGreater(info["memory_plan"]["kv_bytes_per_token"], 0)
+        self.assertGreater(info["memory_plan"]["weight_bytes"], 0)
 
 
 class TinyKvPool(unittest.TestCase):

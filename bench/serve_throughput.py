@@ -86,6 +86,7 @@ def main():
             except OSError:
                 pass
             time.sleep(0.05)
+        one(port, "warm-up", args.tokens, False)  # first-touch of the KV pool, thread pools
         print(f"| concurrency | mode | output tokens | seconds | output tok/s | us per token |")
         print(f"| ---: | --- | ---: | ---: | ---: | ---: |")
         for c in [int(x) for x in args.concurrency.split(",")]:

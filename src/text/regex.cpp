@@ -48,7 +48,7 @@ std::string oniguruma_to_pcre2(std::string_view p, std::string_view what) {
   for (size_t i = 0; i < p.size(); ++i) {
     const char c = p[i];
     if (c == '\\') {
-      FP4MOE_CHECK(i + 1 < p.size(), "{}: regex ends with a lone backslash: {}", what, p);
+      FP4MOE_CHECK(i + 1 < p.size(), "{}: regex ends with a lone backslash: {:?}", what, p);
       const char e = p[++i];
       const bool in_class = class_depth > 0;
       switch (e) {
@@ -56,7 +56,7 @@ std::string oniguruma_to_pcre2(std::string_view p, std::string_view what) {
         case 'w': out += in_class ? std::string(kWordClass) : cls(kWordClass, false); break;
         case 'h': out += in_class ? "0-9a-fA-F" : "[0-9a-fA-F]"; break;
         case 'S': case 'W': case 'H':
-          FP4MOE_CHECK(!in_class, "{}: regex uses \\{} inside a bracket class, which has no PCRE2 equivalent: {}",
+          FP4MOE_CHECK(!in_class, "{}: regex uses \\{} inside a bracket class, which has no PCRE2 equivalent: {:?}",
                        what, e, p);
           out += e == 'S' ? cls(kSpaceClass, true) : e == 'W' ? cls(kWordClass, true) : "[^0-9a-fA-F]";
           break;
@@ -65,7 +65,7 @@ std::string oniguruma_to_pcre2(std::string_view p, std::string_view what) {
             out += "\\x{" + std::string(p.substr(i + 1, 4)) + "}";
             i += 4;
           } else {
-            FP4MOE_FAIL("{}: regex has a \\u escape without four hex digits: {}", what, p);
+            FP4MOE_FAIL("{}: regex has a \\u escape without four hex digits: {:?}", what, p);
           }
           break;
         default:
@@ -95,7 +95,7 @@ std::string oniguruma_to_pcre2(std::string_view p, std::string_view what) {
     }
     if (c == ']' && class_depth > 0) --class_depth;
     FP4MOE_CHECK(!(class_depth > 0 && c == '&' && i + 1 < p.size() && p[i + 1] == '&'),
-                 "{}: regex uses a class intersection (&&), which PCRE2 does not support: {}", what, p);
+                 "{}: regex uses a class intersection (&&), which PCRE2 does not support: {:?}", what, p);
     out += c;
   }
   return out;
@@ -110,7 +110,7 @@ Regex::Regex(std::string_view pattern, std::string_view what) : pattern_(pattern
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    FP4MOE_FAIL("{}: bad regex at offset {}: {} (pattern {})", what, size_t(offset), reinterpret_cast<char*>(msg),
+    FP4MOE_FAIL("{}: bad regex at offset {}: {} (pattern {:?})", what, size_t(offset), reinterpret_cast<char*>(msg),
                 std::string(pattern));
   }
   // JIT is an optimization: where it is unavailable PCRE2's interpreter runs instead.
@@ -130,7 +130,7 @@ bool Regex::search(std::string_view s, size_t from, size_t* begin, size_t* end) 
   if (rc < 0) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(rc, msg, sizeof(msg));
-    FP4MOE_FAIL("regex match failed: {} (pattern {})", reinterpret_cast<char*>(msg), pattern_);
+    FP4MOE_FAIL("regex match failed: {} (pattern {:?})", reinterpret_cast<char*>(msg), pattern_);
   }
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
   *begin = ov[0];

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "text/tokenizer_impl.hpp"
+#include "text/unicode.hpp"
 
 namespace fp4moe::text {
 
@@ -18,7 +19,7 @@ namespace {
 struct Ctx {
   std::string_view origin;
   [[noreturn]] void fail(const std::string& where, const std::string& msg) const {
-    FP4MOE_FAIL("{}: {}: {}", origin, where, msg);
+    FP4MOE_FAIL("{}: {}: {}", one_line(origin), one_line(where), one_line(msg));
   }
   const json& field(const json& obj, const std::string& where, const char* key) const {
     if (!obj.is_object() || !obj.contains(key)) fail(where, fmt::format("missing '{}'", key));
@@ -115,7 +116,7 @@ void load_pre_tokenizer(const Ctx& cx, const json& p, const std::string& where, 
     out.add(std::move(step));
   } catch (const Error& e) {
     if (std::string_view(e.what()).starts_with(cx.origin)) throw;
-    FP4MOE_FAIL("{}: {}", cx.origin, e.what());  // the message names the step already
+    FP4MOE_FAIL("{}: {}", cx.origin, one_line(e.what()));  // the message names the step already
   }
 }
 
@@ -170,7 +171,7 @@ BpeModel load_model(const Ctx& cx, const json& m) {
   try {
     return BpeModel(std::move(vocab), merges, opt);
   } catch (const Error& e) {
-    FP4MOE_FAIL("{}: {}", cx.origin, e.what());  // "model.merges[3]: ..."
+    FP4MOE_FAIL("{}: {}", cx.origin, one_line(e.what()));  // "model.merges[3]: ..."
   }
 }
 
@@ -300,7 +301,7 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(std::string_view text, std::s
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    FP4MOE_FAIL("{}: not valid JSON: {}", origin, e.what());
+    FP4MOE_FAIL("{}: not valid JSON: {}", origin, one_line(e.what()));
   }
   if (!j.is_object()) FP4MOE_FAIL("{}: not a JSON object", origin);
   if (j.contains("truncation") && !j.at("truncation").is_null())
@@ -319,8 +320,15 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(std::string_view text, std::s
     load_post_processor(cx, j.value("post_processor", json()), "post_processor", *impl);
     impl->decoder = load_decoder(cx, j.value("decoder", json()));
     impl->added.add(parse_added_tokens(cx, j.value("added_tokens", json())), *impl->model, impl->normalizer);
+    // tokenizers adds the post-processor's ids unchecked; an id the vocabulary does not
+    // have would reach the model, so it is a load error here.
+    for (const auto& tmpl : impl->post_templates)
+      for (const TemplatePiece& piece : tmpl)
+        for (int32_t id : piece.ids)
+          if (!impl->model->id_to_token(id) && !impl->added.by_id(id))
+            cx.fail("post_processor", fmt::format("special token id {} is not in the vocabulary", id));
   } catch (const json::exception& e) {
-    FP4MOE_FAIL("{}: unexpected JSON structure: {}", origin, e.what());
+    FP4MOE_FAIL("{}: unexpected JSON structure: {}", origin, one_line(e.what()));
   }
   return impl;
 }

@@ -130,6 +130,20 @@ void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+std::string one_line(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
+  }
+  return out;
+}
+
 // ---- character classes -------------------------------------------------------------------
 
 namespace {

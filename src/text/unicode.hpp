@@ -31,6 +31,9 @@ char32_t prev_code_point(std::string_view s, size_t end, size_t* begin);
 
 void append_utf8(std::string& out, char32_t cp);
 
+// s with line breaks escaped ("\\n", "\\r"), for one-line error messages quoting input.
+std::string one_line(std::string_view s);
+
 // ---- character classes -------------------------------------------------------------------
 bool is_letter(char32_t cp);            // \p{L}
 bool is_numeric(char32_t cp);           // \p{N}: Rust char::is_numeric (Nd, Nl, No)

@@ -43,6 +43,14 @@ def train(tok, vocab_size, special=(), byte_level=True, **kw):
     return tok
 
 
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/text/data/templates")
+
+
+def read_template(name):
+    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as f:
+        return f.read()
+
+
 def glm_style():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(GLM_REGEX), "isolated"), byte_level_tail()])
@@ -92,6 +100,7 @@ def deepseek_style():
               "eos_token": {"__type": "AddedToken", "content": specials[1], "lstrip": False, "normalized": True,
                             "rstrip": False, "single_word": False},
               "pad_token": specials[1], "unk_token": None, "clean_up_tokenization_spaces": False}
+    config["chat_template"] = read_template("deepseek_style.jinja")  # the tokenizer_config.json form
     generation = {"bos_token_id": bos, "eos_token_id": tok.token_to_id(specials[1])}
     return json.loads(tok.to_str()), config, generation
 
@@ -179,6 +188,9 @@ def main():
         if generation is not None:
             with open(os.path.join(folder, "generation_config.json"), "w", encoding="utf-8") as f:
                 json.dump(generation, f, indent=1)
+        if name == "glm_style":  # the chat_template.jinja form
+            with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as f:
+                f.write(read_template("glm_style.jinja"))
         tok = Tokenizer.from_str(text)  # goldens come from the file exactly as written
         hf = None
         if config is not None:
@@ -199,6 +211,12 @@ def main():
         if hf is not None:
             golden["hf_eos_token_id"] = hf.eos_token_id
             golden["hf_bos_token_id"] = hf.bos_token_id
+            if hf.chat_template is not None:  # what apply_chat_template gives on one conversation
+                conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|user|> there"}]
+                golden["hf_chat"] = {"messages": conv,
+                                     "prompt": hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=True),
+                                     "ids": hf.apply_chat_template(conv, tokenize=True, add_generation_prompt=True,
+                                                                   return_dict=False)}
         with open(os.path.join(folder, "goldens.json"), "w", encoding="utf-8") as f:
             json.dump(golden, f, ensure_ascii=False, separators=(",", ":"))
         print(f"{name}: vocab {tok.get_vocab_size()}, {len(doc['model']['merges'])} merges, {len(cases)} cases")

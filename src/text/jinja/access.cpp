@@ -207,6 +207,27 @@ void slice_indices(const Value& start, const Value& stop, const Value& step, int
   *e = clamp(stop, *st > 0 ? upper : lower);
 }
 
+Value loop_attr(const std::shared_ptr<LoopState>& loop, const std::string& name) {
+  const size_t i = loop->index, n = loop->items.size();
+  if (name == "index") return Value::integer(int64_t(i + 1));
+  if (name == "index0") return Value::integer(int64_t(i));
+  if (name == "revindex") return Value::integer(int64_t(n - i));
+  if (name == "revindex0") return Value::integer(int64_t(n - i - 1));
+  if (name == "first") return Value::boolean(i == 0);
+  if (name == "last") return Value::boolean(i + 1 == n);
+  if (name == "length") return Value::integer(int64_t(n));
+  if (name == "depth") return Value::integer(1);
+  if (name == "depth0") return Value::integer(0);
+  if (name == "previtem") return i > 0 ? loop->items[i - 1] : Value::undefined("there is no previous item");
+  if (name == "nextitem") return i + 1 < n ? loop->items[i + 1] : Value::undefined("there is no next item");
+  if (name == "cycle")
+    return Value::callable("loop.cycle", [i](CallArgs& a) {
+      if (a.positional.empty()) fail("no items for cycling given");
+      return a.positional[i % a.positional.size()];
+    });
+  return Value::undefined(fmt::format("'LoopContext' object has no attribute '{}'", name));
+}
+
 }  // namespace
 
 Value get_attr(const Value& obj, const std::string& name) {
@@ -215,8 +236,9 @@ Value get_attr(const Value& obj, const std::string& name) {
                                       : obj.undefined_hint());
   if (name.starts_with("_")) return Value::undefined(fmt::format("access to attribute '{}' is unsafe", name));
   if (obj.is_namespace()) {
+    if (const auto& loop = obj.namespace_obj().loop) return loop_attr(loop, name);
     if (Value* v = obj.namespace_obj().find(name)) return *v;
-    return Value::undefined(fmt::format("'{}' object has no attribute '{}'", obj.namespace_obj().is_loop ? "LoopContext" : "Namespace", name));
+    return Value::undefined(fmt::format("'Namespace' object has no attribute '{}'", name));
   }
   if (!obj.is_data()) return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(obj), name));
   if (obj.is_dict()) {
@@ -321,8 +343,17 @@ bool contains(const Value& container, const Value& item) {
   fail(fmt::format("argument of type '{}' is not iterable", type_name(container)));
 }
 
+namespace {
+constexpr size_t kMaxStringBytes = size_t(64) << 20;
+
+Value concat_strings(const std::string& a, const std::string& b) {
+  if (a.size() + b.size() > kMaxStringBytes) fail("string too large (over 64 MiB)");
+  return Value::string(a + b);
+}
+}  // namespace
+
 Value binary_op(std::string_view op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") return concat_strings(to_str(a), to_str(b));
   const auto unsupported = [&]() -> Value {
     if (a.is_undefined() || b.is_undefined()) {
       const Value& u = a.is_undefined() ? a : b;
@@ -379,8 +410,9 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     }
     if (op == "**") return Value::number(std::pow(x, y));
   }
-  if (op == "+" && a.is_string() && b.is_string()) return Value::string(a.str() + b.str());
+  if (op == "+" && a.is_string() && b.is_string()) return concat_strings(a.str(), b.str());
   if (op == "+" && a.is_list() && b.is_list()) {
+    if (a.json().size() + b.json().size() > (size_t(1) << 24)) fail("list too large");
     Json out = a.json();
     for (const Json& x : b.json()) out.push_back(x);
     return Value::data(std::move(out));

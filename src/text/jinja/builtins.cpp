@@ -538,7 +538,7 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
   }));
   g.emplace_back("raise_exception", Value::callable("raise_exception", [](CallArgs& a) -> Value {
     const std::string msg = a.positional.empty() ? "" : to_str(a.positional[0]);
-    throw TemplateError{"raise_exception: " + msg};
+    throw TemplateError{one_line("raise_exception: " + msg)};
   }));
   g.emplace_back("strftime_now", Value::callable("strftime_now", [](CallArgs& a) {
     if (a.positional.size() != 1 || !a.positional[0].is_string()) fail("strftime_now(format) needs one string");

@@ -152,30 +152,23 @@ class Interpreter {
       items = std::move(kept);
     }
     const size_t len = items.size();
+    auto state = std::make_shared<LoopState>();
+    state->items = std::move(items);
+    auto loop = std::make_shared<Namespace>();
+    loop->loop = state;
+    const Value loop_value = Value::ns(loop);
+    ScopePtr s;
     for (size_t i = 0; i < len; ++i) {
       step();
-      auto s = child(scope);
-      assign(s, n.targets, items[i]);
-      auto loop = std::make_shared<Namespace>();
-      loop->is_loop = true;
-      loop->attrs = {
-          {"index", Value::integer(int64_t(i + 1))},
-          {"index0", Value::integer(int64_t(i))},
-          {"revindex", Value::integer(int64_t(len - i))},
-          {"revindex0", Value::integer(int64_t(len - i - 1))},
-          {"first", Value::boolean(i == 0)},
-          {"last", Value::boolean(i + 1 == len)},
-          {"length", Value::integer(int64_t(len))},
-          {"depth", Value::integer(1)},
-          {"depth0", Value::integer(0)},
-          {"previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item")},
-          {"nextitem", i + 1 < len ? items[i + 1] : Value::undefined("there is no next item")},
-          {"cycle", Value::callable("loop.cycle", [i](CallArgs& a) {
-             if (a.positional.empty()) fail("no items for cycling given");
-             return a.positional[i % a.positional.size()];
-           })},
-      };
-      s->vars["loop"] = Value::ns(loop);
+      state->index = i;
+      // A fresh scope per iteration (assignments do not survive it); reused when nothing
+      // (a macro defined in the body) kept a reference to the previous one.
+      if (s && s.use_count() == 1)
+        s->vars.clear();
+      else
+        s = child(scope);
+      assign(s, n.targets, state->items[i]);
+      s->vars["loop"] = loop_value;
       if (exec(n.body, s, out) == Flow::Break) break;
     }
     if (len == 0) return exec(n.else_body, scope, out);

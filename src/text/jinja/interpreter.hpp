@@ -16,7 +16,7 @@ namespace fp4moe::text::jinja {
 // Bounds that keep a hostile template from running forever or filling memory.
 struct RenderLimits {
   size_t max_output_bytes = size_t(64) << 20;
-  uint64_t max_steps = 20'000'000;  // statements, loop iterations and calls
+  uint64_t max_steps = 5'000'000;  // statements, loop iterations and calls (~1 us each)
   int max_call_depth = 64;
 };
 

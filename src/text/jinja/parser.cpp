@@ -349,25 +349,23 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_or() {
-    ExprPtr left = parse_and();
-    while (is_name("or")) {
+  // A left-associative level: operand (op operand)*, ops being keywords or operators.
+  ExprPtr left_assoc(Expr::Kind kind, std::initializer_list<std::string_view> ops, bool keywords,
+                     ExprPtr (Parser::*operand)()) {
+    ExprPtr left = (this->*operand)();
+    while (true) {
+      std::string op;
+      for (std::string_view o : ops)
+        if (keywords ? is_name(o) : is_op(o)) op = o;
+      if (op.empty()) return left;
       const int line = cur().line;
       next();
-      left = binary(Expr::Kind::Or, line, std::move(left), parse_and());
+      left = binary(kind, line, std::move(left), (this->*operand)(), kind == Expr::Kind::Binary ? op : "");
     }
-    return left;
   }
 
-  ExprPtr parse_and() {
-    ExprPtr left = parse_not();
-    while (is_name("and")) {
-      const int line = cur().line;
-      next();
-      left = binary(Expr::Kind::And, line, std::move(left), parse_not());
-    }
-    return left;
-  }
+  ExprPtr parse_or() { return left_assoc(Expr::Kind::Or, {"or"}, true, &Parser::parse_and); }
+  ExprPtr parse_and() { return left_assoc(Expr::Kind::And, {"and"}, true, &Parser::parse_not); }
 
   ExprPtr parse_not() {
     if (is_name("not")) {
@@ -411,47 +409,11 @@ class Parser {
     return e;
   }
 
-  ExprPtr parse_math1() {
-    ExprPtr left = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = cur().value;
-      const int line = cur().line;
-      next();
-      left = binary(Expr::Kind::Binary, line, std::move(left), parse_concat(), op);
-    }
-    return left;
-  }
-
-  ExprPtr parse_concat() {
-    ExprPtr left = parse_math2();
-    while (is_op("~")) {
-      const int line = cur().line;
-      next();
-      left = binary(Expr::Kind::Binary, line, std::move(left), parse_math2(), "~");
-    }
-    return left;
-  }
-
-  ExprPtr parse_math2() {
-    ExprPtr left = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = cur().value;
-      const int line = cur().line;
-      next();
-      left = binary(Expr::Kind::Binary, line, std::move(left), parse_pow(), op);
-    }
-    return left;
-  }
-
-  ExprPtr parse_pow() {
-    ExprPtr left = parse_unary(true);
-    while (is_op("**")) {
-      const int line = cur().line;
-      next();
-      left = binary(Expr::Kind::Binary, line, std::move(left), parse_unary(true), "**");
-    }
-    return left;
-  }
+  ExprPtr parse_math1() { return left_assoc(Expr::Kind::Binary, {"+", "-"}, false, &Parser::parse_concat); }
+  ExprPtr parse_concat() { return left_assoc(Expr::Kind::Binary, {"~"}, false, &Parser::parse_math2); }
+  ExprPtr parse_math2() { return left_assoc(Expr::Kind::Binary, {"*", "/", "//", "%"}, false, &Parser::parse_pow); }
+  ExprPtr parse_pow() { return left_assoc(Expr::Kind::Binary, {"**"}, false, &Parser::parse_unary_filtered); }
+  ExprPtr parse_unary_filtered() { return parse_unary(true); }
 
   ExprPtr parse_unary(bool with_filter) {
     DepthGuard g(depth_, *this);

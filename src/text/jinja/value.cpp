@@ -10,7 +10,7 @@
 
 namespace fp4moe::text::jinja {
 
-void fail(std::string message) { throw TemplateError{std::move(message)}; }
+void fail(std::string message) { throw TemplateError{one_line(message)}; }
 
 // ---- Namespace -----------------------------------------------------------------------------
 

@@ -34,10 +34,17 @@ struct Callable {
   std::function<Value(CallArgs&)> fn;
 };
 
+// The state behind a for loop's `loop` variable: one object advanced each iteration (as
+// jinja2's LoopContext), its attributes computed when read.
+struct LoopState {
+  std::vector<Value> items;
+  size_t index = 0;
+};
+
 // namespace() objects (and the `loop` variable): named, mutable attributes.
 struct Namespace {
   std::vector<std::pair<std::string, Value>> attrs;
-  bool is_loop = false;
+  std::shared_ptr<LoopState> loop;  // set for `loop`
   Value* find(std::string_view name);
   void set(const std::string& name, Value v);
 };

@@ -16,4 +16,10 @@ int default_num_threads();
 void parallel_for(int64_t n, int threads, int64_t grain,
                   const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// A grain that gives each chunk at least `min_work` units when one item costs `item_work`
+// (e.g. multiply-adds): small problems then run on the caller alone, without waking workers.
+inline int64_t grain_for(int64_t item_work, int64_t min_work = int64_t(1) << 16) {
+  return item_work >= min_work ? 1 : (min_work + item_work - 1) / (item_work > 0 ? item_work : 1);
+}
+
 }  // namespace fp4moe

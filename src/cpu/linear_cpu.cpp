@@ -90,7 +90,7 @@ void linear_cpu(const LinearView& w, const float* x, int64_t T, float* y, int th
   }
   const ScaleTable table = w.is_fp4() ? make_scale_table(fp4_view(w).format, w.global_scale) : ScaleTable{};
   const int64_t items = (N + kRowsPerItem - 1) / kRowsPerItem;
-  parallel_for(items, threads, 1, [&](int64_t i0, int64_t i1) {
+  parallel_for(items, threads, grain_for(kRowsPerItem * K * T), [&](int64_t i0, int64_t i1) {
     const float* xp[kMaxTokenTile];
     const int64_t r0 = i0 * kRowsPerItem, r1 = std::min(N, i1 * kRowsPerItem);
     for (int64_t t0 = 0; t0 < T; t0 += kMaxTokenTile) {

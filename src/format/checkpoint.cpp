@@ -75,11 +75,6 @@ bool is_scalar_f32(const TensorInfo& t) {
   return t.dtype == DType::F32 && t.numel() == 1 && t.shape.size() <= 1;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 float read_f32(std::span<const uint8_t> b) {
   float x;

@@ -19,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "format/checkpoint.hpp"
+#include "format/json_reader.hpp"
 
 namespace fp4moe {
 namespace {
@@ -26,50 +27,6 @@ namespace {
 using json = nlohmann::json;
 
 enum class Family { DeepSeek, Glm45, Qwen3 };
-
-struct Reader {
-  const json& j;
-  const std::string& path;
-
-  const json* field(const char* key) const {
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  bool has(const char* key) const { return field(key) != nullptr; }
-
-  int64_t integer(const char* key, std::optional<int64_t> def = std::nullopt, int64_t min = 0) const {
-    const json* v = field(key);
-    if (!v) {
-      FP4MOE_CHECK(def.has_value(), "{}: missing '{}'", path, key);
-      return *def;
-    }
-    FP4MOE_CHECK(v->is_number_integer(), "{}: '{}' must be an integer (got {})", path, key, v->dump());
-    const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX
-                                                                                           : v->get<int64_t>();
-    FP4MOE_CHECK(x >= min && x <= (int64_t(1) << 40), "{}: '{}' = {} is out of range", path, key, x);
-    return x;
-  }
-  double number(const char* key, double def) const {
-    const json* v = field(key);
-    if (!v) return def;
-    FP4MOE_CHECK(v->is_number(), "{}: '{}' must be a number (got {})", path, key, v->dump());
-    const double x = v->get<double>();
-    FP4MOE_CHECK(std::isfinite(x), "{}: '{}' is not finite", path, key);
-    return x;
-  }
-  bool boolean(const char* key, bool def) const {
-    const json* v = field(key);
-    if (!v) return def;
-    FP4MOE_CHECK(v->is_boolean(), "{}: '{}' must be true or false (got {})", path, key, v->dump());
-    return v->get<bool>();
-  }
-  std::string string(const char* key, std::string def = "") const {
-    const json* v = field(key);
-    if (!v) return def;
-    FP4MOE_CHECK(v->is_string(), "{}: '{}' must be a string (got {})", path, key, v->dump());
-    return v->get<std::string>();
-  }
-};
 
 bool glob_match(std::string_view p, std::string_view s) {
   // Iterative '*' backtracking: O(|p|·|s|) worst case, no recursion.
@@ -121,6 +78,7 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
 
   c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
   c.num_layers = r.integer("num_hidden_layers", std::nullopt, 1);
+  FP4MOE_CHECK(c.num_layers <= 4096, "{}: num_hidden_layers = {} is out of range (at most 4096)", path, c.num_layers);
   c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
   c.intermediate_size = r.integer("intermediate_size", 0);
   c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);

@@ -22,6 +22,13 @@
 #include "core/error.hpp"
 
 namespace fp4moe {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
 namespace {
 
 using json = nlohmann::json;

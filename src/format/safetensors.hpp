@@ -31,6 +31,9 @@ struct TensorInfo {
   uint64_t nbytes() const { return end - begin; }
 };
 
+// "[2, 3]" (for messages).
+std::string shape_str(const std::vector<int64_t>& shape);
+
 // A validated, memory-mapped safetensors file. Views stay valid while the file lives.
 class SafetensorsFile {
  public:

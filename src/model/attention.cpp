@@ -166,7 +166,7 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
       float* ql = arena_.alloc<float>(size_t(Ts * NH * C));
       float* ol = arena_.alloc<float>(size_t(Ts * NH * C));
       std::fill(ql, ql + Ts * NH * C, 0.0f);
-      parallel_for(Ts * NH, th, 1, [&](int64_t i0, int64_t i1) {
+      parallel_for(Ts * NH, th, grain_for(N * C), [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t hh = i % NH;
           cpu::linear_t_accumulate_cpu(a.kv_b.w.rows(hh * W, hh * W + N), qn + i * N, ql + i * C);
@@ -179,7 +179,7 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
       p.topk_k = s.topk_k;
       p.threads = th;
       cpu::mla_attention_cpu(layer, sb.view(), ql, qr, p, ol, nullptr);
-      parallel_for(Ts * NH, th, 1, [&](int64_t i0, int64_t i1) {
+      parallel_for(Ts * NH, th, grain_for(V * C), [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t hh = i % NH;
           cpu::linear_cpu(a.kv_b.w.rows(hh * W + N, (hh + 1) * W), ol + i * C, 1, os + i * V, 1);

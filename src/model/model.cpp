@@ -122,7 +122,11 @@ void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, co
   for (int32_t r : logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
   arena_.reset();
   Step s;
-  s.topk_k = c.index_topk;
+  // Rows with at most topk_k causal keys select them all, so k beyond the longest request
+  // changes nothing; this bounds the selection buffer.
+  int64_t longest = 1;
+  for (int64_t r = 0; r < b.num_requests; ++r) longest = std::max<int64_t>(longest, b.kv_len[r]);
+  s.topk_k = std::min<int64_t>(c.index_topk, longest);
   s.topk = c.has_indexer() ? arena_.alloc<int32_t>(size_t(std::max<int64_t>(T * c.index_topk, 1))) : nullptr;
   s.have_topk = false;
   s.cos = arena_.alloc<float>(size_t(T * c.qk_rope_dim / 2 + 1));
@@ -140,14 +144,21 @@ void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, co
     hidden->emplace_back(x, x + T * H);
   }
   const float eps = float(c.rms_norm_eps);
+  const bool timed = log_level() <= LogLevel::Debug;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w_.layers[size_t(l)];
+    const auto t0 = now();
     rms_norm_rows(x, T, H, H, lw.input_norm.weight.data(), eps, h, H);
     attention(l, h, b, kv, s, o);
     for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+    const auto t1 = now();
     rms_norm_rows(x, T, H, H, lw.post_attention_norm.weight.data(), eps, h, H);
     mlp(l, h, T, o);
     for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+    if (timed) log_debug("step of {} tokens: layer {}: attention {:.2f} ms, {} {:.2f} ms", T, l, ms(t0, t1),
+                         lw.is_moe ? "moe" : "mlp", ms(t1, now()));
     if (hidden && l + 1 < c.num_layers) hidden->emplace_back(x, x + T * H);
   }
   rms_norm_rows(x, T, H, H, w_.final_norm.weight.data(), eps, h, H);
@@ -156,7 +167,9 @@ void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, co
     float* rows = arena_.alloc<float>(logits_rows.size() * size_t(H));
     for (size_t i = 0; i < logits_rows.size(); ++i)
       std::memcpy(rows + i * size_t(H), h + int64_t(logits_rows[i]) * H, size_t(H) * sizeof(float));
+    const auto t0 = now();
     cpu::linear_cpu(w_.lm_head.w, rows, int64_t(logits_rows.size()), logits, threads());
+    if (timed) log_debug("step of {} tokens: lm_head ({} rows) {:.2f} ms", T, logits_rows.size(), ms(t0, now()));
   }
 }
 

@@ -6,39 +6,18 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "format/json_reader.hpp"
 
 namespace fp4moe::model {
 namespace {
 
 using json = nlohmann::json;
 
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-double number(const json& j, const char* key, double def, const std::string& path) {
-  const json* v = field(j, key);
-  if (!v) return def;
-  FP4MOE_CHECK(v->is_number(), "{}: '{}' must be a number (got {})", path, key, v->dump());
-  const double x = v->get<double>();
-  FP4MOE_CHECK(std::isfinite(x), "{}: '{}' is not finite", path, key);
-  return x;
-}
-
-bool boolean(const json& j, const char* key, bool def, const std::string& path) {
-  const json* v = field(j, key);
-  if (!v) return def;
-  FP4MOE_CHECK(v->is_boolean(), "{}: '{}' must be true or false (got {})", path, key, v->dump());
-  return v->get<bool>();
-}
-
+const json* field(const json& j, const char* key) { return Reader{j, ""}.field(key); }
+double number(const json& j, const char* key, double def, const std::string& path) { return Reader{j, path}.number(key, def); }
+bool boolean(const json& j, const char* key, bool def, const std::string& path) { return Reader{j, path}.boolean(key, def); }
 int64_t integer(const json& j, const char* key, int64_t def, const std::string& path) {
-  const json* v = field(j, key);
-  if (!v) return def;
-  FP4MOE_CHECK(v->is_number_integer() && v->get<int64_t>() >= 0 && v->get<int64_t>() <= (int64_t(1) << 40),
-               "{}: '{}' must be a non-negative integer (got {})", path, key, v->dump());
-  return v->get<int64_t>();
+  return Reader{j, path}.integer(key, def);
 }
 
 double yarn_mscale(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }

@@ -32,7 +32,7 @@ void indexer_scores_cpu(const KvLayerView& L, const KvBatchView& b, const float*
   // Work items: (token, block of key positions).
   std::vector<int64_t> first(static_cast<size_t>(T + 1), 0);
   for (int64_t t = 0; t < T; ++t) first[size_t(t + 1)] = first[size_t(t)] + (b.positions[t] + kKeyBlock) / kKeyBlock;
-  parallel_for(first[size_t(T)], threads, 1, [&](int64_t i0, int64_t i1) {
+  parallel_for(first[size_t(T)], threads, grain_for(kKeyBlock * H * D), [&](int64_t i0, int64_t i1) {
     std::vector<float> k(static_cast<size_t>(D));
     int64_t t = std::upper_bound(first.begin(), first.end(), i0) - first.begin() - 1;
     for (int64_t item = i0; item < i1; ++item) {

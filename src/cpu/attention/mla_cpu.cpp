@@ -55,7 +55,9 @@ void mla_attention_cpu(const KvLayerView& L, const KvBatchView& b, const float* 
   kv_token_requests(b, req.data());
 
   const int64_t head_blocks = (H + kHeadBlock - 1) / kHeadBlock;
-  parallel_for(T * head_blocks, threads, 1, [&](int64_t i0, int64_t i1) {
+  int64_t max_keys = 1;
+  for (int64_t t = 0; t < T; ++t) max_keys = std::max<int64_t>(max_keys, prm.topk ? prm.topk_k : b.positions[t] + 1);
+  parallel_for(T * head_blocks, threads, grain_for(max_keys * std::min(H, kHeadBlock) * 2 * (C + R)), [&](int64_t i0, int64_t i1) {
     std::vector<float> kc(size_t(kKeyBlock * C)), kr(size_t(kKeyBlock * std::max<int64_t>(R, 1)));
     std::vector<float> s(static_cast<size_t>(kKeyBlock)), m(static_cast<size_t>(kHeadBlock)), z(static_cast<size_t>(kHeadBlock));
     std::vector<int64_t> keys;

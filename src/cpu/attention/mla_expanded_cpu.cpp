@@ -34,7 +34,7 @@ void mla_attention_expanded_cpu(const KvLayerView& L, const KvBatchView& b, cons
       }
     });
     linear_cpu(kv_b, ckv.data(), n, kv.data(), threads);  // [n, H, nope + v]
-    parallel_for((t1 - t0) * H, threads, 1, [&](int64_t i0, int64_t i1) {
+    parallel_for((t1 - t0) * H, threads, grain_for(n * (N + R + V)), [&](int64_t i0, int64_t i1) {
       std::vector<int64_t> keys;
       std::vector<float> s;
       for (int64_t item = i0; item < i1; ++item) {

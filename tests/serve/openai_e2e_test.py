@@ -528,19 +528,18 @@ class MainServer(unittest.TestCase):
         self.assertEqual(m["fp4moe_healthy"], 1)
 
 
-class RealTokenizer(unittest.TestCase):
-    """The fake model behind a real tokenizer folder (text/: tokenizer.json BPE, chat template)."""
+class FolderServer(unittest.TestCase):
+    """A server over a model folder made in a temporary directory (make_folder fills it)."""
+    SERVER_ARGS = ()
+    BACKEND = "fake"
 
     @classmethod
     def setUpClass(cls):
-        import shutil
         import tempfile
-        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "data")
-        cls.dir = tempfile.mkdtemp(prefix="fp4moe_serve_tok_")
-        for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-            shutil.copy(os.path.join(data, "glm_style", f), cls.dir)
-        shutil.copy(os.path.join(data, "templates", "glm_style.jinja"), os.path.join(cls.dir, "chat_template.jinja"))
-        cls.server = ServerProcess("--model", cls.dir, "--fake-eos-period", "0")
+        cls.data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "data")
+        cls.dir = tempfile.mkdtemp(prefix="fp4moe_serve_")
+        cls.make_folder()
+        cls.server = ServerProcess("--model", cls.dir, *cls.SERVER_ARGS, backend=cls.BACKEND)
         cls.client = cls.server.client()
 
     @classmethod
@@ -549,6 +548,18 @@ class RealTokenizer(unittest.TestCase):
         rc = cls.server.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert rc == 0, f"server exit code {rc}"
+
+
+class RealTokenizer(FolderServer):
+    """The fake model behind a real tokenizer folder (text/: tokenizer.json BPE, chat template)."""
+    SERVER_ARGS = ("--fake-eos-period", "0")
+
+    @classmethod
+    def make_folder(cls):
+        import shutil
+        for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(os.path.join(cls.data, "glm_style", f), cls.dir)
+        shutil.copy(os.path.join(cls.data, "templates", "glm_style.jinja"), os.path.join(cls.dir, "chat_template.jinja"))
 
     def test_chat_and_tokenize_through_the_real_tokenizer(self):
         name = os.path.basename(self.dir)
@@ -581,32 +592,22 @@ class RealTokenizer(unittest.TestCase):
         self.assertIn("tokenizer.json", p.stderr)
 
 
-class CpuModel(unittest.TestCase):
+class CpuModel(FolderServer):
     """--backend cpu on a random GLM-5-architecture toy model (make-synthetic glm5-tiny) with a
     small trained tokenizer: the same tokens as `fp4moe generate`."""
+    SERVER_ARGS = ("--kv-cache-dtype", "f32", "--page-size", "4", "--max-running-requests", "8",
+                   "--num-continuous-decode-steps", "2")
+    BACKEND = "cpu"
 
     @classmethod
-    def setUpClass(cls):
+    def make_folder(cls):
         import shutil
-        import tempfile
-        data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "data")
-        cls.dir = tempfile.mkdtemp(prefix="fp4moe_serve_cpu_")
         subprocess.run([BINARY, "make-synthetic", cls.dir, "--preset", "glm5-tiny"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
-        shutil.copy(os.path.join(data, "behaviors", "tokenizer.json"), cls.dir)  # 801 ids <= the model's 1024
+        shutil.copy(os.path.join(cls.data, "behaviors", "tokenizer.json"), cls.dir)  # 801 ids <= the model's 1024
         with open(os.path.join(cls.dir, "chat_template.jinja"), "w") as f:
             f.write("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
                     "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-        cls.server = ServerProcess("--model", cls.dir, "--kv-cache-dtype", "f32", "--page-size", "4",
-                                   "--max-running-requests", "8", "--num-continuous-decode-steps", "2", backend="cpu")
-        cls.client = cls.server.client()
-
-    @classmethod
-    def tearDownClass(cls):
-        import shutil
-        rc = cls.server.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert rc == 0, f"server exit code {rc}"
 
     def generate_cli(self, ids, n, *extra):
         p = subprocess.run([BINARY, "generate", "--model", self.dir, "--prompt-ids", ",".join(map(str, ids)),

@@ -38,6 +38,36 @@ if [ "$need_apt" = 1 ]; then
 fi
 python3 -c 'import numpy, matplotlib, openai' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
 
+# FlashInfer's C++ headers (SM90 MLA attention) with its bundled CUTLASS and CCCL, from the
+# PyPI wheel (downloaded, never installed: installing pulls torch). Unpacked, trimmed to the
+# include trees, into third_party/flashinfer/ (ignored); CMake finds it there.
+FLASHINFER_VERSION=0.7.2.post1
+FLASHINFER_WHEEL=flashinfer_python-${FLASHINFER_VERSION}-py3-none-any.whl
+FLASHINFER_SHA256=bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
+FLASHINFER_DIR=third_party/flashinfer
+FLASHINFER_STAMP="$FLASHINFER_VERSION (include, cutlass/include, cutlass/tools/util/include, cccl)"
+if [ "$(cat "$FLASHINFER_DIR/VERSION" 2>/dev/null)" != "$FLASHINFER_STAMP" ]; then
+  mkdir -p .whl
+  [ -f ".whl/$FLASHINFER_WHEEL" ] ||
+    python3 -m pip download -q --no-deps "flashinfer-python==${FLASHINFER_VERSION}" -d .whl
+  echo "$FLASHINFER_SHA256  .whl/$FLASHINFER_WHEEL" | sha256sum -c --quiet
+  rm -rf "$FLASHINFER_DIR" .whl/unpack && mkdir -p "$FLASHINFER_DIR"
+  python3 -m zipfile -e ".whl/$FLASHINFER_WHEEL" .whl/unpack  # no unzip(1) needed
+  d=.whl/unpack/flashinfer/data
+  mkdir -p "$FLASHINFER_DIR/cutlass/tools/util" "$FLASHINFER_DIR/cccl/libcudacxx" "$FLASHINFER_DIR/cccl/cub" \
+    "$FLASHINFER_DIR/cccl/thrust"
+  mv "$d/include" "$FLASHINFER_DIR/include"
+  mv "$d/cutlass/include" "$FLASHINFER_DIR/cutlass/include"
+  mv "$d/cutlass/tools/util/include" "$FLASHINFER_DIR/cutlass/tools/util/include"
+  mv "$d/cutlass/LICENSE.txt" "$FLASHINFER_DIR/cutlass/" 2>/dev/null || true
+  mv "$d/cccl/libcudacxx/include" "$FLASHINFER_DIR/cccl/libcudacxx/include"
+  mv "$d/cccl/cub/cub" "$FLASHINFER_DIR/cccl/cub/cub"
+  mv "$d/cccl/thrust/thrust" "$FLASHINFER_DIR/cccl/thrust/thrust"
+  mv "$d/cccl/LICENSE" "$FLASHINFER_DIR/cccl/" 2>/dev/null || true
+  rm -rf .whl/unpack
+  echo "$FLASHINFER_STAMP" > "$FLASHINFER_DIR/VERSION"
+fi
+
 [ "${1:-}" = "--deps" ] && exit 0
 
 BUILD_DIR=${BUILD_DIR:-build}

@@ -97,13 +97,7 @@ struct ConfigResult {
   std::vector<uint16_t> out;  // first outputs, for the cross-check (freed after it)
 };
 
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t b) { FP4MOE_CUDA_CHECK(cudaMalloc(&p, b ? b : 16)); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
+using bench::DeviceMem;
 
 std::map<std::pair<std::string, int>, nlohmann::json> read_torch_json(const std::string& path) {
   std::map<std::pair<std::string, int>, nlohmann::json> out;

@@ -44,6 +44,17 @@ void validate_kv_batch(const KvBatchView& b, int64_t page_size, int64_t num_page
   }
 }
 
+void kv_slots_of_positions(const KvBatchView& b, int64_t page_size, int64_t request, const int32_t* positions,
+                           int64_t n, int32_t* out) {
+  FP4MOE_CHECK(request >= 0 && request < b.num_requests, "request {} of a batch of {}", request, b.num_requests);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t p = positions[i];
+    FP4MOE_CHECK(p >= -1 && p < b.kv_len[request], "position {} of request {} (kv_len {})", p, request,
+                 b.kv_len[request]);
+    out[i] = p < 0 ? -1 : int32_t(kv_slot(b, page_size, request, p));
+  }
+}
+
 void kv_token_requests(const KvBatchView& b, int32_t* out) {
   for (int64_t r = 0; r < b.num_requests; ++r)
     for (int64_t t = b.qo_indptr[r]; t < b.qo_indptr[r + 1]; ++t) out[t] = int32_t(r);

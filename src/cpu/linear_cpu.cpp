@@ -34,11 +34,11 @@ void check(const LinearView& w) {
 // Rows [r0, r1) of W against a tile of mt token rows.
 template <class MakeRow>
 void rows_tile(MakeRow make_row, int64_t K, const float* const* xp, int mt, int64_t r0, int64_t r1, float* y,
-               int64_t n, int64_t t0) {
+               int64_t y_stride, int64_t t0) {
   float out[kMaxTokenTile];
   for (int64_t r = r0; r < r1; ++r) {
     dot_row_tile(make_row(r), K, xp, mt, out);
-    for (int j = 0; j < mt; ++j) y[(t0 + j) * n + r] = out[j];
+    for (int j = 0; j < mt; ++j) y[(t0 + j) * y_stride + r] = out[j];
   }
 }
 
@@ -76,7 +76,13 @@ size_t LinearView::bytes() const {
 }
 
 void linear_cpu(const LinearView& w, const float* x, int64_t T, float* y, int threads) {
+  linear_strided_cpu(w, x, w.k, T, y, w.n, threads);
+}
+
+void linear_strided_cpu(const LinearView& w, const float* x, int64_t xs, int64_t T, float* y, int64_t ys,
+                        int threads) {
   check(w);
+  FP4MOE_CHECK(xs >= w.k && ys >= w.n, "linear: row strides {} / {} for a [{}, {}] weight", xs, ys, w.n, w.k);
   if (T == 0 || w.n == 0) return;
   threads = threads > 0 ? threads : default_num_threads();
   const int64_t K = w.k, N = w.n;
@@ -84,7 +90,7 @@ void linear_cpu(const LinearView& w, const float* x, int64_t T, float* y, int th
     std::vector<float> row(static_cast<size_t>(K));
     for (int64_t r = 0; r < N; ++r) {
       linear_row_cpu(w, r, row.data());
-      for (int64_t t = 0; t < T; ++t) y[t * N + r] = dot_f32(row.data(), x + t * K, K);
+      for (int64_t t = 0; t < T; ++t) y[t * ys + r] = dot_f32(row.data(), x + t * xs, K);
     }
     return;
   }
@@ -95,23 +101,23 @@ void linear_cpu(const LinearView& w, const float* x, int64_t T, float* y, int th
     const int64_t r0 = i0 * kRowsPerItem, r1 = std::min(N, i1 * kRowsPerItem);
     for (int64_t t0 = 0; t0 < T; t0 += kMaxTokenTile) {
       const int mt = int(std::min<int64_t>(kMaxTokenTile, T - t0));
-      for (int j = 0; j < mt; ++j) xp[j] = x + (t0 + j) * K;
+      for (int j = 0; j < mt; ++j) xp[j] = x + (t0 + j) * xs;
       switch (w.format) {
         case LinearFormat::NVFP4:
           rows_tile([&](int64_t r) { return Fp4Row<16>{w.packed + r * (K / 2), w.scales + r * (K / 16), table.data()}; },
-                    K, xp, mt, r0, r1, y, N, t0);
+                    K, xp, mt, r0, r1, y, ys, t0);
           break;
         case LinearFormat::MXFP4:
           rows_tile([&](int64_t r) { return Fp4Row<32>{w.packed + r * (K / 2), w.scales + r * (K / 32), table.data()}; },
-                    K, xp, mt, r0, r1, y, N, t0);
+                    K, xp, mt, r0, r1, y, ys, t0);
           break;
         case LinearFormat::BF16:
           rows_tile([&](int64_t r) { return Bf16Row{static_cast<const uint16_t*>(w.data) + r * K}; }, K, xp, mt, r0, r1,
-                    y, N, t0);
+                    y, ys, t0);
           break;
         case LinearFormat::F32:
           rows_tile([&](int64_t r) { return F32Row{static_cast<const float*>(w.data) + r * K}; }, K, xp, mt, r0, r1, y,
-                    N, t0);
+                    ys, t0);
           break;
       }
     }
@@ -132,12 +138,12 @@ void linear_row_cpu(const LinearView& w, int64_t r, float* out) {
   }
 }
 
-void linear_t_accumulate_cpu(const LinearView& w, const float* x, float* y) {
+void linear_t_accumulate_cpu(const LinearView& w, const float* x, int64_t xs, int64_t T, float* y, int64_t ys) {
   check(w);
   std::vector<float> row(static_cast<size_t>(w.k));
   for (int64_t r = 0; r < w.n; ++r) {
     linear_row_cpu(w, r, row.data());
-    axpy_f32(y, x[r], row.data(), w.k);
+    for (int64_t t = 0; t < T; ++t) axpy_f32(y + t * ys, x[t * xs + r], row.data(), w.k);
   }
 }
 

@@ -30,11 +30,18 @@ struct LinearView {
 // y [T, n] = x [T, k] · Wᵀ. Parallel over blocks of output columns; each element is one
 // FP32 dot product in a fixed order (results do not depend on the thread count).
 void linear_cpu(const LinearView& w, const float* x, int64_t tokens, float* y, int threads = 0);
+// The same with row strides (in floats): x row t at x + t·x_stride (>= k), y row t at
+// y + t·y_stride (>= n).
+void linear_strided_cpu(const LinearView& w, const float* x, int64_t x_stride, int64_t tokens, float* y,
+                        int64_t y_stride, int threads = 0);
 
 // Row r of W as FP32 [k] (FP4: dequantized with its scales).
 void linear_row_cpu(const LinearView& w, int64_t r, float* out);
 
-// y [k] += Σ_r x[r] · W[r, :] over every row of w (the transposed product). Serial.
-void linear_t_accumulate_cpu(const LinearView& w, const float* x, float* y);
+// y[t, :] += Σ_r x[t, r] · W[r, :] over every row r of w, for t < tokens (the transposed
+// product; x row t at x + t·x_stride, y row t at y + t·y_stride). Each row of W is decoded
+// once for all tokens. Serial.
+void linear_t_accumulate_cpu(const LinearView& w, const float* x, int64_t x_stride, int64_t tokens, float* y,
+                             int64_t y_stride);
 
 }  // namespace fp4moe::cpu

@@ -166,11 +166,10 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
       float* ql = arena_.alloc<float>(size_t(Ts * NH * C));
       float* ol = arena_.alloc<float>(size_t(Ts * NH * C));
       std::fill(ql, ql + Ts * NH * C, 0.0f);
-      parallel_for(Ts * NH, th, grain_for(N * C), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t hh = i % NH;
-          cpu::linear_t_accumulate_cpu(a.kv_b.w.rows(hh * W, hh * W + N), qn + i * N, ql + i * C);
-        }
+      // Per head: every W_UK / W_UV row decoded once for all the sub-batch's tokens.
+      parallel_for(NH, th, grain_for(Ts * N * C), [&](int64_t h0, int64_t h1) {
+        for (int64_t hh = h0; hh < h1; ++hh)
+          cpu::linear_t_accumulate_cpu(a.kv_b.w.rows(hh * W, hh * W + N), qn + hh * N, NH * N, Ts, ql + hh * C, NH * C);
       });
       cpu::MlaAttentionParams p;
       p.num_heads = NH;
@@ -179,11 +178,9 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
       p.topk_k = s.topk_k;
       p.threads = th;
       cpu::mla_attention_cpu(layer, sb.view(), ql, qr, p, ol, nullptr);
-      parallel_for(Ts * NH, th, grain_for(V * C), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t hh = i % NH;
-          cpu::linear_cpu(a.kv_b.w.rows(hh * W + N, (hh + 1) * W), ol + i * C, 1, os + i * V, 1);
-        }
+      parallel_for(NH, th, grain_for(Ts * V * C), [&](int64_t h0, int64_t h1) {
+        for (int64_t hh = h0; hh < h1; ++hh)
+          cpu::linear_strided_cpu(a.kv_b.w.rows(hh * W + N, (hh + 1) * W), ol + hh * C, NH * C, Ts, os + hh * V, NH * V, 1);
       });
     }
     for (int64_t i = 0; i < Ts; ++i)

@@ -49,7 +49,8 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
       want.push_back(int32_t(n - 1));
     }
     std::vector<float> out(want.size() * size_t(V));
-    model.step(res.tokens.data() + p0, b, kv, want, out.data(), hidden);
+    model.step(TensorView::of(res.tokens.data() + p0, {n}), b, kv, want,
+               TensorView::of(out.data(), {int64_t(want.size()), V}), hidden);
     if (opt.keep_logits) res.logits.insert(res.logits.end(), out.begin(), out.end());
     std::copy(out.end() - V, out.end(), row.begin());
   };

@@ -104,10 +104,21 @@ void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
   cpu::linear_cpu(lw.mlp.down.w, g, T, out, threads());
 }
 
-void Model::step(const int32_t* tokens, const KvBatchView& b, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
-                 float* logits, HiddenStates* hidden) {
+void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool& kv,
+                 const std::vector<int32_t>& logits_rows, const TensorView& logits_view, HiddenStates* hidden) {
   const MlaModelConfig& c = cfg_;
   const int64_t T = b.num_tokens, H = c.hidden;
+  FP4MOE_CHECK(token_view.ndim == 1 && token_view.size(0) == T && token_view.is_contiguous() &&
+                   token_view.device == Device::Host,
+               "step: tokens are {}, expected I32[{}] host", token_view.describe(), T);
+  const int32_t* tokens = token_view.ptr<const int32_t>();
+  float* logits = nullptr;
+  if (!logits_rows.empty()) {
+    FP4MOE_CHECK(logits_view.ndim == 2 && logits_view.size(0) == int64_t(logits_rows.size()) &&
+                     logits_view.size(1) == c.vocab && logits_view.is_contiguous() && logits_view.device == Device::Host,
+                 "step: logits are {}, expected F32[{}, {}] host", logits_view.describe(), logits_rows.size(), c.vocab);
+    logits = logits_view.ptr<float>();
+  }
   const PagedKvGeometry& g = kv.geometry();
   FP4MOE_CHECK(g.num_layers == c.num_layers && g.ckv_dim == c.kv_lora_rank && g.kpe_dim == c.qk_rope_dim,
                "KV pool geometry does not match the model ({} layers, latent {} + {})", c.num_layers, c.kv_lora_rank,

@@ -17,6 +17,7 @@
 
 #include "core/arena.hpp"
 #include "core/paged_kv.hpp"
+#include "core/tensor.hpp"
 #include "format/checkpoint.hpp"
 #include "model/kv_pool.hpp"
 #include "model/model_config.hpp"
@@ -51,12 +52,13 @@ class Model {
   PagedKvGeometry kv_geometry(int64_t page_size, int64_t num_pages, KvElem elem = KvElem::BF16) const;
   std::vector<bool> kv_index_layers() const;
 
-  // One forward step. tokens [T]; batch: positions, kv_len and page tables of every request
-  // (the pages must come from `kv`); the step's keys are appended to `kv` first.
-  // logits_rows: flat token indices whose next-token logits are written to logits
-  // [logits_rows.size(), vocab], in that order. hidden: filled when non-null.
-  void step(const int32_t* tokens, const KvBatchView& batch, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
-            float* logits, HiddenStates* hidden = nullptr);
+  // One forward step. tokens: I32 [T] (host); batch: positions, kv_len and page tables of
+  // every request (the pages must come from `kv`); the step's keys are appended to `kv` first.
+  // logits_rows: flat token indices whose next-token logits are written to logits, F32
+  // [logits_rows.size(), vocab] contiguous host, in that order (may be empty when no rows are
+  // asked for). hidden: filled when non-null.
+  void step(const TensorView& tokens, const KvBatchView& batch, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
+            const TensorView& logits, HiddenStates* hidden = nullptr);
 
  private:
   Model() = default;

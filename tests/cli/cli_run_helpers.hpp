@@ -41,8 +41,9 @@ struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& tag) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();  // null in SetUpTestSuite
-    path = fs::temp_directory_path() /
-           ("fp4moe_" + tag + "_" + std::to_string(::getpid()) + (info ? std::string("_") + info->name() : ""));
+    std::string name = info ? std::string("_") + info->name() : "";
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized tests: "Name/param"
+    path = fs::temp_directory_path() / ("fp4moe_" + tag + "_" + std::to_string(::getpid()) + name);
     fs::remove_all(path);
     fs::create_directories(path);
   }

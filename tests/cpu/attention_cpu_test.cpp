@@ -317,3 +317,14 @@ TEST(IndexerCpu, TopkEqualsFullSortOnRandomScores) {
     ASSERT_EQ(std::vector<int32_t>(topk.begin() + t * K, topk.begin() + (t + 1) * K), idx) << "token " << t;
   }
 }
+
+TEST(PagedKv, SlotsOfPositionsFollowThePageTableAndKeepPadding) {
+  const std::vector<int32_t> qo = {0, 1, 2}, pos = {4, 6}, len = {5, 7}, pind = {0, 2, 4}, pages = {3, 0, 2, 1};
+  const KvBatchView b{2, 2, qo.data(), pos.data(), len.data(), pind.data(), pages.data()};
+  const std::vector<int32_t> sel = {0, 3, 4, -1, 6};
+  std::vector<int32_t> slots(5);
+  kv_slots_of_positions(b, 4, 1, sel.data(), 5, slots.data());  // request 1: pages 2, 1
+  EXPECT_EQ(slots, (std::vector<int32_t>{8, 11, 4, -1, 6}));
+  const int32_t bad = 7;
+  EXPECT_THROW(kv_slots_of_positions(b, 4, 1, &bad, 1, slots.data()), Error);
+}

@@ -50,16 +50,28 @@ TEST(LinearCpu, EveryFormatMatchesItsDequantizedWeightsForEveryTokenCount) {
     }
     // rows() and the transposed product use the same rows.
     const cpu::LinearView sub = v.rows(5, 9);
-    std::vector<float> row(static_cast<size_t>(K)), acc(static_cast<size_t>(K), 0.0f);
+    std::vector<float> row(static_cast<size_t>(K));
     cpu::linear_row_cpu(sub, 1, row.data());
     for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[size_t(k)], deq[size_t(6 * K + k)]);
-    const float coef[4] = {1, -2, 0.5f, 3};
-    cpu::linear_t_accumulate_cpu(sub, coef, acc.data());
-    for (int64_t k = 0; k < K; ++k) {
-      double ref = 0;
-      for (int i = 0; i < 4; ++i) ref += coef[i] * deq[size_t((5 + i) * K + k)];
-      ASSERT_NEAR(acc[size_t(k)], ref, 1e-4 * (1 + std::fabs(ref)));
-    }
+    // Two tokens with strides: coefficients at x[t * 5 + r], outputs at y[t * (K + 3) + k].
+    const float coef[10] = {1, -2, 0.5f, 3, 99, -1, 0.25f, 2, -3, 99};
+    std::vector<float> acc2(size_t(2 * (K + 3)), 1.0f);
+    cpu::linear_t_accumulate_cpu(sub, coef, 5, 2, acc2.data(), K + 3);
+    for (int t = 0; t < 2; ++t)
+      for (int64_t k = 0; k < K; ++k) {
+        double ref = 1.0;
+        for (int i = 0; i < 4; ++i) ref += coef[t * 5 + i] * deq[size_t((5 + i) * K + k)];
+        ASSERT_NEAR(acc2[size_t(t * (K + 3) + k)], ref, 1e-4 * (1 + std::fabs(ref)));
+      }
+    // Strided rows through linear_strided_cpu equal the packed call.
+    const auto xs = randn(size_t(3 * (K + 7)), 9);
+    std::vector<float> ys(size_t(3 * (N + 2)), NAN), yp(size_t(3 * N));
+    std::vector<float> xp(size_t(3 * K));
+    for (int t = 0; t < 3; ++t) std::copy(xs.begin() + t * (K + 7), xs.begin() + t * (K + 7) + K, xp.begin() + t * K);
+    cpu::linear_strided_cpu(v, xs.data(), K + 7, 3, ys.data(), N + 2, 2);
+    cpu::linear_cpu(v, xp.data(), 3, yp.data(), 2);
+    for (int t = 0; t < 3; ++t)
+      for (int64_t r = 0; r < N; ++r) ASSERT_EQ(ys[size_t(t * (N + 2) + r)], yp[size_t(t * N + r)]);
   }
   const std::vector<float> dq_ref = [&] {
     std::vector<float> d(size_t(N * K));

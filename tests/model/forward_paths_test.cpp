@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensor.hpp"
 #include "model/generate.hpp"
 #include "model/model.hpp"
+#include "cli/cli_run_helpers.hpp"
 #include "model_test_util.hpp"
 
 using namespace fp4moe;
@@ -17,16 +19,29 @@ using namespace fp4moe::testing_model;
 namespace {
 
 std::vector<int32_t> golden_prompt(const std::string& name, int64_t n) {
-  const auto f = SafetensorsFile::open(golden_dir(name) + "/golden.safetensors");
+  const auto f = SafetensorsFile::open(golden_dir(name.substr(0, name.find(':'))) + "/golden.safetensors");
   const auto t = read_tensor<int32_t>(*f, "tokens");
   return {t.begin(), t.begin() + n};
+}
+
+// A golden model folder, or (name ending in ":nvfp4_all") its `fp4moe quantize` copy.
+std::string model_dir(const std::string& name) {
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos) return golden_dir(name) + "/model";
+  static testing_cli::TempDir tmp("forward_paths");
+  const auto out = tmp.path / name.substr(0, colon);
+  if (!std::filesystem::exists(out)) {
+    const auto r = testing_cli::run_binary(tmp.path, "quantize " + golden_dir(name.substr(0, colon)) + "/model " + out.string());
+    EXPECT_EQ(r.rc, 0) << r.err;
+  }
+  return out.string();
 }
 
 std::unique_ptr<model::Model> load(const std::string& name, model::AttentionForm form = model::AttentionForm::Auto) {
   model::ModelOptions o;
   o.threads = 2;
   o.attention = form;
-  return model::Model::load(golden_dir(name) + "/model", o);
+  return model::Model::load(model_dir(name), o);
 }
 
 // Every row's relative L2 difference.
@@ -59,7 +74,7 @@ TEST(ForwardPaths, PrefillLogitsEqualTokenByTokenDecodeLogitsWithin1em4) {
 }
 
 TEST(ForwardPaths, ExpandedAndAbsorbedMlaAgreeWithin1em5OnTheSamePrefill) {
-  for (const char* name : {"glm5-tiny-sparse", "deepseek-v3-tiny-yarn"}) {
+  for (const char* name : {"glm5-tiny-sparse", "deepseek-v3-tiny-yarn", "glm5-tiny-sparse:nvfp4_all"}) {
     std::vector<float> out[2];
     int i = 0;
     for (auto form : {model::AttentionForm::Expanded, model::AttentionForm::Absorbed}) {
@@ -89,7 +104,7 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
     std::iota(pos.begin(), pos.end(), 0);
     const int32_t qo[2] = {0, 23}, len[1] = {23}, pp[2] = {0, 6};
     const KvBatchView bv{1, 23, qo, pos.data(), len, pp, pages_b.data()};
-    m->step(b.data(), bv, kv, {}, nullptr);
+    m->step(TensorView::of(b.data(), {23}), bv, kv, {}, {});
   }
   // One step: A's 40 tokens and B's 24th token.
   std::vector<int32_t> tokens(a), pos(40), pages(pages_a);
@@ -100,7 +115,7 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
   const int32_t qo[3] = {0, 40, 41}, len[2] = {40, 24}, pp[3] = {0, 10, 16};
   const KvBatchView bv{2, 41, qo, pos.data(), len, pp, pages.data()};
   std::vector<float> both(size_t(3 * V));
-  m->step(tokens.data(), bv, kv, {0, 39, 40}, both.data());
+  m->step(TensorView::of(tokens.data(), {41}), bv, kv, {0, 39, 40}, TensorView::of(both.data(), {3, V}));
 
   // Each alone, in fresh caches.
   model::GenerateOptions g;

@@ -2,6 +2,8 @@
 # Packs the header-only dependencies and GoogleTest's static libraries (from this machine's
 # Debian packages, see setup.sh) into .carry/ so the GPU machine, which reaches no registry,
 # can build fp4moe with its own cmake and g++. Name ".carry" in the device call's carry list.
+# FlashInfer's headers (third_party/flashinfer, unpacked by setup.sh: ~60 MB with its CUTLASS and
+# CCCL) travel as one gzip tarball (~6 MB) that tools/device/build.sh unpacks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .carry && mkdir -p .carry/include .carry/lib
@@ -16,4 +18,6 @@ for l in libbrotlienc.so.1 libbrotlidec.so.1 libbrotlicommon.so.1 libssl.so.3 li
   cp -L /lib/x86_64-linux-gnu/$l .carry/lib/
 done
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+[ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
+tar czf .carry/flashinfer.tgz -C third_party flashinfer
 du -sh .carry

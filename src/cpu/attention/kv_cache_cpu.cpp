@@ -13,8 +13,8 @@ void kv_encode(KvElem elem, float scale, const float* x, int64_t n, void* dst) {
   switch (elem) {
     case KvElem::F32: std::memcpy(dst, x, size_t(n) * 4); return;
     case KvElem::BF16: {
-      uint16_t* d = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(x[i]);
+      bfloat16* d = static_cast<bfloat16*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = bfloat16(x[i]);
       return;
     }
     case KvElem::FP8_E4M3: {
@@ -30,8 +30,8 @@ void kv_decode(KvElem elem, float scale, const void* base, int64_t offset, int64
   switch (elem) {
     case KvElem::F32: std::memcpy(out, static_cast<const float*>(base) + offset, size_t(n) * 4); return;
     case KvElem::BF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(base) + offset;
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(s[i]);
+      const bfloat16* s = static_cast<const bfloat16*>(base) + offset;
+      for (int64_t i = 0; i < n; ++i) out[i] = s[i].to_float();
       return;
     }
     case KvElem::FP8_E4M3: {

@@ -16,6 +16,7 @@ namespace fp4moe::cuda::bench {
 struct Ceilings {
   double copy_gbps = 0;     // large D2D cudaMemcpy, bytes read + written per second / 1e9
   double bf16_tflops = 0;   // cuBLASLt BF16 8192^3 (FP32 accumulate, BF16 out), random data
+  double fp8_tflops = 0;    // cuBLASLt FP8 E4M3 8192^3 (FP32 accumulate, BF16 out), random data; 0 if unsupported
   int64_t copy_bytes = 0;   // size of the copied buffer
   int gemm_size = 0;        // 8192
 };
@@ -27,6 +28,17 @@ void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, 
 void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
 
 std::string device_name();
+
+// An owning device allocation (benchmarks): at least 16 bytes, freed on destruction.
+struct DeviceMem {
+  void* p = nullptr;
+  explicit DeviceMem(size_t bytes);
+  ~DeviceMem();
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
 
 class ColdL2Timer {
  public:

@@ -1,5 +1,5 @@
-// The two ceilings every benchmark is judged against, measured in the same run:
-// copy bandwidth (a 2 GiB D2D copy, read + write bytes) and BF16 dense peak (cuBLASLt
+// The ceilings every benchmark is judged against, measured in the same run:
+// copy bandwidth (a 2 GiB D2D copy, read + write bytes), BF16 and FP8 dense peaks (cuBLASLt
 // 8192^3 on random data). Plus the device-side random fills and the cold-L2 timer.
 #include "cuda/bench/bench_util.hpp"
 
@@ -76,6 +76,9 @@ std::string device_name() {
   return prop.name;
 }
 
+DeviceMem::DeviceMem(size_t bytes) { FP4MOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16)); }
+DeviceMem::~DeviceMem() { cudaFree(p); }
+
 // ---- cold-L2 timer ----------------------------------------------------------------------
 
 ColdL2Timer::ColdL2Timer(cudaStream_t stream, size_t flush_bytes) : stream_(stream), flush_bytes_(flush_bytes) {
@@ -131,6 +134,46 @@ ColdL2Timer::Result ColdL2Timer::time(const std::function<void()>& fn, int iters
 
 // ---- ceilings ------------------------------------------------------------------------------
 
+namespace {
+// TFLOP/s of one cuBLASLt n^3 GEMM (TN, FP32 accumulate, BF16 out) with inputs of `in_type`;
+// 0 when cuBLASLt has no algorithm for it.
+double gemm_tflops(cublasLtHandle_t lt, cudaDataType_t in_type, const void* ma, const void* mb, void* md, void* ws,
+                   size_t ws_bytes, int64_t n, int iters, cudaStream_t s) {
+  cublasLtMatmulDesc_t mm;
+  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&mm, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(mm, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(mm, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in_type, uint64_t(n), uint64_t(n), n));
+  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in_type, uint64_t(n), uint64_t(n), n));
+  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(n), uint64_t(n), n));
+  cublasLtMatmulPreference_t pref;
+  FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t wsb = ws_bytes;
+  FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int count = 0;
+  double tflops = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(lt, mm, la, lb, ld, ld, pref, 1, &res, &count) == CUBLAS_STATUS_SUCCESS &&
+      count > 0) {
+    const float alpha = 1.0f, beta = 0.0f;
+    ColdL2Timer t(s);
+    const auto r = t.time([&] {
+      FP4MOE_CUBLAS_CHECK(cublasLtMatmul(lt, mm, &alpha, ma, la, mb, lb, &beta, md, ld, md, ld, &res.algo, ws,
+                                         ws_bytes, s));
+    }, 2 * iters, 3);
+    tflops = 2.0 * double(n) * double(n) * double(n) / (r.median_us * 1e-6) / 1e12;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(mm);
+  return tflops;
+}
+}  // namespace
+
 Ceilings measure_ceilings(cudaStream_t s, int iters) {
   Ceilings c;
   c.copy_bytes = int64_t(2) << 30;
@@ -157,38 +200,13 @@ Ceilings measure_ceilings(cudaStream_t s, int iters) {
   fill_random_bf16(mb, size_t(n * n), 3, 1.0f, s);
   cublasLtHandle_t lt;
   FP4MOE_CUBLAS_CHECK(cublasLtCreate(&lt));
-  cublasLtMatmulDesc_t mm;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&mm, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(mm, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(mm, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  cublasLtMatrixLayout_t la, lb, ld;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(n), uint64_t(n), n));
-  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(n), uint64_t(n), n));
-  FP4MOE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(n), uint64_t(n), n));
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = base + 3 * n * n * 2;
-  cublasLtMatmulPreference_t pref;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t wsb = ws_bytes;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
-  cublasLtMatmulHeuristicResult_t res{};
-  int count = 0;
-  FP4MOE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, mm, la, lb, ld, ld, pref, 1, &res, &count));
-  if (count > 0) {
-    const float alpha = 1.0f, beta = 0.0f;
-    ColdL2Timer t(s);
-    const auto r = t.time([&] {
-      FP4MOE_CUBLAS_CHECK(cublasLtMatmul(lt, mm, &alpha, ma, la, mb, lb, &beta, md, ld, md, ld, &res.algo, ws,
-                                         ws_bytes, s));
-    }, 2 * iters, 3);
-    c.bf16_tflops = 2.0 * double(n) * double(n) * double(n) / (r.median_us * 1e-6) / 1e12;
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(mm);
+  c.bf16_tflops = gemm_tflops(lt, CUDA_R_16BF, ma, mb, md, ws, ws_bytes, n, iters, s);
+  // FP8 E4M3 on random codes of both signs in [0.0625, 4] (no NaN).
+  fill_random_u8(ma, size_t(n * n), 4, 0x20, 0x48, s);
+  fill_random_u8(mb, size_t(n * n), 5, 0xA0, 0xC8, s);
+  c.fp8_tflops = gemm_tflops(lt, CUDA_R_8F_E4M3, ma, mb, md, ws, ws_bytes, n, iters, s);
   cublasLtDestroy(lt);
   FP4MOE_CUDA_CHECK(cudaFree(a));
   return c;

@@ -1,5 +1,5 @@
-// `fp4moe generate` on broken models and bad requests: one line on stderr, exit code 1 or 2,
-// never a crash, a hang or output.
+// `fp4moe generate` end to end: broken models and bad requests (one line on stderr, exit code 1 or 2,
+// never a crash, a hang or output), the printed ids / rates, the dumps, seeded sampling.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -156,4 +156,18 @@ TEST(Generate, PrintsIdsAndTokensPerSecondAndDumpsLogits) {
   EXPECT_EQ(d->get("logits").shape, (std::vector<int64_t>{6, 512}));
   const auto h = SafetensorsFile::open((t.path / "h.safetensors").string());
   EXPECT_EQ(h->get("hidden_states.4").shape, (std::vector<int64_t>{4, 64}));
+}
+
+TEST(Generate, SampledTokensAreReproducibleForASeed) {
+  TempDir t("gen_seed");
+  const fs::path m = testing_model::golden_dir(kCase) + "/model";
+  const std::string args = "--prompt-ids 5,6,7,8 --max-new-tokens 12 --temperature 1.5 --top-p 0.95 --top-k 50 --seed ";
+  const Result a = generate(t, m, args + "7"), b = generate(t, m, args + "7"), c = generate(t, m, args + "8");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  const Result lp = generate(t, m, "--prompt-ids 5,6,7,8 --max-new-tokens 2 --logprobs 3");
+  ASSERT_EQ(lp.rc, 0) << lp.err;
+  EXPECT_EQ(std::count(lp.out.begin(), lp.out.end(), '\n'), 3) << lp.out;  // ids + 2 logprob lines
+  EXPECT_NE(lp.out.find("logprob "), std::string::npos);
 }

@@ -1,0 +1,588 @@
+// `fp4moe bench attention`: MLA attention and the DSA indexer at GLM-5 dimensions (64 heads,
+// latent 512 + rope 64, indexer 32 x 128, top-2048, page size 64), on one layer's paged cache
+// with every request's pages scattered over the pool.
+//   decode  batch x context: dense MLA (FlashInfer SM90 kernel via MlaSm90), and for context >
+//           top-k the sparse path: indexer scores -> top-k -> sparse MLA over the selected slots;
+//           each stage timed alone and the three back to back;
+//   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
+//           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
+//   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random
+//           and model-like keys / queries).
+// Every time is cold-L2 (256 MiB memset before each run, median). Floors: bytes / the copy
+// bandwidth measured in the same run (decode), flops / the BF16 (or FP8) cuBLASLt peak
+// (prefill). Table rows start with '|'; --json writes everything.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "core/bf16.hpp"
+#include "core/error.hpp"
+#include "core/paged_kv.hpp"
+
+#if defined(FP4MOE_HAVE_CUDA)
+#include "cuda/attention/kv_append.hpp"
+#include "cuda/attention/mla.hpp"
+#include "cuda/attention/mla_prefill.hpp"
+#include "cuda/bench/bench_util.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/indexer/indexer.hpp"
+#endif
+
+namespace fp4moe::cli {
+namespace {
+
+struct Options {
+  std::vector<int> batches = {1, 16, 64, 256};
+  std::vector<int> contexts = {1024, 8192, 32768, 131072};
+  std::vector<int> prefill = {1024, 4096, 8192, 16384, 32768};
+  std::vector<std::string> kv = {"bf16", "fp8"};
+  int page_size = 64;
+  int top_k = 2048;
+  int iters = 10;
+  bool sparse = true, do_prefill = true, fp8_agreement = true;
+  std::string json_path;
+};
+
+#if defined(FP4MOE_HAVE_CUDA)
+using namespace fp4moe::cuda;
+namespace at = fp4moe::cuda::attention;
+namespace ix = fp4moe::cuda::indexer;
+
+constexpr int kHeads = 64;
+constexpr float kSmScale = 0.0625f;
+constexpr int kPrefillChunk = 16384;
+
+using bench::DeviceMem;
+template <typename T>
+std::unique_ptr<DeviceMem> upload(const std::vector<T>& h, cudaStream_t s) {
+  auto d = std::make_unique<DeviceMem>(h.size() * sizeof(T));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d->p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  return d;
+}
+
+struct Row {
+  Row(std::string kind_, std::string kv_, std::string path_, int batch_, int ctx_)
+      : kind(std::move(kind_)), kv(std::move(kv_)), path(std::move(path_)), batch(batch_), ctx(ctx_) {}
+  std::string kind, kv, path;
+  int batch = 0, ctx = 0;
+  double us = 0, bytes = 0, flops = 0, floor_us = 0;
+  std::string note;
+};
+
+// A GLM-5 layer view over device arrays (dims 512 / 64 / 128).
+KvLayerView glm5_layer(void* ckv, void* kpe, void* index_k, int64_t pages, int64_t page_size, KvElem elem,
+                       KvElem index_elem, float scale, float index_scale) {
+  KvLayerView L;
+  L.ckv = ckv;
+  L.kpe = kpe;
+  L.index_k = index_k;
+  L.num_pages = pages;
+  L.page_size = page_size;
+  L.ckv_dim = at::kCkvDim;
+  L.kpe_dim = at::kKpeDim;
+  L.index_dim = at::kIndexDim;
+  L.elem = elem;
+  L.index_elem = index_elem;
+  L.ckv_scale = L.kpe_scale = scale;
+  L.index_scale = index_scale;
+  return L;
+}
+
+// One layer's cache (ckv, kpe, index_k) for `slots` token slots, random contents.
+struct Pool {
+  KvElem elem;
+  int64_t page_size, num_pages;
+  std::unique_ptr<DeviceMem> ckv, kpe, index_k;
+  Pool(KvElem e, int64_t ps, int64_t pages, cudaStream_t s) : elem(e), page_size(ps), num_pages(pages) {
+    const size_t slots = size_t(ps * pages), eb = kv_elem_size(e);
+    ckv = std::make_unique<DeviceMem>(slots * at::kCkvDim * eb);
+    kpe = std::make_unique<DeviceMem>(slots * at::kKpeDim * eb);
+    index_k = std::make_unique<DeviceMem>(slots * at::kIndexDim * eb);
+    if (e == KvElem::BF16) {
+      bench::fill_random_bf16(ckv->p, slots * at::kCkvDim, 21, 1.0f, s);
+      bench::fill_random_bf16(kpe->p, slots * at::kKpeDim, 22, 1.0f, s);
+      bench::fill_random_bf16(index_k->p, slots * at::kIndexDim, 23, 1.0f, s);
+    } else {  // positive E4M3 codes, x in [2^-6, 15] (no NaN); value = code * scale
+      for (auto [m, n, seed] : {std::tuple{ckv.get(), slots * at::kCkvDim, 24}, {kpe.get(), slots * at::kKpeDim, 25},
+                                {index_k.get(), slots * at::kIndexDim, 26}})
+        bench::fill_random_u8(m->p, n, uint64_t(seed), 0x08, 0x57, s);
+    }
+  }
+  KvLayerView view() const {
+    const float scale = elem == KvElem::BF16 ? 1.0f : 1.0f / 16;
+    return glm5_layer(ckv->p, kpe->p, index_k->p, num_pages, page_size, elem, elem, scale, scale);
+  }
+};
+
+// A decode batch of B requests of context L (one new token each), pages drawn from a shuffled pool.
+struct HostBatch {
+  std::vector<int32_t> qo_indptr, positions, kv_len, page_indptr, page_indices;
+  KvBatchView view() const {
+    return {int64_t(kv_len.size()), int64_t(positions.size()), qo_indptr.data(), positions.data(),
+            kv_len.data(),          page_indptr.data(),       page_indices.data()};
+  }
+};
+HostBatch make_batch(int B, int L, int q_len, const std::vector<int32_t>& perm, int64_t page_size) {
+  HostBatch h;
+  h.qo_indptr = {0};
+  h.page_indptr = {0};
+  const int64_t ppr = (L + page_size - 1) / page_size;
+  for (int r = 0; r < B; ++r) {
+    for (int j = 0; j < q_len; ++j) h.positions.push_back(L - q_len + j);
+    h.qo_indptr.push_back(int32_t(h.positions.size()));
+    h.kv_len.push_back(L);
+    for (int64_t i = 0; i < ppr; ++i) h.page_indices.push_back(perm[size_t(r * ppr + i)]);
+    h.page_indptr.push_back(int32_t(h.page_indices.size()));
+  }
+  return h;
+}
+struct DevBatch {
+  std::unique_ptr<DeviceMem> qo, pos, kvl, pip, pidx;
+  KvBatchView v;
+  DevBatch(const HostBatch& h, cudaStream_t s)
+      : qo(upload(h.qo_indptr, s)), pos(upload(h.positions, s)), kvl(upload(h.kv_len, s)),
+        pip(upload(h.page_indptr, s)), pidx(upload(h.page_indices, s)) {
+    v = {int64_t(h.kv_len.size()), int64_t(h.positions.size()), qo->as<int32_t>(), pos->as<int32_t>(),
+         kvl->as<int32_t>(),       pip->as<int32_t>(),           pidx->as<int32_t>()};
+  }
+};
+
+// The DSA selection of a decode batch with contexts <= L: indexer scores (the query quantized
+// to FP8 first when the keys are FP8), then the top-k positions (and slots when `slot` is given).
+struct Selection {
+  ix::IndexerScoreArgs score;
+  ix::TopKArgs topk;
+  const void* q_bf16 = nullptr;
+  const float* w = nullptr;
+  int64_t rows = 0;
+  void run_indexer(cudaStream_t s) const {
+    if (score.layer.index_elem == KvElem::FP8_E4M3)
+      ix::quantize_q_fp8(q_bf16, w, const_cast<void*>(score.q), const_cast<float*>(score.w), rows, s);
+    ix::index_scores(score, s);
+  }
+  void run_topk(cudaStream_t s) const { ix::top_k(topk, s); }
+};
+Selection make_selection(const void* q, const float* w, void* q8, float* w8, const KvLayerView& layer,
+                         const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot) {
+  Selection sel;
+  sel.q_bf16 = q;
+  sel.w = w;
+  sel.rows = b.num_tokens;
+  const bool fp8 = layer.index_elem == KvElem::FP8_E4M3;
+  sel.score.q = fp8 ? q8 : q;
+  sel.score.w = fp8 ? w8 : w;
+  sel.score.layer = layer;
+  sel.score.batch = b;
+  sel.score.max_ctx = L;
+  sel.score.scores = scores;
+  sel.score.score_stride = L;
+  sel.topk.scores = scores;
+  sel.topk.score_stride = L;
+  sel.topk.batch = b;
+  sel.topk.top_k = k;
+  sel.topk.out_pos = pos;
+  sel.topk.out_slot = slot;
+  sel.topk.page_size = layer.page_size;
+  return sel;
+}
+
+class Bench {
+ public:
+  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s) { ceil_ = bench::measure_ceilings(s); }
+  const bench::Ceilings& ceilings() const { return ceil_; }
+  std::vector<Row> rows;
+
+  double time_us(const std::function<void()>& fn) { return timer_.time(fn, opt_.iters).median_us; }
+
+  // Runs one case or part; a refused one (an fp4moe::Error) is reported as a table row and the
+  // run goes on, so one failure does not cost the rest (a sticky CUDA error still ends it all).
+  void guard(const std::string& what, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      ++failures_;
+      std::printf("| %s | failed: %s\n", what.c_str(), e.what());
+      std::fflush(stdout);
+      cudaGetLastError();  // clear a non-sticky launch error
+    }
+  }
+  int failures() const { return failures_; }
+  double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
+
+  void decode(KvElem elem) {
+    const int maxB = *std::max_element(opt_.batches.begin(), opt_.batches.end());
+    const int maxL = *std::max_element(opt_.contexts.begin(), opt_.contexts.end());
+    const int64_t ps = opt_.page_size, ppr = (maxL + ps - 1) / ps, pages = int64_t(maxB) * ppr + 1;
+    Pool pool(elem, ps, pages, s_);
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
+    const std::string kv = std::string(kv_elem_name(elem));
+    const double eb = double(kv_elem_size(elem));
+    at::MlaSm90 dense({kHeads, kSmScale, elem}), sparse({kHeads, kSmScale, elem});
+    // Queries / outputs / indexer buffers for the largest batch.
+    DeviceMem q_nope(size_t(maxB) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxB) * kHeads * at::kKpeDim * 2),
+        out(size_t(maxB) * kHeads * at::kCkvDim * 2), qi(size_t(maxB) * at::kIndexHeads * at::kIndexDim * 2),
+        qi8(size_t(maxB) * at::kIndexHeads * at::kIndexDim), w(size_t(maxB) * at::kIndexHeads * 4),
+        w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
+        sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
+    bench::fill_random_bf16(q_nope.p, size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
+    bench::fill_random_bf16(q_pe.p, size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
+    bench::fill_random_bf16(qi.p, size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
+    bench::fill_random_f32(w.as<float>(), size_t(maxB) * at::kIndexHeads, 34, -0.2f, 0.5f, s_);
+    for (int B : opt_.batches)
+      for (int L : opt_.contexts) guard(fmt::format("decode {} B {} ctx {}", kv, B, L), [&] {
+        const HostBatch hb = make_batch(B, L, 1, perm, ps);
+        DevBatch db(hb, s_);
+        const KvLayerView layer = pool.view();
+        dense.plan(hb.view(), ps, pages, s_);
+        at::MlaRunArgs a{q_nope.p, q_pe.p, layer, db.v.page_indices, out.p, nullptr};
+        const double q_bytes = double(B) * kHeads * (at::kCkvDim + at::kKpeDim + at::kCkvDim) * 2;
+        Row r{"decode", kv, "flashinfer-sm90", B, L};
+        r.bytes = double(B) * L * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;
+        r.flops = 2.0 * B * kHeads * double(L) * (at::kCkvDim + at::kKpeDim + at::kCkvDim);
+        r.us = time_us([&] { dense.run(a, s_); });
+        r.floor_us = copy_floor_us(r.bytes);
+        report(r);
+        if (!opt_.sparse || L <= opt_.top_k) return;
+
+        // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
+        const Selection sel = make_selection(qi.p, w.as<float>(), qi8.p, w8.as<float>(), layer, db.v, L,
+                                             scores.as<float>(), opt_.top_k, sel_pos.as<int32_t>(),
+                                             sel_slot.as<int32_t>());
+        sparse.plan_sparse(hb.view(), opt_.top_k, s_);
+        at::MlaRunArgs sp{q_nope.p, q_pe.p, layer, sel_slot.as<int32_t>(), out.p, nullptr};
+        const double key_bytes = double(B) * L * at::kIndexDim * eb;
+        Row ri{"indexer", kv, "ours-mma", B, L};
+        ri.bytes = key_bytes;
+        ri.flops = 2.0 * B * double(L) * at::kIndexHeads * at::kIndexDim;
+        ri.us = time_us([&] { sel.run_indexer(s_); });
+        ri.floor_us = copy_floor_us(key_bytes);
+        ri.note = fmt::format("+{:.0f} MB scores written", double(B) * L * 4 / 1e6);
+        report(ri);
+        Row rt{"topk", kv, "ours-radix", B, L};
+        rt.bytes = double(B) * L * 4;
+        rt.us = time_us([&] { sel.run_topk(s_); });
+        rt.floor_us = copy_floor_us(rt.bytes);
+        report(rt);
+        Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
+        rs.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;
+        rs.flops = 2.0 * B * kHeads * double(opt_.top_k) * (at::kCkvDim + at::kKpeDim + at::kCkvDim);
+        rs.us = time_us([&] { sparse.run(sp, s_); });
+        rs.floor_us = copy_floor_us(rs.bytes);
+        report(rs);
+        Row rall{"sparse-decode", kv, "indexer+topk+mla", B, L};
+        rall.bytes = key_bytes + rs.bytes;
+        rall.us = time_us([&] {
+          sel.run_indexer(s_);
+          sel.run_topk(s_);
+          sparse.run(sp, s_);
+        });
+        rall.floor_us = copy_floor_us(rall.bytes);
+        rall.note = fmt::format("vs dense {:.2f}x", r.us / rall.us);
+        report(rall);
+      });
+  }
+
+  void prefill(KvElem elem) {
+    const int maxN = *std::max_element(opt_.prefill.begin(), opt_.prefill.end());
+    const int64_t ps = opt_.page_size, pages = (maxN + ps - 1) / ps + 1;
+    Pool pool(elem, ps, pages, s_);
+    std::vector<int32_t> perm(static_cast<size_t>(pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(8));
+    DeviceMem q_nope(size_t(maxN) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxN) * kHeads * at::kKpeDim * 2),
+        out(size_t(maxN) * kHeads * at::kCkvDim * 2);
+    bench::fill_random_bf16(q_nope.p, size_t(maxN) * kHeads * at::kCkvDim, 41, 0.5f, s_);
+    bench::fill_random_bf16(q_pe.p, size_t(maxN) * kHeads * at::kKpeDim, 42, 0.5f, s_);
+    // The expanded form's inputs: q [N, 64, 256], kv_b_proj [64 * 448, 512], out [N, 64, 256].
+    const size_t wb = size_t(kHeads) * (at::kQkNopeDim + at::kVDim) * at::kCkvDim;
+    DeviceMem q_exp(size_t(maxN) * kHeads * at::kExpandedHeadDim * 2), kv_b(wb * 2),
+        out_exp(size_t(maxN) * kHeads * at::kVDim * 2);
+    bench::fill_random_bf16(q_exp.p, size_t(maxN) * kHeads * at::kExpandedHeadDim, 43, 0.5f, s_);
+    bench::fill_random_bf16(kv_b.p, wb, 44, 0.044f, s_);
+    const std::string kv = std::string(kv_elem_name(elem));
+    for (int N : opt_.prefill) guard(fmt::format("prefill {} N {}", kv, N), [&] {
+      // Chunk c: queries [c0, c1) at the end of a context of c1 tokens (chunked prefill).
+      std::vector<std::unique_ptr<at::MlaSm90>> plans;
+      std::vector<std::unique_ptr<DevBatch>> batches;
+      std::vector<at::MlaRunArgs> args;
+      for (int c0 = 0; c0 < N; c0 += kPrefillChunk) {
+        const int c1 = std::min(N, c0 + kPrefillChunk);
+        HostBatch hb = make_batch(1, c1, c1 - c0, perm, ps);
+        batches.push_back(std::make_unique<DevBatch>(hb, s_));
+        plans.push_back(std::make_unique<at::MlaSm90>(at::MlaDesc{kHeads, kSmScale, elem}));
+        plans.back()->plan(hb.view(), ps, pages, s_);
+        const size_t qoff = size_t(c0) * kHeads;
+        args.push_back({q_nope.as<uint16_t>() + qoff * at::kCkvDim, q_pe.as<uint16_t>() + qoff * at::kKpeDim,
+                        pool.view(), batches.back()->v.page_indices, out.as<uint16_t>() + qoff * at::kCkvDim,
+                        nullptr});
+      }
+      Row r{"prefill", kv, "flashinfer-sm90-absorbed", 1, N};
+      const double pairs = double(N) * (N + 1) / 2;  // causal (query, key) pairs
+      r.flops = 2.0 * kHeads * pairs * (at::kCkvDim + at::kKpeDim + at::kCkvDim);
+      r.bytes = double(N) * (at::kCkvDim + at::kKpeDim) * double(kv_elem_size(elem)) +
+                double(N) * kHeads * (at::kCkvDim * 2 + at::kKpeDim) * 2;
+      r.us = time_us([&] {
+        for (size_t i = 0; i < plans.size(); ++i) plans[i]->run(args[i], s_);
+      });
+      r.floor_us = r.flops / (ceil_.bf16_tflops * 1e6);  // BF16 tensor cores either way (FP8 KV is dequantized)
+      const double expanded = 2.0 * kHeads * pairs * (192 + 64 + 256);
+      r.note = fmt::format("{} chunk(s); expanded-form equivalent {:.0f} TFLOP/s", plans.size(),
+                           expanded / (r.us * 1e6));
+      report(r);
+
+      // Expanded form: per chunk, the context's latents expanded by kv_b_proj, then FA3.
+      std::vector<std::unique_ptr<at::MlaPrefillExpandedSm90>> eplans;
+      std::vector<at::MlaPrefillRunArgs> eargs;
+      double gemm_flops = 0;
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const int c0 = int(i) * kPrefillChunk, c1 = std::min(N, c0 + kPrefillChunk);
+        HostBatch hb = make_batch(1, c1, c1 - c0, perm, ps);
+        eplans.push_back(std::make_unique<at::MlaPrefillExpandedSm90>(kHeads, kSmScale, c1));
+        eplans.back()->plan(hb.view(), ps, pages, s_);
+        at::MlaPrefillRunArgs ea;
+        ea.q = q_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kExpandedHeadDim;
+        ea.kv_b_proj = kv_b.p;
+        ea.layer = pool.view();
+        ea.page_indices = batches[i]->v.page_indices;
+        ea.out = out_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kVDim;
+        eargs.push_back(ea);
+        gemm_flops += 2.0 * c1 * at::kCkvDim * kHeads * (at::kQkNopeDim + at::kVDim);
+      }
+      Row e{"prefill", kv, "expanded-cublas+fa3-sm90", 1, N};
+      e.flops = expanded + gemm_flops;
+      e.bytes = r.bytes;
+      e.us = time_us([&] {
+        for (size_t i = 0; i < eplans.size(); ++i) eplans[i]->run(eargs[i], s_);
+      });
+      e.floor_us = e.flops / (ceil_.bf16_tflops * 1e6);
+      e.note = fmt::format("vs absorbed {:.2f}x ({:.0f} % of the flops are the expansion GEMMs)", r.us / e.us,
+                           100 * gemm_flops / e.flops);
+      report(e);
+    });
+  }
+
+  // FP8 vs FP32 (BF16-exact) indexer selections: B rows of context L, random or model-like data.
+  void fp8_agreement(bool model_like, nlohmann::json& out) {
+    const int B = 8, L = 32768, k = opt_.top_k;
+    const int64_t ps = opt_.page_size, pages = int64_t(B) * L / ps;
+    std::mt19937_64 g(model_like ? 91 : 92);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    // Keys [B * L, 128]; model-like: LayerNorm'd with per-channel gains (a few outliers) and a
+    // shared direction; queries of each head lean towards 16 "hot" keys of their row.
+    std::vector<float> keys(size_t(B) * L * at::kIndexDim), q(size_t(B) * at::kIndexHeads * at::kIndexDim);
+    std::vector<float> gain(at::kIndexDim, 1.f), mu(at::kIndexDim, 0.f);
+    if (model_like) {
+      for (int d = 0; d < at::kIndexDim; ++d) gain[size_t(d)] = 0.5f + 1.5f * float(g() % 1000) / 1000.f, mu[size_t(d)] = 0.7f * nd(g);
+      for (int d = 0; d < 4; ++d) gain[size_t(d * 31)] = 6.f;
+    }
+    for (size_t t = 0; t < size_t(B) * L; ++t) {
+      float* k_row = &keys[t * at::kIndexDim];
+      double mean = 0, var = 0;
+      for (int d = 0; d < at::kIndexDim; ++d) k_row[d] = nd(g) + mu[size_t(d)], mean += k_row[d];
+      mean /= at::kIndexDim;
+      for (int d = 0; d < at::kIndexDim; ++d) var += (k_row[d] - mean) * (k_row[d] - mean);
+      const float inv = model_like ? float(1.0 / std::sqrt(var / at::kIndexDim + 1e-6)) : 1.f;
+      for (int d = 0; d < at::kIndexDim; ++d)
+        k_row[d] = model_like ? float((k_row[d] - mean) * inv) * gain[size_t(d)] : k_row[d];
+    }
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < at::kIndexHeads; ++h) {
+        float* qr = &q[(size_t(b) * at::kIndexHeads + size_t(h)) * at::kIndexDim];
+        for (int d = 0; d < at::kIndexDim; ++d) qr[d] = nd(g);
+        if (model_like)
+          for (int i = 0; i < 16; ++i) {
+            const size_t j = size_t(b) * L + g() % size_t(L);
+            for (int d = 0; d < at::kIndexDim; ++d) qr[d] += 0.4f * keys[j * at::kIndexDim + size_t(d)];
+          }
+      }
+    std::vector<uint16_t> kb(keys.size()), qb(q.size());
+    float amax = 0;
+    for (size_t i = 0; i < keys.size(); ++i) kb[i] = float_to_bf16(keys[i]), amax = std::max(amax, std::fabs(keys[i]));
+    for (size_t i = 0; i < q.size(); ++i) qb[i] = float_to_bf16(q[i]);
+    std::vector<float> wh(size_t(B) * at::kIndexHeads);
+    for (auto& x : wh) x = 0.3f * nd(g) + 0.1f;
+
+    // Identity page tables; the BF16 pool is written directly, the FP8 one by kv_append.
+    HostBatch hb;
+    hb.qo_indptr = {0};
+    hb.page_indptr = {0};
+    for (int b = 0; b < B; ++b) {
+      hb.positions.push_back(L - 1);
+      hb.qo_indptr.push_back(b + 1);
+      hb.kv_len.push_back(L);
+      for (int64_t i = 0; i < L / ps; ++i) hb.page_indices.push_back(int32_t(b * (L / ps) + i));
+      hb.page_indptr.push_back(int32_t(hb.page_indices.size()));
+    }
+    DevBatch db(hb, s_);
+    auto d_keys = upload(kb, s_);
+    auto d_q = upload(qb, s_);
+    auto d_w = upload(wh, s_);
+    DeviceMem k8(keys.size()), dummy(size_t(B) * L * at::kCkvDim * 2), q8(q.size()), w8(wh.size() * 4),
+        sc(size_t(B) * L * 4), pos32(size_t(B) * k * 4), pos8(size_t(B) * k * 4);
+    // kv_append writes ckv / kpe too: one scratch array (BF16) takes both.
+    const KvLayerView L8 = glm5_layer(dummy.p, dummy.p, k8.p, pages, ps, KvElem::BF16, KvElem::FP8_E4M3, 1.f, amax / 448.f);
+    {  // append all B * L keys (ckv / kpe inputs: the key bytes, reused as scratch values)
+      HostBatch fb = hb;
+      fb.positions.clear();
+      fb.qo_indptr = {0};
+      for (int b = 0; b < B; ++b) {
+        for (int p = 0; p < L; ++p) fb.positions.push_back(p);
+        fb.qo_indptr.push_back(int32_t(fb.positions.size()));
+      }
+      DevBatch dfb(fb, s_);
+      DeviceMem zeros(size_t(B) * L * at::kCkvDim * 2);
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(zeros.p, 0, size_t(B) * L * at::kCkvDim * 2, s_));
+      at::KvAppendArgs aa{zeros.p, zeros.p, d_keys->p, L8, dfb.v};
+      at::kv_append(aa, s_);
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    }
+    const KvLayerView L16 = glm5_layer(dummy.p, dummy.p, d_keys->p, pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
+    auto select = [&](const KvLayerView& layer, DeviceMem& dst) {
+      const Selection sel = make_selection(d_q->p, d_w->as<float>(), q8.p, w8.as<float>(), layer, db.v, L,
+                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr);
+      sel.run_indexer(s_);
+      sel.run_topk(s_);
+    };
+    select(L16, pos32);
+    select(L8, pos8);
+    std::vector<int32_t> a(size_t(B) * k), b8(size_t(B) * k);
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), pos32.p, a.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b8.data(), pos8.p, b8.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    double min_overlap = 1, sum = 0;
+    int identical = 0;
+    for (int r = 0; r < B; ++r) {
+      std::set<int32_t> sa(a.begin() + r * k, a.begin() + (r + 1) * k);
+      int common = 0;
+      for (int i = 0; i < k; ++i) common += int(sa.count(b8[size_t(r * k + i)]));
+      const double ov = double(common) / k;
+      min_overlap = std::min(min_overlap, ov);
+      sum += ov;
+      identical += common == k;
+    }
+    const char* name = model_like ? "model-like" : "random";
+    std::printf("| fp8-vs-fp32 selection | %s | rows %d | ctx %d | mean overlap %.2f %% | min %.2f %% | identical sets %d/%d |\n",
+                name, B, L, 100 * sum / B, 100 * min_overlap, identical, B);
+    out.push_back({{"data", name}, {"rows", B}, {"ctx", L}, {"top_k", k}, {"mean_overlap", sum / B},
+                   {"min_overlap", min_overlap}, {"identical_rows", identical}});
+  }
+
+  void report(Row& r) {
+    const double gbps = r.bytes / (r.us * 1e3), tflops = r.flops / (r.us * 1e6);
+    std::printf("| %-13s | %-8s | %-24s | %4d | %6d | %10.1f | %7.0f | %6.1f | %5.1f %% | %5.1f %% | %5.2fx | %s\n",
+                r.kind.c_str(), r.kv.c_str(), r.path.c_str(), r.batch, r.ctx, r.us, gbps, tflops,
+                100 * gbps / ceil_.copy_gbps, 100 * tflops / ceil_.bf16_tflops, r.us / r.floor_us, r.note.c_str());
+    std::fflush(stdout);
+    rows.push_back(r);
+  }
+
+ private:
+  const Options& opt_;
+  cudaStream_t s_;
+  bench::ColdL2Timer timer_;
+  bench::Ceilings ceil_;
+  int failures_ = 0;
+};
+
+int run_bench(const Options& opt) {
+  FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
+  FP4MOE_CHECK(at::log2_exact(opt.page_size) >= 0, "--page-size {} must be a power of two", opt.page_size);
+  FP4MOE_CHECK(opt.top_k >= 1 && opt.top_k <= ix::kMaxTopK, "--top-k {} outside [1, {}]", opt.top_k, ix::kMaxTopK);
+  for (int b : opt.batches) FP4MOE_CHECK(b >= 1 && b <= 4096, "--batch {} outside [1, 4096]", b);
+  for (int c : opt.contexts) FP4MOE_CHECK(c >= 1 && c <= (1 << 20), "--ctx {} outside [1, 2^20]", c);
+  for (int n : opt.prefill) FP4MOE_CHECK(n >= 1 && n <= (1 << 17), "--prefill {} outside [1, 131072]", n);
+  std::vector<KvElem> elems;
+  for (const auto& k : opt.kv) {
+    FP4MOE_CHECK(k == "bf16" || k == "fp8", "--kv {}: bf16 or fp8", k);
+    elems.push_back(k == "bf16" ? KvElem::BF16 : KvElem::FP8_E4M3);
+  }
+  FP4MOE_CHECK(cuda::device_available(), "bench attention needs a CUDA GPU");
+  const int sm = at::current_device_sm();
+  const std::string why = at::mla_can_implement({kHeads, kSmScale, KvElem::BF16}, sm);
+  FP4MOE_CHECK(why.empty(), "bench attention: {}", why);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Bench b(opt, s);
+  const auto& c = b.ceilings();
+  std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
+              bench::device_name().c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
+  std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
+              opt.page_size);
+  std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
+  for (KvElem e : elems) b.guard("decode", [&] { b.decode(e); });
+  if (opt.do_prefill)
+    for (KvElem e : elems) b.guard("prefill", [&] { b.prefill(e); });
+  nlohmann::json agreement = nlohmann::json::array();
+  if (opt.fp8_agreement) {
+    b.guard("fp8 agreement (random)", [&] { b.fp8_agreement(false, agreement); });
+    b.guard("fp8 agreement (model-like)", [&] { b.fp8_agreement(true, agreement); });
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+  if (!opt.json_path.empty()) {
+    nlohmann::json j;
+    j["device"] = bench::device_name();
+    j["commit"] = std::getenv("FP4MOE_COMMIT") ? std::getenv("FP4MOE_COMMIT") : "unknown";
+    j["ceilings"] = {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"fp8_tflops", c.fp8_tflops}};
+    j["page_size"] = opt.page_size;
+    j["top_k"] = opt.top_k;
+    nlohmann::json rs = nlohmann::json::array();
+    for (const Row& r : b.rows)
+      rs.push_back({{"kind", r.kind}, {"kv", r.kv}, {"path", r.path}, {"batch", r.batch}, {"ctx", r.ctx},
+                    {"us", r.us}, {"bytes", r.bytes}, {"flops", r.flops}, {"floor_us", r.floor_us},
+                    {"x_floor", r.us / r.floor_us}, {"note", r.note}});
+    j["results"] = rs;
+    j["fp8_selection"] = agreement;
+    std::ofstream f(opt.json_path);
+    FP4MOE_CHECK(f.good(), "cannot write {}", opt.json_path);
+    f << j.dump(2) << "\n";
+  }
+  FP4MOE_CHECK(b.failures() == 0, "bench attention: {} case(s) failed (see the table)", b.failures());
+  return 0;
+}
+#endif
+
+void setup(CLI::App& app, std::function<int()>& run) {
+  auto opt = std::make_shared<Options>();
+  app.add_option("--batch", opt->batches, "decode batch sizes")->delimiter(',')->capture_default_str();
+  app.add_option("--ctx", opt->contexts, "decode context lengths")->delimiter(',')->capture_default_str();
+  app.add_option("--prefill", opt->prefill, "prefill lengths (one fresh request each)")->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--kv", opt->kv, "KV cache element types: bf16, fp8")->delimiter(',')->capture_default_str();
+  app.add_option("--page-size", opt->page_size, "tokens per page (power of two)")->capture_default_str();
+  app.add_option("--top-k", opt->top_k, "indexer top-k")->capture_default_str();
+  app.add_option("--iters", opt->iters, "timed runs per case (median, cold L2)")->capture_default_str();
+  app.add_option("--json", opt->json_path, "write the results as JSON");
+  app.add_flag("!--no-sparse", opt->sparse, "skip the sparse (indexer + top-k + sparse MLA) decode path");
+  app.add_flag("!--no-prefill", opt->do_prefill, "skip prefill");
+  app.add_flag("!--no-fp8-agreement", opt->fp8_agreement, "skip the FP8-vs-FP32 selection comparison");
+  run = [opt] {
+#if defined(FP4MOE_HAVE_CUDA)
+    return run_bench(*opt);
+#else
+    FP4MOE_FAIL("bench attention: this fp4moe was built without CUDA");
+    return 1;
+#endif
+  };
+}
+
+Registrar reg{"bench attention", "Benchmark MLA attention and the DSA indexer (GLM-5 dims) against their floors",
+              setup};
+
+}  // namespace
+}  // namespace fp4moe::cli

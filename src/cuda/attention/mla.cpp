@@ -1,0 +1,169 @@
+// MlaSm90: validation, the planner object and the dispatch to the FlashInfer instantiations.
+#include "cuda/attention/mla.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+
+#if defined(FP4MOE_HAVE_FLASHINFER)
+#include "cuda/attention/sm90_mla_flashinfer.hpp"
+#endif
+
+namespace fp4moe::cuda::attention {
+namespace {
+
+bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+
+}  // namespace
+
+int current_device_sm() {
+  int dev = 0, major = 0, minor = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
+std::string mla_can_implement(const MlaDesc& d, int sm) {
+  if (!power_of_two(d.num_heads) || d.num_heads > 128)
+    return fmt::format("MLA attention: {} heads unsupported (the SM90 MLA kernel needs a power of two <= 128)",
+                       d.num_heads);
+  if (d.kv_elem != KvElem::BF16 && d.kv_elem != KvElem::FP8_E4M3)
+    return fmt::format("MLA attention: KV element {} unsupported (bf16 or fp8_e4m3)", kv_elem_name(d.kv_elem));
+  if (!(d.sm_scale > 0)) return fmt::format("MLA attention: sm_scale {} must be positive", d.sm_scale);
+#if !defined(FP4MOE_HAVE_FLASHINFER)
+  return "MLA attention: built without FlashInfer (configure with its headers, see setup.sh)";
+#else
+  if (sm != 90) return fmt::format("MLA attention: the SM90 MLA kernel needs sm_90, this GPU is sm_{}", sm);
+  return "";
+#endif
+}
+
+size_t MlaSm90::float_workspace_bytes(int num_sm) {
+  // MLAPlan: partial O (BF16) and partial LSE for 2 x clusters x cluster_tile_q rows, where
+  // clusters x cluster_tile_q = num_sm x 64 for both cluster sizes; plus alignment slack.
+  const size_t rows = size_t(2) * size_t(num_sm) * 64;
+  return rows * kCkvDim * 2 + rows * 4 + 256;
+}
+
+MlaSm90::MlaSm90(const MlaDesc& desc) : desc_(desc) {
+  const int sm = current_device_sm();
+  int dev = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sm_, cudaDevAttrMultiProcessorCount, dev));
+  const std::string why = mla_can_implement(desc, sm);
+  FP4MOE_CHECK(why.empty(), "{}", why);
+  float_bytes_ = float_workspace_bytes(num_sm_);
+  FP4MOE_CUDA_CHECK(cudaMalloc(&float_ws_, float_bytes_));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&int_ws_, kIntWorkspaceBytes));
+  FP4MOE_CUDA_CHECK(cudaMallocHost(&pinned_, kIntWorkspaceBytes));
+  FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+}
+
+MlaSm90::~MlaSm90() {
+  if (copied_) cudaEventSynchronize(copied_), cudaEventDestroy(copied_);
+  cudaFreeHost(pinned_);
+  cudaFree(int_ws_);
+  cudaFree(float_ws_);
+}
+
+void check_prefill_batch(const KvBatchView& b, int64_t page_size, int64_t num_pages) {
+  validate_kv_batch(b, page_size, num_pages);
+  FP4MOE_CHECK(b.num_requests >= 1, "MLA plan: empty batch");
+  for (int64_t r = 0; r < b.num_requests; ++r) {
+    const int32_t q = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    for (int32_t j = 0; j < q; ++j)
+      FP4MOE_CHECK(b.positions[b.qo_indptr[r] + j] == b.kv_len[r] - q + j,
+                   "MLA plan: request {} token {} is at position {}; the SM90 MLA kernels need the {} new tokens "
+                   "at the end of the context of {} (position {})",
+                   r, j, b.positions[b.qo_indptr[r] + j], q, b.kv_len[r], b.kv_len[r] - q + j);
+  }
+}
+
+void MlaSm90::plan(const KvBatchView& b, int64_t page_size, int64_t num_pages, cudaStream_t stream) {
+  check_prefill_batch(b, page_size, num_pages);
+  const size_t R = size_t(b.num_requests);
+  plan_impl(std::vector<int32_t>(b.qo_indptr, b.qo_indptr + R + 1),
+            std::vector<int32_t>(b.page_indptr, b.page_indptr + R + 1), std::vector<int32_t>(b.kv_len, b.kv_len + R),
+            stream);
+  sparse_ = false;
+  page_size_ = int(page_size);
+}
+
+void MlaSm90::plan_sparse(const KvBatchView& b, int top_k, cudaStream_t stream) {
+  FP4MOE_CHECK(b.num_tokens >= 1 && top_k >= 1, "MLA sparse plan: tokens {} and top_k {} must be >= 1",
+               b.num_tokens, top_k);
+  FP4MOE_CHECK(b.positions, "MLA sparse plan: positions are null");
+  const size_t T = size_t(b.num_tokens);
+  std::vector<int32_t> q_indptr(T + 1), kv_indptr(T + 1), kv_len(T);
+  for (size_t t = 0; t < T; ++t) {
+    FP4MOE_CHECK(b.positions[t] >= 0, "MLA sparse plan: token {} at position {}", t, b.positions[t]);
+    kv_len[t] = std::min<int32_t>(top_k, b.positions[t] + 1);
+    q_indptr[t + 1] = int32_t(t + 1);
+    kv_indptr[t + 1] = int32_t(t + 1) * top_k;
+  }
+  plan_impl(q_indptr, kv_indptr, kv_len, stream);
+  sparse_ = true;
+  top_k_ = top_k;
+}
+
+void MlaSm90::plan_impl(const std::vector<int32_t>& q_indptr, const std::vector<int32_t>& kv_indptr,
+                        const std::vector<int32_t>& kv_len, cudaStream_t stream) {
+#if defined(FP4MOE_HAVE_FLASHINFER)
+  // FlashInfer's schedule has room for kMaxWorks items and does not check: bound them first.
+  // Each split of a tile adds at most one item per cluster (the split limit is >= total / clusters).
+  const int batch = int(kv_len.size());
+  int64_t tokens = 0;
+  for (int r = 0; r < batch; ++r) tokens += q_indptr[size_t(r) + 1] - q_indptr[size_t(r)];
+  const int64_t avg_packed = tokens * desc_.num_heads / batch;
+  const int cluster_tile = avg_packed > 64 ? 128 : 64;
+  int64_t tiles = 0;
+  for (int r = 0; r < batch; ++r)
+    tiles += (int64_t(q_indptr[size_t(r) + 1] - q_indptr[size_t(r)]) * desc_.num_heads + cluster_tile - 1) /
+             cluster_tile;
+  FP4MOE_CHECK(tiles + num_sm_ <= kMaxWorks,
+               "MLA plan: {} query tokens x {} heads make {} tiles; the SM90 MLA schedule holds {} work items "
+               "(split the queries into chunks)",
+               tokens, desc_.num_heads, tiles, kMaxWorks - num_sm_);
+  // The pinned staging buffer may still be read by the previous plan's copy.
+  FP4MOE_CUDA_CHECK(cudaEventSynchronize(copied_));
+  std::vector<int32_t> qi = q_indptr, ki = kv_indptr, kl = kv_len;
+  const flashinfer_glue::Plan p = flashinfer_glue::plan(float_ws_, float_bytes_, int_ws_, pinned_,
+                                                        kIntWorkspaceBytes, qi, ki, kl, desc_.num_heads, stream);
+  FP4MOE_CHECK(p.works <= kMaxWorks, "MLA plan: {} work items (max {})", p.works, kMaxWorks);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(int_ws_, pinned_, p.staged_int_bytes, cudaMemcpyHostToDevice, stream));
+  FP4MOE_CUDA_CHECK(cudaEventRecord(copied_, stream));
+  plan_info_ = p.info;
+  works_ = p.works;
+  tokens_ = int(tokens);
+  planned_ = true;
+#else
+  (void)q_indptr, (void)kv_indptr, (void)kv_len, (void)stream;
+  FP4MOE_FAIL("MLA attention: built without FlashInfer");
+#endif
+}
+
+void MlaSm90::run(const MlaRunArgs& a, cudaStream_t stream) const {
+  FP4MOE_CHECK(planned_, "MLA run: plan() first");
+  const KvLayerView& L = a.layer;
+  FP4MOE_CHECK(L.elem == desc_.kv_elem, "MLA run: cache is {}, planned for {}", kv_elem_name(L.elem),
+               kv_elem_name(desc_.kv_elem));
+  FP4MOE_CHECK(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim, "MLA run: ckv/kpe dims {}/{} (the kernel is built for {}/{})",
+               L.ckv_dim, L.kpe_dim, kCkvDim, kKpeDim);
+  FP4MOE_CHECK(a.q_nope && a.q_pe && L.ckv && L.kpe && a.kv_indices && a.out, "MLA run: a required pointer is null");
+  FP4MOE_CHECK(sparse_ || L.page_size == page_size_, "MLA run: page_size {} (planned {})", L.page_size, page_size_);
+#if defined(FP4MOE_HAVE_FLASHINFER)
+  flashinfer_glue::Launch l{&plan_info_, float_ws_, int_ws_, desc_.num_heads, desc_.sm_scale,
+                            sparse_ ? 1 : int(L.page_size)};
+  const cudaError_t st = desc_.kv_elem == KvElem::BF16 ? flashinfer_glue::run_bf16(l, a, stream)
+                                                       : flashinfer_glue::run_fp8(l, a, stream);
+  FP4MOE_CUDA_CHECK(st);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+#else
+  (void)stream;
+#endif
+}
+
+}  // namespace fp4moe::cuda::attention

@@ -1,0 +1,107 @@
+// MLA attention (absorbed form) over the paged latent cache on SM90, through FlashInfer
+// 0.7.2.post1's BatchMLAPageAttentionHopper, wrapped thinly: our plain structs, our planner
+// object (FlashInfer's MLAPlan underneath), our workspace. One kernel serves
+//   - decode:        q_len = 1 per request, any kv_len (1 .. 128K+);
+//   - prefill:       ragged, causal, chunked (q_len new tokens at the END of kv_len cached
+//                    tokens: token j of a request sits at position kv_len - q_len + j and
+//                    sees positions <= its own);
+//   - sparse (DSA):  every query row is its own "request" with q_len 1 and page_size 1, the
+//                    page table being the row's top-k slot ids (plan_sparse).
+// The absorbed form: q_nope here is already q_nope · W_UK (512 wide, the latent space),
+// q_pe the rotated 64-wide rope query; the output is in the latent space (512 wide, before
+// W_UV). Scores are sm_scale · (q_nope·ckv + q_pe·kpe); softmax over the visible keys.
+//
+// Layout: core/paged_kv.hpp (KvLayerView / KvBatchView). KV: BF16, or FP8 E4M3 with the
+// per-array ckv / kpe scales. Q and O: BF16. LSE (optional): natural log, as cpu/attention.
+// Heads: a power of two <= 128 (FlashInfer packs heads x queries into 64/128-row tiles; other
+// counts would split a query across tiles at the causal bound).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/paged_kv.hpp"
+#include "cuda/attention/kv_dims.hpp"
+
+namespace fp4moe::cuda::attention {
+
+struct MlaDesc {
+  int num_heads = 64;
+  float sm_scale = 0.0625f;       // GLM-5: (192 + 64)^-1/2
+  KvElem kv_elem = KvElem::BF16;  // BF16 or FP8_E4M3
+};
+
+// The current device's compute capability as 10 * major + minor (90 for an H100 / H200).
+int current_device_sm();
+
+// Why this desc cannot run here ("" when it can): head count, element type, arch (sm_90 only),
+// FlashInfer built in.
+std::string mla_can_implement(const MlaDesc& d, int sm);
+
+struct MlaRunArgs {
+  const void* q_nope = nullptr;   // [tokens, heads, 512] BF16 (contiguous; W_UK already folded in)
+  const void* q_pe = nullptr;     // [tokens, heads, 64]  BF16 (contiguous, rotated)
+  KvLayerView layer;              // device arrays: ckv / kpe of elem, ckv_dim 512, kpe_dim 64
+  // Dense: the batch's page_indices (device, the CSR order given to plan()).
+  // Sparse: [rows, top_k] cache slots (device), e.g. indexer::top_k's out_slot.
+  const int32_t* kv_indices = nullptr;
+  void* out = nullptr;            // [tokens, heads, 512] BF16
+  float* lse = nullptr;           // optional [tokens, heads] FP32, natural log
+};
+
+// Planner + workspace for one MlaDesc on the current device. plan() is host work (the split /
+// load-balance schedule) plus one async H2D copy of the schedule; run() enqueues one
+// cooperative launch. One object per concurrently used plan (the layers of one step share
+// one: the schedule depends on lengths only). Not thread-safe.
+class MlaSm90 {
+ public:
+  explicit MlaSm90(const MlaDesc& desc);
+  ~MlaSm90();
+  MlaSm90(const MlaSm90&) = delete;
+  MlaSm90& operator=(const MlaSm90&) = delete;
+
+  // Dense / prefill. `batch` in HOST memory, validated against the pool (validate_kv_batch);
+  // the kernel's causal rule needs each request's tokens to be the LAST q_len positions of its
+  // context, in order (positions[qo_indptr[r] + j] = kv_len[r] - q_len + j); else an Error.
+  void plan(const KvBatchView& batch, int64_t page_size, int64_t num_pages, cudaStream_t stream);
+  // Sparse: token t attends to the min(top_k, positions[t] + 1) first entries of its top-k row
+  // (indexer::top_k leaves -1 padding only after them). `batch` in HOST memory.
+  void plan_sparse(const KvBatchView& batch, int top_k, cudaStream_t stream);
+
+  void run(const MlaRunArgs& a, cudaStream_t stream) const;
+
+  bool planned_sparse() const { return sparse_; }
+  int planned_tokens() const { return tokens_; }
+  int planned_works() const { return works_; }
+  const MlaDesc& desc() const { return desc_; }
+  // Device bytes of the float workspace (partial O / LSE of split KV).
+  static size_t float_workspace_bytes(int num_sm);
+  static constexpr size_t kIntWorkspaceBytes = size_t(1) << 20;
+  // FlashInfer's schedule holds at most this many work items and does not check; plan()
+  // refuses batches that could exceed it (split a long prefill into query chunks).
+  static constexpr int kMaxWorks = 16384;
+
+ private:
+  void plan_impl(const std::vector<int32_t>& q_indptr, const std::vector<int32_t>& kv_indptr,
+                 const std::vector<int32_t>& kv_len, cudaStream_t stream);
+  MlaDesc desc_;
+  int num_sm_ = 0;
+  void* float_ws_ = nullptr;
+  void* int_ws_ = nullptr;
+  void* pinned_ = nullptr;
+  size_t float_bytes_ = 0;
+  cudaEvent_t copied_ = nullptr;
+  std::vector<int64_t> plan_info_;
+  int tokens_ = 0, works_ = 0, page_size_ = 0, top_k_ = 0;
+  bool planned_ = false, sparse_ = false;
+};
+
+// Host checks shared by the planners: the batch is valid for the pool (validate_kv_batch), has
+// a request, and each request's tokens are the last q_len positions of its context, in order.
+void check_prefill_batch(const KvBatchView& b, int64_t page_size, int64_t num_pages);
+
+}  // namespace fp4moe::cuda::attention

@@ -1,0 +1,74 @@
+// The DSA indexer on the GPU (every arch the engine builds: sm_90a, sm_100a, sm_120a; the
+// kernels use mma.sync only, BF16 m16n8k16 and FP8 E4M3 m16n8k32, which all three have).
+//
+//   score[t, j] = Σ_h w[t, h] · ReLU(d^-½ · q[t, h] · k_j)      for positions j <= positions[t]
+//
+// over the paged indexer-key cache (core/paged_kv.hpp's index_k), then the top-k (2048) per
+// token. Same definition as cpu/attention/indexer_cpu.hpp (the reference): tokens are the
+// rows of a KvBatchView (device pointers), token t of request r sees positions 0..p of r.
+// w is FP32 and already holds weights_proj(x) · n_heads^-½ (the caller's GEMM).
+//
+// FP8 path: index_k in E4M3 with the per-array scale index_scale; queries quantized per
+// (token, head) with the scale folded into w (quantize_q_fp8 below); FP32 accumulation. The
+// scales are positive, so ReLU commutes with them:
+//   score = index_scale · Σ_h (w_h · q_scale_h) · ReLU(d^-½ · q8_h · k8_j).
+//
+// Top-k tie rule (cpu/attention/indexer_cpu.hpp): a higher score first; equal scores -> the
+// lower position first; NaN below every number. Positions are written in ascending order;
+// tokens with p + 1 <= k take 0..p (the dense case); unused entries are -1.
+//
+// Page sizes must be powers of two (64 by default; 1 for the sparse MLA's slot view).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "core/paged_kv.hpp"
+#include "cuda/attention/kv_dims.hpp"
+
+namespace fp4moe::cuda::indexer {
+
+inline constexpr int kIndexHeads = attention::kIndexHeads;  // 32
+inline constexpr int kIndexDim = attention::kIndexDim;      // 128
+inline constexpr int kMaxTopK = 4096;
+
+struct IndexerScoreArgs {
+  const void* q = nullptr;   // [T, 32, 128] BF16, or E4M3 from quantize_q_fp8 when index_k is FP8
+  const float* w = nullptr;  // [T, 32] FP32 (FP8: the folded weights from quantize_q_fp8)
+  KvLayerView layer;         // device: index_k [num_pages, page_size, 128] of index_elem (BF16 | FP8_E4M3)
+  KvBatchView batch;         // device: qo_indptr, positions, page_indptr, page_indices
+  int max_ctx = 0;           // host: >= positions[t] + 1 for every t (sizes the grid)
+  float* scores = nullptr;   // [T, score_stride] FP32; columns > positions[t] are not written
+  int64_t score_stride = 0;  // >= max_ctx
+};
+
+// "" when the GPU indexer supports these dims (32 heads x 128), else why not.
+std::string indexer_can_implement(int64_t num_heads, int64_t head_dim);
+
+void index_scores(const IndexerScoreArgs& a, cudaStream_t stream);
+
+// q_bf16 [T, 32, 128] -> q_fp8 [T, 32, 128] E4M3 (RNE, saturating) with scale_h = amax_h / 448
+// (1 for an all-zero head), and w_fp8[t, h] = w[t, h] · scale_h.
+void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp8, int64_t tokens,
+                    cudaStream_t stream);
+
+struct TopKArgs {
+  const float* scores = nullptr;  // [T, score_stride]
+  int64_t score_stride = 0;
+  KvBatchView batch;              // device: qo_indptr, positions (+ page_indptr / page_indices for slots)
+  int top_k = 2048;
+  int32_t* out_pos = nullptr;     // [T, top_k] selected positions (ascending), -1 padded
+  // Optional: the same selection as cache slots (kv_slot), -1 padded: the page table of the
+  // sparse MLA (MlaSm90::plan_sparse, page_size 1). Null to skip.
+  int32_t* out_slot = nullptr;
+  int64_t page_size = attention::kDefaultPageSize;  // with out_slot
+};
+
+// Radix select, one CTA per token, up to 3 histogram passes over the token's scores
+// (11 + 11 + 10 bits of an order-preserving key), then one ordered gather pass.
+void top_k(const TopKArgs& a, cudaStream_t stream);
+
+}  // namespace fp4moe::cuda::indexer

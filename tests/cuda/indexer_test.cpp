@@ -1,0 +1,293 @@
+// The GPU DSA indexer against the CPU backend (cpu/attention/indexer_cpu.hpp):
+//   - scores (BF16 keys; FP8 keys with the quantized query) per token against indexer_scores_cpu;
+//   - top-k on the same scores: bit-identical to indexer_topk_cpu (same tie rule), incl. ties,
+//     NaN, -inf, contexts 1 / k / k+1 / 100K, and the slot ids through the page table;
+//   - the whole pipeline (GPU scores -> GPU top-k vs CPU scores -> CPU top-k): identical sets
+//     wherever the k-th and (k+1)-th CPU scores differ by more than FP32 rounding;
+//   - FP8 vs FP32 selection overlap on random data (bounded);
+//   - bad input: unsupported head count / dims, page size, k.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "cpu/attention/indexer_cpu.hpp"
+#include "format/codecs.hpp"
+#include "cuda/attention_test_util.hpp"
+#include "cuda/indexer/indexer.hpp"
+
+namespace fp4moe::test {
+namespace {
+
+namespace ix = cuda::indexer;
+constexpr float kSoftmaxScale = 0.08838834764831845f;  // 128^-1/2
+
+struct IndexerInputs {
+  Bf16Data q;            // [T, 32, 128]
+  std::vector<float> w;  // [T, 32]
+};
+IndexerInputs random_indexer_inputs(int64_t T, uint64_t seed) {
+  IndexerInputs in;
+  in.q = random_bf16(size_t(T) * kIndexHeads * kIndexDim, seed);
+  in.w = random_floats(size_t(T) * kIndexHeads, seed + 1, -0.5f, 1.0f);
+  return in;
+}
+
+std::vector<float> cpu_scores(PagedCase& c, const float* q, const float* w, int64_t stride) {
+  std::vector<float> s(size_t(c.tokens() * stride));
+  cpu::IndexerParams p;
+  p.n_heads = kIndexHeads;
+  p.softmax_scale = kSoftmaxScale;
+  cpu::indexer_scores_cpu(c.layer(), c.batch(), q, w, p, s.data(), stride);
+  return s;
+}
+
+// GPU scores; for FP8 keys the query is quantized on the GPU first and its decoded values and
+// folded weights are returned in q_used / w_used (the exact inputs of the FP8 product).
+std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t stride, std::vector<float>* q_used,
+                              std::vector<float>* w_used) {
+  const int64_t T = c.tokens();
+  DeviceCache dc(c);
+  DeviceBatch db(c);
+  DeviceArray<uint16_t> q(in.q.bits);
+  DeviceArray<float> w(in.w), scores(size_t(T * stride));
+  DeviceArray<uint8_t> q8(size_t(T) * kIndexHeads * kIndexDim);
+  DeviceArray<float> w8(size_t(T) * kIndexHeads);
+  ix::IndexerScoreArgs a;
+  a.q = q.ptr;
+  a.w = w.ptr;
+  if (c.index_elem == KvElem::FP8_E4M3) {
+    ix::quantize_q_fp8(q.ptr, w.ptr, q8.ptr, w8.ptr, T, nullptr);
+    a.q = q8.ptr;
+    a.w = w8.ptr;
+    const auto codes = q8.download();
+    q_used->resize(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) (*q_used)[i] = e4m3_to_float(codes[i]);
+    *w_used = w8.download();
+  } else {
+    *q_used = in.q.f;
+    *w_used = in.w;
+  }
+  a.layer = dc.L;
+  a.batch = db.view();
+  a.max_ctx = c.max_ctx();
+  a.scores = scores.ptr;
+  a.score_stride = stride;
+  ix::index_scores(a, nullptr);
+  return scores.download();
+}
+
+// Worst per-token ‖gpu − cpu‖ / ‖cpu‖ over the causal columns.
+double worst_score_error(const PagedCase& c, const std::vector<float>& g, const std::vector<float>& r,
+                         int64_t stride) {
+  double worst = 0;
+  for (int64_t t = 0; t < c.tokens(); ++t) {
+    double num = 0, den = 0;
+    for (int64_t j = 0; j <= c.positions[size_t(t)]; ++j) {
+      const double a = g[size_t(t * stride + j)], b = r[size_t(t * stride + j)];
+      if (!std::isfinite(a)) return INFINITY;
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  return worst;
+}
+
+std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
+                              std::vector<int32_t>* slots) {
+  DeviceBatch db(c);
+  DeviceArray<float> s(scores);
+  DeviceArray<int32_t> pos(size_t(c.tokens() * k)), slot(size_t(c.tokens() * k));
+  ix::TopKArgs a;
+  a.scores = s.ptr;
+  a.score_stride = stride;
+  a.batch = db.view();
+  a.top_k = k;
+  a.out_pos = pos.ptr;
+  a.out_slot = slots ? slot.ptr : nullptr;
+  a.page_size = c.page_size;
+  ix::top_k(a, nullptr);
+  if (slots) *slots = slot.download();
+  return pos.download();
+}
+
+std::vector<int32_t> cpu_topk(const PagedCase& c, const std::vector<float>& scores, int64_t stride, int k) {
+  std::vector<int32_t> out(size_t(c.tokens() * k));
+  cpu::indexer_topk_cpu(c.batch(), scores.data(), stride, k, out.data());
+  return out;
+}
+
+const std::vector<RequestShape> kMixedShapes = {{1, 1}, {100, 1}, {2048, 1}, {2049, 1}, {5000, 1}, {3000, 3}};
+
+void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed) {
+  PagedCase c = make_paged_case(kMixedShapes, page_size, KvElem::BF16, index_elem, seed);
+  const int64_t stride = c.max_ctx() + 5;
+  const auto in = random_indexer_inputs(c.tokens(), seed + 7);
+  std::vector<float> q_used, w_used;
+  const auto g = gpu_scores(c, in, stride, &q_used, &w_used);
+  const auto r = cpu_scores(c, q_used.data(), w_used.data(), stride);
+  // BF16: exact products, FP32 sums in another order. FP8: the tensor cores' FP8 accumulation
+  // keeps fewer mantissa bits than FP32 (Hopper), hence the looser bound.
+  const double tol = index_elem == KvElem::BF16 ? 1e-4 : 2e-3;
+  EXPECT_LT(worst_score_error(c, g, r, stride), tol) << "page_size " << page_size << " " << kv_elem_name(index_elem);
+}
+
+TEST(IndexerTiny, ScoresMatchCpuBf16) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int64_t ps : {1, 16, 64}) check_scores(ps, KvElem::BF16, 10 + uint64_t(ps));
+}
+
+TEST(IndexerTiny, ScoresMatchCpuFp8WithQuantizedQuery) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int64_t ps : {1, 64}) check_scores(ps, KvElem::FP8_E4M3, 20 + uint64_t(ps));
+}
+
+// The 2-stage ring (what a 99 KB-smem arch such as sm_120 runs), forced on this GPU.
+TEST(IndexerTiny, ScoresMatchCpuWithTwoStageRing) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  setenv("FP4MOE_INDEXER_STAGES", "2", 1);
+  check_scores(64, KvElem::BF16, 25);
+  check_scores(16, KvElem::FP8_E4M3, 26);
+  unsetenv("FP4MOE_INDEXER_STAGES");
+}
+
+TEST(Indexer, ScoresMatchCpuAtContext100K) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{100000, 1}, {1, 1}, {777, 2}}, 64, KvElem::BF16, KvElem::BF16, 30);
+  const int64_t stride = c.max_ctx();
+  const auto in = random_indexer_inputs(c.tokens(), 31);
+  std::vector<float> q_used, w_used;
+  const auto g = gpu_scores(c, in, stride, &q_used, &w_used);
+  EXPECT_LT(worst_score_error(c, g, cpu_scores(c, q_used.data(), w_used.data(), stride), stride), 1e-4);
+}
+
+// Scores with many exact ties (few distinct values), NaN and -inf entries.
+std::vector<float> tie_heavy_scores(const PagedCase& c, int64_t stride, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<float> s(size_t(c.tokens() * stride), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int64_t j = 0; j <= c.positions[size_t(t)]; ++j) {
+      const uint64_t u = g() % 100;
+      float v = float(int(g() % 7)) * 0.5f - 1.0f;  // 7 values incl. 0 and negatives
+      if (u == 0) v = std::numeric_limits<float>::quiet_NaN();
+      if (u == 1) v = -std::numeric_limits<float>::infinity();
+      if (u == 2) v = -0.0f;
+      s[size_t(t * stride + j)] = v;
+    }
+  return s;
+}
+
+void check_topk_exact(const std::vector<RequestShape>& shapes, int64_t page_size, int k, bool ties, uint64_t seed) {
+  PagedCase c = make_paged_case(shapes, page_size, KvElem::BF16, KvElem::BF16, seed, /*fill=*/false);
+  const int64_t stride = c.max_ctx() + 3;
+  std::vector<float> s = ties ? tie_heavy_scores(c, stride, seed) : random_floats(size_t(c.tokens() * stride), seed, -3, 3);
+  std::vector<int32_t> slots;
+  const auto g = gpu_topk(c, s, stride, k, &slots);
+  const auto r = cpu_topk(c, s, stride, k);
+  ASSERT_EQ(g, r) << "k " << k << " page_size " << page_size << (ties ? " (ties)" : "");
+  const KvBatchView b = c.batch();
+  std::vector<int32_t> req(size_t(c.tokens()));
+  kv_token_requests(b, req.data());
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int i = 0; i < k; ++i) {
+      const int32_t p = r[size_t(t * k + i)];
+      const int32_t want = p < 0 ? -1 : int32_t(kv_slot(b, page_size, req[size_t(t)], p));
+      ASSERT_EQ(slots[size_t(t * k + i)], want) << "token " << t << " entry " << i;
+    }
+}
+
+TEST(IndexerTiny, TopKIdenticalToCpuSmallK) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  check_topk_exact({{1, 1}, {5, 1}, {6, 1}, {300, 4}}, 16, 5, false, 40);
+  check_topk_exact({{1, 1}, {5, 1}, {6, 1}, {300, 4}}, 16, 5, true, 41);
+}
+
+TEST(Indexer, TopKIdenticalToCpuK2048) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (bool ties : {false, true}) {
+    check_topk_exact(kMixedShapes, 64, 2048, ties, 50 + ties);
+    check_topk_exact({{100000, 1}, {1, 1}, {4096, 2}}, 1, 2048, ties, 52 + ties);
+  }
+}
+
+TEST(Indexer, PipelineSelectsCpuSetWhereScoresAreSeparated) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int k = 2048;
+  PagedCase c = make_paged_case({{2049, 1}, {9000, 1}, {40000, 1}, {3000, 2}}, 64, KvElem::BF16, KvElem::BF16, 60);
+  const int64_t stride = c.max_ctx();
+  const auto in = random_indexer_inputs(c.tokens(), 61);
+  std::vector<float> qu, wu;
+  const auto gs = gpu_scores(c, in, stride, &qu, &wu);
+  const auto cs = cpu_scores(c, qu.data(), wu.data(), stride);
+  const auto g = gpu_topk(c, gs, stride, k, nullptr);
+  const auto r = cpu_topk(c, cs, stride, k);
+  int compared = 0;
+  for (int64_t t = 0; t < c.tokens(); ++t) {
+    const int64_t n = c.positions[size_t(t)] + 1;
+    if (n <= k) continue;
+    // delta: how far the GPU's FP32 scores of this row stray from the CPU's (summation order).
+    // If the CPU's k-th and (k+1)-th scores are more than 2 delta apart, no score can cross
+    // the cut on the GPU, so the sets must be identical.
+    double delta = 0;
+    for (int64_t j = 0; j < n; ++j)
+      delta = std::max(delta, double(std::fabs(gs[size_t(t * stride + j)] - cs[size_t(t * stride + j)])));
+    std::vector<float> row(cs.begin() + t * stride, cs.begin() + t * stride + n);
+    std::nth_element(row.begin(), row.begin() + k, row.end(), std::greater<>());
+    const float kth = *std::min_element(row.begin(), row.begin() + k), next = row[size_t(k)];
+    if (double(kth) - double(next) <= 2 * delta) continue;
+    ++compared;
+    EXPECT_TRUE(std::equal(g.begin() + t * k, g.begin() + (t + 1) * k, r.begin() + t * k))
+        << "token " << t << " (gap " << kth - next << ", delta " << delta << ")";
+  }
+  EXPECT_GT(compared, 0) << "no token had separated k-th / (k+1)-th scores";
+}
+
+TEST(Indexer, Fp8SelectionOverlapsFp32OnRandomData) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int k = 2048;
+  PagedCase c32 = make_paged_case({{16384, 1}, {32768, 1}}, 64, KvElem::BF16, KvElem::BF16, 70);
+  PagedCase c8 = make_paged_case({{16384, 1}, {32768, 1}}, 64, KvElem::BF16, KvElem::FP8_E4M3, 70);
+  const int64_t stride = c32.max_ctx();
+  const auto in = random_indexer_inputs(c32.tokens(), 71);
+  std::vector<float> qu, wu;
+  const auto r = cpu_topk(c32, cpu_scores(c32, in.q.f.data(), in.w.data(), stride), stride, k);
+  const auto g = gpu_topk(c8, gpu_scores(c8, in, stride, &qu, &wu), stride, k, nullptr);
+  for (int64_t t = 0; t < c32.tokens(); ++t) {
+    std::set<int32_t> a(r.begin() + t * k, r.begin() + (t + 1) * k), b(g.begin() + t * k, g.begin() + (t + 1) * k);
+    int common = 0;
+    for (int32_t x : a) common += int(b.count(x));
+    const double overlap = double(common) / k;
+    std::printf("token %lld: FP8 selection keeps %.2f %% of the FP32 set\n", static_cast<long long>(t), 100 * overlap);
+    EXPECT_GT(overlap, 0.8) << "token " << t;
+  }
+}
+
+TEST(IndexerErrors, UnsupportedHeadCountIsAnError) {
+  EXPECT_NE(ix::indexer_can_implement(64, 128).find("unsupported"), std::string::npos);
+  EXPECT_NE(ix::indexer_can_implement(32, 64).find("unsupported"), std::string::npos);
+  EXPECT_EQ(ix::indexer_can_implement(32, 128), "");
+}
+
+TEST(IndexerErrors, TopKOutsideRangeIsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{10, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
+  DeviceBatch db(c);
+  DeviceArray<float> s(16);
+  DeviceArray<int32_t> out(size_t(ix::kMaxTopK + 1));
+  ix::TopKArgs a;
+  a.scores = s.ptr;
+  a.score_stride = 16;
+  a.batch = db.view();
+  a.out_pos = out.ptr;
+  a.top_k = ix::kMaxTopK + 1;
+  EXPECT_THROW(ix::top_k(a, nullptr), Error);
+  a.top_k = 0;
+  EXPECT_THROW(ix::top_k(a, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe::test

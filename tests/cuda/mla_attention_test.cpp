@@ -1,0 +1,228 @@
+// MlaSm90 (FlashInfer's SM90 MLA kernel behind our planner) against cpu::mla_attention_cpu:
+// dense decode, chunked causal prefill and sparse rows over top-k slots; BF16 KV (worst row
+// error < 1e-2) and FP8 KV (< 3e-2); contexts 1, page-size multiples +-1, 100K beside 1,
+// page sizes 1 / 16 / 64 with pages out of order; sparse with top-k >= context equals dense;
+// poisoned outputs; bad input (page out of range, unsupported heads, misplaced tokens).
+#include <gtest/gtest.h>
+
+#include "cpu/attention/indexer_cpu.hpp"
+#include "cpu/attention/mla_cpu.hpp"
+#include "cuda/attention/mla.hpp"
+#include "cuda/attention_test_util.hpp"
+
+namespace fp4moe::test {
+namespace {
+
+namespace at = cuda::attention;
+constexpr int kHeads = 64;
+constexpr float kSmScale = 0.0625f;  // (192 + 64)^-1/2
+
+
+struct Queries {
+  Bf16Data nope, pe;  // [T, 64, 512], [T, 64, 64]
+};
+Queries random_queries(int64_t T, uint64_t seed) {
+  return {random_bf16(size_t(T) * kHeads * kCkvDim, seed, 0.5f), random_bf16(size_t(T) * kHeads * kKpeDim, seed + 1, 0.5f)};
+}
+
+struct Result {
+  std::vector<float> out, lse;
+};
+
+Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
+  Result r;
+  r.out.resize(size_t(c.tokens()) * kHeads * kCkvDim);
+  r.lse.resize(size_t(c.tokens()) * kHeads);
+  cpu::MlaAttentionParams p;
+  p.num_heads = kHeads;
+  p.sm_scale = kSmScale;
+  p.topk = topk;
+  p.topk_k = k;
+  cpu::mla_attention_cpu(c.layer(), c.batch(), q.nope.f.data(), q.pe.f.data(), p, r.out.data(), r.lse.data());
+  return r;
+}
+
+// Dense when slots is null; else sparse over slots [T, k] (device page table of page_size 1).
+Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots, int k) {
+  const int64_t T = c.tokens();
+  DeviceCache dc(c);
+  DeviceArray<uint16_t> qn(q.nope.bits), qp(q.pe.bits);
+  DeviceArray<uint16_t> out(size_t(T) * kHeads * kCkvDim);  // poisoned (NaN)
+  DeviceArray<float> lse(size_t(T) * kHeads);
+  DeviceArray<int32_t> pages(c.page_indices);
+  DeviceArray<int32_t> d_slots(slots ? *slots : std::vector<int32_t>(1, 0));
+  at::MlaSm90 mla({kHeads, kSmScale, c.elem});
+  at::MlaRunArgs a;
+  a.q_nope = qn.ptr;
+  a.q_pe = qp.ptr;
+  a.layer = dc.L;
+  a.out = out.ptr;
+  a.lse = lse.ptr;
+  if (slots) {
+    mla.plan_sparse(c.batch(), k, nullptr);
+    a.kv_indices = d_slots.ptr;
+  } else {
+    mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+    a.kv_indices = pages.ptr;
+  }
+  mla.run(a, nullptr);
+  return {bf16_to_floats(out.download()), lse.download()};
+}
+
+double tolerance(KvElem e) { return e == KvElem::BF16 ? 1e-2 : 3e-2; }
+
+void check_dense(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, uint64_t seed) {
+  PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
+  const Queries q = random_queries(c.tokens(), seed + 5);
+  const Result g = gpu_mla(c, q, nullptr, 0), r = cpu_mla(c, q, nullptr, 0);
+  EXPECT_LT(worst_row_rel_error(g.out, r.out, kCkvDim), tolerance(elem))
+      << "page_size " << page_size << " " << kv_elem_name(elem);
+  EXPECT_LT(worst_lse_error(g.lse, r.lse), 2e-2) << "lse, page_size " << page_size;
+}
+
+const std::vector<RequestShape> kDecodeShapes = {{1, 1}, {63, 1}, {64, 1}, {65, 1}, {1000, 1}, {4097, 1}};
+
+TEST(MlaAttentionTiny, DecodeMatchesCpuBf16) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::BF16, 1);
+}
+
+TEST(MlaAttentionTiny, DecodeMatchesCpuFp8) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::FP8_E4M3, 2);
+}
+
+TEST(MlaAttention, DecodeMatchesCpuEveryPageSize) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, e, 10 + uint64_t(ps));
+}
+
+TEST(MlaAttention, DecodeLengths1And100KInOneBatch) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, KvElem::BF16, 20);
+}
+
+TEST(MlaAttention, ChunkedPrefillMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    check_dense({{300, 37}, {128, 128}, {1, 1}, {1000, 64}, {70, 3}}, 64, e, 30);
+    check_dense({{129, 129}, {517, 100}}, 16, e, 31);
+  }
+}
+
+// Top-k positions of random scores (CPU top-k) and their slots.
+struct Selection {
+  std::vector<int32_t> pos, slots;
+};
+Selection random_selection(const PagedCase& c, int k, uint64_t seed) {
+  const int64_t stride = c.max_ctx();
+  const auto scores = random_floats(size_t(c.tokens() * stride), seed);
+  Selection s;
+  s.pos.resize(size_t(c.tokens() * k));
+  cpu::indexer_topk_cpu(c.batch(), scores.data(), stride, k, s.pos.data());
+  std::vector<int32_t> req(size_t(c.tokens()));
+  kv_token_requests(c.batch(), req.data());
+  s.slots.resize(s.pos.size());
+  for (size_t i = 0; i < s.pos.size(); ++i) {
+    const int32_t p = s.pos[i];
+    s.slots[i] = p < 0 ? -1 : int32_t(kv_slot(c.batch(), c.page_size, req[i / size_t(k)], p));
+  }
+  return s;
+}
+
+void check_sparse(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, int k, uint64_t seed) {
+  PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
+  const Queries q = random_queries(c.tokens(), seed + 5);
+  const Selection sel = random_selection(c, k, seed + 9);
+  const Result g = gpu_mla(c, q, &sel.slots, k), r = cpu_mla(c, q, sel.pos.data(), k);
+  EXPECT_LT(worst_row_rel_error(g.out, r.out, kCkvDim), tolerance(elem)) << "k " << k << " " << kv_elem_name(elem);
+  EXPECT_LT(worst_lse_error(g.lse, r.lse), 2e-2) << "lse, k " << k;
+}
+
+TEST(MlaAttentionTiny, SparseDecodeMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 40);
+}
+
+TEST(MlaAttention, SparseTopK2048MatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 41);
+}
+
+TEST(MlaAttention, SparseWithTopKAtLeastContextEqualsDense) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  PagedCase c = make_paged_case({{1, 1}, {100, 1}, {2048, 1}}, 64, KvElem::BF16, KvElem::BF16, 50);
+  const Queries q = random_queries(c.tokens(), 51);
+  const Selection sel = random_selection(c, 2048, 52);  // every row is 0..p: the dense set
+  const Result sparse = gpu_mla(c, q, &sel.slots, 2048), dense = gpu_mla(c, q, nullptr, 0);
+  // The same keys in the same order; the split schedule may differ, so BF16-output rounding.
+  EXPECT_LT(worst_row_rel_error(sparse.out, dense.out, kCkvDim), 5e-3);
+  EXPECT_LT(worst_lse_error(sparse.lse, dense.lse), 1e-3);
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST(MlaAttentionErrors, UnsupportedHeadCountIsAnError) {
+  EXPECT_NE(at::mla_can_implement({48, kSmScale, KvElem::BF16}, 90).find("48 heads unsupported"), std::string::npos);
+  EXPECT_NE(at::mla_can_implement({64, kSmScale, KvElem::F32}, 90).find("unsupported"), std::string::npos);
+  EXPECT_NE(at::mla_can_implement({64, kSmScale, KvElem::BF16}, 120).find("sm_90"), std::string::npos);
+  FP4MOE_SKIP_WITHOUT_SM90();
+  EXPECT_EQ(at::mla_can_implement({64, kSmScale, KvElem::BF16}, 90), "");
+  try {
+    at::MlaSm90 m({48, kSmScale, KvElem::BF16});
+    FAIL() << "48 heads accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("48 heads unsupported"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MlaAttentionErrors, PageTableOutOfRangeIsAnError) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  PagedCase c = make_paged_case({{100, 1}, {10, 1}}, 64, KvElem::BF16, KvElem::BF16, 60, false);
+  c.page_indices[1] = int32_t(c.num_pages);  // one past the pool
+  at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
+  try {
+    mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+    FAIL() << "out-of-range page accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("page"), std::string::npos) << e.what();
+  }
+  c.page_indices[1] = -1;
+  EXPECT_THROW(mla.plan(c.batch(), c.page_size, c.num_pages, nullptr), Error);
+}
+
+TEST(MlaAttentionErrors, TokensNotAtTheEndOfTheContextAreAnError) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  PagedCase c = make_paged_case({{100, 2}}, 64, KvElem::BF16, KvElem::BF16, 61, false);
+  c.positions[0] = 10;  // a gap: the kernel's causal rule cannot express it
+  at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
+  EXPECT_THROW(mla.plan(c.batch(), c.page_size, c.num_pages, nullptr), Error);
+}
+
+TEST(MlaAttentionErrors, RunBeforePlanAndMismatchedCacheAreErrors) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  at::MlaSm90 mla({kHeads, kSmScale, KvElem::FP8_E4M3});
+  at::MlaRunArgs a;
+  EXPECT_THROW(mla.run(a, nullptr), Error);
+  PagedCase c = make_paged_case({{10, 1}}, 64, KvElem::BF16, KvElem::BF16, 62, false);
+  mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+  a.layer = c.layer();  // BF16 cache for an FP8 plan
+  EXPECT_THROW(mla.run(a, nullptr), Error);
+}
+
+TEST(MlaAttentionErrors, TooManyQueryTilesIsAnError) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  PagedCase c = make_paged_case({{40000, 40000}}, 64, KvElem::BF16, KvElem::BF16, 63, false);
+  at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
+  try {
+    mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+    FAIL() << "40000-token prefill accepted in one plan";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chunks"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp4moe::test

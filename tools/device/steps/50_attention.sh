@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Device step (run_all.sh, after build-dev/ is built): MLA attention, the DSA indexer and the
+# KV append on the GPU.
+#   1. the tiny test cases (suites *Tiny*) under compute-sanitizer memcheck (and racecheck for
+#      the indexer's shared-memory ring), then every attention / indexer / append test;
+#   2. SASS check: the indexer kernels use the tensor cores (HMMA / QMMA-class mma.sync);
+#   3. `fp4moe bench attention` (decode B x ctx dense + sparse, prefill, FP8 selection overlap),
+#      table rows start with '|', JSON in $OUT/attention/bench_attention.json.
+# Expected run time: ~2 min tests + ~2-4 min bench. Env: ATTN_PARTS (tests | bench | all, default
+# all), ATTN_BENCH_ARGS (extra bench flags, e.g. "--batch 16 --ctx 8192").
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/attention"
+O=$OUT/attention
+TESTS="kv_append_test indexer_test mla_attention_test mla_prefill_expanded_test"
+for t in $TESTS fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+rc=0
+PARTS=${ATTN_PARTS:-all}
+[ "$PARTS" = bench ] && TESTS=""
+for t in $TESTS; do
+  B=build-dev/bin/$t
+  [ -x "$B" ] || { echo "$t: not built"; rc=1; continue; }
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter='*Tiny*' > "$O/${t}_memcheck.log" 2>&1
+  r=$?; echo "$t memcheck (tiny): rc=$r $(grep -E 'ERROR SUMMARY' "$O/${t}_memcheck.log" | tail -n 1)"; [ $r -eq 0 ] || rc=1
+  timeout 300 "$B" > "$O/${t}.log" 2>&1
+  r=$?; echo "$t: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/${t}.log" | tr '\n' ' ')"; [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]' "$O/${t}.log" | head -n 20
+done
+[ "$PARTS" = bench ] || timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/indexer_test --gtest_filter='IndexerTiny.*' \
+  > "$O/indexer_racecheck.log" 2>&1
+echo "indexer racecheck (tiny): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/indexer_racecheck.log" | tail -n 1)"
+grep -h "FP8 selection keeps" "$O/indexer_test.log" 2>/dev/null | head -n 4
+if command -v cuobjdump >/dev/null; then
+  echo "indexer score kernels' SASS: $(cuobjdump --dump-sass build-dev/bin/fp4moe 2>/dev/null |
+    awk '/Function :/{f = ($0 ~ /index_score_kernel/)} f && /MMA/{n++} END{print n+0}') tensor-core (MMA) instructions"
+fi
+[ "$PARTS" = tests ] && exit $rc
+export FP4MOE_COMMIT=${FP4MOE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+timeout 480 build-dev/bin/fp4moe bench attention --json "$O/bench_attention.json" ${ATTN_BENCH_ARGS:-} 2>&1 | tee "$O/bench_attention.log"
+r=${PIPESTATUS[0]}; echo "bench attention: rc=$r"; [ $r -eq 0 ] || rc=1
+exit $rc

@@ -72,11 +72,18 @@ struct DecodeOutput {
   std::vector<std::vector<GeneratedToken>> tokens;
 };
 
-// Sees the MoE GEMMs a step ran (for the per-expert histogram); called on the engine thread.
-class MoeObserver {
+// Sees what the backend computed, for /metrics; called on the engine thread, so it must be
+// cheap (a few atomic adds and one lock per call at most).
+class StepObserver {
  public:
-  virtual ~MoeObserver() = default;
-  // tokens_per_expert[e]: tokens routed to expert e by one grouped GEMM of one layer.
+  virtual ~StepObserver() = default;
+  // One model step over `requests` requests and `tokens` tokens (the scheduler reports it: a
+  // K-step decode call is K steps, each over the requests still producing at that step).
+  virtual void on_step(int32_t requests, int32_t tokens) = 0;
+  // One grouped MoE GEMM of one layer: tokens_per_expert[e] = tokens routed to routed expert e
+  // (zeros included). The backend reports it: the CPU backend from its routing; the GPU runner
+  // from the per-expert offsets its permute step computes (copied back with the step's
+  // outputs, never a sync of its own).
   virtual void on_moe_gemm(int32_t layer, std::span<const int32_t> tokens_per_expert) = 0;
 };
 
@@ -117,10 +124,11 @@ class Backend {
   // keyed on its id (penalty counts, graph slots) can go. Its pages are already back in the pool.
   virtual void release_request(uint64_t request_id) {}
 
-  void set_moe_observer(MoeObserver* observer) { moe_observer_ = observer; }
+  void set_observer(StepObserver* observer) { observer_ = observer; }
+  StepObserver* observer() const { return observer_; }
 
  protected:
-  MoeObserver* moe_observer_ = nullptr;
+  StepObserver* observer_ = nullptr;
 };
 
 }  // namespace fp4moe::engine

@@ -12,6 +12,9 @@ namespace fp4moe::engine {
 CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(options) {
   model::ModelOptions mo;
   mo.threads = opt_.threads;
+  mo.on_moe_routing = [this](int64_t layer, std::span<const int32_t> per_expert) {
+    if (observer_) observer_->on_moe_gemm(int32_t(layer), per_expert);
+  };
   model_ = model::Model::load(opt_.model_dir, mo);
   for (const auto& e : std::filesystem::directory_iterator(opt_.model_dir))
     if (e.path().extension() == ".safetensors") weight_bytes_ += int64_t(e.file_size());
@@ -54,7 +57,8 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
                          batch.page_begin.data(), batch.page_ids.data()};
   const int64_t vocab = model_->config().vocab;
   logits_.resize(rows_.size() * size_t(vocab));
-  model_->step(batch.tokens.data(), view, *kv_, rows_, logits_.data());
+  model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
+               TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}));
   size_t k = 0;
   for (int32_t r = 0; r < n; ++r)
     if (batch.sample[size_t(r)]) {

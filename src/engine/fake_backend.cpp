@@ -52,6 +52,8 @@ void FakeBackend::logits_after(uint64_t entry, std::vector<float>& logits) const
 
 void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
   FP4MOE_CHECK(!kv_.empty(), "fake backend: step before init_kv");
+  FP4MOE_CHECK(opt_.fail_after_steps < 0 || steps_ < opt_.fail_after_steps,
+               "fake backend: device failure (--fake-fail-after-steps {})", opt_.fail_after_steps);
   FP4MOE_CHECK(batch.page_size == page_size_, "fake backend: batch page size {} != {}", batch.page_size, page_size_);
   FP4MOE_CHECK(batch.num_tokens() <= max_step_tokens_, "fake backend: step of {} tokens over the bound {}",
                batch.num_tokens(), max_step_tokens_);
@@ -83,7 +85,7 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
       out.push_back(sample_row_cpu(logits_.data(), int64_t(logits_.size()), batch.sampling[size_t(r)]));
     }
   }
-  if (moe_observer_) moe_observer_->on_moe_gemm(0, per_expert);
+  if (observer_) observer_->on_moe_gemm(0, per_expert);
   ++steps_;
   if (opt_.step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(opt_.step_delay_us));
 }

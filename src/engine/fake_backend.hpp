@@ -23,6 +23,7 @@ struct FakeBackendOptions {
   int32_t num_experts = 8;       // the MoE histogram hook sees top-2 routing over these
   int32_t max_context = 1 << 20;
   int32_t step_delay_us = 0;     // sleeps this long per step (to keep requests in flight in tests)
+  int64_t fail_after_steps = -1; // >= 0: every step after this many throws (a fatal device error)
 };
 
 class FakeBackend : public Backend {

@@ -265,9 +265,16 @@ void Scheduler::run_round(const EventSink& sink) {
       consume(*running_[rows[k]], int32_t(produced.size()), produced);
     }
     totals_.steps += longest;
+    if (StepObserver* o = backend_.observer())
+      for (int32_t j = 0; j < longest; ++j) {
+        int32_t active = 0;
+        for (const auto& produced : out.tokens) active += int32_t(produced.size()) > j;
+        o->on_step(active, active);
+      }
   } else {
     std::vector<GeneratedToken> sampled;
     backend_.step(batch_, sampled);
+    if (StepObserver* o = backend_.observer()) o->on_step(batch_.num_requests(), batch_.num_tokens());
     size_t next = 0;
     for (size_t k = 0; k < rows.size(); ++k) {
       Sequence& s = *running_[rows[k]];

@@ -72,7 +72,10 @@ Summary summarize(const RunResult& run, const std::string& backend, const std::s
 
 std::string format_report(const Summary& s) {
   std::string out;
-  auto title = [&](const char* t, char fill) { out += fmt::format("{:{}^50}\n", t, fill); };
+  auto title = [&](const std::string& t, char fill) {  // centred in 50 columns, the odd one on the right
+    const size_t pad = t.size() < 50 ? 50 - t.size() : 0;
+    out += std::string(pad / 2, fill) + t + std::string(pad - pad / 2, fill) + "\n";
+  };
   auto row = [&](const char* k, const std::string& v) { out += fmt::format("{:<40} {:<10}\n", k, v); };
   auto num = [&](const char* k, double v) { row(k, fmt::format("{:.2f}", v)); };
   title(" Serving Benchmark Result ", '=');

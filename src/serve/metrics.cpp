@@ -16,6 +16,21 @@ void Histogram::observe(double value, uint64_t count) {
   count_ += count;
 }
 
+void Histogram::observe_all(std::span<const int32_t> values) {
+  std::vector<uint64_t> local(buckets_.size(), 0);
+  double sum = 0;
+  for (int32_t v : values) {
+    size_t b = 0;
+    while (b < bounds_.size() && double(v) > bounds_[b]) ++b;
+    ++local[b];
+    sum += double(v);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t b = 0; b < local.size(); ++b) buckets_[b] += local[b];
+  sum_ += sum;
+  count_ += values.size();
+}
+
 uint64_t Histogram::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return count_;
@@ -35,9 +50,19 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 
 Metrics::Metrics() = default;
 
+void Metrics::on_step(int32_t requests, int32_t tokens) {
+  step_requests.observe(double(requests));
+  step_tokens.observe(double(tokens));
+}
+
 void Metrics::on_moe_gemm(int32_t, std::span<const int32_t> tokens_per_expert) {
   ++moe_gemms_;
-  for (int32_t t : tokens_per_expert) expert_tokens.observe(double(t));
+  uint64_t routed = 0, active = 0;
+  for (int32_t t : tokens_per_expert) routed += uint64_t(t), active += t > 0;
+  moe_routed_ += routed;
+  moe_experts_ += tokens_per_expert.size();
+  moe_active_experts_ += active;
+  expert_tokens.observe_all(tokens_per_expert);
 }
 
 void Metrics::request_finished(engine::FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
@@ -92,10 +117,19 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   gauge("fp4moe_kv_usage_ratio", "Share of KV pages referenced by requests.",
         s.pages_total ? double(s.pages_used) / s.pages_total : 0.0);
   gauge("fp4moe_healthy", "1 when the engine can serve.", healthy ? 1 : 0);
+  const double routed = double(moe_routed_.load()), experts = double(moe_experts_.load()),
+               active = double(moe_active_experts_.load());
+  gauge("fp4moe_moe_tokens_per_expert_mean", "Mean tokens per expert per grouped MoE GEMM since start (all experts).",
+        experts > 0 ? routed / experts : 0.0);
+  gauge("fp4moe_moe_tokens_per_active_expert_mean",
+        "Mean tokens per expert per grouped MoE GEMM since start, over experts with at least one token.",
+        active > 0 ? routed / active : 0.0);
   ttft.render(out, "fp4moe_time_to_first_token_seconds", "Time from request arrival to its first token.");
   itl.render(out, "fp4moe_inter_token_latency_seconds", "Time between consecutive tokens of a choice.");
   e2e.render(out, "fp4moe_e2e_request_latency_seconds", "Time from request arrival to its last token.");
   expert_tokens.render(out, "fp4moe_moe_expert_tokens", "Tokens routed to one expert in one grouped MoE GEMM.");
+  step_requests.render(out, "fp4moe_step_batch_requests", "Requests in one model step (the running batch).");
+  step_tokens.render(out, "fp4moe_step_batch_tokens", "Tokens computed in one model step.");
   return out;
 }
 

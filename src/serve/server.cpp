@@ -53,6 +53,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     f.eos_id = codec.eos_ids().empty() ? -1 : codec.eos_ids()[0];
     f.eos_period = o.fake_eos_period;
     f.step_delay_us = o.fake_step_delay_us;
+    f.fail_after_steps = o.fake_fail_after_steps;
     f.max_context = 1 << 20;
     if (o.fake_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.fake_load_delay_ms));
     return std::make_unique<engine::FakeBackend>(f);
@@ -124,7 +125,7 @@ void Server::load() {
   engine::EngineOptions eo;
   eo.max_queued = opt_.max_queued_requests;
   eo.log_interval_rounds = opt_.decode_log_interval;
-  backend_->set_moe_observer(&metrics_);
+  backend_->set_observer(&metrics_);
   engine_ = std::make_unique<engine::Engine>(sc, *backend_, eo);
   log_info("serving '{}' ({} backend, tokenizer: {}) on http://{}:{}; memory plan: {}; max running {}, decode steps {}, "
            "chunked prefill {}, context {}{}{}",

@@ -36,6 +36,7 @@ struct ServeOptions {
   int32_t fake_step_delay_us = 0;
   int32_t fake_load_delay_ms = 0;
   int32_t fake_eos_period = 64;
+  int64_t fake_fail_after_steps = -1;
 };
 
 // Runs the server until SIGTERM / SIGINT; returns the exit code (0 after a graceful stop,

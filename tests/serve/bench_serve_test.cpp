@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "serve/bench_serve.hpp"
+#include "serve/bench_stream_invariants.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::serve::bench;
@@ -189,4 +191,31 @@ TEST(BenchServe, SummaryReportAndJson) {
 TEST(Progress, RenderShowsCountsAndAFilledBar) {
   EXPECT_EQ(ProgressBar::render("req", 5, 10, 2.0, 10), "req [#####.....] 5/10 ( 50%) 2.0 s, 2.50/s");
   EXPECT_EQ(ProgressBar::render("req", 0, 0, 0.0, 4), "req [####] 0/0 (100%) 0.0 s, 0.00/s");
+}
+
+// Mutated streams and JSONL files through bench serve's parsers in the normal build (the real
+// fuzzer is fuzz/bench_stream_fuzz.cpp, run by tools/fuzz.sh SECONDS bench_stream).
+TEST(BenchServe, MutatedStreamsAndDatasetsKeepTheInvariants) {
+  const char* seeds[] = {
+      "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,"
+      "\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+      "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"abort\"}]}\n\ndata: [DONE]\n\n",
+      "data: {\"error\":{\"message\":\"m\"}}\n\n",
+      "{\"prompt\": \"hi\", \"output_len\": 4}\n{\"prompt\": [1, 2], \"max_tokens\": 2}\n"};
+  const char* tokens[] = {"data: ", "\n", "\r\n", "[DONE]", "{", "}", "[", "]", ",", ":", "\"", "null", "-1",
+                          "1e400", "2147483648", "\"text\"", "\"usage\"", "\"prompt\"", "\"output_len\"", "\xff"};
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = seeds[rng() % std::size(seeds)];
+    for (int k = 1 + int(rng() % 4); k > 0; --k) {
+      const size_t pos = rng() % (s.size() + 1);
+      switch (rng() % 3) {
+        case 0: if (pos < s.size()) s[pos] = char(rng()); break;
+        case 1: s.insert(pos, tokens[rng() % std::size(tokens)]); break;
+        default: if (pos < s.size()) s.erase(pos, 1 + rng() % 6); break;
+      }
+    }
+    const int kind = int(rng() % 3);
+    ASSERT_EQ(fp4moe::serve::testing::bench_stream_violation(kind, s), "") << "kind " << kind << ": " << s;
+  }
 }

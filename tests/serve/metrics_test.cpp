@@ -24,6 +24,7 @@ TEST(Metrics, RenderCarriesEngineGaugesAndTheExpertHook) {
   Metrics m;
   const int32_t per_expert[] = {0, 3, 5, 0};
   m.on_moe_gemm(0, per_expert);
+  m.on_step(3, 17);
   m.request_started();
   m.request_finished(engine::FinishReason::kAbort, 10, 4, 2);
   m.http_error(429);
@@ -39,6 +40,10 @@ TEST(Metrics, RenderCarriesEngineGaugesAndTheExpertHook) {
                            "fp4moe_num_running_requests 2\n", "fp4moe_num_queued_requests 1\n",
                            "fp4moe_kv_pages_used 3\n", "fp4moe_kv_pages_free 7\n", "fp4moe_moe_expert_tokens_count 4\n",
                            "fp4moe_http_errors_total{status=\"429\"} 1\n", "fp4moe_healthy 1\n",
-                           "# TYPE fp4moe_time_to_first_token_seconds histogram\n"})
+                           "# TYPE fp4moe_time_to_first_token_seconds histogram\n",
+                           "fp4moe_moe_expert_tokens_bucket{le=\"0\"} 2\n", "fp4moe_moe_expert_tokens_sum 8\n",
+                           "fp4moe_moe_tokens_per_expert_mean 2\n", "fp4moe_moe_tokens_per_active_expert_mean 4\n",
+                           "fp4moe_step_batch_requests_bucket{le=\"2\"} 0\n", "fp4moe_step_batch_requests_bucket{le=\"4\"} 1\n",
+                           "fp4moe_step_batch_tokens_sum 17\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line;
 }

@@ -647,6 +647,24 @@ class CpuModel(FolderServer):
         self.assertGreater(info["memory_plan"]["weight_bytes"], 0)
 
 
+    def test_metrics_count_every_routed_token_and_the_step_batches(self):
+        name = os.path.basename(self.dir)
+        self.client.completions.create(model=name, prompt="count the experts", max_tokens=5, temperature=0)
+        with open(os.path.join(self.dir, "config.json")) as f:
+            cfg = json.load(f)
+        moe_layers = cfg["num_hidden_layers"] - cfg.get("first_k_dense_replace", 0)
+        m = self.server.metrics()
+        tokens = m["fp4moe_step_batch_tokens_sum"]
+        self.assertGreater(tokens, 0)
+        self.assertGreaterEqual(m["fp4moe_step_batch_tokens_count"], 5)
+        self.assertEqual(m["fp4moe_moe_gemms_total"], moe_layers * m["fp4moe_step_batch_tokens_count"])
+        self.assertEqual(m["fp4moe_moe_expert_tokens_sum"], tokens * cfg["num_experts_per_tok"] * moe_layers)
+        self.assertEqual(m["fp4moe_moe_expert_tokens_count"], m["fp4moe_moe_gemms_total"] * cfg["n_routed_experts"])
+        self.assertAlmostEqual(m["fp4moe_moe_tokens_per_expert_mean"],
+                               m["fp4moe_moe_expert_tokens_sum"] / m["fp4moe_moe_expert_tokens_count"], places=6)
+        self.assertGreaterEqual(m["fp4moe_moe_tokens_per_active_expert_mean"], m["fp4moe_moe_tokens_per_expert_mean"])
+
+
 class TinyKvPool(unittest.TestCase):
     """A 128-token KV pool: concurrent requests cannot all fit, the newest are retracted."""
 
@@ -691,7 +709,8 @@ class TinyKvPool(unittest.TestCase):
 
 
 class Lifecycle(unittest.TestCase):
-    """Loading (503), a full queue (429), a slow client, SIGTERM with requests in flight (exit 0)."""
+    """Loading (503), a full queue (429), a slow client, SIGTERM with requests in flight (exit 0), a
+    backend failure (503 after it)."""
 
     def test_lifecycle(self):
         s = ServerProcess("--fake-load-delay-ms", "1500", "--max-running-requests", "1", "--max-queued-requests", "1",
@@ -776,6 +795,20 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(results.get(1), "abort")
         finally:
             s.stop(signal.SIGKILL)
+
+    def test_a_backend_failure_aborts_and_health_turns_503(self):
+        s = ServerProcess("--fake-fail-after-steps", "4")
+        try:
+            r = s.client().completions.create(model="fake", prompt="abc", max_tokens=20, extra_body={"ignore_eos": True})
+            self.assertEqual(r.choices[0].finish_reason, "abort")
+            self.assertEqual(self._status(s, "/health"), 503)
+            self.assertEqual(self._status(s, "/health_generate"), 503)
+            status, data, ctype = s.request("POST", "/v1/completions", {"prompt": "a", "max_tokens": 2})
+            self.assertEqual(status, 503)
+            self.assertEqual(json.loads(data)["error"]["type"], "server_error")
+            self.assertEqual(s.metrics()["fp4moe_healthy"], 0)
+        finally:
+            self.assertEqual(s.stop(), 0)
 
     @staticmethod
     def _status(s, path):

@@ -1,17 +1,52 @@
 #!/usr/bin/env python3
-"""Seed corpus and dictionary for the server's fuzz target (tools/fuzz.sh SECONDS api_request).
+"""Seed corpora and dictionaries for serve/'s fuzz targets (tools/fuzz.sh SECONDS TARGET).
 
-    fuzz_seeds.py api_request CORPUS_DIR DICT_PATH
+    fuzz_seeds.py api_request|bench_stream CORPUS_DIR DICT_PATH
 
-An input's first byte picks the parser (0 chat, 1 completions, 2 generate, 3 tokenize,
-4 detokenize); the rest is the HTTP body.
+api_request: an input's first byte picks the parser (0 chat, 1 completions, 2 generate,
+3 tokenize, 4 detokenize); the rest is the HTTP body.
+bench_stream: the first byte picks 0 a completions SSE stream, 1 a chat SSE stream, 2 a JSONL
+dataset; the rest is the bytes.
 """
 import json
 import os
 import sys
 
 target, corpus, dict_path = sys.argv[1], sys.argv[2], sys.argv[3]
-assert target == "api_request", target
+assert target in ("api_request", "bench_stream"), target
+
+
+def write_dict(tokens):
+    """libFuzzer's dictionary format: one quoted token a line; backslash, quote and \\xNN escapes."""
+    def esc(c):
+        return {"\\": "\\\\", '"': '\\"'}.get(c, c if 32 <= ord(c) < 127 else "\\x%02X" % ord(c))
+    with open(dict_path, "w") as f:
+        for t in tokens:
+            f.write('"%s"\n' % "".join(esc(c) for c in t))
+
+
+if target == "bench_stream":
+    os.makedirs(corpus, exist_ok=True)
+    def sse(events):
+        return "".join("data: %s\n\n" % (e if isinstance(e, str) else json.dumps(e)) for e in events).encode()
+    seeds = {
+        "completions": bytes([0]) + sse([{"choices": [{"index": 0, "text": "he"}]},
+                                         {"choices": [{"index": 0, "text": "llo", "finish_reason": "length"}]},
+                                         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+                                         "[DONE]"]),
+        "chat": bytes([1]) + sse([{"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+                                  {"choices": [{"index": 0, "delta": {"content": "x"}}]}, "[DONE]"]),
+        "error": bytes([0]) + sse([{"error": {"message": "m", "type": "t"}}, "[DONE]"]),
+        "jsonl": bytes([2]) + b'{"prompt": "hi", "output_len": 4}\n\n{"prompt": [1, 2], "max_tokens": 2}\n',
+    }
+    for name, b in seeds.items():
+        with open(os.path.join(corpus, "seed_" + name), "wb") as f:
+            f.write(b)
+    write_dict(["data: ", "\n\n", "\r\n", "[DONE]", '"choices"', '"text"', '"delta"', '"content"', '"usage"',
+                '"prompt_tokens"', '"completion_tokens"', '"finish_reason"', '"abort"', '"error"', '"message"',
+                '"prompt"', '"output_len"', '"max_tokens"', "{", "}", "[", "]", ":", ",", "null", "-1", "1e309",
+                "2147483648"])
+    sys.exit(0)
 seeds = {
     0: {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
         {"type": "text", "text": "hi"}]}], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 4,
@@ -38,6 +73,4 @@ keys = ["model", "messages", "role", "content", "type", "text", "prompt", "input
         "add_generation_prompt", "user", "assistant", "system", "tool"]
 tokens = ['"%s"' % k for k in keys] + ['{', '}', '[', ']', ':', ',', 'null', 'true', 'false', '-1', '0', '1e309',
                                       '2.5', '18446744073709551616', '9223372036854775807', '\\u0000', '\\ud800']
-with open(dict_path, "w") as f:
-    for t in tokens:
-        f.write('"%s"\n' % t.replace("\\", "\\\\").replace('"', '\\"'))
+write_dict(tokens)

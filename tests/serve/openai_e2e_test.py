@@ -8,8 +8,11 @@ tokenizer) on free ports and checks: chat and completions, streaming and not; st
 span tokens; n=2; logprobs; seeds; /generate; 64 concurrent streaming clients each with its own
 expected output; clients that disconnect; prefix reuse in /metrics with outputs unchanged;
 retraction forced by a tiny KV pool with outputs unchanged; 429, 503 while loading, slow
-clients, SIGTERM; >= 30 malformed inputs with their status and error JSON; and at the end that
-the engine still serves and every KV page is free.
+clients, SIGTERM, 503 after a backend failure; >= 30 malformed inputs with their status and
+error JSON; and at the end that the engine still serves and every KV page is free.
+Also `--backend cpu` on a toy GLM-5 (make-synthetic glm5-tiny) with a real tokenizer: the same
+tokens as `fp4moe generate`, chat and concurrent streams, and /metrics counting every routed
+token (tokens per expert per MoE GEMM) and every step's batch.
 """
 import concurrent.futures
 import http.client

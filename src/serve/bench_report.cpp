@@ -145,12 +145,8 @@ nlohmann::ordered_json report_json(const Summary& s, const RunResult& run, bool 
   j["p99_itl_ms"] = s.p99_itl_ms;
   j["max_itl_ms"] = s.max_itl_ms;
   j["error_messages"] = s.errors;
-  if (details) {
-    auto& in = j["input_lens"] = nlohmann::ordered_json::array();
-    auto& out = j["output_lens"] = nlohmann::ordered_json::array();
-    auto& ttfts = j["ttfts"] = nlohmann::ordered_json::array();
-    auto& itls = j["itls"] = nlohmann::ordered_json::array();
-    auto& errs = j["errors"] = nlohmann::ordered_json::array();
+  if (details) {  // built apart: ordered_json's members live in a vector, references into it move
+    nlohmann::ordered_json in = nlohmann::ordered_json::array(), out = in, ttfts = in, itls = in, errs = in;
     for (const RequestResult& r : run.results) {
       in.push_back(r.prompt_len);
       out.push_back(r.output_len);
@@ -158,6 +154,11 @@ nlohmann::ordered_json report_json(const Summary& s, const RunResult& run, bool 
       itls.push_back(r.itl);
       errs.push_back(r.error);
     }
+    j["input_lens"] = std::move(in);
+    j["output_lens"] = std::move(out);
+    j["ttfts"] = std::move(ttfts);
+    j["itls"] = std::move(itls);
+    j["errors"] = std::move(errs);
   }
   return j;
 }

@@ -349,7 +349,11 @@ int Server::run() {
     log_warn("cannot listen on {}:{} ({})", opt_.host, opt_.port, std::strerror(errno));
     FP4MOE_FAIL("cannot listen on {}:{}", opt_.host, opt_.port);
   }
-  std::thread listener([this] { http_.listen_after_bind(); });
+  std::atomic<bool> listen_ended{false};
+  std::thread listener([this, &listen_ended] {
+    http_.listen_after_bind();
+    listen_ended = true;
+  });
   std::thread signals([this, set] {
     int sig = 0;
     sigwait(&set, &sig);
@@ -368,7 +372,11 @@ int Server::run() {
     state_ = State::kFailed;
     std::fprintf(stderr, "fp4moe: %s\n", e.what());
     rc = 1;
-    http_.stop();
+    // stop() does nothing until the listener runs, and a quick load failure can come first.
+    while (!listen_ended) {
+      http_.stop();
+      std::this_thread::sleep_for(5ms);
+    }
     pthread_kill(signals.native_handle(), SIGUSR1);
   }
   listener.join();

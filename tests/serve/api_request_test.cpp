@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "serve/api_request_invariants.hpp"
+#include "serve/mutate.hpp"
 
 using namespace fp4moe::serve;
 
@@ -160,15 +161,7 @@ TEST(ApiRequest, MutatedBodiesGiveARequestWithinLimitsOrA400) {
   std::mt19937_64 rng(1234);
   int accepted = 0;
   for (int i = 0; i < 4000; ++i) {
-    std::string s = seeds[rng() % std::size(seeds)];
-    for (int k = 1 + int(rng() % 4); k > 0; --k) {
-      const size_t pos = rng() % (s.size() + 1);
-      switch (rng() % 3) {
-        case 0: if (pos < s.size()) s[pos] = char(rng()); break;
-        case 1: s.insert(pos, tokens[rng() % std::size(tokens)]); break;
-        default: if (pos < s.size()) s.erase(pos, 1 + rng() % 6); break;
-      }
-    }
+    const std::string s = fp4moe::serve::testing::mutate(seeds[rng() % std::size(seeds)], tokens, rng);
     const int kind = int(rng() % 5);
     ASSERT_EQ(fp4moe::serve::testing::parse_violation(kind, s), "") << "kind " << kind << ": " << s;
     if (kind <= 2) accepted += std::holds_alternative<ApiRequest>(parse_api_request(ApiKind(kind), s));

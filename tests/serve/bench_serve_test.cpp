@@ -9,6 +9,7 @@
 #include "core/progress.hpp"
 #include "serve/bench_serve.hpp"
 #include "serve/bench_stream_invariants.hpp"
+#include "serve/mutate.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::serve::bench;
@@ -206,15 +207,7 @@ TEST(BenchServe, MutatedStreamsAndDatasetsKeepTheInvariants) {
                           "1e400", "2147483648", "\"text\"", "\"usage\"", "\"prompt\"", "\"output_len\"", "\xff"};
   std::mt19937_64 rng(99);
   for (int i = 0; i < 3000; ++i) {
-    std::string s = seeds[rng() % std::size(seeds)];
-    for (int k = 1 + int(rng() % 4); k > 0; --k) {
-      const size_t pos = rng() % (s.size() + 1);
-      switch (rng() % 3) {
-        case 0: if (pos < s.size()) s[pos] = char(rng()); break;
-        case 1: s.insert(pos, tokens[rng() % std::size(tokens)]); break;
-        default: if (pos < s.size()) s.erase(pos, 1 + rng() % 6); break;
-      }
-    }
+    const std::string s = fp4moe::serve::testing::mutate(seeds[rng() % std::size(seeds)], tokens, rng);
     const int kind = int(rng() % 3);
     ASSERT_EQ(fp4moe::serve::testing::bench_stream_violation(kind, s), "") << "kind " << kind << ": " << s;
   }

@@ -7,8 +7,9 @@
 #                                       overrides build-fuzz)
 # Targets: safetensors_header (format/ header parser), tokenizer_json (text/: tokenizer.json
 # loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter),
-# api_request (serve/: the HTTP request body parsers), bench_stream (bench serve: streamed
-# responses and JSONL datasets).
+# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2), api_request
+# (serve/: the HTTP request body parsers), bench_stream (bench serve: streamed responses and
+# JSONL datasets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
@@ -18,9 +19,10 @@ case "$target" in
   safetensors_header) max_len=4096 ;;
   tokenizer_json) max_len=16384 ;;
   chat_template) max_len=8192 ;;
+  regex_scanner) max_len=4096 ;;
   api_request) max_len=8192 ;;
   bench_stream) max_len=8192 ;;
-  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, api_request, bench_stream)" >&2; exit 2 ;;
+  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
 esac
 cxx="$(command -v clang++-14 || command -v clang++)"
 cc="$(command -v clang-14 || command -v clang)"

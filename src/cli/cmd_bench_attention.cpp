@@ -39,6 +39,8 @@
 #include "cuda/attention/mla_prefill.hpp"
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/indexer/indexer.hpp"
 #endif
 
@@ -66,11 +68,11 @@ constexpr int kHeads = 64;
 constexpr float kSmScale = 0.0625f;
 constexpr int kPrefillChunk = 16384;
 
-using bench::DeviceMem;
+using DeviceMem = cuda::DeviceBuffer;
 template <typename T>
 std::unique_ptr<DeviceMem> upload(const std::vector<T>& h, cudaStream_t s) {
   auto d = std::make_unique<DeviceMem>(h.size() * sizeof(T));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d->p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d->ptr(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   return d;
 }
 
@@ -113,18 +115,18 @@ struct Pool {
     kpe = std::make_unique<DeviceMem>(slots * at::kKpeDim * eb);
     index_k = std::make_unique<DeviceMem>(slots * at::kIndexDim * eb);
     if (e == KvElem::BF16) {
-      bench::fill_random_bf16(ckv->p, slots * at::kCkvDim, 21, 1.0f, s);
-      bench::fill_random_bf16(kpe->p, slots * at::kKpeDim, 22, 1.0f, s);
-      bench::fill_random_bf16(index_k->p, slots * at::kIndexDim, 23, 1.0f, s);
+      bench::fill_random_bf16(ckv->ptr(), slots * at::kCkvDim, 21, 1.0f, s);
+      bench::fill_random_bf16(kpe->ptr(), slots * at::kKpeDim, 22, 1.0f, s);
+      bench::fill_random_bf16(index_k->ptr(), slots * at::kIndexDim, 23, 1.0f, s);
     } else {  // positive E4M3 codes, x in [2^-6, 15] (no NaN); value = code * scale
       for (auto [m, n, seed] : {std::tuple{ckv.get(), slots * at::kCkvDim, 24}, {kpe.get(), slots * at::kKpeDim, 25},
                                 {index_k.get(), slots * at::kIndexDim, 26}})
-        bench::fill_random_u8(m->p, n, uint64_t(seed), 0x08, 0x57, s);
+        bench::fill_random_u8(m->ptr(), n, uint64_t(seed), 0x08, 0x57, s);
     }
   }
   KvLayerView view() const {
     const float scale = elem == KvElem::BF16 ? 1.0f : 1.0f / 16;
-    return glm5_layer(ckv->p, kpe->p, index_k->p, num_pages, page_size, elem, elem, scale, scale);
+    return glm5_layer(ckv->ptr(), kpe->ptr(), index_k->ptr(), num_pages, page_size, elem, elem, scale, scale);
   }
 };
 
@@ -240,9 +242,9 @@ class Bench {
         qi8(size_t(maxB) * at::kIndexHeads * at::kIndexDim), w(size_t(maxB) * at::kIndexHeads * 4),
         w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
         sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
-    bench::fill_random_bf16(q_nope.p, size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
-    bench::fill_random_bf16(q_pe.p, size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
-    bench::fill_random_bf16(qi.p, size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
+    bench::fill_random_bf16(q_nope.ptr(), size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
+    bench::fill_random_bf16(q_pe.ptr(), size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
+    bench::fill_random_bf16(qi.ptr(), size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
     bench::fill_random_f32(w.as<float>(), size_t(maxB) * at::kIndexHeads, 34, -0.2f, 0.5f, s_);
     for (int B : opt_.batches)
       for (int L : opt_.contexts) guard(fmt::format("decode {} B {} ctx {}", kv, B, L), [&] {
@@ -250,7 +252,7 @@ class Bench {
         DevBatch db(hb, s_);
         const KvLayerView layer = pool.view();
         dense.plan(hb.view(), ps, pages, s_);
-        at::MlaRunArgs a{q_nope.p, q_pe.p, layer, db.v.page_indices, out.p, nullptr};
+        at::MlaRunArgs a{q_nope.ptr(), q_pe.ptr(), layer, db.v.page_indices, out.ptr(), nullptr};
         const double q_bytes = double(B) * kHeads * (at::kCkvDim + at::kKpeDim + at::kCkvDim) * 2;
         Row r{"decode", kv, "flashinfer-sm90", B, L};
         r.bytes = double(B) * L * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;
@@ -261,11 +263,11 @@ class Bench {
         if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
-        const Selection sel = make_selection(qi.p, w.as<float>(), qi8.p, w8.as<float>(), layer, db.v, L,
+        const Selection sel = make_selection(qi.ptr(), w.as<float>(), qi8.ptr(), w8.as<float>(), layer, db.v, L,
                                              scores.as<float>(), opt_.top_k, sel_pos.as<int32_t>(),
                                              sel_slot.as<int32_t>());
         sparse.plan_sparse(hb.view(), opt_.top_k, s_);
-        at::MlaRunArgs sp{q_nope.p, q_pe.p, layer, sel_slot.as<int32_t>(), out.p, nullptr};
+        at::MlaRunArgs sp{q_nope.ptr(), q_pe.ptr(), layer, sel_slot.as<int32_t>(), out.ptr(), nullptr};
         const double key_bytes = double(B) * L * at::kIndexDim * eb;
         Row ri{"indexer", kv, "ours-mma", B, L};
         ri.bytes = key_bytes;
@@ -307,14 +309,14 @@ class Bench {
     std::shuffle(perm.begin(), perm.end(), std::mt19937_64(8));
     DeviceMem q_nope(size_t(maxN) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxN) * kHeads * at::kKpeDim * 2),
         out(size_t(maxN) * kHeads * at::kCkvDim * 2);
-    bench::fill_random_bf16(q_nope.p, size_t(maxN) * kHeads * at::kCkvDim, 41, 0.5f, s_);
-    bench::fill_random_bf16(q_pe.p, size_t(maxN) * kHeads * at::kKpeDim, 42, 0.5f, s_);
+    bench::fill_random_bf16(q_nope.ptr(), size_t(maxN) * kHeads * at::kCkvDim, 41, 0.5f, s_);
+    bench::fill_random_bf16(q_pe.ptr(), size_t(maxN) * kHeads * at::kKpeDim, 42, 0.5f, s_);
     // The expanded form's inputs: q [N, 64, 256], kv_b_proj [64 * 448, 512], out [N, 64, 256].
     const size_t wb = size_t(kHeads) * (at::kQkNopeDim + at::kVDim) * at::kCkvDim;
     DeviceMem q_exp(size_t(maxN) * kHeads * at::kExpandedHeadDim * 2), kv_b(wb * 2),
         out_exp(size_t(maxN) * kHeads * at::kVDim * 2);
-    bench::fill_random_bf16(q_exp.p, size_t(maxN) * kHeads * at::kExpandedHeadDim, 43, 0.5f, s_);
-    bench::fill_random_bf16(kv_b.p, wb, 44, 0.044f, s_);
+    bench::fill_random_bf16(q_exp.ptr(), size_t(maxN) * kHeads * at::kExpandedHeadDim, 43, 0.5f, s_);
+    bench::fill_random_bf16(kv_b.ptr(), wb, 44, 0.044f, s_);
     const std::string kv = std::string(kv_elem_name(elem));
     for (int N : opt_.prefill) guard(fmt::format("prefill {} N {}", kv, N), [&] {
       // Chunk c: queries [c0, c1) at the end of a context of c1 tokens (chunked prefill).
@@ -357,7 +359,7 @@ class Bench {
         eplans.back()->plan(hb.view(), ps, pages, s_);
         at::MlaPrefillRunArgs ea;
         ea.q = q_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kExpandedHeadDim;
-        ea.kv_b_proj = kv_b.p;
+        ea.kv_b_proj = kv_b.ptr();
         ea.layer = pool.view();
         ea.page_indices = batches[i]->v.page_indices;
         ea.out = out_exp.as<uint16_t>() + size_t(c0) * kHeads * at::kVDim;
@@ -436,7 +438,7 @@ class Bench {
     DeviceMem k8(keys.size()), dummy(size_t(B) * L * at::kCkvDim * 2), q8(q.size()), w8(wh.size() * 4),
         sc(size_t(B) * L * 4), pos32(size_t(B) * k * 4), pos8(size_t(B) * k * 4);
     // kv_append writes ckv / kpe too: one scratch array (BF16) takes both.
-    const KvLayerView L8 = glm5_layer(dummy.p, dummy.p, k8.p, pages, ps, KvElem::BF16, KvElem::FP8_E4M3, 1.f, amax / 448.f);
+    const KvLayerView L8 = glm5_layer(dummy.ptr(), dummy.ptr(), k8.ptr(), pages, ps, KvElem::BF16, KvElem::FP8_E4M3, 1.f, amax / 448.f);
     {  // append all B * L keys (ckv / kpe inputs: the key bytes, reused as scratch values)
       HostBatch fb = hb;
       fb.positions.clear();
@@ -447,14 +449,14 @@ class Bench {
       }
       DevBatch dfb(fb, s_);
       DeviceMem zeros(size_t(B) * L * at::kCkvDim * 2);
-      FP4MOE_CUDA_CHECK(cudaMemsetAsync(zeros.p, 0, size_t(B) * L * at::kCkvDim * 2, s_));
-      at::KvAppendArgs aa{zeros.p, zeros.p, d_keys->p, L8, dfb.v};
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(zeros.ptr(), 0, size_t(B) * L * at::kCkvDim * 2, s_));
+      at::KvAppendArgs aa{zeros.ptr(), zeros.ptr(), d_keys->ptr(), L8, dfb.v};
       at::kv_append(aa, s_);
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
     }
-    const KvLayerView L16 = glm5_layer(dummy.p, dummy.p, d_keys->p, pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
+    const KvLayerView L16 = glm5_layer(dummy.ptr(), dummy.ptr(), d_keys->ptr(), pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
     auto select = [&](const KvLayerView& layer, DeviceMem& dst) {
-      const Selection sel = make_selection(d_q->p, d_w->as<float>(), q8.p, w8.as<float>(), layer, db.v, L,
+      const Selection sel = make_selection(d_q->ptr(), d_w->as<float>(), q8.ptr(), w8.as<float>(), layer, db.v, L,
                                            sc.as<float>(), k, dst.as<int32_t>(), nullptr);
       sel.run_indexer(s_);
       sel.run_topk(s_);
@@ -462,8 +464,8 @@ class Bench {
     select(L16, pos32);
     select(L8, pos8);
     std::vector<int32_t> a(size_t(B) * k), b8(size_t(B) * k);
-    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), pos32.p, a.size() * 4, cudaMemcpyDeviceToHost, s_));
-    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b8.data(), pos8.p, b8.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), pos32.ptr(), a.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b8.data(), pos8.ptr(), b8.size() * 4, cudaMemcpyDeviceToHost, s_));
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
     double min_overlap = 1, sum = 0;
     int identical = 0;
@@ -513,7 +515,7 @@ int run_bench(const Options& opt) {
     elems.push_back(k == "bf16" ? KvElem::BF16 : KvElem::FP8_E4M3);
   }
   FP4MOE_CHECK(cuda::device_available(), "bench attention needs a CUDA GPU");
-  const int sm = at::current_device_sm();
+  const int sm = cuda::current_device().cc;
   const std::string why = at::mla_can_implement({kHeads, kSmScale, KvElem::BF16}, sm);
   FP4MOE_CHECK(why.empty(), "bench attention: {}", why);
   cudaStream_t s;
@@ -521,7 +523,7 @@ int run_bench(const Options& opt) {
   Bench b(opt, s);
   const auto& c = b.ceilings();
   std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
-              bench::device_name().c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
+              cuda::current_device().name.c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
   std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
               opt.page_size);
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
@@ -536,7 +538,7 @@ int run_bench(const Options& opt) {
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   if (!opt.json_path.empty()) {
     nlohmann::json j;
-    j["device"] = bench::device_name();
+    j["device"] = cuda::current_device().name;
     j["commit"] = std::getenv("FP4MOE_COMMIT") ? std::getenv("FP4MOE_COMMIT") : "unknown";
     j["ceilings"] = {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"fp8_tflops", c.fp8_tflops}};
     j["page_size"] = opt.page_size;

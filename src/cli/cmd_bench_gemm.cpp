@@ -34,6 +34,7 @@
 #if defined(FP4MOE_HAVE_CUDA)
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/moe_gemm/dequant_cublas.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
@@ -97,8 +98,6 @@ struct ConfigResult {
   std::vector<uint16_t> out;  // first outputs, for the cross-check (freed after it)
 };
 
-using bench::DeviceMem;
-
 std::map<std::pair<std::string, int>, nlohmann::json> read_torch_json(const std::string& path) {
   std::map<std::pair<std::string, int>, nlohmann::json> out;
   if (path.empty()) return out;
@@ -135,17 +134,14 @@ int run_bench(const BenchOptions& opt) {
   FP4MOE_CHECK(device_available(), "bench gemm needs a CUDA GPU");
   constexpr int kExperts = 256, kTopK = 8;
 
-  int dev = 0, major = 0, minor = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  const int sm = major * 10 + minor;
+  const DeviceInfo& dev = current_device();
+  const int sm = dev.cc;
   cudaStream_t stream;
   FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const bench::Ceilings ceil = bench::measure_ceilings(stream);
   std::printf("device: %s (sm_%d)  copy %.0f GB/s (2 GiB D2D, read+write)  bf16 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
-              bench::device_name().c_str(), sm, ceil.copy_gbps, ceil.bf16_tflops);
+              dev.name.c_str(), sm, ceil.copy_gbps, ceil.bf16_tflops);
 
   std::vector<OpShape> ops;
   if (opt.op != "down") ops.push_back({"gate_up", 4096, 6144, true});
@@ -172,8 +168,8 @@ int run_bench(const BenchOptions& opt) {
     stack.n = op.n;
     stack.k = op.k;
     const size_t packed_b = size_t(kExperts) * op.n * (op.k / 2), scales_b = size_t(kExperts) * op.n * (op.k / 16);
-    DeviceMem wbuf(packed_b + scales_b + kExperts * 4 + 256);
-    auto* wbase = static_cast<uint8_t*>(wbuf.p);
+    DeviceBuffer wbuf(packed_b + scales_b + kExperts * 4 + 256);
+    auto* wbase = wbuf.as<uint8_t>();
     bench::fill_random_u8(wbase, packed_b, 11, 0, 255, stream);
     bench::fill_random_u8(wbase + packed_b, scales_b, 12, 0x28, 0x50, stream);  // E4M3 0.25 .. 8
     auto* gdev = reinterpret_cast<float*>(wbase + (packed_b + scales_b + 255) / 256 * 256);
@@ -201,12 +197,12 @@ int run_bench(const BenchOptions& opt) {
     }
     size_t sm90_ws = 0;
     for (const TileConfig& c : sm90_cfgs) sm90_ws = std::max(sm90_ws, workspace_bytes(d, c));
-    DeviceMem ws(sm90_ws);
+    DeviceBuffer ws(std::max<size_t>(sm90_ws, 16));
 
-    DeviceMem x(size_t(max_rows) * op.k * 2), y(size_t(max_rows) * op.n * 2), rs(size_t(max_rows) * 4),
+    DeviceBuffer x(size_t(max_rows) * op.k * 2), y(size_t(max_rows) * op.n * 2), rs(size_t(max_rows) * 4),
         offs(size_t(kExperts + 1) * 4);
-    bench::fill_random_bf16(x.p, size_t(max_rows) * op.k, 14, 1.0f, stream);
-    bench::fill_random_f32(static_cast<float*>(rs.p), size_t(max_rows), 15, 0.05f, 1.0f, stream);
+    bench::fill_random_bf16(x.ptr(), size_t(max_rows) * op.k, 14, 1.0f, stream);
+    bench::fill_random_f32(rs.as<float>(), size_t(max_rows), 15, 0.05f, 1.0f, stream);
     DequantCublasGemm cublas_lt(d);
     DequantCublasOptions gopt;
     gopt.mode = DequantCublasOptions::Mode::GroupedBatched;
@@ -223,19 +219,19 @@ int run_bench(const BenchOptions& opt) {
       for (int e = 0; e < kExperts; ++e) off[size_t(e + 1)] = off[size_t(e)] + counts[size_t(e)];
       const int m_total = off.back();
       const int hit = int(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }));
-      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(offs.p, off.data(), off.size() * 4, cudaMemcpyHostToDevice, stream));
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(offs.ptr(), off.data(), off.size() * 4, cudaMemcpyHostToDevice, stream));
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       const double bytes = double(hit) * double(expert_bytes) + double(m_total) * op.k * 2 + double(m_total) * n_out * 2;
       const double flops = 2.0 * m_total * double(op.n) * op.k;
 
       MoeGemmArgs a;
-      a.x = x.p;
-      a.expert_offsets = static_cast<const int32_t*>(offs.p);
-      a.row_scale = static_cast<const float*>(rs.p);
-      a.y = y.p;
+      a.x = x.ptr();
+      a.expert_offsets = static_cast<const int32_t*>(offs.ptr());
+      a.row_scale = rs.as<const float>();
+      a.y = y.ptr();
       a.m_total = m_total;
       a.stream = stream;
-      a.workspace = sm90_ws ? ws.p : nullptr;
+      a.workspace = sm90_ws ? ws.ptr() : nullptr;
 
       const size_t check_elems = std::min<size_t>(size_t(m_total) * n_out, size_t(64) << 20);
       std::vector<ConfigResult> results;
@@ -244,12 +240,12 @@ int run_bench(const BenchOptions& opt) {
         r.name = name;
         r.family = family;
         try {
-          FP4MOE_CUDA_CHECK(cudaMemsetAsync(y.p, 0xFF, size_t(m_total) * n_out * 2, stream));
+          FP4MOE_CUDA_CHECK(cudaMemsetAsync(y.ptr(), 0xFF, size_t(m_total) * n_out * 2, stream));
           fn();
           FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
           if (opt.check) {
             r.out.resize(check_elems);
-            FP4MOE_CUDA_CHECK(cudaMemcpy(r.out.data(), y.p, check_elems * 2, cudaMemcpyDeviceToHost));
+            FP4MOE_CUDA_CHECK(cudaMemcpy(r.out.data(), y.ptr(), check_elems * 2, cudaMemcpyDeviceToHost));
           }
           const auto tr = timer.time(fn, opt.iters);
           r.us = tr.median_us;
@@ -351,7 +347,7 @@ int run_bench(const BenchOptions& opt) {
     char date[32];
     std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     const char* commit = std::getenv("FP4MOE_COMMIT");
-    nlohmann::json j = {{"bench", "gemm"}, {"date", date}, {"gpu", bench::device_name()}, {"sm", sm},
+    nlohmann::json j = {{"bench", "gemm"}, {"date", date}, {"gpu", dev.name}, {"sm", sm},
                         {"commit", commit ? commit : ""}, {"seed", opt.seed}, {"iters", opt.iters},
                         {"method", "cold L2 (256 MiB memset before each timed run), median of CUDA-event times"},
                         {"routing", "top-8 of random logits, splitmix64 keys (bench/torch_grouped_mm.py)"},

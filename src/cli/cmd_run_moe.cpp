@@ -2,8 +2,9 @@
 //               [--backend cpu|cuda] [--threads N]
 //
 // One MoE layer's forward pass. Reads `hidden_states` [T, hidden] (BF16 or F32) and writes
-// `output` [T, hidden] F32, `topk_ids` [T, k] I32 and `topk_weights` [T, k] F32. Prints one
-// line: tokens, experts hit, time and the weight bytes read per second.
+// `output` [T, hidden] F32, `topk_ids` [T, k] I32, `topk_weights` [T, k] F32 and
+// `router_logits` [T, E] F32 (the logits the routing was computed from). Prints one line:
+// tokens, experts hit, time and the weight bytes read per second.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -23,7 +24,7 @@
 #include "format/checkpoint.hpp"
 #include "format/safetensors.hpp"
 #if defined(FP4MOE_HAVE_CUDA_MOE)
-#include "moe/moe_layer_cuda.hpp"
+#include "moe/moe_runner.hpp"
 #endif
 
 namespace fp4moe {
@@ -35,8 +36,8 @@ struct RunMoeArgs {
   int threads = 0;
 };
 
-// The backends, behind one call. --backend cuda: call moe_forward_cuda (moe/moe_layer_cuda.hpp)
-// here when the binary has the CUDA layer.
+// The backends, behind one call. --backend cuda: moe_forward_cuda (moe/moe_runner.hpp) when the
+// binary has the CUDA layer.
 MoeOutput run_backend(const std::string& backend, const MoeLayerWeights& w, const float* x, int64_t tokens,
                       int threads) {
   if (backend == "cpu") {
@@ -45,7 +46,7 @@ MoeOutput run_backend(const std::string& backend, const MoeLayerWeights& w, cons
     return moe_forward_cpu(w, x, tokens, opt);
   }
 #if defined(FP4MOE_HAVE_CUDA_MOE)
-  if (backend == "cuda") return moe_forward_cuda(w, x, tokens, w.cfg.hidden);
+  if (backend == "cuda") return moe_forward_cuda(w, x, tokens);
 #endif
   FP4MOE_FAIL("--backend {}: the cuda backend is not built/ready in this binary (use --backend cpu)", backend);
 }
@@ -100,7 +101,7 @@ int run_moe(const RunMoeArgs& a) {
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int64_t K = w.cfg.top_k, H = w.cfg.hidden, E = w.cfg.num_experts;
   FP4MOE_CHECK(out.out.size() == size_t(T * H) && out.routing.topk_ids.size() == size_t(T * K) &&
-                   out.routing.topk_weights.size() == size_t(T * K),
+                   out.routing.topk_weights.size() == size_t(T * K) && out.logits.size() == size_t(T * E),
                "backend {} returned outputs of the wrong size", a.backend);
 
   SafetensorsWriter writer(a.output);
@@ -109,6 +110,7 @@ int run_moe(const RunMoeArgs& a) {
   writer.add("output", DType::F32, {T, H}, out.out);
   writer.add("topk_ids", DType::I32, {T, K}, out.routing.topk_ids);
   writer.add("topk_weights", DType::F32, {T, K}, out.routing.topk_weights);
+  writer.add("router_logits", DType::F32, {T, E}, out.logits);
   writer.finish();
 
   // Weight bytes the layer read: the hit experts, the shared expert, the FP32 router.
@@ -141,7 +143,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--input", a->input, "safetensors file with `hidden_states` [T, hidden] BF16 or F32")->required();
   app.add_option("--output", a->output,
                  "safetensors file to write: `output` [T, hidden] F32, `topk_ids` [T, k] I32, "
-                 "`topk_weights` [T, k] F32")
+                 "`topk_weights` [T, k] F32, `router_logits` [T, E] F32")
       ->required();
   app.add_option("--backend", a->backend, "cpu (default) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", a->threads, "CPU threads (default: FP4MOE_THREADS or all cores)");

@@ -110,7 +110,7 @@ int run_tune(const TuneArgs& a) {
   const std::string verdict = measured_verdict(a.op, results);
   std::printf("\nverdict: %s\n", verdict.c_str());
 
-  PlanCache cache(a.plan_cache.empty() ? PlanCache::default_path() : a.plan_cache, current_plan_key());
+  PlanCache cache(a.plan_cache.empty() ? PlanCache::configured_path() : a.plan_cache, current_plan_key());
   cache.load();
   int stored = 0;
   for (const ProblemResult& pr : results)
@@ -128,14 +128,14 @@ int run_tune(const TuneArgs& a) {
       e.bucket = b.bucket;
       e.best = best->tactic;
       e.best_us = best->median_us;
-      for (const Measurement& m : b.ranked) e.timings.push_back({m.tactic.name(), m.median_us, m.tflops, m.gbps});
+      for (const Measurement& m : b.ranked) e.timings.push_back({tactic_name(m.tactic), m.median_us, m.tflops, m.gbps});
       cache.put(std::move(e));
       ++stored;
     }
   cache.save();
   reset_plan_for_cache();
-  std::printf("plan cache: %d entries written to %s (key: %s)\n", stored, cache.path().c_str(),
-              to_string(cache.key()).c_str());
+  std::printf("plan cache: %d entries written to %s (%zu in the file; key: %s)\n", stored, cache.path().c_str(),
+              cache.entries().size(), to_string(cache.key()).c_str());
   out["measured"] = measured_json(results);
   out["verdict"] = verdict;
   out["plan_cache"] = cache.path();
@@ -153,7 +153,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_flag("--explain", a->explain, "Print the shared memory of every tactic term by term");
   app.add_option("--act", a->act, "Activations: w4a16 (BF16, default) or w4a4 (NVFP4, Blackwell numerics)");
   app.add_option("--json", a->json_path, "Write the whole report as JSON");
-  app.add_option("--plan-cache", a->plan_cache, "Plan cache file (default $XDG_CACHE_HOME/fp4moe/plans.json)");
+  app.add_option("--plan-cache", a->plan_cache,
+                 "Plan cache file (default: $FP4MOE_PLAN_CACHE, else $XDG_CACHE_HOME/fp4moe/plans.json: where the "
+                 "MoE layer reads it)");
   app.add_option("--tokens", a->tokens, "Token counts to measure, e.g. 1,8,128 (default 1,8,32,128,512,2048,8192,16384)");
   app.add_option("--runs", a->min_runs, "Timed runs per tactic (>= 20; median reported)");
   run = [a] { return run_tune(*a); };

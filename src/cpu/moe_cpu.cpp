@@ -332,9 +332,13 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
     x = x_rounded.data();
   }
 
-  std::vector<float> logits(size_t(T * E));
-  router_logits(w, x, T, threads, logits.data());
-  res.routing = route_tokens(c, logits.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), T, threads);
+  if (opt.router_logits) {
+    res.logits.assign(opt.router_logits, opt.router_logits + T * E);
+  } else {
+    res.logits.resize(size_t(T * E));
+    router_logits(w, x, T, threads, res.logits.data());
+  }
+  res.routing = route_tokens(c, res.logits.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), T, threads);
   const RoutingResult& rt = res.routing;
 
   const bool has_shared = c.shared_inter > 0;

@@ -18,12 +18,16 @@ struct RoutingResult {
 
 struct MoeOutput {
   RoutingResult routing;
-  std::vector<float> out;  // [T, H] F32
+  std::vector<float> logits;  // [T, E] F32: the router logits the routing was computed from
+  std::vector<float> out;     // [T, H] F32
 };
 
 struct CpuMoeOptions {
   int threads = 0;                  // 0: default_num_threads()
   bool bf16_activations = true;     // round x and SiLU(g)·u to BF16 before each GEMM, as the GPU does
+  // [T, E] router logits to route on instead of computing them from x (tests: the CPU selection
+  // and experts on the GPU's own logits, so that both backends pick the same experts).
+  const float* router_logits = nullptr;
 };
 
 // logits: [T, E] FP32 router logits. Sigmoid or softmax scores; the correction bias is

@@ -1,7 +1,7 @@
 // The one place the MoE layer calls a grouped expert GEMM: the switch between the GEMM
-// paths of cuda/moe_gemm/ (today: GemmKernel::Generic on the linear checkpoint layout;
-// the sm_90a wgmma kernel when its upload/run entry points are linked in). Weights are
-// uploaded in the layout of the chosen path.
+// paths of cuda/moe_gemm/ (the sm_90a kernels on the re-laid layout, GemmKernel::Generic on
+// the linear checkpoint layout). Weights are uploaded in the layout of the chosen path, and
+// the tile config of every tokens bucket is chosen once, at upload: run() only looks it up.
 #pragma once
 
 #include <cstddef>
@@ -23,40 +23,43 @@ const char* moe_gemm_path_name(MoeGemmPath p);  // "auto" | "generic" | "sm90"
 
 namespace moe {
 
+// Tokens buckets: bucket b holds T in (2^(b-1), 2^b] (bucket 0: T = 1), the tuner's buckets.
+int tokens_bucket_index(int64_t tokens);
+
 class ExpertGemmWeights {
  public:
   virtual ~ExpertGemmWeights() = default;
-  // y = epilogue(x · W_eᵀ · global_e) for the rows of each expert (offsets on the device).
-  // x [m_total, K] bf16, y [m_total, N or N/2] bf16; m_total <= the upload's max_rows.
+  // y = epilogue(x · W_eᵀ · global_e) for the rows of each expert (offsets on the device) of a
+  // batch of `tokens` tokens: m_total = tokens · rows_per_token rows. x [m_total, K] bf16,
+  // y [m_total, N or N/2] bf16; tokens <= the upload's max_tokens. Enqueue only: the bucket's
+  // config was resolved at upload; no allocation, no formatting, no file or environment access.
   virtual void run(cuda::Epilogue epilogue, const void* x, const int32_t* offsets, const float* row_scale, void* y,
-                   int64_t m_total, void* workspace, cudaStream_t stream) const = 0;
+                   int64_t tokens, void* workspace, cudaStream_t stream) const = 0;
   virtual size_t workspace_bytes() const = 0;
-  virtual std::string describe() const = 0;              // the path, e.g. "generic 128x64x64"
-  virtual std::string config_for(int64_t m_total) const = 0;  // the config a call of m_total rows runs
+  virtual std::string describe() const = 0;                   // the path, e.g. "generic 128x64x64"
+  virtual std::string config_for(int64_t tokens) const = 0;   // the config(s) a call of `tokens` runs
   size_t weight_bytes_per_expert() const { return bytes_per_expert_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
+  int rows_per_token() const { return rows_per_token_; }
 
  protected:
   size_t bytes_per_expert_ = 0;
   int64_t n_ = 0, k_ = 0;
+  int rows_per_token_ = 1;
 };
 
-// Uploads `stack` for the given epilogue (layouts may depend on it) and up to max_rows
-// rows per call (rows_per_token: top_k for routed experts, 1 for the shared one; it turns
-// rows into the tuner's tokens). Throws fp4moe::Error when no GEMM path can run it.
-std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const ExpertStack& stack, cuda::Epilogue epilogue,
-                                                      int64_t max_rows, int rows_per_token,
-                                                      MoeGemmPath path = MoeGemmPath::Auto, bool w4a4 = false);
-
-// The folded form: the experts of several stacks (same format, N, K) as ONE weight set, in
-// order (routed experts, then the shared expert's pieces: shared_fold.hpp). The last
-// `always_hit` experts get one row per token (rows_per_token counts them: top_k + n_sh);
-// the config choice uses it (tuner bucket = m_total / rows_per_token; rows per hit expert
-// from the routed rows spread over the routed experts, plus the always-hit ones).
+// Uploads the experts of `stacks` (one stack, or several of one format, N and K as ONE weight
+// set, in order: the routed experts, then the shared expert's pieces, shared_fold.hpp) for the
+// given epilogue (layouts may depend on it) and batches of up to max_tokens tokens.
+// rows_per_token: rows each token has in the GEMM (top_k, + n_sh when folded; 1 for a separate
+// shared expert); the last `always_hit` experts get one row per token (the folded pieces).
+// The config choice per bucket uses them: the tuned plan of the bucket (for a folded set its
+// own entry, else the routed-only problem's), else cuda::default_config from the expected rows
+// per hit routed expert. Throws fp4moe::Error when no GEMM path can run it.
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const ExpertStack*>& stacks,
-                                                      cuda::Epilogue epilogue, int64_t max_rows, int rows_per_token,
-                                                      int always_hit, MoeGemmPath path = MoeGemmPath::Auto,
+                                                      cuda::Epilogue epilogue, int64_t max_tokens, int rows_per_token,
+                                                      int always_hit = 0, MoeGemmPath path = MoeGemmPath::Auto,
                                                       bool w4a4 = false);
 
 }  // namespace moe

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <queue>
 
 #include "core/error.hpp"
 #include "text/unicode.hpp"
@@ -181,52 +180,64 @@ void BpeModel::merge_small(std::vector<int32_t>& s) const {
 }
 
 void BpeModel::merge_heap(std::vector<int32_t>& s) const {
-  // Symbols in a linked list; candidate merges in a min-heap by (rank, position). A popped
-  // candidate is stale when its left symbol is gone or the pair now merges to another id.
-  struct Candidate {
-    uint32_t rank;
-    uint32_t pos;
-    int32_t new_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
+  // Symbols in a linked list; candidate merges in a min-heap of (rank << 32 | position). A
+  // popped candidate is stale when its left symbol is gone or the pair there now has another
+  // rank (a rank names one pair). Buffers live per thread: long words (CJK runs) are common.
+  thread_local std::vector<int32_t> next;
+  thread_local std::vector<int32_t> prev;
+  thread_local std::vector<uint64_t> heap;
   const size_t n = s.size();
-  std::vector<int32_t> prev(n), next(n);
-  std::vector<uint8_t> alive(n, 1);
+  constexpr int32_t kGone = -2;  // next[] of a symbol merged into its left neighbour
+  prev.resize(n);
+  next.resize(n);
+  heap.clear();
   for (size_t i = 0; i < n; ++i) {
     prev[i] = int32_t(i) - 1;
     next[i] = i + 1 < n ? int32_t(i + 1) : -1;
+    if (i + 1 < n)
+      if (const Merge* m = find_merge(s[i], s[i + 1])) heap.push_back((uint64_t(m->rank) << 32) | i);
   }
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto cmp = std::greater<uint64_t>();
+  std::make_heap(heap.begin(), heap.end(), cmp);
   const auto consider = [&](int32_t left) {
     const int32_t right = next[size_t(left)];
-    if (left < 0 || right < 0) return;
-    if (const Merge* m = find_merge(s[size_t(left)], s[size_t(right)]))
-      heap.push(Candidate{m->rank, uint32_t(left), m->new_id});
+    if (right < 0) return;
+    if (const Merge* m = find_merge(s[size_t(left)], s[size_t(right)])) {
+      heap.push_back((uint64_t(m->rank) << 32) | uint32_t(left));
+      std::push_heap(heap.begin(), heap.end(), cmp);
+    }
   };
-  for (size_t i = 0; i + 1 < n; ++i) consider(int32_t(i));
   while (!heap.empty()) {
-    const Candidate top = heap.top();
-    heap.pop();
-    const size_t p = top.pos;
-    if (!alive[p] || next[p] < 0) continue;
-    const size_t q = size_t(next[p]);
-    const Merge* m = find_merge(s[p], s[q]);
-    if (!m || m->new_id != top.new_id) continue;
-    s[p] = top.new_id;
-    alive[q] = 0;
-    next[p] = next[q];
-    if (next[q] >= 0) prev[size_t(next[q])] = int32_t(p);
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const size_t p = size_t(uint32_t(top));
+    const int32_t q = next[p];
+    if (q < 0) continue;  // merged away, or the last symbol
+    const Merge* m = find_merge(s[p], s[size_t(q)]);
+    if (!m || m->rank != uint32_t(top >> 32)) continue;
+    s[p] = m->new_id;
+    next[p] = next[size_t(q)];
+    next[size_t(q)] = kGone;
+    if (next[p] >= 0) prev[size_t(next[p])] = int32_t(p);
     if (prev[p] >= 0) consider(prev[p]);
     consider(int32_t(p));
   }
   size_t w = 0;
   for (size_t i = 0; i < n; ++i)
-    if (alive[i]) s[w++] = s[i];
+    if (next[i] != kGone) s[w++] = s[i];
   s.resize(w);
 }
 
+// Up to this many symbols the quadratic scan (no heap, no lists) is faster.
+constexpr size_t kSmallWord = 32;
+
 void BpeModel::tokenize(std::string_view word, bool byte_level, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  if (byte_level && word.size() == 1 && byte_ids_[static_cast<unsigned char>(word[0])] >= 0) {
+    out.push_back(byte_ids_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
   if (options_.ignore_merges) {
     std::string mapped;
     if (byte_level) {
@@ -242,7 +253,7 @@ void BpeModel::tokenize(std::string_view word, bool byte_level, std::vector<int3
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   initial_symbols(word, byte_level, symbols);
-  if (symbols.size() <= 256)
+  if (symbols.size() <= kSmallWord)
     merge_small(symbols);
   else
     merge_heap(symbols);

@@ -20,7 +20,7 @@ std::string_view Normalizer::apply(std::string_view s, std::string* buffer) cons
 
 std::shared_ptr<const Regex> gpt2_regex() {
   static const auto re = std::make_shared<const Regex>(
-      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "ByteLevel pre_tokenizer");
+      scanner_pattern(ScannerKind::Gpt2), "ByteLevel pre_tokenizer");  // GPT-2's regex
   return re;
 }
 
@@ -30,7 +30,12 @@ void PreTokenizer::add(PreTokenizerStep step) {
                step.kind == PreTokenizerStep::Kind::Split ? "Split"
                : step.kind == PreTokenizerStep::Kind::Digits ? "Digits"
                                                              : "ByteLevel");
-  if (step.kind == PreTokenizerStep::Kind::ByteLevel) byte_level_ = true;
+  if (step.kind == PreTokenizerStep::Kind::ByteLevel) {
+    byte_level_ = true;
+    // The byte mapping itself happens in the BPE model (it starts from bytes): a ByteLevel
+    // step that neither adds a space nor splits does nothing here.
+    if (!step.add_prefix_space && !step.regex) return;
+  }
   steps_.push_back(std::move(step));
 }
 

@@ -63,7 +63,7 @@ class PreTokenizer {
   void add(PreTokenizerStep step);
   // True when the last step is ByteLevel: pre-tokens are then bytes for a byte-level BPE.
   bool byte_level() const { return byte_level_; }
-  bool empty() const { return steps_.empty(); }
+  bool empty() const { return steps_.empty(); }  // no splitting: the whole text is one word
   // emit(piece) for each non-empty pre-token of text, in order.
   void run(std::string_view text, FunctionRef<void(std::string_view)> emit) const;
 

@@ -101,7 +101,7 @@ std::string oniguruma_to_pcre2(std::string_view p, std::string_view what) {
   return out;
 }
 
-Regex::Regex(std::string_view pattern, std::string_view what) : pattern_(pattern) {
+Regex::Regex(std::string_view pattern, std::string_view what) : pattern_(pattern), scanner_(scanner_for(pattern)) {
   const std::string translated = oniguruma_to_pcre2(pattern, what);
   int err = 0;
   PCRE2_SIZE offset = 0;

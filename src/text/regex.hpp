@@ -11,6 +11,10 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "text/regex_scanner.hpp"
 
 namespace fp4moe::text {
 
@@ -30,6 +34,14 @@ class Regex {
   // skipped and the search moves on by one character.
   template <typename Fn>
   void for_each_match(std::string_view s, Fn&& fn) const {
+    if (scanner_ != ScannerKind::None) {  // a known pattern: its matches tile the text
+      for (size_t i = 0; i < s.size();) {
+        const size_t e = scan_match(scanner_, s, i);
+        fn(i, e);
+        i = e;
+      }
+      return;
+    }
     size_t pos = 0, last_end = size_t(-1);
     while (pos <= s.size()) {
       size_t b, e;
@@ -45,7 +57,16 @@ class Regex {
     }
   }
 
+  // Every [begin, end) for_each_match gives, in order.
+  std::vector<std::pair<size_t, size_t>> matches(std::string_view s) const {
+    std::vector<std::pair<size_t, size_t>> m;
+    for_each_match(s, [&](size_t b, size_t e) { m.emplace_back(b, e); });
+    return m;
+  }
+
   const std::string& pattern() const { return pattern_; }
+  // Tests compare the scanner with PCRE2: this forces PCRE2.
+  void disable_scanner() { scanner_ = ScannerKind::None; }
 
  private:
   bool search(std::string_view s, size_t from, size_t* begin, size_t* end) const;
@@ -54,6 +75,7 @@ class Regex {
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
+  ScannerKind scanner_ = ScannerKind::None;
 };
 
 }  // namespace fp4moe::text

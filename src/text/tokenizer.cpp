@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 #include "text/tokenizer_impl.hpp"
@@ -30,7 +31,7 @@ class WordCache {
     for (size_t s = h & mask_;; s = (s + 1) & mask_) {
       const Slot& e = slots_[s];
       if (e.hash == 0) return nullptr;
-      if (e.hash == h && e.key_len == word.size() && std::memcmp(keys_.data() + e.key_off, word.data(), word.size()) == 0) {
+      if (e.hash == h && e.key_len == word.size() && same_bytes(keys_.data() + e.key_off, word)) {
         *n = e.val_len;
         return vals_.data() + e.val_off;
       }
@@ -48,6 +49,20 @@ class WordCache {
   }
 
   static uint64_t hash(std::string_view word) { return uint64_t(StringHash{}(word)) | 1; }
+
+  // Equal bytes, without a library call for the short words that dominate.
+  static bool same_bytes(const char* a, std::string_view b) {
+    size_t i = 0;
+    for (; i + 8 <= b.size(); i += 8) {
+      uint64_t x, y;
+      std::memcpy(&x, a + i, 8);
+      std::memcpy(&y, b.data() + i, 8);
+      if (x != y) return false;
+    }
+    for (; i < b.size(); ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  }
 
  private:
   struct Slot {
@@ -133,11 +148,11 @@ void TokenizerImpl::encode_words(std::string_view text, std::vector<int32_t>& id
   const bool byte_level = pre_tokenizer.byte_level();
   WordCache& cache = word_cache(uid);
   const auto word = [&](std::string_view w) {
-    if (w.size() > WordCache::kMaxWord) return model->tokenize(w, byte_level, ids);
+    if (w.size() > WordCache::kMaxWord || w.size() == 1) return model->tokenize(w, byte_level, ids);
     const uint64_t h = WordCache::hash(w);
     uint32_t n = 0;
     if (const int32_t* hit = cache.find(w, h, &n)) {
-      ids.insert(ids.end(), hit, hit + n);
+      for (uint32_t k = 0; k < n; ++k) ids.push_back(hit[k]);
       return;
     }
     const size_t before = ids.size();
@@ -257,10 +272,8 @@ const std::optional<std::string>& Tokenizer::chat_template() const { return impl
 
 std::string Tokenizer::summary() const {
   const TokenizerImpl& t = *impl_;
-  std::string stops;
-  for (int32_t id : t.stop_ids) stops += (stops.empty() ? "" : ",") + std::to_string(id);
   return fmt::format("tokenizer {}: byte-level BPE, {} tokens ({} merges, {} added), stop ids [{}], chat template {}",
-                     t.origin, t.vocab_size, t.model->num_merges(), t.added.tokens().size(), stops,
+                     t.origin, t.vocab_size, t.model->num_merges(), t.added.tokens().size(), fmt::join(t.stop_ids, ","),
                      t.chat_template ? "present" : "absent");
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <utf8proc.h>
 
@@ -219,6 +220,7 @@ bool is_stable(char32_t cp, NormalForm form) {
   const bool compose = form == NormalForm::NFC || form == NormalForm::NFKC;
   const bool compat = form == NormalForm::NFKC || form == NormalForm::NFKD;
   if (compose && !compat && cp < 0x300) return true;  // Latin-1 and Latin Extended are NFC-stable starters
+  if ((cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF)) return true;  // CJK ideographs
   if (cp >= 0x1100 && cp <= 0x11FF) return false;     // conjoining jamo (composed algorithmically)
   if (cp >= 0xAC00 && cp <= 0xD7A3) return compose;   // Hangul syllables: NFC-stable, NFD decomposes
   const utf8proc_property_t* p = utf8proc_get_property(utf8proc_int32_t(cp));
@@ -246,6 +248,24 @@ void normalize_run(std::string_view run, NormalForm form, std::string& out) {
 
 }  // namespace
 
+namespace {
+
+// is_stable for the Basic Multilingual Plane, one bit per code point and form, computed on
+// first use (4 x 8 KiB).
+bool is_stable_fast(char32_t cp, NormalForm form) {
+  if (cp >= 0x10000) return is_stable(cp, form);
+  static const auto tables = [] {
+    std::vector<std::vector<uint64_t>> t(4, std::vector<uint64_t>(0x10000 / 64));
+    for (int f = 0; f < 4; ++f)
+      for (char32_t cp = 0; cp < 0x10000; ++cp)
+        if (!(cp >= 0xD800 && cp <= 0xDFFF) && is_stable(cp, NormalForm(f))) t[size_t(f)][cp / 64] |= uint64_t(1) << (cp % 64);
+    return t;
+  }();
+  return (tables[size_t(form)][cp / 64] >> (cp % 64)) & 1;
+}
+
+}  // namespace
+
 bool normalize_unicode(std::string_view s, NormalForm form, std::string& out) {
   size_t i = 0, copied = 0;
   bool changed = false;
@@ -257,7 +277,7 @@ bool normalize_unicode(std::string_view s, NormalForm form, std::string& out) {
     }
     size_t j = i;
     const char32_t cp = next_code_point(s, j);
-    if (is_stable(cp, form)) {
+    if (is_stable_fast(cp, form)) {
       prev_start = i;
       i = j;
       continue;
@@ -267,7 +287,7 @@ bool normalize_unicode(std::string_view s, NormalForm form, std::string& out) {
     size_t end = j;
     while (end < s.size()) {
       size_t k = end;
-      if (is_stable(next_code_point(s, k), form)) break;
+      if (is_stable_fast(next_code_point(s, k), form)) break;
       end = k;
     }
     if (!changed) {

@@ -6,9 +6,7 @@
 #include "core/error.hpp"
 
 #ifdef FP4MOE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #endif
 
 namespace fp4moe::tuner {
@@ -56,9 +54,8 @@ bool have_device() { return cuda::device_available(); }
 
 ArchInfo device_arch(int device) {
   FP4MOE_CHECK(have_device(), "no CUDA device is available");
-  cudaDeviceProp p{};
-  FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
-  const int cc = p.major * 10 + p.minor;
+  const cuda::DeviceInfo& p = cuda::device_info(device);
+  const int cc = p.cc;
   ArchInfo a;
   bool found = false;
   for (const ArchInfo& t : arch_table())
@@ -75,18 +72,18 @@ ArchInfo device_arch(int device) {
   }
   a.source = "device";
   a.gpu_name = p.name;
-  a.smem_per_block_optin = int64_t(p.sharedMemPerBlockOptin);
-  a.smem_per_sm = int64_t(p.sharedMemPerMultiprocessor);
-  a.smem_reserved_per_block = int64_t(p.reservedSharedMemPerBlock);
-  a.regs_per_sm = p.regsPerMultiprocessor;
-  a.regs_per_block_max = p.regsPerBlock;
-  a.max_threads_per_block = p.maxThreadsPerBlock;
-  a.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
-  a.max_blocks_per_sm = p.maxBlocksPerMultiProcessor;
-  a.sm_count = p.multiProcessorCount;
-  a.l2_bytes = p.l2CacheSize;
-  FP4MOE_CUDA_CHECK(cudaDriverGetVersion(&a.driver_version));
-  FP4MOE_CUDA_CHECK(cudaRuntimeGetVersion(&a.runtime_version));
+  a.smem_per_block_optin = p.smem_per_block_optin;
+  a.smem_per_sm = p.smem_per_sm;
+  a.smem_reserved_per_block = p.smem_reserved_per_block;
+  a.regs_per_sm = p.regs_per_sm;
+  a.regs_per_block_max = p.regs_per_block;
+  a.max_threads_per_block = p.max_threads_per_block;
+  a.max_threads_per_sm = p.max_threads_per_sm;
+  a.max_blocks_per_sm = p.max_blocks_per_sm;
+  a.sm_count = p.sm_count;
+  a.l2_bytes = p.l2_bytes;
+  a.driver_version = p.driver_version;
+  a.runtime_version = p.runtime_version;
   return a;
 }
 

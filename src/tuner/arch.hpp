@@ -1,6 +1,6 @@
 // The architecture model: the per-SM and per-block limits a tactic's feasibility is judged
 // against, and which instruction families exist. From the table (arch_table.cpp) for any
-// architecture, or read from the device (cudaGetDeviceProperties) when a GPU is present.
+// architecture, or read from the device (cuda/common/device.hpp) when a GPU is present.
 #pragma once
 
 #include <cstdint>

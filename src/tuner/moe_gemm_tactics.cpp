@@ -20,14 +20,14 @@ bool is_fp4(WeightFormat w) { return w == WeightFormat::NVFP4 || w == WeightForm
 int fp4_block(WeightFormat w) { return w == WeightFormat::MXFP4 ? 32 : 16; }
 
 std::string smem_reason(const Tactic& t, int64_t need, const ArchInfo& a) {
-  return fmt::format("{}x{}x{} x {} stages needs {} B of shared memory; {} allows {} B per block", t.cfg.block_m,
-                     t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), a.name,
+  return fmt::format("{}x{}x{} x {} stages needs {} B of shared memory; {} allows {} B per block", t.block_m,
+                     t.block_n, t.block_k, t.stages, with_commas(need), a.name,
                      with_commas(a.smem_per_block_optin));
 }
 
 // ---- sm90-wgmma: the layout comes from cuda/moe_gemm/sm90_tile_layout.hpp, term by term ----
 
-SmemPlan sm90_plan(const TileCfg& c, int num_experts) {
+SmemPlan sm90_plan(const Tactic& c, int num_experts) {
   const sm90::Sm90SmemLayout l = sm90::sm90_smem_layout(c.block_n, c.stages, num_experts);
   SmemPlan p;
   p.add("slack to align the base to 1024 B", int64_t(l.align_slack), 1, "dynamic smem base alignment");
@@ -54,10 +54,10 @@ int64_t sm90_common_checks(const Tactic& t, const GemmProblem& p, const ArchInfo
     f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the {}-row weight tile", p.n, sm90::kBlockM));
   if (p.k % sm90::kBlockK != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of {}", p.k, sm90::kBlockK));
   if (!block_n_ok)
-    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated ({})", t.cfg.block_n, block_ns));
-  if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
-  plan = sm90_plan(t.cfg, p.num_experts);
-  const int64_t need = int64_t(sm90::sm90_smem_layout(t.cfg.block_n, t.cfg.stages, p.num_experts).total);
+    f.reject(RejectKind::Shape, fmt::format("block_n = {} is not instantiated ({})", t.block_n, block_ns));
+  if (t.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
+  plan = sm90_plan(t, p.num_experts);
+  const int64_t need = int64_t(sm90::sm90_smem_layout(t.block_n, t.stages, p.num_experts).total);
   FP4MOE_CHECK(plan.total() == need, "tuner's sm90 smem terms ({}) disagree with sm90_tile_layout.hpp ({})",
                plan.total(), need);
   if (need > a.smem_per_block_optin) f.reject(RejectKind::SharedMemory, smem_reason(t, need, a));
@@ -66,7 +66,7 @@ int64_t sm90_common_checks(const Tactic& t, const GemmProblem& p, const ArchInfo
     if (need > share)
       f.reject(RejectKind::SharedMemory,
                fmt::format("{}x{}x{} x {} stages needs {} B; it runs {} CTAs per SM, each may use {} B of {}'s {} B",
-                           t.cfg.block_m, t.cfg.block_n, t.cfg.block_k, t.cfg.stages, with_commas(need), ctas,
+                           t.block_m, t.block_n, t.block_k, t.stages, with_commas(need), ctas,
                            with_commas(share), a.name, with_commas(a.smem_per_sm)));
   }
   return need;
@@ -77,13 +77,13 @@ Feasibility sm90_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a)
   if (!a.wgmma) f.reject(RejectKind::Arch, fmt::format("needs wgmma (sm_90a); {} has none", a.name));
   // Configs designed to run several CTAs per SM (block_n 16: 2) must fit their share of the SM.
   SmemPlan plan;
-  const int64_t need = sm90_common_checks(t, p, a, sm90::sm90_block_n_supported(t.cfg.block_n), "16, 64, 128, 256",
-                                          sm90::sm90_ctas_per_sm(t.cfg.block_n), f, plan);
+  const int64_t need = sm90_common_checks(t, p, a, sm90::sm90_block_n_supported(t.block_n), "16, 64, 128, 256",
+                                          sm90::sm90_ctas_per_sm(t.block_n), f, plan);
   if (sm90::kThreads > a.max_threads_per_block)
     f.reject(RejectKind::Registers, fmt::format("needs {} threads per block; {} allows {}", sm90::kThreads, a.name, a.max_threads_per_block));
   // Register budget: 3 warpgroups share 64 K registers; the consumers hold block_n / 2 FP32
   // accumulators each (64 rows x block_n over 128 threads).
-  const int acc_regs = 64 * t.cfg.block_n / 128;
+  const int acc_regs = 64 * t.block_n / 128;
   f.notes.push_back(fmt::format("{} FP32 accumulators per consumer thread; {} threads share {} registers "
                                 "(avg {} per thread)",
                                 acc_regs, sm90::kThreads, a.regs_per_sm, a.regs_per_sm / sm90::kThreads));
@@ -105,12 +105,12 @@ Feasibility sm90_decode_valid(const Tactic& t, const GemmProblem& p, const ArchI
     f.reject(RejectKind::Arch, fmt::format("built for sm_90a only (TMA, mbarrier, mma.sync); {} is not sm_90", a.name));
   const int ctas = sm90::kDecodeCtasPerSm;
   SmemPlan plan;
-  sm90_common_checks(t, p, a, sm90::sm90_decode_block_n_supported(t.cfg.block_n), "8, 16, 32", ctas, f, plan);
+  sm90_common_checks(t, p, a, sm90::sm90_decode_block_n_supported(t.block_n), "8, 16, 32", ctas, f, plan);
   const int threads = sm90::kDecodeThreads * ctas;
   f.notes.push_back(fmt::format("{} CTAs of {} threads per SM: at most {} registers per thread of {}", ctas,
                                 sm90::kDecodeThreads, a.regs_per_sm / threads / 8 * 8, a.regs_per_sm));
   f.notes.push_back(fmt::format("{} FP32 accumulators per consumer thread (16 rows x {} tokens per warp)",
-                                t.cfg.block_n / 2, t.cfg.block_n));
+                                t.block_n / 2, t.block_n));
   f.smem = std::move(plan);
   return f;
 }
@@ -121,7 +121,7 @@ Feasibility dequant_valid(const GemmProblem& p, const ArchInfo& a) {
   Feasibility f;
   if (a.cc < 80) f.reject(RejectKind::Arch, fmt::format("needs sm_80+ (cuBLASLt BF16); {} is older", a.name));
   if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
-  if (p.act != Act::BF16) f.reject(RejectKind::Numerics, "computes W4A16 (BF16 activations) only");
+  if (p.act != ActFormat::BF16) f.reject(RejectKind::Numerics, "computes W4A16 (BF16 activations) only");
   if (p.k % fp4_block(p.weight) != 0)
     f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of the {} block {}", p.k, weight_format_name(p.weight),
                          fp4_block(p.weight)));
@@ -134,42 +134,42 @@ Feasibility generic_valid(const GemmProblem& p, const ArchInfo& a) {
   Feasibility f;
   if (a.cc < 80) f.reject(RejectKind::Arch, fmt::format("needs sm_80+ (mma.sync BF16); {} is older", a.name));
   if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
-  if (p.act != Act::BF16) f.reject(RejectKind::Numerics, "computes W4A16 (BF16 activations) only");
+  if (p.act != ActFormat::BF16) f.reject(RejectKind::Numerics, "computes W4A16 (BF16 activations) only");
   if (p.k % fp4_block(p.weight) != 0)
     f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of the {} block {}", p.k, weight_format_name(p.weight),
                          fp4_block(p.weight)));
-  if (p.epilogue == Epi::SiluMul && p.n % 2 != 0) f.reject(RejectKind::Shape, fmt::format("SiluMul needs an even N (N = {})", p.n));
+  if (p.epilogue == Epilogue::SiluMul && p.n % 2 != 0) f.reject(RejectKind::Shape, fmt::format("SiluMul needs an even N (N = {})", p.n));
   return f;
 }
 
 // ---- Blackwell block-scaled (listed only) ----
 
-BsFamily bs_family(Impl i) {
-  return i == Impl::Sm100Tcgen05BlockScaled ? BsFamily::Sm100Tcgen05 : BsFamily::Sm120MmaSync;
+BsFamily bs_family(GemmKernel i) {
+  return i == GemmKernel::Sm100Tcgen05BlockScaled ? BsFamily::Sm100Tcgen05 : BsFamily::Sm120MmaSync;
 }
 
 Feasibility bs_valid(const Tactic& t, const GemmProblem& p, const ArchInfo& a) {
   Feasibility f;
-  const BsFamily fam = bs_family(t.impl);
-  const BsTile tile{t.cfg.block_m, t.cfg.block_n, t.cfg.block_k};
+  const BsFamily fam = bs_family(t.kernel);
+  const BsTile tile{t.block_m, t.block_n, t.block_k};
   if (fam == BsFamily::Sm100Tcgen05 && !a.tcgen05)
     f.reject(RejectKind::Arch, fmt::format("needs tcgen05 block-scaled MMA (sm_100a / sm_103a); {} has none", a.name));
   if (fam == BsFamily::Sm120MmaSync && !a.is_blackwell_geforce())
     f.reject(RejectKind::Arch, fmt::format("needs mma.sync block_scale (sm_120a / sm_121a); {} has none", a.name));
   if (!is_fp4(p.weight)) f.reject(RejectKind::Numerics, "needs FP4 weights (NVFP4 or MXFP4)");
-  if (p.act != Act::NVFP4)
+  if (p.act != ActFormat::NVFP4_EMULATED)
     f.reject(RejectKind::Numerics, "computes W4A4 (activations quantized to FP4); this problem is W4A16");
   if (p.n % tile.n != 0) f.reject(RejectKind::Shape, fmt::format("N = {} is not a multiple of the tile N = {}", p.n, tile.n));
   if (p.k % tile.k != 0) f.reject(RejectKind::Shape, fmt::format("K = {} is not a multiple of the tile K = {}", p.k, tile.k));
-  if (t.cfg.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
+  if (t.stages < 2) f.reject(RejectKind::Shape, "needs at least 2 pipeline stages");
   const WeightFormat w = is_fp4(p.weight) ? p.weight : WeightFormat::NVFP4;
-  SmemPlan plan = bs_smem_plan(fam, tile, t.cfg.stages, w);
+  SmemPlan plan = bs_smem_plan(fam, tile, t.stages, w);
   const int64_t cap = a.smem_per_block_optin;
   if (plan.total() > cap) {
     std::string r = smem_reason(t, plan.total(), a);
     const int naive = bs_naive_stage_count(fam, tile, w, cap);
     const int aligned = bs_aligned_stage_count(fam, tile, w, cap);
-    if (naive == t.cfg.stages && aligned < naive)
+    if (naive == t.stages && aligned < naive)
     {
       const int64_t counted = bs_naive_carveout(fam, tile) + naive * bs_naive_stage_bytes(tile, w, fam);
       r += fmt::format(" (CUTLASS's StageCountAutoCarveout would pick {} stages: it counts {} B and misses {} B of "
@@ -220,7 +220,7 @@ std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
     std::set<int> stages{4};
     if (deepest >= 2) stages.insert(deepest);
     for (int st : stages) {
-      Tactic t{Impl::Sm90Wgmma, TileCfg{sm90::kBlockM, bn, sm90::kBlockK, st, 1, 1}};
+      Tactic t{GemmKernel::Sm90Wgmma, sm90::kBlockM, bn, sm90::kBlockK, st, 1, 1};
       out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return sm90_valid(t, q, a); }});
     }
   }
@@ -228,28 +228,28 @@ std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p) {
   // cuda::candidate_configs picks).
   for (int bn : {8, 16, 32}) {
     const int deepest = sm90::sm90_decode_max_stages(bn, experts, 16);
-    Tactic t{Impl::Sm90Decode, TileCfg{sm90::kBlockM, bn, sm90::kBlockK, std::max(deepest, 2), 1, 1}};
+    Tactic t{GemmKernel::Sm90Decode, sm90::kBlockM, bn, sm90::kBlockK, std::max(deepest, 2), 1, 1};
     out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return sm90_decode_valid(t, q, a); }});
   }
-  out.push_back({Tactic{Impl::DequantCublas, TileCfg{}}, dequant_valid});
+  out.push_back({Tactic{GemmKernel::DequantCublas}, dequant_valid});
   out.push_back({fallback_tactic("moe-gemm"), generic_valid});
 
   const WeightFormat w = is_fp4(p.weight) ? p.weight : WeightFormat::NVFP4;
   struct Listing {
-    Impl impl;
+    GemmKernel kernel;
     int64_t cap;
     std::vector<BsTile> tiles;
   };
   const Listing listings[] = {
-      {Impl::Sm100Tcgen05BlockScaled, arch_by_name("sm_100").smem_per_block_optin,
+      {GemmKernel::Sm100Tcgen05BlockScaled, arch_by_name("sm_100").smem_per_block_optin,
        {{128, 128, 256}, {128, 256, 256}, {256, 128, 256}, {256, 256, 256}}},
-      {Impl::Sm120MmaBlockScaled, arch_by_name("sm_120").smem_per_block_optin,
+      {GemmKernel::Sm120MmaBlockScaled, arch_by_name("sm_120").smem_per_block_optin,
        {{128, 128, 128}, {128, 256, 128}, {256, 128, 128}, {128, 128, 256}, {128, 256, 256}, {256, 128, 256}}},
   };
   for (const Listing& l : listings)
     for (BsTile tile : l.tiles)
-      for (int st : bs_stage_list(bs_family(l.impl), tile, w, l.cap)) {
-        Tactic t{l.impl, TileCfg{tile.m, tile.n, tile.k, st, 1, 1}};
+      for (int st : bs_stage_list(bs_family(l.kernel), tile, w, l.cap)) {
+        Tactic t{l.kernel, tile.m, tile.n, tile.k, st, 1, 1};
         out.push_back({t, [t](const GemmProblem& q, const ArchInfo& a) { return bs_valid(t, q, a); }});
       }
   return out;

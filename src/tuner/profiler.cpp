@@ -29,12 +29,13 @@ ProblemResult profile_problem(const std::string&, const GemmProblem&, const Arch
 #include "core/bf16.hpp"
 #include "core/log.hpp"
 #include "core/threads.hpp"
+#include "cpu/grouped_gemm_ref.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/dequant_cublas.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "tuner/plan_cache.hpp"
-#include "tuner/tactic_cuda.hpp"
 
 namespace fp4moe::tuner {
 namespace {
@@ -89,27 +90,19 @@ ExpertStack random_experts(const GemmProblem& p, uint64_t seed) {
   return w;
 }
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    if (bytes) FP4MOE_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using cuda::DeviceBuffer;
 
 // One tokens bucket's inputs: routing, activations (rotated copies), outputs.
 struct BucketInputs {
   int64_t tokens = 0, m_total = 0;
   int experts_hit = 0;
   std::vector<int32_t> offsets;            // [E+1] host
-  std::unique_ptr<DeviceBuffer> d_offsets, d_x, d_y, d_row_scale, d_ws;
+  std::vector<uint16_t> x;                 // [m_total, K] host (the reference reads it)
+  std::vector<float> row_scale;            // [m_total] host
+  DeviceBuffer d_offsets, d_x, d_y, d_row_scale, d_ws;
   int copies = 1;
   size_t x_bytes = 0, y_row_bytes = 0;
-  const void* x(int copy) const { return static_cast<const uint8_t*>(d_x->p) + size_t(copy) * x_bytes; }
+  const void* x_copy(int copy) const { return d_x.as<const uint8_t>() + size_t(copy) * x_bytes; }
 };
 
 BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes, uint64_t seed) {
@@ -138,7 +131,8 @@ BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes,
   const size_t l2 = size_t(std::max<int64_t>(l2_bytes, 64 << 20));
   in.copies = int(std::clamp<size_t>((2 * l2 + in.x_bytes - 1) / in.x_bytes, 1, 64));
   while (in.copies > 1 && size_t(in.copies) * in.x_bytes > (size_t(4) << 30)) --in.copies;
-  std::vector<uint16_t> x(size_t(in.m_total) * size_t(p.k));
+  std::vector<uint16_t>& x = in.x;
+  x.resize(size_t(in.m_total) * size_t(p.k));
   const int64_t nx = int64_t(x.size()), chunk = int64_t(1) << 20;
   parallel_for((nx + chunk - 1) / chunk, default_num_threads(), 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
@@ -147,44 +141,31 @@ BucketInputs make_inputs(const GemmProblem& p, int64_t tokens, int64_t l2_bytes,
         x[size_t(i)] = float_to_bf16(float(rc.uniform() * 2 - 1));
     }
   });
-  in.d_x = std::make_unique<DeviceBuffer>(in.x_bytes * size_t(in.copies));
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_x->p, x.data(), in.x_bytes, cudaMemcpyHostToDevice));
+  in.d_x = DeviceBuffer(std::max<size_t>(in.x_bytes * size_t(in.copies), 16));
+  in.d_x.upload(x);
   for (int c = 1; c < in.copies; ++c)  // the copies differ only in address: that is what defeats L2
-    FP4MOE_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(in.d_x->p) + size_t(c) * in.x_bytes, in.d_x->p, in.x_bytes,
+    FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_x.as<uint8_t>() + size_t(c) * in.x_bytes, in.d_x.ptr(), in.x_bytes,
                                  cudaMemcpyDeviceToDevice));
-  in.d_offsets = std::make_unique<DeviceBuffer>(in.offsets.size() * 4);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_offsets->p, in.offsets.data(), in.offsets.size() * 4, cudaMemcpyHostToDevice));
-  std::vector<float> rs(size_t(std::max<int64_t>(in.m_total, 1)));
-  for (auto& v : rs) v = float(0.25 + 0.75 * r.uniform());
-  in.d_row_scale = std::make_unique<DeviceBuffer>(rs.size() * 4);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(in.d_row_scale->p, rs.data(), rs.size() * 4, cudaMemcpyHostToDevice));
-  const int n_out = p.epilogue == Epi::SiluMul ? p.n / 2 : p.n;
+  in.d_offsets = DeviceBuffer::from(in.offsets);
+  in.row_scale.resize(size_t(std::max<int64_t>(in.m_total, 1)));
+  for (auto& v : in.row_scale) v = float(0.25 + 0.75 * r.uniform());
+  in.d_row_scale = DeviceBuffer::from(in.row_scale);
+  const int n_out = p.epilogue == Epilogue::SiluMul ? p.n / 2 : p.n;
   in.y_row_bytes = size_t(n_out) * 2;
-  in.d_y = std::make_unique<DeviceBuffer>(std::max<size_t>(size_t(in.m_total) * in.y_row_bytes, 16));
+  in.d_y = DeviceBuffer(std::max<size_t>(size_t(in.m_total) * in.y_row_bytes, 16));
   return in;
 }
 
-// Sampled output rows (evenly spaced) as floats.
-std::vector<float> sample_rows(const BucketInputs& in, int check_rows) {
-  const int64_t stride = std::max<int64_t>(1, in.m_total / std::max(check_rows, 1));
-  const int64_t rows = (in.m_total + stride - 1) / stride;
-  std::vector<uint16_t> h(size_t(rows) * in.y_row_bytes / 2);
-  FP4MOE_CUDA_CHECK(cudaMemcpy2D(h.data(), in.y_row_bytes, in.d_y->p, in.y_row_bytes * size_t(stride), in.y_row_bytes,
-                                 size_t(rows), cudaMemcpyDeviceToHost));
+// Output rows `rows` of y (bf16) as floats.
+std::vector<float> download_rows(const BucketInputs& in, const std::vector<int64_t>& rows) {
+  const size_t cols = in.y_row_bytes / 2;
+  std::vector<uint16_t> h(rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    FP4MOE_CUDA_CHECK(cudaMemcpy(h.data() + i * cols, in.d_y.as<uint8_t>() + size_t(rows[i]) * in.y_row_bytes,
+                                 in.y_row_bytes, cudaMemcpyDeviceToHost));
   std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_float(h[i]);
   return f;
-}
-
-double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(y[i])) return INFINITY;
-    const double d = double(y[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
 // A CUDA error that poisons the context: nothing after it can be trusted.
@@ -206,39 +187,39 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
   result.problem = p;
   // The tactics that can run here and are implemented.
   std::vector<Tactic> runnable;
-  std::map<Impl, std::string> setup_error;  // an implementation whose weights / handles could not be set up
+  std::map<GemmKernel, std::string> setup_error;  // an implementation whose weights / handles could not be set up
   for (const TacticDef& d : tactics_for(op, p)) {
     const Feasibility f = d.valid(p, arch);
-    if (f.ok && !impl_is_listed_only(d.tactic.impl)) runnable.push_back(d.tactic);
+    if (f.ok && !impl_is_listed_only(d.tactic.kernel)) runnable.push_back(d.tactic);
   }
   const auto t0 = std::chrono::steady_clock::now();
   log_info("tune: {}: generating and uploading random FP4 experts ({:.1f} GB)", to_string(p),
            double(p.num_experts) * p.n * (p.k / 2 + p.k / 16) * 1e-9);
   int64_t max_rows = 0;
   for (int64_t t : opt.tokens) max_rows = std::max(max_rows, t * p.top_k);
-  const cuda::MoeGemmDesc desc = to_cuda_desc(p, int(max_rows));
+  const cuda::MoeGemmDesc desc = desc_of(p, int(max_rows));
   std::optional<cuda::DeviceExpertWeights> w_sm90;
   std::unique_ptr<cuda::DeviceLinearFp4Weights> w_linear;
+  const ExpertStack host = random_experts(p, opt.seed);  // kept: the CPU reference reads it
   {
-    ExpertStack host = random_experts(p, opt.seed);
     const bool any_sm90 = std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) {
-      return t.impl == Impl::Sm90Wgmma || t.impl == Impl::Sm90Decode;
+      return t.kernel == GemmKernel::Sm90Wgmma || t.kernel == GemmKernel::Sm90Decode;
     });
     if (any_sm90) {
       try {
         w_sm90 = cuda::upload_weights(host, desc.epilogue);
       } catch (const Error& e) {
-        setup_error[Impl::Sm90Wgmma] = setup_error[Impl::Sm90Decode] = fmt::format("weight upload failed: {}", e.what());
+        setup_error[GemmKernel::Sm90Wgmma] = setup_error[GemmKernel::Sm90Decode] = fmt::format("weight upload failed: {}", e.what());
       }
     }
     w_linear = std::make_unique<cuda::DeviceLinearFp4Weights>(host);
   }
   std::unique_ptr<cuda::DequantCublasGemm> cublas;
-  if (std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) { return t.impl == Impl::DequantCublas; })) {
+  if (std::any_of(runnable.begin(), runnable.end(), [](const Tactic& t) { return t.kernel == GemmKernel::DequantCublas; })) {
     try {
       cublas = std::make_unique<cuda::DequantCublasGemm>(desc);
     } catch (const Error& e) {
-      setup_error[Impl::DequantCublas] = fmt::format("set-up failed: {}", e.what());
+      setup_error[GemmKernel::DequantCublas] = fmt::format("set-up failed: {}", e.what());
     }
   }
   log_info("tune: weights ready in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -268,47 +249,38 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
 
     auto run_once = [&](const Tactic& t, int copy) {
       cuda::MoeGemmArgs a;
-      a.x = in.x(copy);
-      a.expert_offsets = static_cast<const int32_t*>(in.d_offsets->p);
-      a.row_scale = static_cast<const float*>(in.d_row_scale->p);
-      a.y = in.d_y->p;
+      a.x = in.x_copy(copy);
+      a.expert_offsets = in.d_offsets.as<const int32_t>();
+      a.row_scale = in.d_row_scale.as<const float>();
+      a.y = in.d_y.ptr();
       a.m_total = int(in.m_total);
       a.stream = stream;
-      switch (t.impl) {
-        case Impl::Sm90Wgmma:
-        case Impl::Sm90Decode: {
-          const cuda::TileConfig c = to_cuda_config(t);
+      switch (t.kernel) {
+        case GemmKernel::Sm90Wgmma:
+        case GemmKernel::Sm90Decode: {
+          const cuda::TileConfig& c = t;
           const size_t ws = cuda::workspace_bytes(desc, c);
-          if (ws && (!in.d_ws)) in.d_ws = std::make_unique<DeviceBuffer>(ws);
-          a.workspace = ws ? in.d_ws->p : nullptr;
+          if (ws > in.d_ws.bytes()) in.d_ws = DeviceBuffer(ws);
+          a.workspace = ws ? in.d_ws.ptr() : nullptr;
           cuda::run_moe_gemm(desc, c, *w_sm90, a);
           break;
         }
-        case Impl::Generic: cuda::run_generic_grouped_gemm(desc, w_linear->view(), a); break;
-        case Impl::DequantCublas:
+        case GemmKernel::Generic: cuda::run_generic_grouped_gemm(desc, w_linear->view(), a); break;
+        case GemmKernel::DequantCublas:
           FP4MOE_CHECK(cublas != nullptr, "dequant-cublas could not be set up");
           cublas->run(w_linear->view(), a, in.offsets);
           break;
-        default: FP4MOE_FAIL("{} is listed only: it cannot run here", t.name());
+        default: FP4MOE_FAIL("{} is listed only: it cannot run here", tactic_name(t));
       }
       FP4MOE_CUDA_CHECK(cudaGetLastError());
     };
-    auto poison = [&] { FP4MOE_CUDA_CHECK(cudaMemsetAsync(in.d_y->p, 0xff, size_t(in.m_total) * in.y_row_bytes, stream)); };
+    auto poison = [&] { FP4MOE_CUDA_CHECK(cudaMemsetAsync(in.d_y.ptr(), 0xff, size_t(in.m_total) * in.y_row_bytes, stream)); };
 
-    // The reference: Generic's output (when Generic can run this problem).
-    std::optional<std::vector<float>> ref;
-    const Tactic generic = fallback_tactic(op);
-    if (!broken && in.m_total > 0 && std::find(runnable.begin(), runnable.end(), generic) != runnable.end()) {
-      try {
-        poison();
-        run_once(generic, 0);
-        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        ref = sample_rows(in, opt.check_rows);
-      } catch (const Error& e) {
-        log_warn("tune: the reference (generic) failed at {} tokens: {}", tokens, e.what());
-        broken = context_broken();
-      }
-    }
+    // The reference: the CPU's, on sampled rows (no tactic under test is its own judge).
+    const std::vector<int64_t> rows = sample_rows(in.offsets.data(), p.num_experts, opt.check_rows);
+    const GroupedGemmRef gr{&host, in.x.data(), in.m_total, in.offsets.data(), in.row_scale.data(),
+                            cuda::ref_epilogue(p.epilogue), p.act == ActFormat::NVFP4_EMULATED};
+    const std::vector<double> ref = grouped_gemm_reference(gr, rows);
 
     for (const Tactic& t : runnable) {
       Measurement m;
@@ -319,7 +291,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
         br.dropped.push_back(m);
         continue;
       }
-      if (auto it = setup_error.find(t.impl); it != setup_error.end()) {
+      if (auto it = setup_error.find(t.kernel); it != setup_error.end()) {
         m.status = Measurement::Status::LaunchFailed;
         m.error = it->second;
         br.dropped.push_back(m);
@@ -330,12 +302,14 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
         poison();
         run_once(t, 0);
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        if (ref && in.m_total > 0) {
-          m.rel_err = rel_err(sample_rows(in, opt.check_rows), *ref);
-          if (!(m.rel_err <= opt.tolerance)) {
+        if (!rows.empty()) {
+          const RowErrors re = compare_rows(download_rows(in, rows), ref, reference_cols(gr), opt.tolerance);
+          m.rel_err = re.worst;
+          if (re.bad_rows > 0) {
             m.status = Measurement::Status::Disqualified;
-            m.error = fmt::format("output differs from the reference (generic): rel err {:.3g} > {:.0e}", m.rel_err,
-                                  opt.tolerance);
+            m.error = fmt::format("output differs from the CPU reference: {} of {} checked rows above {:.0e} (worst: row "
+                                  "{}, rel err {:.3g})",
+                                  re.bad_rows, rows.size(), opt.tolerance, rows[size_t(re.worst_row)], re.worst);
           }
         }
         if (m.status == Measurement::Status::Ok) {
@@ -344,7 +318,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
           std::vector<float> ms;
           const auto start = std::chrono::steady_clock::now();
           for (int i = 0; i < 400; ++i) {
-            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, flush_bytes, stream));
+            FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush.ptr(), i & 0xff, flush_bytes, stream));
             FP4MOE_CUDA_CHECK(cudaEventRecord(ev_begin, stream));
             run_once(t, i % in.copies);
             FP4MOE_CUDA_CHECK(cudaEventRecord(ev_end, stream));
@@ -373,7 +347,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     std::sort(br.ranked.begin(), br.ranked.end(),
               [](const Measurement& a, const Measurement& b) { return a.median_us < b.median_us; });
     if (const Measurement* b = br.best())
-      log_info("tune: {} tokens {}: best {} {:.1f} us", p.label, tokens, b->tactic.name(), b->median_us);
+      log_info("tune: {} tokens {}: best {} {:.1f} us", p.label, tokens, tactic_name(b->tactic), b->median_us);
     result.buckets.push_back(std::move(br));
   }
   cudaEventDestroy(ev_begin);

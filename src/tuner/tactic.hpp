@@ -2,9 +2,11 @@
 // tactics; each tactic says up front whether it can run a problem on an architecture, and
 // if not, why (in bytes, for shared memory).
 //
-// The problem and config types mirror cuda::MoeGemmDesc / cuda::TileConfig / cuda::GemmKernel
-// (src/cuda/moe_gemm/moe_gemm.hpp) so that feasibility, the plan cache and `tune --dry-run`
-// build without CUDA; tactic_cuda.cpp converts both ways when CUDA is present.
+// A tactic IS a cuda::TileConfig (kernel + tile) and the formats and epilogues are the kernels'
+// own enums (cuda/moe_gemm/moe_gemm_types.hpp, plain C++: feasibility, the plan cache and
+// `tune --dry-run` build without CUDA and list Blackwell kernels no GPU here runs). The tuner's
+// problem, GemmProblem, is a MoeGemmDesc's shapes and formats plus the routing (top_k) instead of
+// workspace sizing; problem_of / desc_of below convert between the two, the one place that does.
 #pragma once
 
 #include <cstdint>
@@ -15,19 +17,21 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/moe_gemm/moe_gemm_types.hpp"
 #include "format/moe_layer.hpp"
 #include "tuner/arch.hpp"
 #include "tuner/smem_plan.hpp"
 
 namespace fp4moe::tuner {
 
-enum class Act : uint8_t { BF16, NVFP4 };                 // cuda::ActFormat: W4A16 or W4A4
-enum class Epi : uint8_t { None, SiluMul, RowScale };     // cuda::Epilogue
+using cuda::ActFormat;   // BF16: W4A16; NVFP4_EMULATED: W4A4 (named "w4a4" / "nvfp4" here)
+using cuda::Epilogue;
+using cuda::GemmKernel;
 
-std::string_view act_name(Act a);       // "bf16" | "nvfp4"
-std::string_view epi_name(Epi e);       // "none" | "silu_mul" | "row_scale"
-std::optional<Act> act_from_name(std::string_view s);
-std::optional<Epi> epi_from_name(std::string_view s);
+std::string_view act_name(ActFormat a);     // "bf16" | "nvfp4"
+std::string_view epi_name(Epilogue e);      // "none" | "silu_mul" | "row_scale"
+std::optional<ActFormat> act_from_name(std::string_view s);   // also "w4a16" / "w4a4"
+std::optional<Epilogue> epi_from_name(std::string_view s);
 std::optional<WeightFormat> weight_from_name(std::string_view s);
 
 // What must be computed: a grouped GEMM over E experts, y[m, :] = x[m, :] . W_e^T.
@@ -37,43 +41,23 @@ struct GemmProblem {
   int k = 0;          // reduction dim
   int top_k = 8;      // experts per token (turns tokens into rows: M_total = tokens * top_k)
   WeightFormat weight = WeightFormat::NVFP4;
-  Act act = Act::BF16;
-  Epi epilogue = Epi::None;
+  ActFormat act = ActFormat::BF16;
+  Epilogue epilogue = Epilogue::None;
   std::string label;  // "gate_up", "down" (for reports only; not part of the plan key)
 };
 std::string to_string(const GemmProblem& p);  // "gate_up N=4096 K=6144 E=256 nvfp4 w4a16 silu_mul"
+// The one converter between the tuner's problem and the kernels' descriptor.
+GemmProblem problem_of(const cuda::MoeGemmDesc& d, int top_k);
+cuda::MoeGemmDesc desc_of(const GemmProblem& p, int max_tokens);
 
-enum class Impl : uint8_t {
-  Sm90Wgmma,              // cuda::GemmKernel::Sm90Wgmma
-  Sm90Decode,             // cuda::GemmKernel::Sm90Decode
-  DequantCublas,          // cuda::GemmKernel::DequantCublas (the baseline)
-  Generic,                // cuda::GemmKernel::Generic (the fallback: any shape, any arch)
-  Sm100Tcgen05BlockScaled,  // listed only: CUTLASS-like tcgen05 kind::mxf4nvf4 kernel (sm_100/103)
-  Sm120MmaBlockScaled,      // listed only: CUTLASS-like mma.sync block_scale kernel (sm_120/121)
-};
-std::string_view impl_name(Impl i);     // "sm90-wgmma", "sm90-decode", "dequant-cublas", "generic",
-                                        // "sm100-tcgen05-bs", "sm120-mma-bs"
-std::optional<Impl> impl_from_name(std::string_view s);
-bool impl_is_listed_only(Impl i);       // Blackwell tactics: feasibility only, never launched here
+std::string_view impl_name(GemmKernel i);   // "sm90-wgmma", "sm90-decode", "dequant-cublas", "generic",
+                                            // "sm100-tcgen05-bs", "sm120-mma-bs"
+std::optional<GemmKernel> impl_from_name(std::string_view s);
+bool impl_is_listed_only(GemmKernel i);     // Blackwell tactics: feasibility only, never launched here
 
-// How it is computed (cuda::TileConfig without the kernel).
-struct TileCfg {
-  int block_m = 0;   // sm90: weight rows (GEMM N) per CTA; Blackwell listings: CUTLASS tile M (tokens)
-  int block_n = 0;   // sm90: tokens per CTA;                Blackwell listings: CUTLASS tile N (weight rows)
-  int block_k = 0;   // elements along K
-  int stages = 0;
-  int split_k = 1;
-  int cluster = 1;
-  bool operator==(const TileCfg&) const = default;
-};
-
-struct Tactic {
-  Impl impl = Impl::Generic;
-  TileCfg cfg;
-  bool operator==(const Tactic&) const = default;
-  std::string name() const;  // "sm90-wgmma 128x64x128 s4", "generic", "sm120-mma-bs 128x256x256 s2"
-};
-std::ostream& operator<<(std::ostream&, const Tactic&);
+// A tactic: a kernel and its tile (block_m / block_n / block_k, stages, split_k, cluster).
+using Tactic = cuda::TileConfig;
+std::string tactic_name(const Tactic& t);  // "sm90-wgmma 128x64x128 s4", "generic", "sm120-mma-bs 128x256x256 s2"
 
 // Why a tactic cannot run, by kind, so reports can group them.
 enum class RejectKind : uint8_t {
@@ -116,6 +100,18 @@ std::vector<std::string> known_ops();
 std::vector<TacticDef> tactics_for(std::string_view op, const GemmProblem& p);
 // The tactic that accepts any shape on any architecture the engine runs on (Generic). Always exists.
 Tactic fallback_tactic(std::string_view op);
+
+// What a measured plan depends on besides the GPU: each implementation's kernel code and the
+// layout of the weights it reads. The ids are hashes of the defining source files, made at
+// configure time (src/tuner/CMakeLists.txt -> kernel_ids.hpp); listed-only tactics have none.
+struct KernelIdentity {
+  GemmKernel gemm;
+  std::string kernel_id;  // hash of the kernel's source files
+  std::string layout_id;  // hash of its weight layout's source files ("checkpoint-linear": the checkpoint's)
+};
+std::vector<KernelIdentity> kernel_identities(std::string_view op);
+// One short hex string (FNV-1a 64) over every identity in order: the plan cache's `kernels` key.
+std::string registry_key(const std::vector<KernelIdentity>& ids);
 
 // Internal: the moe-gemm registry (moe_gemm_tactics.cpp).
 std::vector<TacticDef> moe_gemm_tactics(const GemmProblem& p);

@@ -14,10 +14,10 @@
 namespace fp4moe::tuner {
 using nlohmann::json;
 
-std::vector<GemmProblem> preset_problems(const std::string& preset, Act act) {
+std::vector<GemmProblem> preset_problems(const std::string& preset, ActFormat act) {
   auto two = [act](int e, int top_k, int hidden, int inter) {
-    GemmProblem gate_up{e, 2 * inter, hidden, top_k, WeightFormat::NVFP4, act, Epi::SiluMul, "gate_up"};
-    GemmProblem down{e, hidden, inter, top_k, WeightFormat::NVFP4, act, Epi::RowScale, "down"};
+    GemmProblem gate_up{e, 2 * inter, hidden, top_k, WeightFormat::NVFP4, act, Epilogue::SiluMul, "gate_up"};
+    GemmProblem down{e, hidden, inter, top_k, WeightFormat::NVFP4, act, Epilogue::RowScale, "down"};
     return std::vector<GemmProblem>{gate_up, down};
   };
   if (preset == "glm5") return two(256, 8, 6144, 2048);
@@ -25,7 +25,7 @@ std::vector<GemmProblem> preset_problems(const std::string& preset, Act act) {
   FP4MOE_FAIL("unknown preset '{}' (known: glm5, tiny)", preset);
 }
 
-std::vector<GemmProblem> model_problems(const std::string& dir, Act act) {
+std::vector<GemmProblem> model_problems(const std::string& dir, ActFormat act) {
   const auto ckpt = Checkpoint::open(dir);
   const ModelConfig& c = ckpt->config();
   FP4MOE_CHECK(c.moe.num_experts > 0 && c.moe.inter > 0 && c.moe.hidden > 0,
@@ -41,9 +41,9 @@ std::vector<GemmProblem> model_problems(const std::string& dir, Act act) {
   else
     FP4MOE_FAIL("{}: the experts are not FP4 (quant_method '{}', quant_algo '{}')", dir, method, algo);
   GemmProblem gate_up{int(c.moe.num_experts), int(2 * c.moe.inter), int(c.moe.hidden), int(c.moe.top_k), w, act,
-                      Epi::SiluMul, "gate_up"};
+                      Epilogue::SiluMul, "gate_up"};
   GemmProblem down{int(c.moe.num_experts), int(c.moe.hidden), int(c.moe.inter), int(c.moe.top_k), w, act,
-                   Epi::RowScale, "down"};
+                   Epilogue::RowScale, "down"};
   return {gate_up, down};
 }
 
@@ -77,19 +77,19 @@ std::string describe_arch(const ArchInfo& a) {
 namespace {
 
 // Implementations in report order.
-std::vector<Impl> impls_in(const ProblemFeasibility& pf) {
-  std::vector<Impl> out;
-  auto add = [&](Impl i) {
+std::vector<GemmKernel> impls_in(const ProblemFeasibility& pf) {
+  std::vector<GemmKernel> out;
+  auto add = [&](GemmKernel i) {
     if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
   };
-  for (const auto& v : pf.feasible) add(v.tactic.impl);
-  for (const auto& v : pf.rejected) add(v.tactic.impl);
+  for (const auto& v : pf.feasible) add(v.tactic.kernel);
+  for (const auto& v : pf.rejected) add(v.tactic.kernel);
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::string tile_of(const Tactic& t) {
-  return fmt::format("{}x{}x{}", t.cfg.block_m, t.cfg.block_n, t.cfg.block_k);
+  return fmt::format("{}x{}x{}", t.block_m, t.block_n, t.block_k);
 }
 
 }  // namespace
@@ -104,37 +104,37 @@ std::string format_feasibility(const std::string& op, const std::vector<ProblemF
     for (const TacticVerdict& v : pf.feasible) {
       std::string extra;
       if (v.feasibility.smem) extra = fmt::format("{} B shared memory", with_commas(v.feasibility.smem->total()));
-      if (impl_is_listed_only(v.tactic.impl)) extra += extra.empty() ? "listed only" : "; listed only (not implemented)";
-      s += fmt::format("    {:<34} {}\n", v.tactic.name(), extra);
+      if (impl_is_listed_only(v.tactic.kernel)) extra += extra.empty() ? "listed only" : "; listed only (not implemented)";
+      s += fmt::format("    {:<34} {}\n", tactic_name(v.tactic), extra);
     }
     s += fmt::format("  rejected ({}):\n", pf.rejected.size());
     // Tactics whose instructions do not exist here: one line per implementation.
-    std::map<Impl, std::pair<int, std::string>> no_arch;
+    std::map<GemmKernel, std::pair<int, std::string>> no_arch;
     for (const TacticVerdict& v : pf.rejected)
       if (v.feasibility.rejected_for(RejectKind::Arch))
         for (const Reason& r : v.feasibility.reasons)
           if (r.kind == RejectKind::Arch) {
-            no_arch[v.tactic.impl].first++;
-            no_arch[v.tactic.impl].second = r.text;
+            no_arch[v.tactic.kernel].first++;
+            no_arch[v.tactic.kernel].second = r.text;
           }
     for (const auto& [impl, nr] : no_arch)
       s += fmt::format("    {:<34} {}\n", fmt::format("{} ({} configs)", impl_name(impl), nr.first), nr.second);
     for (const TacticVerdict& v : pf.rejected)
       if (!v.feasibility.rejected_for(RejectKind::Arch))
-        s += fmt::format("    {:<34} {}\n", v.tactic.name(), v.feasibility.reason());
+        s += fmt::format("    {:<34} {}\n", tactic_name(v.tactic), v.feasibility.reason());
     // Term-by-term shared memory: all (explain), else per implementation that exists on this
     // arch: the largest feasible config and the smallest one rejected for shared memory.
     std::vector<const TacticVerdict*> show;
-    for (Impl i : impls_in(pf)) {
+    for (GemmKernel i : impls_in(pf)) {
       const TacticVerdict* big_ok = nullptr;
       const TacticVerdict* small_no = nullptr;
       for (const auto& v : pf.feasible)
-        if (v.tactic.impl == i && v.feasibility.smem && (explain || !big_ok || v.feasibility.smem->total() > big_ok->feasibility.smem->total())) {
+        if (v.tactic.kernel == i && v.feasibility.smem && (explain || !big_ok || v.feasibility.smem->total() > big_ok->feasibility.smem->total())) {
           if (explain) show.push_back(&v);
           big_ok = &v;
         }
       for (const auto& v : pf.rejected)
-        if (v.tactic.impl == i && v.feasibility.smem && !v.feasibility.rejected_for(RejectKind::Arch) &&
+        if (v.tactic.kernel == i && v.feasibility.smem && !v.feasibility.rejected_for(RejectKind::Arch) &&
             (explain || (v.feasibility.rejected_for(RejectKind::SharedMemory) &&
                          (!small_no || v.feasibility.smem->total() < small_no->feasibility.smem->total())))) {
           if (explain) show.push_back(&v);
@@ -147,7 +147,7 @@ std::string format_feasibility(const std::string& op, const std::vector<ProblemF
     }
     if (!show.empty()) s += "  shared memory, term by term:\n";
     for (const TacticVerdict* v : show) {
-      s += fmt::format("    {} ({} on {}: {} of {} B)\n", v->tactic.name(),
+      s += fmt::format("    {} ({} on {}: {} of {} B)\n", tactic_name(v->tactic),
                        v->feasibility.ok ? "fits" : "does not fit", arch.name, with_commas(v->feasibility.smem->total()),
                        with_commas(arch.smem_per_block_optin));
       s += v->feasibility.smem->explain("      ");
@@ -161,22 +161,22 @@ std::string feasibility_verdict(const std::string& op, const std::vector<Problem
                                 const ArchInfo& arch) {
   // Per implementation, over all problems: every tactic rejected for the arch? which tiles
   // are rejected for shared memory? how many configs can run (or would, but for numerics)?
-  std::map<Impl, int> total, runnable, numerics_only;
-  std::map<Impl, std::set<std::string>> smem_tiles;
-  std::map<Impl, int> arch_rejected;
+  std::map<GemmKernel, int> total, runnable, numerics_only;
+  std::map<GemmKernel, std::set<std::string>> smem_tiles;
+  std::map<GemmKernel, int> arch_rejected;
   int64_t smem_example_need = 0;
   for (const ProblemFeasibility& pf : all) {
     for (const auto& v : pf.feasible) {
-      total[v.tactic.impl]++;
-      runnable[v.tactic.impl]++;
+      total[v.tactic.kernel]++;
+      runnable[v.tactic.kernel]++;
     }
     for (const auto& v : pf.rejected) {
       const Feasibility& f = v.feasibility;
-      total[v.tactic.impl]++;
-      if (f.rejected_for(RejectKind::Arch)) arch_rejected[v.tactic.impl]++;
-      if (f.only_rejected_for(RejectKind::Numerics)) numerics_only[v.tactic.impl]++;
-      if (!f.rejected_for(RejectKind::Arch) && f.rejected_for(RejectKind::SharedMemory) && v.tactic.cfg.stages == 2) {
-        smem_tiles[v.tactic.impl].insert(tile_of(v.tactic));
+      total[v.tactic.kernel]++;
+      if (f.rejected_for(RejectKind::Arch)) arch_rejected[v.tactic.kernel]++;
+      if (f.only_rejected_for(RejectKind::Numerics)) numerics_only[v.tactic.kernel]++;
+      if (!f.rejected_for(RejectKind::Arch) && f.rejected_for(RejectKind::SharedMemory) && v.tactic.stages == 2) {
+        smem_tiles[v.tactic.kernel].insert(tile_of(v.tactic));
         if (f.smem) smem_example_need = std::max(smem_example_need, f.smem->total());
       }
     }
@@ -197,7 +197,7 @@ std::string feasibility_verdict(const std::string& op, const std::vector<Problem
                                      : fmt::format("{} ({} of {} configs{})", name, r, t, even ? "" : " over all problems"));
     }
     if (numerics_only[impl] > 0) {
-      if (!all.empty() && all[0].problem.act == Act::BF16)
+      if (!all.empty() && all[0].problem.act == ActFormat::BF16)
         can.push_back(fmt::format("{} ({} configs fit but compute W4A4: tune with --act w4a4)", name, numerics_only[impl]));
       else
         cannot.push_back(fmt::format("{} (computes W4A16 only)", name));
@@ -232,7 +232,7 @@ json feasibility_json(const std::vector<ProblemFeasibility>& all) {
   for (const ProblemFeasibility& pf : all) {
     json tactics = json::array();
     auto one = [&](const TacticVerdict& v) {
-      json t = {{"tactic", v.tactic.name()}, {"impl", std::string(impl_name(v.tactic.impl))}, {"ok", v.feasibility.ok}};
+      json t = {{"tactic", tactic_name(v.tactic)}, {"impl", std::string(impl_name(v.tactic.kernel))}, {"ok", v.feasibility.ok}};
       json reasons = json::array();
       for (const Reason& r : v.feasibility.reasons)
         reasons.push_back({{"kind", std::string(reject_kind_name(r.kind))}, {"text", r.text}});
@@ -257,9 +257,9 @@ json feasibility_json(const std::vector<ProblemFeasibility>& all) {
 
 // ---- measured ----
 
-const Measurement* BucketResult::of(Impl i) const {
+const Measurement* BucketResult::of(GemmKernel i) const {
   for (const Measurement& m : ranked)
-    if (m.tactic.impl == i) return &m;
+    if (m.tactic.kernel == i) return &m;
   return nullptr;
 }
 
@@ -270,14 +270,14 @@ std::string format_measured(const std::vector<ProblemResult>& results) {
     for (const BucketResult& b : pr.buckets) {
       s += fmt::format("\n tokens {} (bucket {}): {} experts hit, {} rows; {:.3f} GFLOP, {:.1f} MB needed\n", b.tokens,
                        b.bucket, b.experts_hit, b.m_total, b.flops * 1e-9, b.bytes * 1e-6);
-      const Measurement* base = b.of(Impl::DequantCublas);
+      const Measurement* base = b.of(GemmKernel::DequantCublas);
       const Measurement* best = b.best();
       s += fmt::format("  {:>4}  {:<34} {:>10} {:>9} {:>8} {:>8} {:>9} {:>8}\n", "rank", "tactic", "time us",
                        "TFLOP/s", "GB/s", "vs best", "vs cuBLAS", "rel err");
       int rank = 0;
       for (const Measurement& m : b.ranked) {
         s += fmt::format("| {:>4} | {:<34} | {:>10.1f} | {:>9.1f} | {:>8.0f} | {:>7.2f}x | {:>8} | {:>8} |\n", ++rank,
-                         m.tactic.name(), m.median_us, m.tflops, m.gbps, m.median_us / best->median_us,
+                         tactic_name(m.tactic), m.median_us, m.tflops, m.gbps, m.median_us / best->median_us,
                          base ? fmt::format("{:.2f}x", m.median_us / base->median_us) : "-",
                          m.rel_err >= 0 ? fmt::format("{:.1e}", m.rel_err) : "-");
       }
@@ -285,7 +285,7 @@ std::string format_measured(const std::vector<ProblemResult>& results) {
         const char* what = m.status == Measurement::Status::LaunchFailed   ? "failed"
                            : m.status == Measurement::Status::Disqualified ? "disqualified"
                                                                            : "skipped";
-        s += fmt::format("  {:<12} {:<34} {}\n", what, m.tactic.name(), m.error);
+        s += fmt::format("  {:<12} {:<34} {}\n", what, tactic_name(m.tactic), m.error);
       }
     }
   }
@@ -294,7 +294,7 @@ std::string format_measured(const std::vector<ProblemResult>& results) {
 
 std::string measured_verdict(const std::string& op, const std::vector<ProblemResult>& results) {
   // Which implementation is fastest where; how the baseline compares.
-  std::map<Impl, std::vector<std::string>> wins;  // impl -> "label@tokens"
+  std::map<GemmKernel, std::vector<std::string>> wins;  // impl -> "label@tokens"
   std::map<std::string, int> tactic_wins;
   int buckets = 0;
   double base_lo = 1e30, base_hi = 0;
@@ -304,9 +304,9 @@ std::string measured_verdict(const std::string& op, const std::vector<ProblemRes
       const Measurement* best = b.best();
       if (!best) continue;
       ++buckets;
-      wins[best->tactic.impl].push_back(fmt::format("{} {}", pr.problem.label, b.tokens));
-      tactic_wins[best->tactic.name()]++;
-      if (const Measurement* base = b.of(Impl::DequantCublas); base && best->tactic.impl != Impl::DequantCublas) {
+      wins[best->tactic.kernel].push_back(fmt::format("{} {}", pr.problem.label, b.tokens));
+      tactic_wins[tactic_name(best->tactic)]++;
+      if (const Measurement* base = b.of(GemmKernel::DequantCublas); base && best->tactic.kernel != GemmKernel::DequantCublas) {
         base_lo = std::min(base_lo, base->median_us / best->median_us);
         base_hi = std::max(base_hi, base->median_us / best->median_us);
         ++base_buckets;
@@ -315,7 +315,7 @@ std::string measured_verdict(const std::string& op, const std::vector<ProblemRes
   if (buckets == 0) return fmt::format("{}: nothing could be measured", op);
   std::string s;
   if (wins.size() == 1) {
-    const Impl w = wins.begin()->first;
+    const GemmKernel w = wins.begin()->first;
     std::string which(impl_name(w));
     if (tactic_wins.size() == 1) which = tactic_wins.begin()->first;
     s = fmt::format("{} is fastest at every bucket", which);
@@ -336,12 +336,12 @@ std::string measured_verdict(const std::string& op, const std::vector<ProblemRes
   // Our kernels (the wgmma kernel, the decode kernel, or both at different buckets) win
   // every bucket: the path is the best one measured.
   bool ours_everywhere = true;
-  for (const auto& [impl, where] : wins) ours_everywhere &= impl == Impl::Sm90Wgmma || impl == Impl::Sm90Decode;
+  for (const auto& [impl, where] : wins) ours_everywhere &= impl == GemmKernel::Sm90Wgmma || impl == GemmKernel::Sm90Decode;
   if (ours_everywhere)
     s += wins.size() == 1 ? ": the current path is the best one."
                           : ": our two kernels split the buckets; the plan picks the faster per bucket: the current "
                             "path is the best one.";
-  else if (wins.count(Impl::DequantCublas))
+  else if (wins.count(GemmKernel::DequantCublas))
     s += ": the cuBLAS baseline beats our kernels at some buckets; the plan uses it there.";
   else
     s += ": the plan picks the winner per bucket.";
@@ -354,8 +354,8 @@ json measured_json(const std::vector<ProblemResult>& results) {
     json buckets = json::array();
     for (const BucketResult& b : pr.buckets) {
       auto m_json = [](const Measurement& m) {
-        return json{{"tactic", m.tactic.name()},
-                    {"impl", std::string(impl_name(m.tactic.impl))},
+        return json{{"tactic", tactic_name(m.tactic)},
+                    {"impl", std::string(impl_name(m.tactic.kernel))},
                     {"status", m.status == Measurement::Status::Ok             ? "ok"
                                : m.status == Measurement::Status::LaunchFailed ? "launch_failed"
                                : m.status == Measurement::Status::Disqualified ? "disqualified"

@@ -17,10 +17,10 @@ namespace fp4moe::tuner {
 
 // GLM-5's two MoE GEMMs ("glm5": gate_up N=4096 K=6144 SiluMul, down N=6144 K=2048 RowScale,
 // E=256, top-8) or a tiny stand-in ("tiny": N=256 K=512 / N=512 K=128, E=8, top-2).
-std::vector<GemmProblem> preset_problems(const std::string& preset, Act act = Act::BF16);
+std::vector<GemmProblem> preset_problems(const std::string& preset, ActFormat act = ActFormat::BF16);
 // The same two GEMMs from a checkpoint's config (hidden, moe_intermediate_size, experts,
 // top-k, NVFP4/MXFP4 from its quantization config).
-std::vector<GemmProblem> model_problems(const std::string& dir, Act act = Act::BF16);
+std::vector<GemmProblem> model_problems(const std::string& dir, ActFormat act = ActFormat::BF16);
 
 struct TacticVerdict {
   Tactic tactic;
@@ -50,7 +50,7 @@ struct Measurement {
   double median_us = 0, min_us = 0;
   int runs = 0;
   double tflops = 0, gbps = 0;
-  double rel_err = -1;      // vs the reference (Generic), -1 when not checked
+  double rel_err = -1;      // worst checked row vs the CPU reference, -1 when not checked
   std::string error;        // launch error / why disqualified / skipped
 };
 
@@ -62,7 +62,7 @@ struct BucketResult {
   std::vector<Measurement> ranked;    // Ok ones, fastest first
   std::vector<Measurement> dropped;   // failed / disqualified / skipped
   const Measurement* best() const { return ranked.empty() ? nullptr : &ranked.front(); }
-  const Measurement* of(Impl i) const;  // fastest Ok measurement of that implementation
+  const Measurement* of(GemmKernel i) const;  // fastest Ok measurement of that implementation
 };
 
 struct ProblemResult {

@@ -1,6 +1,8 @@
 // `fp4moe run-moe` end to end: make-synthetic glm5-tiny -> run-moe (the built binary) ->
-// compare with moe_forward_cpu run in-process on the same layer; every bad input gives
-// exit code 1 or 2 with a one-line message.
+// compare with moe_forward_cpu run in-process on the same layer; --backend cuda where a GPU is
+// present: it succeeds and matches the CPU backend (same ids on the GPU's own logits, every
+// token's output close); every bad input gives exit code 1 or 2 with a one-line message.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +16,7 @@
 #include "cpu/moe_cpu.hpp"
 #include "format/checkpoint.hpp"
 #include "format/safetensors.hpp"
+#include "gpu_test.hpp"
 
 namespace fp4moe {
 namespace {
@@ -61,6 +64,20 @@ class RunMoeTest : public ::testing::Test {
 TempDir* RunMoeTest::dir_ = nullptr;
 fs::path RunMoeTest::model_;
 
+// One F32 / I32 tensor of a run-moe output file, checked for its shape.
+template <typename T>
+std::vector<T> read_tensor(const SafetensorsFile& f, const std::string& name, DType dtype,
+                           const std::vector<int64_t>& shape) {
+  const TensorInfo& t = f.get(name);
+  EXPECT_EQ(t.dtype, dtype) << name;
+  EXPECT_EQ(t.shape, shape) << name;
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  std::vector<T> v(n);
+  if (t.dtype == dtype && t.shape == shape) std::memcpy(v.data(), f.bytes(t).data(), n * sizeof(T));
+  return v;
+}
+
 void expect_matches_in_process(const fs::path& model, int64_t layer, const std::vector<float>& x, int64_t T,
                                const fs::path& out_file) {
   const auto ck = Checkpoint::open(model.string());
@@ -85,6 +102,7 @@ void expect_matches_in_process(const fs::path& model, int64_t layer, const std::
   EXPECT_EQ(out, ref.out);
   EXPECT_EQ(ti, ref.routing.topk_ids);
   EXPECT_EQ(tw, ref.routing.topk_weights);
+  EXPECT_EQ(read_tensor<float>(*f, "router_logits", DType::F32, {T, w.cfg.num_experts}), ref.logits);
   double n = 0;
   for (float v : out) n += double(v) * v;
   EXPECT_GT(n, 0.0);  // a real, non-zero output
@@ -174,7 +192,6 @@ TEST_F(RunMoeTest, BadInputsGiveExitCodeAndOneLine) {
       {args(model_, -1, good), "out of range", 1},
       {args(model_, 0, good), "dense", 1},
       {args(bad_model, 1, good), "non-finite", 1},
-      {args(model_, 1, good) + " --backend cuda", "cuda backend", 1},
       {"--model " + model_.string() + " --layer 1 --input " + good.string() + " --output " +
            (d / "no_dir" / "o.safetensors").string(),
        "no_dir", 1},
@@ -183,7 +200,10 @@ TEST_F(RunMoeTest, BadInputsGiveExitCodeAndOneLine) {
       {"--model " + model_.string() + " --layer 1 --input " + good.string(), "", 2},  // no --output
       {"--model " + model_.string() + " --layer one --input " + good.string() + out, "", 2},
   };
-  for (const Case& c : cases) {
+  std::vector<Case> all = cases;
+  if (!test::gpu_available())  // no GPU (or no CUDA build): --backend cuda is one clear line
+    all.push_back({args(model_, 1, good) + " --backend cuda", "cuda backend", 1});
+  for (const Case& c : all) {
     const Result r = run_moe(c.args);
     EXPECT_EQ(r.rc, c.rc) << c.args << "\n" << r.err;
     EXPECT_FALSE(r.err.empty()) << c.args;
@@ -195,6 +215,55 @@ TEST_F(RunMoeTest, BadInputsGiveExitCodeAndOneLine) {
   }
   // The good input still works after all that.
   EXPECT_EQ(run_moe(args(model_, 1, good)).rc, 0);
+}
+
+// Per row relative L2 error of `got` against `ref` (cols values per row): the largest.
+double worst_row_error(const std::vector<float>& got, const std::vector<float>& ref, int64_t cols) {
+  double worst = 0;
+  for (size_t r = 0; r < ref.size() / size_t(cols); ++r) {
+    double num = 0, den = 0;
+    for (size_t j = r * size_t(cols); j < (r + 1) * size_t(cols); ++j) {
+      if (!std::isfinite(got[j])) return INFINITY;
+      num += (double(got[j]) - ref[j]) * (double(got[j]) - ref[j]);
+      den += double(ref[j]) * ref[j];
+    }
+    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  return worst;
+}
+
+// Where a GPU is present, --backend cuda succeeds and matches the CPU backend: its logits are
+// the CPU's within FP32 rounding, the CPU selection on its own logits picks the same ids for
+// every token, and every token's output is within 1e-2 of the CPU layer on that routing.
+TEST_F(RunMoeTest, CudaBackendMatchesTheCpuBackend) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int64_t T : {1, 37}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << T);
+    const std::vector<float> x = random_x(T, uint32_t(40 + T));
+    const fs::path in = dir_->path / "in_cuda.safetensors", out_file = dir_->path / "out_cuda.safetensors";
+    write_f32(in, "hidden_states", {T, kHidden}, x);
+    const Result r = run_moe("--model " + model_.string() + " --layer 1 --input " + in.string() + " --output " +
+                             out_file.string() + " --backend cuda");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("backend cuda"), std::string::npos) << r.out;
+    const auto ck = Checkpoint::open(model_.string());
+    const MoeLayerWeights w = ck->load_moe_layer(1);
+    const int64_t k = w.cfg.top_k, E = w.cfg.num_experts;
+    const auto f = SafetensorsFile::open(out_file.string());
+    const auto out = read_tensor<float>(*f, "output", DType::F32, {T, kHidden});
+    const auto ids = read_tensor<int32_t>(*f, "topk_ids", DType::I32, {T, k});
+    const auto wts = read_tensor<float>(*f, "topk_weights", DType::F32, {T, k});
+    const auto logits = read_tensor<float>(*f, "router_logits", DType::F32, {T, E});
+    const MoeOutput own = moe_forward_cpu(w, x.data(), T);
+    EXPECT_LT(worst_row_error(logits, own.logits, E), 1e-4) << "router logits";
+    CpuMoeOptions on_gpu_logits;
+    on_gpu_logits.router_logits = logits.data();
+    const MoeOutput ref = moe_forward_cpu(w, x.data(), T, on_gpu_logits);
+    EXPECT_EQ(ids, ref.routing.topk_ids) << "ids differ from the CPU selection on the GPU's logits";
+    for (size_t i = 0; i < wts.size(); ++i)
+      EXPECT_NEAR(wts[i], ref.routing.topk_weights[i], 1e-4 * (1 + std::fabs(ref.routing.topk_weights[i])));
+    EXPECT_LT(worst_row_error(out, ref.out, kHidden), 1e-2) << "output";
+  }
 }
 
 }  // namespace

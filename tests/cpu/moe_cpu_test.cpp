@@ -353,6 +353,29 @@ TEST(MoeCpu, DeterministicAcrossThreadCounts) {
   EXPECT_EQ(a.routing.topk_ids, b.routing.topk_ids);
 }
 
+// The layer returns the logits it routed on; routing on given logits (what the GPU tests do with
+// the GPU's) reproduces the run when they are its own, and follows them when they differ.
+TEST(MoeCpu, RoutesOnGivenLogits) {
+  const MoeLayerWeights w = random_layer(Routing::SigmoidGrouped, WeightFormat::NVFP4, true, 192, 96, 13u);
+  const int64_t T = 9, E = w.cfg.num_experts, k = w.cfg.top_k;
+  const std::vector<float> x = random_x(T, 192, 14u);
+  const MoeOutput own = moe_forward_cpu(w, x.data(), T);
+  ASSERT_EQ(own.logits.size(), size_t(T * E));
+  CpuMoeOptions opt;
+  opt.router_logits = own.logits.data();
+  const MoeOutput again = moe_forward_cpu(w, x.data(), T, opt);
+  EXPECT_EQ(again.out, own.out);
+  EXPECT_EQ(again.routing.topk_ids, own.routing.topk_ids);
+  std::vector<float> forced(size_t(T * E), -5.0f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) forced[size_t(t * E + (E - 1 - j))] = 5.0f;  // the last k experts win
+  opt.router_logits = forced.data();
+  const MoeOutput f = moe_forward_cpu(w, x.data(), T, opt);
+  EXPECT_EQ(f.logits, forced);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) EXPECT_GE(f.routing.topk_ids[size_t(t * k + j)], E - k) << t;
+}
+
 TEST(MoeCpu, Bf16ActivationsRoundXAndH) {
   const MoeLayerWeights w = random_layer(Routing::SoftmaxNorm, WeightFormat::NVFP4, false, 192, 96, 5u);
   const std::vector<float> x = random_x(50, 192, 6u);

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/dequant_cublas.hpp"
+#include "gpu_test.hpp"
 #include "linear_fp4_gemm_check.hpp"
 
 namespace fp4moe::test {
@@ -56,7 +57,7 @@ TEST(DequantCublasValidation, RejectsBadShapesWithAReason) {
 }
 
 TEST(DequantCublas, CublasLtMatchesCpuReference) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  FP4MOE_SKIP_WITHOUT_GPU();
   for (const GemmCase& c : standard_cases(true)) {
     const double rel = check_grouped_gemm(c, runner({}, true));
     std::printf("  cublaslt %-48s rel %.2e\n", case_name(c).c_str(), rel);
@@ -64,14 +65,14 @@ TEST(DequantCublas, CublasLtMatchesCpuReference) {
 }
 
 TEST(DequantCublas, GroupedBatchedMatchesCpuReference) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  FP4MOE_SKIP_WITHOUT_GPU();
   DequantCublasOptions opt;
   opt.mode = DequantCublasOptions::Mode::GroupedBatched;
   for (const GemmCase& c : standard_cases(false)) check_grouped_gemm(c, runner(opt, true));
 }
 
 TEST(DequantCublas, ChunkedSlotsAndDeviceOffsets) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  FP4MOE_SKIP_WITHOUT_GPU();
   // Few slots -> several dequantize + GEMM chunks; no host offsets -> the D2H copy path.
   DequantCublasOptions opt;
   opt.max_dequant_bytes = size_t(256) * 256 * 2 * 3;  // 3 experts per chunk

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
+#include "gpu_test.hpp"
 #include "linear_fp4_gemm_check.hpp"
 
 namespace fp4moe::test {
@@ -81,23 +82,30 @@ TEST(GenericGemmValidation, RunThrowsBeforeLaunching) {
 }
 
 TEST(GenericGemm, MatchesCpuReference) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  FP4MOE_SKIP_WITHOUT_GPU();
   for (const GemmCase& c : standard_cases(true)) {
     const double rel = check_grouped_gemm(c, run_generic);
     std::printf("  generic  %-48s rel %.2e\n", case_name(c).c_str(), rel);
   }
 }
 
+// No host synchronisation inside: the launch is capturable, and a replay writes exactly what
+// the eager launch wrote (bit for bit); the replayed output is then checked against the CPU.
 TEST(GenericGemm, GraphCaptureMatchesEager) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
-  // No host synchronisation inside: the launch is capturable; the replay must match.
+  FP4MOE_SKIP_WITHOUT_GPU();
   GemmCase c{WeightFormat::NVFP4, 256, 256, Epilogue::SiluMul, {3, 0, 70, 1}, 0, 11};
   check_grouped_gemm(c, [](const MoeGemmDesc& d, const LinearFp4Weights& w, const MoeGemmArgs& a,
-                           std::span<const int32_t>) {
+                           std::span<const int32_t> off) {
+    const size_t y_bytes = size_t(off.back()) * size_t(d.n / 2) * 2;
     cudaStream_t s;
     FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     MoeGemmArgs as = a;
     as.stream = s;
+    cuda::run_generic_grouped_gemm(d, w, as);  // eager
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<uint8_t> eager(y_bytes), replay(y_bytes);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(eager.data(), a.y, y_bytes, cudaMemcpyDeviceToHost));
+    FP4MOE_CUDA_CHECK(cudaMemset(a.y, 0xFF, y_bytes));  // poison again
     cudaGraph_t g;
     cudaGraphExec_t ge;
     FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -109,6 +117,8 @@ TEST(GenericGemm, GraphCaptureMatchesEager) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(replay.data(), a.y, y_bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(replay, eager) << "graph replay differs from the eager launch";
   });
 }
 

@@ -1,5 +1,5 @@
-// Helpers shared by the GPU MoE tests (routing, permute, layer): device buffers, random
-// data, relative errors.
+// Helpers shared by the GPU MoE tests (routing, permute, layer, GEMMs): typed device arrays,
+// random data, relative errors, event timing.
 #pragma once
 
 #include <cmath>
@@ -13,13 +13,10 @@
 #include <gtest/gtest.h>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
+#include "gpu_test.hpp"
 
 namespace fp4moe::test {
-
-#define FP4MOE_SKIP_WITHOUT_GPU()                                   \
-  do {                                                              \
-    if (!::fp4moe::cuda::device_available()) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
 
 // Median of `runs` CUDA-event timings (µs) of fn() on the default stream after `warm`
 // warm-up calls, the `flush_bytes` at `flush` overwritten before each call (cold L2).
@@ -45,26 +42,21 @@ double median_event_us(void* flush, size_t flush_bytes, int warm, int runs, Fn&&
   return double(ms[ms.size() / 2]) * 1e3;
 }
 
+// A typed device array on cuda::DeviceBuffer, poisoned (0xff bytes: NaN floats, -1 ints)
+// when made from a count.
 template <typename T>
 struct DeviceArray {
+  cuda::DeviceBuffer buf;
   T* ptr = nullptr;
   size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(count, 1) * sizeof(T)));
-    FP4MOE_CUDA_CHECK(cudaMemset(ptr, 0xff, std::max<size_t>(count, 1) * sizeof(T)));  // poison
+  explicit DeviceArray(size_t count) : buf(std::max<size_t>(count, 1) * sizeof(T)), ptr(buf.as<T>()), n(count) {
+    FP4MOE_CUDA_CHECK(cudaMemset(ptr, 0xff, buf.bytes()));  // poison
   }
   explicit DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) { upload(h); }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  void upload(const std::vector<T>& h) {
-    FP4MOE_CUDA_CHECK(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
+  void upload(const std::vector<T>& h) { buf.upload(h); }
   std::vector<T> download() const {
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<T> h(n);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
+    return buf.download<T>(n);
   }
 };
 

@@ -43,10 +43,14 @@ TEST(ChatTemplateGolden, ProbesMatchJinja2ByteForByte) {
     const std::string name = p.at("name").get<std::string>();
     if (p.contains("output")) {
       EXPECT_TRUE(ok) << name << ": unexpected error: " << out;
-      if (ok) EXPECT_EQ(out, p.at("output").get<std::string>()) << name;
+      if (ok) {
+        EXPECT_EQ(out, p.at("output").get<std::string>()) << name;
+      }
     } else {
       EXPECT_FALSE(ok) << name << ": jinja2 fails (" << p.at("error").get<std::string>() << ") but we rendered: " << out;
-      if (!ok) EXPECT_EQ(out.find('\n'), std::string::npos) << name << ": multi-line error: " << out;
+      if (!ok) {
+        EXPECT_EQ(out.find('\n'), std::string::npos) << name << ": multi-line error: " << out;
+      }
     }
   }
 }

@@ -48,6 +48,7 @@ TEST(ChatTemplate, UnsupportedConstructsAreOneLineErrors) {
       {"{% frob %}", "unknown tag 'frob'"},
       {"{{ messages[0] }", "unexpected"},
       {"{% if true %}", "unexpected end of template, expected 'endif'"},
+      {"{{ x }}\xf1", "not valid UTF-8"},
   };
   for (const auto& [src, want] : cases) {
     const std::string msg = error_of(src);

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "cuda/moe_gemm/sm90_tile_layout.hpp"
+#include "gpu_test.hpp"
 #include "tuner/arch.hpp"
 #include "tuner/blackwell_layout.hpp"
 #include "tuner/tactic.hpp"
@@ -18,12 +18,12 @@ using namespace fp4moe::tuner;
 
 namespace {
 
-GemmProblem glm5_gate_up(Act act = Act::BF16) { return preset_problems("glm5", act)[0]; }
+GemmProblem glm5_gate_up(ActFormat act = ActFormat::BF16) { return preset_problems("glm5", act)[0]; }
 
 const TacticVerdict* find_verdict(const ProblemFeasibility& pf, const std::string& name) {
   for (const auto* list : {&pf.feasible, &pf.rejected})
     for (const TacticVerdict& v : *list)
-      if (v.tactic.name() == name) return &v;
+      if (tactic_name(v.tactic) == name) return &v;
   return nullptr;
 }
 
@@ -75,7 +75,7 @@ TEST(Arch, NamesInEveryCommonSpelling) {
 }
 
 TEST(Arch, DeviceNumbersMatchTheTable) {
-  if (!have_device()) GTEST_SKIP() << "no GPU";
+  FP4MOE_SKIP_WITHOUT_GPU();
   const ArchInfo d = device_arch();
   EXPECT_EQ(d.source, "device");
   EXPECT_GT(d.sm_count, 0);
@@ -126,7 +126,7 @@ TEST(Blackwell, Sm120BlockScaled128x256And256x128DoNotFitEvenAtTwoStages) {
   EXPECT_EQ(bs_smem_plan(BsFamily::Sm120MmaSync, {128, 256, 256}, 2, WeightFormat::NVFP4).total(), 130048);
 
   // Through the registry: rejected on sm_120 for shared memory, with the bytes in the reason.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
+  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_120"));
   for (const char* name : {"sm120-mma-bs 128x256x256 s2", "sm120-mma-bs 256x128x256 s2"}) {
     const TacticVerdict* v = find_verdict(pf, name);
     ASSERT_NE(v, nullptr) << name;
@@ -141,7 +141,7 @@ TEST(Blackwell, Sm120BlockScaled128x256And256x128DoNotFitEvenAtTwoStages) {
   ASSERT_NE(ok, nullptr);
   EXPECT_TRUE(ok->feasibility.ok) << ok->feasibility.reason();
   // And the sm_100 kernel takes both tiles on sm_100.
-  const ProblemFeasibility pf100 = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_100"));
+  const ProblemFeasibility pf100 = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_100"));
   for (const char* name : {"sm100-tcgen05-bs 128x256x256 s2", "sm100-tcgen05-bs 256x128x256 s2"}) {
     const TacticVerdict* v = find_verdict(pf100, name);
     ASSERT_NE(v, nullptr) << name;
@@ -175,7 +175,7 @@ TEST(Blackwell, StageCountWithAlignmentPaddingIsOneLessThanCutlassAutoCarveout) 
   EXPECT_EQ(bs_naive_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap),
             bs_aligned_stage_count(BsFamily::Sm120MmaSync, {128, 128, 128}, WeightFormat::NVFP4, cap));
   // The registry lists the naive count and rejects it with the explanation.
-  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(Act::NVFP4), arch_by_name("sm_120"));
+  const ProblemFeasibility pf = check_feasibility("moe-gemm", glm5_gate_up(ActFormat::NVFP4_EMULATED), arch_by_name("sm_120"));
   const TacticVerdict* v = find_verdict(pf, "sm120-mma-bs 128x256x128 s3");
   ASSERT_NE(v, nullptr);
   EXPECT_FALSE(v->feasibility.ok);
@@ -197,43 +197,63 @@ TEST(Blackwell, ScaleFactorsArePaddedTo128x4Atoms) {
   EXPECT_EQ(bs_sf_stage_bytes(200, 128, WeightFormat::NVFP4), 256 * 8);
 }
 
-TEST(Sm90, EveryConfigOfOurKernelIsAcceptedOnSm90WithTheLayoutHeadersBytes) {
+// The shared memory the tuner counts for our sm90 kernels, against numbers computed by hand from
+// the carve-up (not from sm90_tile_layout.hpp, which the tuner itself sums): 1,024 B of base
+// alignment slack + per stage (block_n x 64 BF16 activations + 4,096 B of codes + 512 B of
+// scales + 16 B of mbarriers) + the scheduler's (E + 3) x 4 B rounded to 16 (E = 256: 1,040 B).
+// The GPU test Sm90MoeGemm.KernelResourcesMatchTheLayoutArithmetic checks the same bytes
+// against the compiled kernels' attributes and occupancy.
+TEST(Sm90, SharedMemoryOfOurKernelsMatchesHandComputedBytes) {
   const ArchInfo& a = arch_by_name("sm_90");
+  struct Expect {
+    const char* tactic;
+    int64_t bytes;
+  };
+  const Expect expect[] = {
+      {"sm90-wgmma 128x256x64 s6", 1024 + 6 * (256 * 128 + 4096 + 512 + 16) + 1040},   // 226,416
+      {"sm90-wgmma 128x128x64 s8", 1024 + 8 * (128 * 128 + 4096 + 512 + 16) + 1040},   // 170,128
+      {"sm90-wgmma 128x64x64 s12", 1024 + 12 * (64 * 128 + 4096 + 512 + 16) + 1040},   // 155,856
+      {"sm90-wgmma 128x16x64 s16", 1024 + 16 * (16 * 128 + 4096 + 512 + 16) + 1040},   // 108,816
+      {"sm90-wgmma 128x64x64 s4", 1024 + 4 * (64 * 128 + 4096 + 512 + 16) + 1040},     // 53,328
+      {"sm90-decode 128x8x64 s13", 1024 + 13 * (8 * 128 + 4096 + 512 + 16) + 1040},   // 75,488
+      {"sm90-decode 128x16x64 s11", 1024 + 11 * (16 * 128 + 4096 + 512 + 16) + 1040}, // 75,456
+      {"sm90-decode 128x32x64 s8", 1024 + 8 * (32 * 128 + 4096 + 512 + 16) + 1040},   // 71,824
+  };
+  EXPECT_EQ(expect[0].bytes, 226416);
+  EXPECT_EQ(expect[5].bytes, 75488);
   for (const GemmProblem& p : preset_problems("glm5")) {
+    ASSERT_EQ(p.num_experts, 256);
     const ProblemFeasibility pf = check_feasibility("moe-gemm", p, a);
-    int sm90_ok = 0;
-    for (const TacticVerdict& v : pf.feasible) {
-      if (v.tactic.impl != Impl::Sm90Wgmma) continue;
-      ++sm90_ok;
-      ASSERT_TRUE(v.feasibility.smem.has_value());
-      const auto l = cuda::sm90::sm90_smem_layout(v.tactic.cfg.block_n, v.tactic.cfg.stages, p.num_experts);
-      EXPECT_EQ(v.feasibility.smem->total(), int64_t(l.total)) << v.tactic.name();
-      EXPECT_LE(v.feasibility.smem->total(), a.smem_per_block_optin);
-      EXPECT_LE(v.feasibility.smem->total(), int64_t(cuda::sm90::sm90_smem_limit(v.tactic.cfg.block_n)));
+    for (const Expect& e : expect) {
+      const TacticVerdict* v = find_verdict(pf, e.tactic);
+      ASSERT_NE(v, nullptr) << e.tactic << " is not in the registry";
+      EXPECT_TRUE(v->feasibility.ok) << e.tactic << ": " << v->feasibility.reason();
+      ASSERT_TRUE(v->feasibility.smem.has_value()) << e.tactic;
+      EXPECT_EQ(v->feasibility.smem->total(), e.bytes) << e.tactic;
     }
-    int decode_ok = 0;
+    // The deepest decode rings: one stage more would not fit a third of the SM (3 CTAs per SM:
+    // 233,472 / 3 - 1,024 = 76,800 B per CTA).
+    EXPECT_GT(1024 + 14 * (8 * 128 + 4096 + 512 + 16) + 1040, 76800);
+    EXPECT_GT(1024 + 12 * (16 * 128 + 4096 + 512 + 16) + 1040, 76800);
+    EXPECT_GT(1024 + 9 * (32 * 128 + 4096 + 512 + 16) + 1040, 76800);
+    // Every listed config of ours is accepted on sm_90; nothing of ours, the baseline or the
+    // fallback is rejected there; the Blackwell listings are, for their arch.
+    int sm90_ok = 0, decode_ok = 0;
     for (const TacticVerdict& v : pf.feasible) {
-      if (v.tactic.impl != Impl::Sm90Decode) continue;
-      ++decode_ok;
-      ASSERT_TRUE(v.feasibility.smem.has_value());
-      const auto l = cuda::sm90::sm90_smem_layout(v.tactic.cfg.block_n, v.tactic.cfg.stages, p.num_experts);
-      EXPECT_EQ(v.feasibility.smem->total(), int64_t(l.total)) << v.tactic.name();
-      // 3 CTAs per SM: each within a third of the SM's 233,472 B less the 1 KB reserved.
-      EXPECT_LE(v.feasibility.smem->total(), a.smem_per_sm / cuda::sm90::kDecodeCtasPerSm - a.smem_reserved_per_block);
-      EXPECT_EQ(int64_t(cuda::sm90::sm90_decode_smem_limit()),
-                a.smem_per_sm / cuda::sm90::kDecodeCtasPerSm - a.smem_reserved_per_block);
+      sm90_ok += v.tactic.kernel == GemmKernel::Sm90Wgmma;
+      decode_ok += v.tactic.kernel == GemmKernel::Sm90Decode;
     }
     EXPECT_EQ(decode_ok, 3) << "decode block_n 8, 16, 32";
+    EXPECT_GE(sm90_ok, 4);
     for (const TacticVerdict& v : pf.rejected) {
-      EXPECT_NE(v.tactic.impl, Impl::Sm90Wgmma) << v.tactic.name() << ": " << v.feasibility.reason();
-      EXPECT_NE(v.tactic.impl, Impl::Sm90Decode) << v.tactic.name() << ": " << v.feasibility.reason();
-      EXPECT_NE(v.tactic.impl, Impl::Generic);
-      EXPECT_NE(v.tactic.impl, Impl::DequantCublas);
-      if (v.tactic.impl == Impl::Sm100Tcgen05BlockScaled || v.tactic.impl == Impl::Sm120MmaBlockScaled) {
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Sm90Wgmma) << tactic_name(v.tactic) << ": " << v.feasibility.reason();
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Sm90Decode) << tactic_name(v.tactic) << ": " << v.feasibility.reason();
+      EXPECT_NE(v.tactic.kernel, GemmKernel::Generic);
+      EXPECT_NE(v.tactic.kernel, GemmKernel::DequantCublas);
+      if (v.tactic.kernel == GemmKernel::Sm100Tcgen05BlockScaled || v.tactic.kernel == GemmKernel::Sm120MmaBlockScaled) {
         EXPECT_TRUE(v.feasibility.rejected_for(RejectKind::Arch));
       }
     }
-    EXPECT_GE(sm90_ok, 4);
   }
 }
 
@@ -250,20 +270,20 @@ TEST(Sm90, RejectedElsewhereAndForBadShapes) {
   p.n = 4000;  // not a multiple of the 128-row tile
   const ProblemFeasibility bad = check_feasibility("moe-gemm", p, arch_by_name("sm_90"));
   for (const TacticVerdict& t : bad.rejected)
-    if (t.tactic.impl == Impl::Sm90Wgmma) {
+    if (t.tactic.kernel == GemmKernel::Sm90Wgmma) {
       EXPECT_TRUE(t.feasibility.rejected_for(RejectKind::Shape));
     }
-  for (const TacticVerdict& t : bad.feasible) EXPECT_NE(t.tactic.impl, Impl::Sm90Wgmma);
+  for (const TacticVerdict& t : bad.feasible) EXPECT_NE(t.tactic.kernel, GemmKernel::Sm90Wgmma);
 }
 
 TEST(Fallback, GenericAcceptsAnyShapeOnEveryArchitecture) {
   const Tactic fb = fallback_tactic("moe-gemm");
-  EXPECT_EQ(fb.impl, Impl::Generic);
+  EXPECT_EQ(fb.kernel, GemmKernel::Generic);
   EXPECT_THROW(fallback_tactic("attention"), Error);
   EXPECT_THROW(tactics_for("attention", glm5_gate_up()), Error);
   for (const ArchInfo& a : arch_table())
-    for (GemmProblem p : {glm5_gate_up(), GemmProblem{3, 96, 48, 1, WeightFormat::NVFP4, Act::BF16, Epi::None, "odd"},
-                          GemmProblem{1, 2, 32, 1, WeightFormat::MXFP4, Act::BF16, Epi::SiluMul, "tiny"}}) {
+    for (GemmProblem p : {glm5_gate_up(), GemmProblem{3, 96, 48, 1, WeightFormat::NVFP4, ActFormat::BF16, Epilogue::None, "odd"},
+                          GemmProblem{1, 2, 32, 1, WeightFormat::MXFP4, ActFormat::BF16, Epilogue::SiluMul, "tiny"}}) {
       bool found = false;
       for (const TacticDef& d : tactics_for("moe-gemm", p))
         if (d.tactic == fb) {

@@ -1,10 +1,16 @@
-// The plan cache: round trip, atomic writes, corrupt and stale files, nearest-bucket lookup,
-// and the fallback that always exists.
+// The plan cache: round trip, atomic writes, corrupt and stale files (the key follows the
+// kernels' identities), concurrent saves from threads and processes, nearest-bucket lookup,
+// the fallback that always exists, and a stale stored tactic reported once.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -49,10 +55,10 @@ class PlanCacheTest : public ::testing::Test {
     e.bucket = bucket;
     e.best = best;
     e.best_us = us;
-    e.timings = {{best.name(), us, 1.5, 2.5}, {"generic", us * 3, 0.5, 0.8}};
+    e.timings = {{tactic_name(best), us, 1.5, 2.5}, {"generic", us * 3, 0.5, 0.8}};
     return e;
   }
-  static Tactic sm90(int bn, int stages) { return Tactic{Impl::Sm90Wgmma, TileCfg{128, bn, 64, stages, 1, 1}}; }
+  static Tactic sm90(int bn, int stages) { return Tactic{GemmKernel::Sm90Wgmma, 128, bn, 64, stages, 1, 1}; }
   void write(const std::string& text) {
     fs::create_directories(fs::path(path_).parent_path());
     std::ofstream(path_) << text;
@@ -74,7 +80,8 @@ TEST_F(PlanCacheTest, RoundTripKeepsEveryField) {
   ASSERT_EQ(c.entries().size(), 3u);
   c.save();
   for (const auto& f : fs::directory_iterator(fs::path(path_).parent_path()))
-    EXPECT_EQ(f.path().string(), path_) << "left a temporary file behind";
+    EXPECT_TRUE(f.path().string() == path_ || f.path().string() == path_ + ".lock")
+        << "left a temporary file behind: " << f.path();
 
   PlanCache d(path_, key());
   ASSERT_TRUE(d.load());
@@ -86,19 +93,19 @@ TEST_F(PlanCacheTest, RoundTripKeepsEveryField) {
   ASSERT_EQ(e->timings.size(), 2u);
   EXPECT_EQ(e->timings[0].tactic, "sm90-wgmma 128x128x64 s4");
   EXPECT_DOUBLE_EQ(e->timings[1].median_us, 2400.0);
-  EXPECT_EQ(e->epilogue, Epi::SiluMul);
+  EXPECT_EQ(e->epilogue, Epilogue::SiluMul);
   EXPECT_EQ(d.find("moe-gemm", problem(), 64), nullptr);
   GemmProblem other = problem();
-  other.epilogue = Epi::None;
+  other.epilogue = Epilogue::None;
   EXPECT_EQ(d.find("moe-gemm", other, 128), nullptr);
 }
 
 TEST_F(PlanCacheTest, CorruptFilesAreIgnoredAndRebuilt) {
-  for (const std::string& junk : {std::string("not json at all {"), std::string("{\"format\": \"fp4moe-plans/1\"}"),
+  for (const std::string& junk : {std::string("not json at all {"), std::string("{\"format\": \"fp4moe-plans/2\"}"), std::string("{\"format\": \"fp4moe-plans/1\"}"),
                                   std::string("[1, 2, 3]"), std::string(""),
-                                  std::string("{\"format\":\"fp4moe-plans/1\",\"key\":{\"gpu\":\"NVIDIA H200\","
-                                              "\"sm_count\":132,\"driver\":13000,\"runtime\":13000,\"fp4moe\":\"" FP4MOE_VERSION
-                                              "\"},\"entries\":[{\"op\":\"moe-gemm\",\"n\":\"x\"}]}")}) {
+                                  std::string("{\"format\":\"fp4moe-plans/2\",\"key\":{\"gpu\":\"NVIDIA H200\","
+                                              "\"sm_count\":132,\"driver\":13000,\"runtime\":13000,\"kernels\":\"" +
+                                              key().kernels + "\"},\"entries\":[{\"op\":\"moe-gemm\",\"n\":\"x\"}]}")}) {
     write(junk);
     PlanCache c(path_, key());
     EXPECT_NO_THROW(EXPECT_FALSE(c.load())) << junk;
@@ -121,7 +128,7 @@ TEST_F(PlanCacheTest, StaleKeyIsIgnored) {
     if (field == 1) k.sm_count = 114;
     if (field == 2) k.driver_version = 12080;
     if (field == 3) k.runtime_version = 12080;
-    if (field == 4) k.fp4moe_version = "0.0.1";
+    if (field == 4) k.kernels = "0123456789abcdef";  // other kernel code
     PlanCache d(path_, k);
     EXPECT_FALSE(d.load()) << field;
     EXPECT_TRUE(d.entries().empty());
@@ -172,7 +179,7 @@ TEST_F(PlanCacheTest, PlanForUsesTheNearestBucketAndFallsBack) {
   EXPECT_EQ(plan_for(odd, problem(), 1, sm90a), fallback_tactic("moe-gemm"));
   // A listed-only Blackwell tactic is never returned.
   PlanCache listed(path_, key());
-  listed.put(entry(1, Tactic{Impl::Sm120MmaBlockScaled, TileCfg{128, 128, 128, 2, 1, 1}}, 30));
+  listed.put(entry(1, Tactic{GemmKernel::Sm120MmaBlockScaled, 128, 128, 128, 2, 1, 1}, 30));
   EXPECT_EQ(plan_for(listed, problem(), 1, arch_by_name("sm_120")), fallback_tactic("moe-gemm"));
 }
 
@@ -202,4 +209,110 @@ TEST_F(PlanCacheTest, SaveToAnUnwritablePlaceIsAClearError) {
   PlanCache c((fs::path(path_) / "under_a_file.json").string(), key());  // parent is a regular file
   c.put(entry(1, sm90(16, 8), 30));
   EXPECT_THROW(c.save(), Error);
+}
+
+// The key follows the kernels: changing any implementation's kernel or weight-layout identity
+// changes it, and a plan saved under the old one is stale.
+TEST_F(PlanCacheTest, KeyChangesWhenAKernelIdentityChanges) {
+  const std::vector<KernelIdentity> ids = kernel_identities("moe-gemm");
+  ASSERT_GE(ids.size(), 4u);
+  const std::string k0 = registry_key(ids);
+  EXPECT_EQ(PlanKey{}.kernels, k0) << "the default key is this build's";
+  EXPECT_EQ(current_plan_key().kernels, k0);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int field = 0; field < 2; ++field) {
+      std::vector<KernelIdentity> changed = ids;
+      (field == 0 ? changed[i].kernel_id : changed[i].layout_id) += "x";
+      EXPECT_NE(registry_key(changed), k0) << impl_name(ids[i].gemm) << (field == 0 ? " kernel" : " layout");
+    }
+  for (const KernelIdentity& id : ids) {
+    EXPECT_EQ(id.kernel_id.size(), 16u) << impl_name(id.gemm) << ": a configure-time source hash";
+    EXPECT_FALSE(id.layout_id.empty());
+  }
+  PlanCache c(path_, key());
+  c.put(entry(1, sm90(16, 8), 30));
+  c.save();
+  std::vector<KernelIdentity> newer = ids;
+  newer[0].kernel_id = "ffffffffffffffff";  // the wgmma kernel changed
+  PlanKey k = key();
+  k.kernels = registry_key(newer);
+  PlanCache d(path_, k);
+  EXPECT_FALSE(d.load()) << "a plan tuned on other kernel code must be stale";
+}
+
+// Concurrent saves (threads here, each with its own cache and lock file descriptor) merge: no
+// save loses another's entries.
+TEST_F(PlanCacheTest, ConcurrentSavesFromThreadsKeepEveryEntry) {
+  constexpr int kThreads = 4, kSaves = 8;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([this, t] {
+      PlanCache c(path_, key());
+      for (int i = 0; i < kSaves; ++i) {
+        c.put(entry(int64_t(1) << (t * kSaves + i), sm90(16, 8), 30 + i));
+        c.save();
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  PlanCache all(path_, key());
+  ASSERT_TRUE(all.load());
+  EXPECT_EQ(all.entries().size(), size_t(kThreads * kSaves));
+}
+
+// The same across processes (two `fp4moe tune` runs at once).
+TEST_F(PlanCacheTest, ConcurrentSavesFromProcessesKeepEveryEntry) {
+  constexpr int kProcs = 3, kSaves = 6;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        PlanCache c(path_, key());
+        for (int i = 0; i < kSaves; ++i) {
+          c.put(entry(int64_t(1) << (p * kSaves + i), sm90(16, 8), 30 + i));
+          c.save();
+        }
+      } catch (...) {
+        rc = 1;
+      }
+      _exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  PlanCache all(path_, key());
+  ASSERT_TRUE(all.load());
+  EXPECT_EQ(all.entries().size(), size_t(kProcs * kSaves));
+}
+
+// A stored tactic this build does not know (or that is not valid here) is reported once per
+// process, however often it is looked up; the lookup falls back every time.
+TEST_F(PlanCacheTest, StaleTacticIsReportedOnce) {
+  PlanCache c(path_, key());
+  c.put(entry(64, sm90(16, 3), 30));  // no such config in the registry
+  const int before = plan_warnings_reported();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(plan_for(c, problem(), 64, arch_by_name("sm_90")), fallback_tactic("moe-gemm"));
+  EXPECT_EQ(plan_warnings_reported(), before + 1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(plan_for(c, problem(), 64, arch_by_name("sm_120")), fallback_tactic("moe-gemm"));
+  EXPECT_EQ(plan_warnings_reported(), before + 1) << "the same stale entry, looked up again";
+  PlanCache invalid(path_, key());
+  invalid.put(entry(64, sm90(16, 4), 30));
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(plan_for(invalid, problem(), 64, arch_by_name("sm_120")), fallback_tactic("moe-gemm"));
+  EXPECT_EQ(plan_warnings_reported(), before + 2) << "an sm90 plan on sm_120: reported once";
+}
+
+// `fp4moe tune` writes where the layer reads: FP4MOE_PLAN_CACHE when set.
+TEST_F(PlanCacheTest, ConfiguredPathFollowsTheEnvironment) {
+  const std::string want = (dir_ / "mine.json").string();
+  setenv("FP4MOE_PLAN_CACHE", want.c_str(), 1);
+  EXPECT_EQ(PlanCache::configured_path(), want);
+  unsetenv("FP4MOE_PLAN_CACHE");
+  EXPECT_EQ(PlanCache::configured_path(), PlanCache::default_path());
 }

@@ -1,11 +1,13 @@
 // The profiler on a real GPU (skipped without one): tiny shapes, every runnable tactic is
-// measured or dropped with a reason, outputs are checked against the Generic reference, the
-// ranking is sorted, and the result goes through the plan cache into plan_for.
+// measured or dropped with a reason, every tactic's output (the Generic fallback's too) is
+// checked row by row against the CPU reference, the ranking is sorted, and the result goes
+// through the plan cache into plan_for.
 #include <filesystem>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "gpu_test.hpp"
 #include "tuner/plan_cache.hpp"
 #include "tuner/profiler.hpp"
 
@@ -14,7 +16,8 @@ using namespace fp4moe::tuner;
 namespace fs = std::filesystem;
 
 TEST(Profiler, TinyProblemsRankCheckAndPlan) {
-  if (!profiler_available()) GTEST_SKIP() << "no GPU (or no CUDA in this build)";
+  FP4MOE_SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(profiler_available());
   const ArchInfo arch = device_arch();
   ProfileOptions opt;
   opt.tokens = {1, 37, 256};
@@ -28,18 +31,18 @@ TEST(Profiler, TinyProblemsRankCheckAndPlan) {
     for (const BucketResult& b : r.buckets) {
       EXPECT_EQ(b.m_total, b.tokens * p.top_k);
       ASSERT_NE(b.best(), nullptr) << "nothing ran at " << b.tokens;
-      ASSERT_NE(b.of(Impl::Generic), nullptr) << "the fallback must always run";
-      EXPECT_EQ(b.of(Impl::Generic)->rel_err, 0.0);
+      ASSERT_NE(b.of(GemmKernel::Generic), nullptr) << "the fallback must always run (and pass the CPU check)";
       for (size_t i = 1; i < b.ranked.size(); ++i) EXPECT_LE(b.ranked[i - 1].median_us, b.ranked[i].median_us);
       for (const Measurement& m : b.ranked) {
-        EXPECT_GE(m.runs, 20) << m.tactic.name();
+        EXPECT_GE(m.runs, 20) << tactic_name(m.tactic);
         EXPECT_GT(m.median_us, 0);
-        EXPECT_GE(m.rel_err, 0) << m.tactic.name();
-        EXPECT_LE(m.rel_err, opt.tolerance) << m.tactic.name();
+        EXPECT_GE(m.rel_err, 0) << tactic_name(m.tactic) << " was not checked against the CPU reference";
+        EXPECT_LE(m.rel_err, opt.tolerance) << tactic_name(m.tactic);
       }
-      for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << m.tactic.name();
+      for (const Measurement& m : b.dropped) EXPECT_FALSE(m.error.empty()) << tactic_name(m.tactic);
       if (arch.cc == 90) {
-        EXPECT_NE(b.of(Impl::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+        EXPECT_NE(b.of(GemmKernel::Sm90Wgmma), nullptr) << "sm90 kernel did not run at " << b.tokens;
+        EXPECT_NE(b.of(GemmKernel::Sm90Decode), nullptr) << "sm90 decode kernel did not run at " << b.tokens;
       }
       PlanEntry e;
       e.n = p.n;

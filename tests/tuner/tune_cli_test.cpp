@@ -43,7 +43,7 @@ bool have_binary() { return fs::exists(FP4MOE_BINARY_DIR "/bin/fp4moe"); }
 TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
   const ArchInfo& a = arch_by_name("sm_120");
   std::vector<ProblemFeasibility> all;
-  for (const GemmProblem& p : preset_problems("glm5", Act::NVFP4)) all.push_back(check_feasibility("moe-gemm", p, a));
+  for (const GemmProblem& p : preset_problems("glm5", ActFormat::NVFP4_EMULATED)) all.push_back(check_feasibility("moe-gemm", p, a));
   const std::string text = format_feasibility("moe-gemm", all, a, false);
   EXPECT_NE(text.find("sm120-mma-bs 128x256x256 s2"), std::string::npos) << text;
   EXPECT_NE(text.find("needs 130,048 B of shared memory; sm_120 allows 101,376 B per block"), std::string::npos);
@@ -124,9 +124,9 @@ TEST(TuneCli, ModelShapesComeFromTheCheckpointConfig) {
 }
 
 namespace {
-Measurement measured(Impl impl, int bn, double us) {
+Measurement measured(GemmKernel impl, int bn, double us) {
   Measurement m;
-  m.tactic = Tactic{impl, impl == Impl::Sm90Wgmma ? TileCfg{128, bn, 64, 4, 1, 1} : TileCfg{}};
+  m.tactic = impl == GemmKernel::Sm90Wgmma ? Tactic{impl, 128, bn, 64, 4, 1, 1} : Tactic{impl};
   m.median_us = us;
   m.runs = 20;
   return m;
@@ -139,9 +139,9 @@ TEST(TuneReport, MeasuredVerdictInPlainWords) {
   for (auto [tokens, ours, cublas] : {std::tuple{1, 30.0, 93.0}, std::tuple{8192, 5000.0, 9000.0}}) {
     BucketResult b;
     b.tokens = b.bucket = tokens;
-    b.ranked = {measured(Impl::Sm90Wgmma, 16, ours), measured(Impl::DequantCublas, 0, cublas),
-                measured(Impl::Generic, 0, cublas * 2)};
-    Measurement bad = measured(Impl::Sm90Wgmma, 256, 1);
+    b.ranked = {measured(GemmKernel::Sm90Wgmma, 16, ours), measured(GemmKernel::DequantCublas, 0, cublas),
+                measured(GemmKernel::Generic, 0, cublas * 2)};
+    Measurement bad = measured(GemmKernel::Sm90Wgmma, 256, 1);
     bad.status = Measurement::Status::Disqualified;
     bad.error = "output differs from the reference (generic): rel err 0.5 > 1e-02";
     b.dropped = {bad};

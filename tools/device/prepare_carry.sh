@@ -18,6 +18,13 @@ for l in libbrotlienc.so.1 libbrotlidec.so.1 libbrotlicommon.so.1 libssl.so.3 li
   cp -L /lib/x86_64-linux-gnu/$l .carry/lib/
 done
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+# text/'s two compiled libraries, static (the GPU machine has neither): PCRE2 and utf8proc.
+cp /usr/include/pcre2.h /usr/include/utf8proc.h .carry/include/
+cp /usr/lib/x86_64-linux-gnu/libpcre2-8.a /usr/lib/x86_64-linux-gnu/libutf8proc.a .carry/lib/
 [ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
 tar czf .carry/flashinfer.tgz -C third_party flashinfer
+# The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).
+if git rev-parse -q --verify c88aec0^{commit} >/dev/null; then
+  git archive --format=tar.gz -o .carry/baseline_c88aec0.tar.gz c88aec0
+fi
 du -sh .carry

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Seed corpus and dictionary for the text/ fuzz targets (called by tools/fuzz.sh).
 
-    python3 tools/text/fuzz_seeds.py tokenizer_json|chat_template CORPUS_DIR DICT_FILE
+    python3 tools/text/fuzz_seeds.py tokenizer_json|chat_template|regex_scanner CORPUS_DIR DICT_FILE
 
 tokenizer_json: u16 length + a small valid tokenizer.json cut from each test tokenizer of
 tests/text/data (its first merges and the tokens they use) + a text to encode.
 chat_template: the test templates and every Jinja probe of tests/text/data/templates.
+regex_scanner: every golden text of the test tokenizers (all scripts, emoji, code, runs).
 """
 import json
 import os
@@ -77,13 +78,26 @@ def template_seeds(corpus):
             "[", "]", ".", ","]
 
 
+def scanner_seeds(corpus):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from corpus import CASES  # the texts every tokenizer golden is computed on
+    for name, text in CASES:
+        with open(os.path.join(corpus, "seed_" + name), "wb") as f:
+            f.write(text)
+    return ["'s", "'S", "'re", "'LL", "'\u017f", " ", "  ", "\t", "\r\n", "\n\n", "\x0b", "\u3000", "\u00a0",
+            "\u0085", "\u2028", "\u180e", "123", "\u0661", "\u00b2", "\u2162", "\u0301", "\u65e5\u672c",
+            "\u200d", "!", " !", "\U0001f44d", "\U0001123f"]
+
+
 def main():
     target, corpus, dict_path = sys.argv[1:4]
     os.makedirs(corpus, exist_ok=True)
-    tokens = tokenizer_seeds(corpus) if target == "tokenizer_json" else template_seeds(corpus)
+    seeds = {"tokenizer_json": tokenizer_seeds, "chat_template": template_seeds, "regex_scanner": scanner_seeds}
+    tokens = seeds[target](corpus)
     with open(dict_path, "w") as f:
-        for t in tokens:
-            f.write('"%s"\n' % t.replace("\\", "\\\\").replace('"', '\\"'))
+        for t in tokens:  # libFuzzer's syntax: \\, \" and \xHH escapes
+            f.write('"%s"\n' % "".join(chr(b) if 0x20 <= b < 0x7F and b not in b'\\"' else
+                                        "\\" + chr(b) if b in b'\\"' else "\\x%02X" % b for b in t.encode()))
 
 
 if __name__ == "__main__":

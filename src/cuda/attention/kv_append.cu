@@ -11,7 +11,7 @@
 #include "cuda/attention/kv_device.cuh"
 #include "cuda/attention/kv_dims.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/routing/host_check.hpp"
+#include "core/error.hpp"
 
 namespace fp4moe::cuda::attention {
 namespace {
@@ -73,16 +73,16 @@ bool supported(KvElem e) { return e == KvElem::BF16 || e == KvElem::FP8_E4M3; }
 void kv_append(const KvAppendArgs& a, cudaStream_t stream) {
   const KvLayerView& L = a.layer;
   const KvBatchView& b = a.batch;
-  require(a.ckv && a.kpe && L.ckv && L.kpe && b.qo_indptr && b.positions && b.page_indptr && b.page_indices,
+  FP4MOE_CHECK(a.ckv && a.kpe && L.ckv && L.kpe && b.qo_indptr && b.positions && b.page_indptr && b.page_indices, "{}",
           "kv_append: a required pointer is null");
-  require(!a.index_k || L.index_k, "kv_append: index keys given but the layer has no index_k array");
-  require(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim && (!a.index_k || L.index_dim == kIndexDim),
+  FP4MOE_CHECK(!a.index_k || L.index_k, "{}", "kv_append: index keys given but the layer has no index_k array");
+  FP4MOE_CHECK(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim && (!a.index_k || L.index_dim == kIndexDim), "{}",
           "kv_append: dims " + std::to_string(L.ckv_dim) + "/" + std::to_string(L.kpe_dim) + "/" +
               std::to_string(L.index_dim) + " unsupported (512/64/128)");
-  require(supported(L.elem) && (!a.index_k || supported(L.index_elem)), "kv_append: elements must be bf16 or fp8_e4m3");
-  require(log2_exact(L.page_size) >= 0, "kv_append: page_size " + std::to_string(L.page_size) + " must be a power of two");
-  require(L.ckv_scale > 0 && L.kpe_scale > 0 && L.index_scale > 0, "kv_append: scales must be positive");
-  require(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1,
+  FP4MOE_CHECK(supported(L.elem) && (!a.index_k || supported(L.index_elem)), "{}", "kv_append: elements must be bf16 or fp8_e4m3");
+  FP4MOE_CHECK(log2_exact(L.page_size) >= 0, "{}", "kv_append: page_size " + std::to_string(L.page_size) + " must be a power of two");
+  FP4MOE_CHECK(L.ckv_scale > 0 && L.kpe_scale > 0 && L.index_scale > 0, "{}", "kv_append: scales must be positive");
+  FP4MOE_CHECK(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1, "{}",
           "kv_append: bad token / request count");
   if (b.num_tokens == 0) return;
   AppendParams p{};

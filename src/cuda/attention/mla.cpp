@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 
 #if defined(FP4MOE_HAVE_FLASHINFER)
 #include "cuda/attention/sm90_mla_flashinfer.hpp"
@@ -18,13 +19,7 @@ bool power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 }  // namespace
 
-int current_device_sm() {
-  int dev = 0, major = 0, minor = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major * 10 + minor;
-}
+int current_device_sm() { return cuda::current_device().cc; }
 
 std::string mla_can_implement(const MlaDesc& d, int sm) {
   if (!power_of_two(d.num_heads) || d.num_heads > 128)
@@ -50,9 +45,7 @@ size_t MlaSm90::float_workspace_bytes(int num_sm) {
 
 MlaSm90::MlaSm90(const MlaDesc& desc) : desc_(desc) {
   const int sm = current_device_sm();
-  int dev = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sm_, cudaDevAttrMultiProcessorCount, dev));
+  num_sm_ = cuda::current_device().sm_count;
   const std::string why = mla_can_implement(desc, sm);
   FP4MOE_CHECK(why.empty(), "{}", why);
   float_bytes_ = float_workspace_bytes(num_sm_);

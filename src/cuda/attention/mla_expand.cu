@@ -8,7 +8,7 @@
 #include "cuda/attention/kv_dims.hpp"
 #include "cuda/attention/mla_prefill.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "cuda/routing/host_check.hpp"
+#include "core/error.hpp"
 
 namespace fp4moe::cuda::attention {
 namespace {
@@ -58,8 +58,8 @@ __global__ void gather_latents_kernel(const GatherParams p) {
 void mla_gather_latents(const KvLayerView& layer, const int32_t* page_indptr, const int32_t* page_indices,
                         const int32_t* kv_indptr, int64_t requests, int64_t kv_tokens, int num_heads,
                         void* ckv_out, void* kv, cudaStream_t stream) {
-  require(layer.elem == KvElem::BF16 || layer.elem == KvElem::FP8_E4M3, "MLA gather: cache must be bf16 or fp8_e4m3");
-  require(log2_exact(layer.page_size) >= 0, "MLA gather: page_size must be a power of two");
+  FP4MOE_CHECK(layer.elem == KvElem::BF16 || layer.elem == KvElem::FP8_E4M3, "{}", "MLA gather: cache must be bf16 or fp8_e4m3");
+  FP4MOE_CHECK(log2_exact(layer.page_size) >= 0, "{}", "MLA gather: page_size must be a power of two");
   if (kv_tokens <= 0) return;
   GatherParams p{layer.ckv,
                  layer.kpe,

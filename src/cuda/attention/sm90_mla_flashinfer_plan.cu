@@ -7,7 +7,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 
 #include "cuda/attention/sm90_mla_flashinfer.hpp"
-#include "cuda/routing/host_check.hpp"
+#include "core/error.hpp"
 
 namespace fp4moe::cuda::attention::flashinfer_glue {
 
@@ -23,9 +23,9 @@ Plan plan(void* float_ws, size_t float_bytes, void* int_ws, void* pinned, size_t
                                         uint32_t(kv_len.size()), uint32_t(num_heads), kCkvDim,
                                         /*causal=*/true, stream);
   } catch (const std::exception& e) {
-    fail_invalid(std::string("MLA plan (FlashInfer MLAPlan): ") + e.what());
+    FP4MOE_FAIL("{}", std::string("MLA plan (FlashInfer MLAPlan): ") + e.what());
   }
-  require(st == cudaSuccess, std::string("MLA plan (FlashInfer MLAPlan): ") + cudaGetErrorString(st));
+  FP4MOE_CHECK(st == cudaSuccess, "{}", std::string("MLA plan (FlashInfer MLAPlan): ") + cudaGetErrorString(st));
   Plan p;
   p.info = info.ToVector();
   p.staged_int_bytes = staged;
@@ -45,9 +45,9 @@ Plan plan_prefill(void* float_ws, size_t float_bytes, void* int_ws, void* pinned
         uint32_t(qo_indptr.back()), uint32_t(kv_len.size()), uint32_t(num_heads), uint32_t(num_heads), 256, 256,
         /*page_size=*/1, /*causal=*/true, /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2, stream);
   } catch (const std::exception& e) {
-    fail_invalid(std::string("MLA prefill plan (FlashInfer PrefillSM90Plan): ") + e.what());
+    FP4MOE_FAIL("{}", std::string("MLA prefill plan (FlashInfer PrefillSM90Plan): ") + e.what());
   }
-  require(st == cudaSuccess, std::string("MLA prefill plan (FlashInfer PrefillSM90Plan): ") + cudaGetErrorString(st));
+  FP4MOE_CHECK(st == cudaSuccess, "{}", std::string("MLA prefill plan (FlashInfer PrefillSM90Plan): ") + cudaGetErrorString(st));
   Plan p;
   p.info = info.ToVector();
   p.staged_int_bytes = 0;  // PrefillSM90Plan copies its schedule to int_ws itself (async, on `stream`)

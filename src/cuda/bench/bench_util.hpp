@@ -11,7 +11,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device_buffer.hpp"
+
 namespace fp4moe::cuda::bench {
+
+// Median of a sample (the mean of the two middle values for an even count; 0 when empty).
+double median(std::vector<double> v);
 
 struct Ceilings {
   double copy_gbps = 0;     // large D2D cudaMemcpy, bytes read + written per second / 1e9
@@ -27,18 +32,6 @@ void fill_random_bf16(void* p, size_t n, uint64_t seed, float stddev, cudaStream
 void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, cudaStream_t stream);  // [lo, hi]
 void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
 
-std::string device_name();
-
-// An owning device allocation (benchmarks): at least 16 bytes, freed on destruction.
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(size_t bytes);
-  ~DeviceMem();
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
 
 class ColdL2Timer {
  public:
@@ -58,8 +51,7 @@ class ColdL2Timer {
 
  private:
   cudaStream_t stream_;
-  void* flush_ = nullptr;
-  size_t flush_bytes_;
+  DeviceBuffer flush_;
   std::vector<cudaEvent_t> events_;
 };
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 
 namespace fp4moe::cuda::bench {
 namespace {
@@ -46,12 +47,13 @@ __global__ void fill_f32_kernel(float* p, size_t n, uint64_t seed, float lo, flo
 constexpr int kFillThreads = 256;
 constexpr unsigned kFillBlocks = 132 * 8;
 
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : double(v[v.size() / 2]);
-}
-
 }  // namespace
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 void fill_random_bf16(void* p, size_t n, uint64_t seed, float stddev, cudaStream_t s) {
   fill_bf16_kernel<<<kFillBlocks, kFillThreads, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, stddev);
@@ -68,26 +70,13 @@ void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cuda
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
-std::string device_name() {
-  int dev = 0;
-  cudaDeviceProp prop{};
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  return prop.name;
-}
-
-DeviceMem::DeviceMem(size_t bytes) { FP4MOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 16)); }
-DeviceMem::~DeviceMem() { cudaFree(p); }
 
 // ---- cold-L2 timer ----------------------------------------------------------------------
 
-ColdL2Timer::ColdL2Timer(cudaStream_t stream, size_t flush_bytes) : stream_(stream), flush_bytes_(flush_bytes) {
-  FP4MOE_CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_));
-}
+ColdL2Timer::ColdL2Timer(cudaStream_t stream, size_t flush_bytes) : stream_(stream), flush_(flush_bytes) {}
 
 ColdL2Timer::~ColdL2Timer() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  cudaFree(flush_);
 }
 
 ColdL2Timer::Result ColdL2Timer::time(const std::function<void()>& fn, int iters, int warmup, double budget_ms,
@@ -99,7 +88,7 @@ ColdL2Timer::Result ColdL2Timer::time(const std::function<void()>& fn, int iters
   }
   for (int i = 0; i < warmup; ++i) fn();
   // One timed probe decides how many iterations fit the budget.
-  FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush_, 0, flush_bytes_, stream_));
+  FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush_.ptr(), 0, flush_.bytes(), stream_));
   FP4MOE_CUDA_CHECK(cudaEventRecord(events_[0], stream_));
   fn();
   FP4MOE_CUDA_CHECK(cudaEventRecord(events_[1], stream_));
@@ -115,7 +104,7 @@ ColdL2Timer::Result ColdL2Timer::time(const std::function<void()>& fn, int iters
     events_.push_back(e);
   }
   for (int i = 0; i < n; ++i) {
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, flush_bytes_, stream_));
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush_.ptr(), i & 0xFF, flush_.bytes(), stream_));
     FP4MOE_CUDA_CHECK(cudaEventRecord(events_[size_t(2 * i)], stream_));
     fn();
     FP4MOE_CUDA_CHECK(cudaEventRecord(events_[size_t(2 * i + 1)], stream_));
@@ -126,7 +115,7 @@ ColdL2Timer::Result ColdL2Timer::time(const std::function<void()>& fn, int iters
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], events_[size_t(2 * i)], events_[size_t(2 * i + 1)]));
   Result r;
   r.iters = n;
-  r.median_us = median(ms) * 1e3;
+  r.median_us = median(std::vector<double>(ms.begin(), ms.end())) * 1e3;
   r.min_us = *std::min_element(ms.begin(), ms.end()) * 1e3;
   r.max_us = *std::max_element(ms.begin(), ms.end()) * 1e3;
   return r;
@@ -178,21 +167,20 @@ Ceilings measure_ceilings(cudaStream_t s, int iters) {
   Ceilings c;
   c.copy_bytes = int64_t(2) << 30;
   c.gemm_size = 8192;
-  void *a = nullptr, *b = nullptr;
-  FP4MOE_CUDA_CHECK(cudaMalloc(&a, size_t(c.copy_bytes)));
-  FP4MOE_CUDA_CHECK(cudaMalloc(&b, size_t(c.copy_bytes)));
-  fill_random_u8(a, size_t(c.copy_bytes), 1, 0, 255, s);
+  DeviceBuffer a(size_t(c.copy_bytes));
   {
+    DeviceBuffer b(size_t(c.copy_bytes));
+    fill_random_u8(a.ptr(), a.bytes(), 1, 0, 255, s);
     ColdL2Timer t(s);
-    const auto r = t.time([&] { FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b, a, size_t(c.copy_bytes), cudaMemcpyDeviceToDevice, s)); },
-                          iters, 2);
+    const auto r = t.time(
+        [&] { FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.ptr(), a.ptr(), a.bytes(), cudaMemcpyDeviceToDevice, s)); }, iters, 2);
     c.copy_gbps = 2.0 * double(c.copy_bytes) / (r.median_us * 1e-6) / 1e9;
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
   }
-  FP4MOE_CUDA_CHECK(cudaFree(b));
 
   // BF16 8192^3: A, B random in the first 3 x 128 MiB of `a`, D after them.
   const int64_t n = c.gemm_size;
-  auto* base = static_cast<uint8_t*>(a);
+  auto* base = a.as<uint8_t>();
   void* ma = base;
   void* mb = base + n * n * 2;
   void* md = base + 2 * n * n * 2;
@@ -208,7 +196,7 @@ Ceilings measure_ceilings(cudaStream_t s, int iters) {
   fill_random_u8(mb, size_t(n * n), 5, 0xA0, 0xC8, s);
   c.fp8_tflops = gemm_tflops(lt, CUDA_R_8F_E4M3, ma, mb, md, ws, ws_bytes, n, iters, s);
   cublasLtDestroy(lt);
-  FP4MOE_CUDA_CHECK(cudaFree(a));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
   return c;
 }
 

@@ -14,13 +14,4 @@ void fail_cublas(cublasStatus_t st, const char* stmt, const char* file, int line
                           cublasGetStatusString(st), stmt, file, line));
 }
 
-bool device_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return n > 0;
-}
-
 }  // namespace fp4moe::cuda

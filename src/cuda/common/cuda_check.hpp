@@ -11,9 +11,6 @@ namespace fp4moe::cuda {
 [[noreturn]] void fail_cuda(cudaError_t err, const char* stmt, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t st, const char* stmt, const char* file, int line);
 
-// True when a CUDA device is usable (tests skip otherwise).
-bool device_available();
-
 }  // namespace fp4moe::cuda
 
 #define FP4MOE_CUDA_CHECK(stmt)                                                      \

@@ -17,7 +17,8 @@
 #include "cuda/attention/kv_device.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
-#include "cuda/routing/host_check.hpp"
+#include "core/error.hpp"
+#include "cuda/common/device.hpp"
 
 namespace fp4moe::cuda::indexer {
 namespace {
@@ -208,35 +209,23 @@ __global__ void quantize_q_fp8_kernel(const __nv_bfloat16* q, const float* w, __
   if (lane == 0) w8[rh] = w[rh] * scale;
 }
 
-// Per-device facts, read once per device (index_scores runs every decode step).
+// Per-device facts, read once per device (cuda/common/device: index_scores runs every decode step).
 struct DeviceFacts {
   int sms = 0, smem_optin = 0;
 };
-const DeviceFacts& device_facts() {
-  constexpr int kMaxDevices = 64;
-  static DeviceFacts facts[kMaxDevices];
-  int dev = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  require(dev < kMaxDevices, "indexer: device index >= 64");
-  DeviceFacts& f = facts[dev];
-  if (f.sms == 0) {
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  return f;
+DeviceFacts device_facts() {
+  const cuda::DeviceInfo& d = cuda::current_device();
+  return {d.sm_count, int(d.smem_per_block_optin)};
 }
 
 template <bool kFp8, int kStages>
 void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   using T = Tile<kFp8, kStages>;
-  static uint64_t attribute_set = 0;  // bit per device: the smem opt-in is per device
-  int dev = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (!(attribute_set >> dev & 1)) {
+  static cuda::DeviceOnce smem_opt_in;  // the smem opt-in is per device
+  smem_opt_in([] {
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-    attribute_set |= uint64_t(1) << dev;
-  }
+  });
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
   // Enough CTAs for ~4 waves of 2 CTAs/SM, each at least one tile, at most 16 tiles (2048 keys).
   const int64_t want_ctas = int64_t(device_facts().sms) * 8;
@@ -273,18 +262,18 @@ std::string indexer_can_implement(int64_t num_heads, int64_t head_dim) {
 void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   const KvLayerView& L = a.layer;
   const KvBatchView& b = a.batch;
-  require(a.q && a.w && L.index_k && a.scores && b.qo_indptr && b.positions && b.page_indptr && b.page_indices,
+  FP4MOE_CHECK(a.q && a.w && L.index_k && a.scores && b.qo_indptr && b.positions && b.page_indptr && b.page_indices, "{}",
           "indexer scores: a required pointer is null");
   const std::string why = indexer_can_implement(kIndexHeads, L.index_dim);
-  require(why.empty(), why);
-  require(L.index_elem == KvElem::BF16 || L.index_elem == KvElem::FP8_E4M3,
+  FP4MOE_CHECK(why.empty(), "{}", why);
+  FP4MOE_CHECK(L.index_elem == KvElem::BF16 || L.index_elem == KvElem::FP8_E4M3, "{}",
           "indexer scores: index_k must be bf16 or fp8_e4m3");
-  require(attention::log2_exact(L.page_size) >= 0,
+  FP4MOE_CHECK(attention::log2_exact(L.page_size) >= 0, "{}",
           "indexer scores: page_size " + std::to_string(L.page_size) + " must be a power of two");
-  require(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1,
+  FP4MOE_CHECK(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1, "{}",
           "indexer scores: bad token / request count");
-  require(a.max_ctx >= 0 && a.max_ctx <= 65535 * 16 * kTileKeys, "indexer scores: max_ctx out of range");
-  require(a.score_stride >= a.max_ctx, "indexer scores: score_stride < max_ctx");
+  FP4MOE_CHECK(a.max_ctx >= 0 && a.max_ctx <= 65535 * 16 * kTileKeys, "{}", "indexer scores: max_ctx out of range");
+  FP4MOE_CHECK(a.score_stride >= a.max_ctx, "{}", "indexer scores: score_stride < max_ctx");
   if (b.num_tokens == 0 || a.max_ctx == 0) return;
   // FP4MOE_INDEXER_STAGES=2 forces the 2-stage ring (tests cover both configs on one GPU).
   const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
@@ -299,7 +288,7 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
 void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp8, int64_t tokens,
                     cudaStream_t stream) {
   if (tokens <= 0) return;
-  require(tokens <= (int64_t(1) << 24), "quantize_q_fp8: too many tokens");
+  FP4MOE_CHECK(tokens <= (int64_t(1) << 24), "{}", "quantize_q_fp8: too many tokens");
   const int rows = int(tokens);
   const int warps = rows * kIndexHeads;
   constexpr int kBlock = 256;

@@ -11,7 +11,7 @@
 #include "cuda/attention/kv_device.cuh"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
-#include "cuda/routing/host_check.hpp"
+#include "core/error.hpp"
 
 namespace fp4moe::cuda::indexer {
 namespace {
@@ -142,13 +142,13 @@ __global__ void __launch_bounds__(kThreads) topk_radix_kernel(const TopKParams p
 
 void top_k(const TopKArgs& a, cudaStream_t stream) {
   const KvBatchView& b = a.batch;
-  require(a.scores && a.out_pos && b.qo_indptr && b.positions, "indexer top-k: a required pointer is null");
-  require(a.top_k >= 1 && a.top_k <= kMaxTopK,
+  FP4MOE_CHECK(a.scores && a.out_pos && b.qo_indptr && b.positions, "{}", "indexer top-k: a required pointer is null");
+  FP4MOE_CHECK(a.top_k >= 1 && a.top_k <= kMaxTopK, "{}",
           "indexer top-k: k = " + std::to_string(a.top_k) + " outside [1, " + std::to_string(kMaxTopK) + "]");
-  require(!a.out_slot || (b.page_indptr && b.page_indices), "indexer top-k: slots need the page table");
-  require(!a.out_slot || attention::log2_exact(a.page_size) >= 0,
+  FP4MOE_CHECK(!a.out_slot || (b.page_indptr && b.page_indices), "{}", "indexer top-k: slots need the page table");
+  FP4MOE_CHECK(!a.out_slot || attention::log2_exact(a.page_size) >= 0, "{}",
           "indexer top-k: page_size " + std::to_string(a.page_size) + " must be a power of two");
-  require(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1,
+  FP4MOE_CHECK(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1, "{}",
           "indexer top-k: bad token / request count");
   if (b.num_tokens == 0) return;
   TopKParams p{a.scores,  a.score_stride, b.qo_indptr, b.positions, b.page_indptr, b.page_indices, int(b.num_requests),

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/moe_gemm/linear_fp4_kernels.hpp"
 
 namespace fp4moe::cuda {
@@ -44,10 +45,10 @@ struct DequantCublasGemm::Impl {
   DequantCublasOptions opt;
   int slots = 0;
   size_t bytes = 0;
-  void* wbf16 = nullptr;       // [slots, N, K] bf16
-  void* inter = nullptr;       // [max_tokens, N] bf16 (SiluMul only)
-  void* lt_ws = nullptr;       // cuBLAS(Lt) workspace
-  float* consts = nullptr;     // device {0 (beta), 1 (alpha without globals)}
+  DeviceBuffer wbf16;          // [slots, N, K] bf16
+  DeviceBuffer inter;          // [max_tokens, N] bf16 (SiluMul only)
+  DeviceBuffer lt_ws;          // cuBLAS(Lt) workspace
+  DeviceBuffer consts;         // f32 {0 (beta), 1 (alpha without globals)}
   cublasLtHandle_t lt = nullptr;
   cublasLtMatmulDesc_t mm = nullptr;
   cublasLtMatrixLayout_t layout_w = nullptr;  // K x N col-major (= W [N, K] row-major), op T
@@ -58,7 +59,7 @@ struct DequantCublasGemm::Impl {
   };
   std::unordered_map<int, Plan> plans;  // by M
   cublasHandle_t blas = nullptr;        // GroupedBatched
-  void** dev_ptrs = nullptr;            // [2][3, E] device pointer arrays (A, B, C), per run parity
+  DeviceBuffer dev_ptrs;                // [2][3, E] device pointer arrays (A, B, C), per run parity
   void** host_ptrs = nullptr;           // [2][3, E] pinned staging, per run parity
   cudaEvent_t staging_done[2] = {nullptr, nullptr};  // after the last H2D copy of a run
   int parity = 0;
@@ -92,8 +93,6 @@ struct DequantCublasGemm::Impl {
       if (e) cudaEventDestroy(e);
     if (host_ptrs) cudaFreeHost(host_ptrs);
     if (host_offsets) cudaFreeHost(host_offsets);
-    for (void* p : {wbf16, inter, lt_ws, static_cast<void*>(consts), static_cast<void*>(dev_ptrs)})
-      if (p) cudaFree(p);
   }
 };
 
@@ -106,17 +105,15 @@ DequantCublasGemm::DequantCublasGemm(const MoeGemmDesc& d, DequantCublasOptions 
   const size_t expert_bytes = size_t(d.n) * size_t(d.k) * 2;
   const size_t fit = std::max<size_t>(1, opt.max_dequant_bytes / expert_bytes);
   s.slots = int(std::min<size_t>({fit, size_t(d.num_experts), size_t(linear_fp4::kMaxDequantSlots)}));
-  FP4MOE_CUDA_CHECK(cudaMalloc(&s.wbf16, expert_bytes * size_t(s.slots)));
+  s.wbf16 = DeviceBuffer(expert_bytes * size_t(s.slots));
   s.bytes = expert_bytes * size_t(s.slots) + kLtWorkspaceBytes + 16;
   if (d.epilogue == Epilogue::SiluMul) {
     const size_t b = size_t(d.max_tokens) * size_t(d.n) * 2;
-    FP4MOE_CUDA_CHECK(cudaMalloc(&s.inter, b));
+    s.inter = DeviceBuffer(b);
     s.bytes += b;
   }
-  FP4MOE_CUDA_CHECK(cudaMalloc(&s.lt_ws, kLtWorkspaceBytes));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.consts), 2 * sizeof(float)));
-  const float host_consts[2] = {0.0f, 1.0f};
-  FP4MOE_CUDA_CHECK(cudaMemcpy(s.consts, host_consts, sizeof(host_consts), cudaMemcpyHostToDevice));
+  s.lt_ws = DeviceBuffer(kLtWorkspaceBytes);
+  s.consts = DeviceBuffer::from(std::vector<float>{0.0f, 1.0f});
   FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_offsets), size_t(d.num_experts + 1) * sizeof(int32_t)));
 
   if (opt.mode == DequantCublasOptions::Mode::CublasLt) {
@@ -137,8 +134,8 @@ DequantCublasGemm::DequantCublasGemm(const MoeGemmDesc& d, DequantCublasOptions 
       FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(s.pref, attr, &align, sizeof(align)));
   } else {
     FP4MOE_CUBLAS_CHECK(cublasCreate(&s.blas));
-    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(s.blas, s.lt_ws, kLtWorkspaceBytes));
-    FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.dev_ptrs), 6 * size_t(d.num_experts) * sizeof(void*)));
+    FP4MOE_CUBLAS_CHECK(cublasSetWorkspace(s.blas, s.lt_ws.ptr(), kLtWorkspaceBytes));
+    s.dev_ptrs = DeviceBuffer(6 * size_t(d.num_experts) * sizeof(void*));
     FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&s.host_ptrs), 6 * size_t(d.num_experts) * sizeof(void*)));
     for (cudaEvent_t& e : s.staging_done) FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
@@ -191,7 +188,7 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
   for (int e = 0; e < E; ++e)
     if (off[e + 1] > off[e]) hits.push_back(e);
   const bool silu = d.epilogue == Epilogue::SiluMul;
-  auto* out = static_cast<uint8_t*>(silu ? s.inter : a.y);  // [M_total, N] bf16
+  auto* out = static_cast<uint8_t*>(silu ? s.inter.ptr() : a.y);  // [M_total, N] bf16
   const auto* x = static_cast<const uint8_t*>(a.x);
   const size_t expert_elems = size_t(d.n) * size_t(d.k);
   // Grouped mode: this run's staging half was last read by the run before the previous one;
@@ -204,7 +201,7 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
     linear_fp4::DequantParams dp;
     dp.packed = w.packed;
     dp.scales = w.scales;
-    dp.out = s.wbf16;
+    dp.out = s.wbf16.ptr();
     dp.n = d.n;
     dp.k = d.k;
     dp.slots = count;
@@ -217,12 +214,12 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
         const int e = hits[c0 + size_t(i)];
         const int m = off[e + 1] - off[e];
         const Impl::Plan& p = s.plan(d, m);
-        const float* alpha = w.global_scale ? w.global_scale + e : s.consts + 1;
-        const void* wb = static_cast<const uint8_t*>(s.wbf16) + size_t(i) * expert_elems * 2;
+        const float* alpha = w.global_scale ? w.global_scale + e : s.consts.as<float>() + 1;
+        const void* wb = s.wbf16.as<const uint8_t>() + size_t(i) * expert_elems * 2;
         const void* xb = x + size_t(off[e]) * size_t(d.k) * 2;
         void* yb = out + size_t(off[e]) * size_t(d.n) * 2;
-        FP4MOE_CUBLAS_CHECK(cublasLtMatmul(s.lt, s.mm, alpha, wb, s.layout_w, xb, p.x, s.consts, yb, p.y, yb,
-                                           p.y, &p.algo, s.lt_ws, kLtWorkspaceBytes, a.stream));
+        FP4MOE_CUBLAS_CHECK(cublasLtMatmul(s.lt, s.mm, alpha, wb, s.layout_w, xb, p.x, s.consts.as<float>(), yb, p.y, yb,
+                                           p.y, &p.algo, s.lt_ws.ptr(), kLtWorkspaceBytes, a.stream));
       }
     } else {
       // Host arrays of the grouped call: one group per expert (group_size 1).
@@ -237,11 +234,11 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
         const int e = hits[c0 + size_t(i)];
         nv[size_t(i)] = off[e + 1] - off[e];
         alpha[size_t(i)] = w.global_scale_host ? w.global_scale_host[e] : 1.0f;
-        hp[i] = static_cast<uint8_t*>(s.wbf16) + size_t(i) * expert_elems * 2;
+        hp[i] = s.wbf16.as<uint8_t>() + size_t(i) * expert_elems * 2;
         hp[count + i] = const_cast<uint8_t*>(x) + size_t(off[e]) * size_t(d.k) * 2;
         hp[2 * count + i] = out + size_t(off[e]) * size_t(d.n) * 2;
       }
-      void** dp_ptrs = s.dev_ptrs + stage0 + 3 * c0;
+      void** dp_ptrs = s.dev_ptrs.as<void*>() + stage0 + 3 * c0;
       FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dp_ptrs, hp, 3 * size_t(count) * sizeof(void*), cudaMemcpyHostToDevice,
                                         a.stream));
       FP4MOE_CUBLAS_CHECK(cublasSetStream(s.blas, a.stream));
@@ -257,7 +254,7 @@ void DequantCublasGemm::run(const LinearFp4Weights& w, const MoeGemmArgs& a,
   }
 
   if (silu) {
-    FP4MOE_CUDA_CHECK(linear_fp4::launch_silu_mul_rows(s.inter, a.y, off[0], off[E], d.n / 2, a.stream));
+    FP4MOE_CUDA_CHECK(linear_fp4::launch_silu_mul_rows(s.inter.ptr(), a.y, off[0], off[E], d.n / 2, a.stream));
   } else if (d.epilogue == Epilogue::RowScale) {
     FP4MOE_CUDA_CHECK(linear_fp4::launch_row_scale_rows(a.y, a.row_scale, off[0], off[E], d.n, a.stream));
   }

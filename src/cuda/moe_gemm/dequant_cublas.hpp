@@ -58,7 +58,7 @@ class DequantCublasGemm {
 
   // y = epilogue(x . W_e^T * global_e). host_offsets: [E+1] host copy of
   // args.expert_offsets, or empty (then: D2H copy + stream synchronisation).
-  // args.weight / args.workspace are unused (weights in `w`, workspace owned here).
+  // args.workspace is unused (weights in `w`, workspace owned here).
   void run(const LinearFp4Weights& w, const MoeGemmArgs& args,
            std::span<const int32_t> host_offsets = {});
 

@@ -47,9 +47,8 @@ DeviceLinearFp4Weights::DeviceLinearFp4Weights(const std::vector<const ExpertSta
   const size_t scales = size_t(E) * scales_e;
   const size_t scales_off = (packed + 255) / 256 * 256;
   const size_t globals_off = (scales_off + scales + 255) / 256 * 256;
-  bytes_ = globals_off + size_t(E) * 4;
-  FP4MOE_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
-  auto* base = static_cast<uint8_t*>(buffer_);
+  buffer_ = DeviceBuffer(globals_off + size_t(E) * 4);
+  auto* base = buffer_.as<uint8_t>();
   size_t e0 = 0;
   for (const ExpertStack* sp : stacks) {
     const ExpertStack& s = *sp;
@@ -70,34 +69,17 @@ DeviceLinearFp4Weights::DeviceLinearFp4Weights(const std::vector<const ExpertSta
   view_.global_scale_host = host_globals_.data();
 }
 
-void DeviceLinearFp4Weights::release() {
-  if (buffer_) cudaFree(buffer_);
-  buffer_ = nullptr;
-  bytes_ = 0;
-  view_ = {};
-}
-
-DeviceLinearFp4Weights::~DeviceLinearFp4Weights() { release(); }
-
 DeviceLinearFp4Weights::DeviceLinearFp4Weights(DeviceLinearFp4Weights&& o) noexcept
-    : view_(o.view_), buffer_(o.buffer_), bytes_(o.bytes_), host_globals_(std::move(o.host_globals_)) {
+    : view_(std::exchange(o.view_, {})), buffer_(std::move(o.buffer_)), host_globals_(std::move(o.host_globals_)) {
   view_.global_scale_host = host_globals_.empty() ? nullptr : host_globals_.data();
-  o.buffer_ = nullptr;
-  o.bytes_ = 0;
-  o.view_ = {};
 }
 
 DeviceLinearFp4Weights& DeviceLinearFp4Weights::operator=(DeviceLinearFp4Weights&& o) noexcept {
   if (this != &o) {
-    release();
-    view_ = o.view_;
-    buffer_ = o.buffer_;
-    bytes_ = o.bytes_;
+    view_ = std::exchange(o.view_, {});
+    buffer_ = std::move(o.buffer_);
     host_globals_ = std::move(o.host_globals_);
     view_.global_scale_host = host_globals_.empty() ? nullptr : host_globals_.data();
-    o.buffer_ = nullptr;
-    o.bytes_ = 0;
-    o.view_ = {};
   }
   return *this;
 }

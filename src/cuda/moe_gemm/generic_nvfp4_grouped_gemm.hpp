@@ -20,6 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/moe_gemm/moe_gemm.hpp"
 #include "format/moe_layer.hpp"
 
@@ -43,20 +44,17 @@ class DeviceLinearFp4Weights {
   explicit DeviceLinearFp4Weights(const ExpertStack& stack);
   // Several stacks (same format, N, K) as one set: their experts in order (no host concat).
   explicit DeviceLinearFp4Weights(const std::vector<const ExpertStack*>& stacks);
-  ~DeviceLinearFp4Weights();
   DeviceLinearFp4Weights(DeviceLinearFp4Weights&& o) noexcept;
   DeviceLinearFp4Weights& operator=(DeviceLinearFp4Weights&& o) noexcept;
   DeviceLinearFp4Weights(const DeviceLinearFp4Weights&) = delete;
   DeviceLinearFp4Weights& operator=(const DeviceLinearFp4Weights&) = delete;
 
   const LinearFp4Weights& view() const { return view_; }
-  size_t device_bytes() const { return bytes_; }
+  size_t device_bytes() const { return buffer_.bytes(); }
 
  private:
-  void release();
   LinearFp4Weights view_;
-  void* buffer_ = nullptr;  // one allocation: packed | scales | globals
-  size_t bytes_ = 0;
+  DeviceBuffer buffer_;  // one allocation: packed | scales | globals
   std::vector<float> host_globals_;
 };
 
@@ -71,8 +69,8 @@ std::string linear_weights_mismatch(const MoeGemmDesc& desc, const LinearFp4Weig
 // reason in one line. Needs no GPU.
 std::string generic_can_implement(const MoeGemmDesc& desc, const LinearFp4Weights& w);
 
-// y = x . W_e^T * global_e (+ epilogue) for every expert. args.weight and args.workspace
-// are unused (the weights come in `w`; no workspace). Throws fp4moe::Error on an
+// y = x . W_e^T * global_e (+ epilogue) for every expert. args.workspace is unused (the
+// weights come in `w`; no workspace). Throws fp4moe::Error on an
 // unsupported desc or bad pointers (before launching anything).
 void run_generic_grouped_gemm(const MoeGemmDesc& desc, const LinearFp4Weights& w,
                               const MoeGemmArgs& args);

@@ -8,7 +8,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <ostream>
 #include <sstream>
@@ -17,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/moe_gemm/sm90_launch.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
 
@@ -24,15 +24,6 @@ namespace fp4moe::cuda {
 
 namespace {
 
-const char* kernel_name(GemmKernel k) {
-  switch (k) {
-    case GemmKernel::Sm90Wgmma: return "sm90_wgmma";
-    case GemmKernel::Sm90Decode: return "sm90_decode";
-    case GemmKernel::DequantCublas: return "dequant_cublas";
-    case GemmKernel::Generic: return "generic";
-  }
-  return "?";
-}
 const char* epilogue_name(Epilogue e) {
   switch (e) {
     case Epilogue::None: return "none";
@@ -51,17 +42,6 @@ int stages_for(int block_n, int num_experts) {
 // The decode kernel runs kDecodeCtasPerSm CTAs per SM: the deepest ring that fits its share.
 int decode_stages_for(int block_n, int num_experts) {
   return sm90::sm90_decode_max_stages(block_n, num_experts, 16);
-}
-
-int current_sm() {
-  static const int sm = [] {
-    int dev = 0, major = 0, minor = 0;
-    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major * 10 + minor;
-  }();
-  return sm;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
@@ -100,16 +80,6 @@ std::ostream& operator<<(std::ostream& os, const MoeGemmDesc& d) {
             << ", weight=" << weight_format_name(d.weight)
             << ", act=" << (d.act == ActFormat::BF16 ? "bf16" : "nvfp4_emulated")
             << ", epilogue=" << epilogue_name(d.epilogue) << "}";
-}
-
-std::ostream& operator<<(std::ostream& os, const TileConfig& c) { return os << to_string(c); }
-
-std::string to_string(const TileConfig& c) {
-  std::ostringstream s;
-  s << kernel_name(c.kernel) << "_m" << c.block_m << "n" << c.block_n << "k" << c.block_k << "_s" << c.stages;
-  if (c.split_k != 1) s << "_splitk" << c.split_k;
-  if (c.cluster != 1) s << "_c" << c.cluster;
-  return s.str();
 }
 
 std::string can_implement(const MoeGemmDesc& d, const TileConfig& c, int sm) {
@@ -222,8 +192,8 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
                "run_moe_gemm: RowScale needs a 4-byte aligned row_scale");
   if (a.m_total == 0) return;
 
-  if (const int sm = current_sm(); sm != 90)
-    FP4MOE_FAIL("run_moe_gemm {}: {}", to_string(c), can_implement(d, c, sm));
+  const DeviceInfo& dev = current_device();
+  if (dev.cc != 90) FP4MOE_FAIL("run_moe_gemm {}: {}", to_string(c), can_implement(d, c, dev.cc));
 
   const void* x = a.x;
   const float* act_global = nullptr;
@@ -262,9 +232,9 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   l.epilogue = d.epilogue == Epilogue::SiluMul ? 1 : d.epilogue == Epilogue::RowScale ? 2 : 0;
   l.mxfp4 = d.weight == WeightFormat::MXFP4;
   l.decode = c.kernel == GemmKernel::Sm90Decode;
-  // Measurement knob: FP4MOE_SM90_SPLITS=S forces the split-K factor (where a workspace allows
-  // splitting); unset, the kernel picks it from the tile count.
-  if (const char* env = std::getenv("FP4MOE_SM90_SPLITS"); env && *env) l.force_splits = std::max(0, std::atoi(env));
+  l.sm_count = dev.sm_count;
+  FP4MOE_CHECK(a.force_splits >= 0, "run_moe_gemm: force_splits = {} is negative", a.force_splits);
+  l.force_splits = a.force_splits;
   // Adaptive split-K needs its workspace part; without a workspace the kernel never splits.
   if (a.workspace && sm90::sm90_split_k_capable(c.block_n)) {
     FP4MOE_CHECK(aligned(a.workspace, 256), "run_moe_gemm: the workspace must be 256-byte aligned");

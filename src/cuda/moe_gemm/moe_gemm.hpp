@@ -5,8 +5,9 @@
 // x is [M_total, K] BF16, rows already permuted so expert e owns rows
 // [expert_offsets[e], expert_offsets[e+1]) (offsets live on the DEVICE, E+1 ints, so
 // no host synchronisation is needed). W is NVFP4 (or MXFP4) [E, N, K/2] + scales
-// [E, N, K/block] + FP32 globals [E], in the kernel's re-laid device layout
-// (see prepare_weights). y is [M_total, N] BF16 (or [M_total, N/2] with SiluMul).
+// [E, N, K/block] + FP32 globals [E]: re-laid for the sm90 kernels (upload_weights,
+// DeviceExpertWeights), or in the checkpoint layout for Generic / DequantCublas
+// (LinearFp4Weights). y is [M_total, N] BF16 (or [M_total, N/2] with SiluMul).
 #pragma once
 
 #include <cstdint>
@@ -16,57 +17,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/device_buffer.hpp"
+#include "cuda/moe_gemm/moe_gemm_types.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe::cuda {
 
-enum class ActFormat : uint8_t { BF16, NVFP4_EMULATED };  // W4A16, or W4A4 (Blackwell numerics)
-
-enum class Epilogue : uint8_t {
-  None,     // y = acc * global
-  SiluMul,  // N = 2I, rows [0,I) gate, [I,2I) up (halves, as checkpoints store them):
-            // y[m, j] = SiLU(gate[m, j]) * up[m, j], y is [M_total, I]
-  RowScale, // y[m, n] = acc * global * row_scale[m]  (routing weight of that row)
-};
-
-// What must be computed.
-struct MoeGemmDesc {
-  int num_experts = 0;
-  int n = 0;            // output features (2I for gate_up)
-  int k = 0;            // reduction dim
-  int max_tokens = 0;   // upper bound of M_total (workspace sizing)
-  WeightFormat weight = WeightFormat::NVFP4;
-  ActFormat act = ActFormat::BF16;
-  Epilogue epilogue = Epilogue::None;
-};
 std::ostream& operator<<(std::ostream&, const MoeGemmDesc&);
-
-// Which implementation runs it.
-enum class GemmKernel : uint8_t {
-  Sm90Wgmma,       // sm_90a: FP4 weights decoded to BF16 registers (wgmma A), tokens via TMA
-  Sm90Decode,      // sm_90a+: weight-streaming variant for few tokens per expert (split-K)
-  DequantCublas,   // baseline: dequantize hit experts to BF16, cuBLAS(Lt) per expert
-  Generic,         // fallback for any shape / arch (slow, simple)
-};
-
-// How it is computed.
-struct TileConfig {
-  GemmKernel kernel = GemmKernel::Generic;
-  int block_m = 0;   // weight rows (GEMM N) per CTA
-  int block_n = 0;   // tokens per CTA
-  int block_k = 0;
-  int stages = 0;
-  int split_k = 1;
-  int cluster = 1;
-};
-std::ostream& operator<<(std::ostream&, const TileConfig&);
-std::string to_string(const TileConfig&);
 
 // Device pointers for one call.
 struct MoeGemmArgs {
   const void* x = nullptr;               // [M_total, K] bf16 (W4A4 emulation quantizes it on the fly)
   const int32_t* expert_offsets = nullptr;  // [E+1] device
-  const void* weight = nullptr;          // prepared weights (prepare_weights)
   const float* row_scale = nullptr;      // [M_total] for Epilogue::RowScale
   void* y = nullptr;                     // [M_total, N or N/2] bf16
   int m_total = 0;                       // rows of x actually valid (<= desc.max_tokens) —
@@ -80,22 +42,22 @@ struct MoeGemmArgs {
   // Only experts [expert_begin, expert_end) (expert_end < 0: to num_experts): e.g. the routed
   // experts with one config and a folded shared expert with another. Offsets stay absolute.
   int expert_begin = 0, expert_end = -1;
+  // Measurements only (the split-K sweep, tests): force the sm90 split-K factor where the
+  // workspace allows splitting; 0: the kernel picks it from the tile count.
+  int force_splits = 0;
 };
 
 // ---- Sm90Wgmma / Sm90Decode: the sm_90a kernel family (sm90_nvfp4_grouped_gemm.cuh) ----
 
 // Owning device copy of an FP4 ExpertStack in the sm90 kernel's re-laid layout
-// (weight_layout.cu; see sm90_tile_layout.hpp for the byte layout). The layout depends on
+// (weight_layout.cpp; see sm90_tile_layout.hpp for the byte layout). The layout depends on
 // the epilogue: SiluMul interleaves gate and up rows inside each 128-row tile, so weights
 // uploaded for SiluMul can only run SiluMul, and the others only None / RowScale.
 class DeviceExpertWeights {
  public:
-  DeviceExpertWeights() = default;
-  ~DeviceExpertWeights();
-  DeviceExpertWeights(DeviceExpertWeights&& o) noexcept;
-  DeviceExpertWeights& operator=(DeviceExpertWeights&& o) noexcept;
-  DeviceExpertWeights(const DeviceExpertWeights&) = delete;
-  DeviceExpertWeights& operator=(const DeviceExpertWeights&) = delete;
+  // Device storage for E experts of [n, k] in this layout, contents not set (upload_weights
+  // fills it; benchmarks may copy chunks in themselves). global_scale_host is all 1.
+  static DeviceExpertWeights allocate(WeightFormat format, bool silu_layout, int num_experts, int n, int k);
 
   WeightFormat format = WeightFormat::NVFP4;
   bool silu_layout = false;           // uploaded for Epilogue::SiluMul
@@ -104,6 +66,9 @@ class DeviceExpertWeights {
   float* global_scale = nullptr;      // [E] device (1 for MXFP4)
   std::vector<float> global_scale_host;  // [E]
   size_t bytes() const;               // device bytes of tiles + globals
+
+ private:
+  DeviceBuffer storage_;              // tiles, then the globals: `tiles` and `global_scale` point into it
 };
 
 // Re-lays and uploads (synchronous on `stream`). Checks: FP4 format, N % 128 == 0,
@@ -130,14 +95,15 @@ std::vector<TileConfig> candidate_configs(const MoeGemmDesc& desc);
 TileConfig default_config(const MoeGemmDesc& desc, double tokens_per_expert);
 
 // Device workspace `run_moe_gemm` needs: W4A4 (the fake-quantized activations + scalar), then
-// the adaptive split-K state of block_n <= 64 (16 MiB of FP32 partials + counters; with a null
+// the split-K state of block_n <= 128 (16 MiB of FP32 partials + counters; with a null
 // workspace the kernel does not split). 256-byte aligned.
 size_t workspace_bytes(const MoeGemmDesc& desc, const TileConfig& cfg);
 
 // Runs y = epilogue(x * W^T) on args.stream. No host synchronisation; graph-capturable.
-// `w` must come from upload_weights with a layout matching desc.epilogue; args.weight is
-// ignored by this path. Throws fp4moe::Error when can_implement fails or pointers are
-// misaligned (x, y 16-byte; K * 2 bytes row stride 16-byte aligned).
+// `w` must come from upload_weights with a layout matching desc.epilogue. Throws fp4moe::Error when can_implement fails or pointers are
+// misaligned (x, y 16-byte; K * 2 bytes row stride 16-byte aligned). Host work per call:
+// the checks (no string is built unless one fails), the activations' tensor map (a 128-byte
+// descriptor encoded on the host) and the launch; no allocation, no file or environment access.
 void run_moe_gemm(const MoeGemmDesc& desc, const TileConfig& cfg, const DeviceExpertWeights& w,
                   const MoeGemmArgs& args);
 

@@ -23,10 +23,25 @@ struct Sm90GemmLaunch {
   int epilogue = 0;                      // sm90::EpilogueKind
   bool mxfp4 = false;
   bool decode = false;                   // the mma.sync decode kernel (block_n 8, 16, 32)
-  int force_splits = 0;                  // split-K factor override (FP4MOE_SM90_SPLITS), 0: auto
+  int force_splits = 0;                  // split-K factor override (MoeGemmArgs::force_splits), 0: auto
+  int sm_count = 0;                      // SMs of the current device (cuda/common/device.hpp)
 };
 
 void launch_grouped_gemm(const Sm90GemmLaunch& a, cudaStream_t stream);
 void launch_grouped_gemm_decode(const Sm90GemmLaunch& a, cudaStream_t stream);
+
+// What the compiled kernel of (decode or wgmma, block_n) asks of the current device, from the
+// runtime (cudaFuncGetAttributes, cudaOccupancyMaxActiveBlocksPerMultiprocessor after the
+// dynamic shared-memory opt-in): an independent check of sm90_tile_layout.hpp's arithmetic.
+// Returns ctas_per_sm = 0 and the other fields 0 for a block_n that is not instantiated.
+struct Sm90KernelResources {
+  int static_smem = 0;       // statically declared shared memory of the kernel
+  int max_dynamic_smem = 0;  // the opt-in the launcher sets (cudaFuncAttributeMaxDynamicSharedMemorySize)
+  int regs = 0;              // registers per thread
+  int max_threads = 0;       // per block, as compiled (__launch_bounds__)
+  int ctas_per_sm = 0;       // resident CTAs per SM with `dynamic_smem` bytes of dynamic shared memory
+};
+Sm90KernelResources sm90_kernel_resources(bool decode, int block_n, size_t dynamic_smem);
+Sm90KernelResources sm90_decode_kernel_resources(int block_n, size_t dynamic_smem);  // (the decode half)
 
 }  // namespace fp4moe::cuda::sm90

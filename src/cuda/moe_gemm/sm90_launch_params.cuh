@@ -1,24 +1,16 @@
 // Host helpers both sm90 launchers share (sm90_nvfp4_grouped_gemm.cu, ..._decode.cu): the
-// kernel parameters from an Sm90GemmLaunch, the split-K state, and the grid bound.
+// kernel parameters from an Sm90GemmLaunch, the split-K state, the grid bound, the per-device
+// shared-memory opt-in and the compiled kernels' resources.
 #pragma once
 
 #include <algorithm>
 
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/moe_gemm/sm90_grouped_common.cuh"
 #include "cuda/moe_gemm/sm90_launch.hpp"
 
 namespace fp4moe::cuda::sm90 {
-
-inline int sm90_sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
 
 // Upper bound of the (expert, token tile, row tile) tiles: token tiles <= rows and
 // <= (non-empty experts <= min(E, rows)) + rows / block_n.
@@ -50,7 +42,7 @@ inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaS
   p.stages = a.stages;
   p.epilogue = a.epilogue;
   p.mxfp4 = a.mxfp4 ? 1 : 0;
-  const bool split = a.force_splits > 0 || sm90_max_tiles(a, block_n) < sm90_sm_count();
+  const bool split = a.force_splits > 0 || sm90_max_tiles(a, block_n) < a.sm_count;
   if (sm90_split_k_capable(block_n) && a.split_ws && split) {
     p.max_splits = kSm90MaxSplits;
     p.partials = static_cast<float*>(a.split_ws);
@@ -66,7 +58,31 @@ inline GroupedGemmParams sm90_params(const Sm90GemmLaunch& a, int block_n, cudaS
 // can be.
 inline int sm90_grid(const Sm90GemmLaunch& a, const GroupedGemmParams& p, int block_n, int ctas_per_sm) {
   const long long max_units = sm90_max_tiles(a, block_n) * p.max_splits;
-  return int(std::min<long long>(sm90_sm_count() * ctas_per_sm, max_units));
+  return int(std::min<long long>((long long)a.sm_count * ctas_per_sm, max_units));
+}
+
+// The dynamic shared-memory opt-in of kKernel (up to `bytes`), once per device.
+template <auto kKernel>
+void set_max_dynamic_smem_once(int bytes) {
+  static DeviceOnce once;
+  once([bytes] {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
+}
+
+// What kKernel asks of the current device (sm90_launch.hpp, Sm90KernelResources), after its opt-in.
+template <auto kKernel>
+Sm90KernelResources kernel_resources(int opt_in_bytes, int threads, size_t dynamic_smem) {
+  set_max_dynamic_smem_once<kKernel>(opt_in_bytes);
+  cudaFuncAttributes fa{};
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kKernel));
+  Sm90KernelResources r;
+  r.static_smem = int(fa.sharedSizeBytes);
+  r.max_dynamic_smem = fa.maxDynamicSharedSizeBytes;
+  r.regs = fa.numRegs;
+  r.max_threads = fa.maxThreadsPerBlock;
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, kKernel, threads, dynamic_smem));
+  return r;
 }
 
 }  // namespace fp4moe::cuda::sm90

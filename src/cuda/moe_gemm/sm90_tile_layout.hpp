@@ -124,12 +124,14 @@ constexpr int sm90_max_stages(int block_n, int num_experts, int max_stages = 16)
   return 0;
 }
 
-// Adaptive split-K (decode: too few row tiles to fill the GPU, e.g. T = 1 with 9 experts ->
-// 288 tiles for 264 CTA slots): the kernel picks a split factor S <= kSm90MaxSplits on the
-// device from the tile count (no host sync); each (tile, split) unit writes its FP32
-// accumulators to the workspace, the last unit of a tile (per-tile counter) sums the S
-// partials in split order (deterministic) and runs the epilogue. Only block_n <= 128 (the
-// shared expert's tile at decode batch sizes; wider tiles always fill the GPU).
+// Split-K, for launches whose tiles cannot fill the GPU. The launcher (sm90_launch_params.cuh)
+// allows it only where the upper bound of (expert, token tile, row tile) tiles is below the SM
+// count (e.g. one expert's 32-48 row tiles: a separate or folded shared expert's own launch);
+// the H200 split sweep measured splitting 256-432 decode tiles over 396 CTA slots slower or
+// flat (bench/RESULTS.md). Then the kernel picks S <= kSm90MaxSplits on the device from the
+// tile count (no host sync); each (tile, split) unit writes its FP32 accumulators to the
+// workspace, the last unit of a tile (per-tile counter) sums the S partials in split order
+// (deterministic) and runs the epilogue. Only block_n <= 128 (wider tiles always fill the GPU).
 inline constexpr int kSm90MaxSplits = 8;
 inline constexpr size_t kSm90SplitPartialBudget = size_t(16) << 20;  // bytes of FP32 partials
 constexpr bool sm90_split_k_capable(int block_n) { return block_n <= 128; }

@@ -5,7 +5,6 @@
 // 8-byte broadcast load.
 #include <cmath>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -23,27 +22,23 @@ using sm90::kBlockM;
 using sm90::kChunkBytes;
 using sm90::kCodeBytes;
 
-DeviceExpertWeights::~DeviceExpertWeights() {
-  if (tiles) cudaFree(tiles);
-  if (global_scale) cudaFree(global_scale);
-}
-
-DeviceExpertWeights::DeviceExpertWeights(DeviceExpertWeights&& o) noexcept { *this = std::move(o); }
-
-DeviceExpertWeights& DeviceExpertWeights::operator=(DeviceExpertWeights&& o) noexcept {
-  if (this != &o) {
-    if (tiles) cudaFree(tiles);
-    if (global_scale) cudaFree(global_scale);
-    format = o.format;
-    silu_layout = o.silu_layout;
-    num_experts = o.num_experts;
-    n = o.n;
-    k = o.k;
-    tiles = std::exchange(o.tiles, nullptr);
-    global_scale = std::exchange(o.global_scale, nullptr);
-    global_scale_host = std::move(o.global_scale_host);
-  }
-  return *this;
+DeviceExpertWeights DeviceExpertWeights::allocate(WeightFormat format, bool silu_layout, int num_experts, int n,
+                                                  int k) {
+  FP4MOE_CHECK(num_experts >= 1 && n > 0 && k > 0 && n % kBlockM == 0 && k % kBlockK == 0,
+               "sm90 weights: [{}, {}, {}] is not a positive multiple of the [-, {}, {}] tile", num_experts, n, k,
+               kBlockM, kBlockK);
+  DeviceExpertWeights d;
+  d.format = format;
+  d.silu_layout = silu_layout;
+  d.num_experts = num_experts;
+  d.n = n;
+  d.k = k;
+  d.global_scale_host.assign(size_t(num_experts), 1.0f);
+  const size_t tile_bytes = sm90::align_up(size_t(num_experts) * sm90::sm90_expert_tile_bytes(n, k), 256);
+  d.storage_ = DeviceBuffer(tile_bytes + size_t(num_experts) * 4);
+  d.tiles = d.storage_.as<uint8_t>();
+  d.global_scale = reinterpret_cast<float*>(d.tiles + tile_bytes);
+  return d;
 }
 
 size_t DeviceExpertWeights::bytes() const {
@@ -170,16 +165,12 @@ DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>&
   }
   const int64_t N = first.n, K = first.k;
   const bool mx = first.format == WeightFormat::MXFP4;
-  DeviceExpertWeights d;
-  d.format = first.format;
-  d.silu_layout = epilogue == Epilogue::SiluMul;
-  d.num_experts = int(E);
-  d.n = int(N);
-  d.k = int(K);
-  d.global_scale_host.assign(size_t(E), 1.0f);
+  FP4MOE_CHECK(first.is_fp4(), "sm90 upload: FP4 weights needed, got {}", weight_format_name(first.format));
+  FP4MOE_CHECK(N % kBlockM == 0 && K % kBlockK == 0 && N > 0 && K > 0,
+               "sm90 upload: [{}, {}] is not a positive multiple of the {} x {} tile", N, K, kBlockM, kBlockK);
+  DeviceExpertWeights d = DeviceExpertWeights::allocate(first.format, epilogue == Epilogue::SiluMul, int(E), int(N),
+                                                        int(K));
   const size_t per_expert = sm90::sm90_expert_tile_bytes(int(N), int(K));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.tiles), size_t(E) * per_expert));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), size_t(E) * 4));
   int64_t e0 = 0;
   for (const ExpertStack* s : stacks) {
     // One stack at a time: its host re-layout is freed before the next one is made.
@@ -203,28 +194,7 @@ DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>&
 }
 
 DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream) {
-  const std::vector<uint8_t> host = relayout_weights_sm90(w, epilogue);
-  const int64_t E = w.num_experts, N = w.n, K = w.k;
-  const bool mx = w.format == WeightFormat::MXFP4;
-  DeviceExpertWeights d;
-  d.format = w.format;
-  d.silu_layout = epilogue == Epilogue::SiluMul;
-  d.num_experts = int(E);
-  d.n = int(N);
-  d.k = int(K);
-  d.global_scale_host.assign(size_t(E), 1.0f);
-  if (!mx)
-    for (int64_t e = 0; e < E; ++e) {
-      FP4MOE_CHECK(std::isfinite(w.global_scale[size_t(e)]), "sm90 upload: expert {} global scale is not finite", e);
-      d.global_scale_host[size_t(e)] = w.global_scale[size_t(e)];
-    }
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.tiles), host.size()));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), size_t(E) * 4));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.tiles, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
-  FP4MOE_CUDA_CHECK(
-      cudaMemcpyAsync(d.global_scale, d.global_scale_host.data(), size_t(E) * 4, cudaMemcpyHostToDevice, stream));
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return d;
+  return upload_weights_concat({&w}, epilogue, stream);
 }
 
 }  // namespace fp4moe::cuda

@@ -3,12 +3,11 @@
 // vectors of one token, so T = 1 at H = 6144 still spreads over 6 CTAs, and every thread
 // issues its R row loads back to back (batches of kCombineBatch) before it sums them.
 #include <algorithm>
-#include <string>
 
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/permute/bf16_vec.cuh"
 #include "cuda/permute/permute.hpp"
-#include "cuda/routing/host_check.hpp"
 
 namespace fp4moe::cuda {
 namespace {
@@ -57,13 +56,13 @@ combine_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ pair_row
 template <typename Out>
 void combine_impl(const uint16_t* y, const int32_t* pair_row, const uint16_t* shared, int tokens, int rows_per_token,
                   int hidden, Out* out, cudaStream_t stream) {
-  require(hidden % 8 == 0, "combine: hidden = " + std::to_string(hidden) + " is not a multiple of 8");
-  require(rows_per_token >= 0, "combine: rows_per_token = " + std::to_string(rows_per_token));
+  FP4MOE_CHECK(hidden % 8 == 0, "combine: hidden = {} is not a multiple of 8", hidden);
+  FP4MOE_CHECK(rows_per_token >= 0, "combine: rows_per_token = {}", rows_per_token);
   if (tokens <= 0) return;
   const int vecs = hidden / 8;
   const int ctas_per_token = (vecs + kCombineThreads - 1) / kCombineThreads;
   const int64_t grid = int64_t(tokens) * ctas_per_token;
-  require(grid < (int64_t(1) << 31), "combine: " + std::to_string(tokens) + " tokens overflow the grid");
+  FP4MOE_CHECK(grid < (int64_t(1) << 31), "combine: {} tokens overflow the grid", tokens);
   combine_kernel<Out><<<unsigned(grid), kCombineThreads, 0, stream>>>(
       reinterpret_cast<const uint4*>(y), pair_row, reinterpret_cast<const uint4*>(shared), rows_per_token, vecs,
       ctas_per_token, out);

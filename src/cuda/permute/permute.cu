@@ -4,12 +4,11 @@
 #include "cuda/permute/permute.hpp"
 
 #include <algorithm>
-#include <string>
 
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/permute/permute_launch.hpp"
 #include "cuda/permute/permute_pairs.cuh"
-#include "cuda/routing/host_check.hpp"
 
 namespace fp4moe::cuda {
 
@@ -135,19 +134,17 @@ size_t permute_scratch_bytes(int64_t max_pairs, int num_experts) {
 }
 
 void build_permutation(const PermuteArgs& a, cudaStream_t stream) {
-  require(a.extra_experts >= 0 && a.extra_experts <= kMaxPermuteExtraExperts,
-          "permute: " + std::to_string(a.extra_experts) + " extra experts; supported 0.." +
-              std::to_string(kMaxPermuteExtraExperts));
+  FP4MOE_CHECK(a.extra_experts >= 0 && a.extra_experts <= kMaxPermuteExtraExperts,
+               "permute: {} extra experts; supported 0..{}", a.extra_experts, kMaxPermuteExtraExperts);
   const int64_t all64 = int64_t(a.num_experts) + a.extra_experts;
-  require(a.num_experts >= 1 && all64 <= kMaxPermuteExperts,
-          "permute: " + std::to_string(a.num_experts) + " + " + std::to_string(a.extra_experts) +
-              " experts; supported 1.." + std::to_string(kMaxPermuteExperts) + " in all");
-  require(a.tokens >= 0 && a.top_k >= 0, "permute: negative tokens or top_k");
+  FP4MOE_CHECK(a.num_experts >= 1 && all64 <= kMaxPermuteExperts, "permute: {} + {} experts; supported 1..{} in all",
+               a.num_experts, a.extra_experts, kMaxPermuteExperts);
+  FP4MOE_CHECK(a.tokens >= 0 && a.top_k >= 0, "permute: negative tokens or top_k");
   const int R = a.top_k + a.extra_experts;
   const int64_t pairs64 = int64_t(a.tokens) * R;
-  require(pairs64 < (int64_t(1) << 31), "permute: " + std::to_string(pairs64) + " pairs overflow int32");
-  require(!a.x || (a.x_perm && a.hidden > 0 && a.hidden % 8 == 0),
-          "permute: fused gather needs x_perm and hidden % 8 == 0 (hidden = " + std::to_string(a.hidden) + ")");
+  FP4MOE_CHECK(pairs64 < (int64_t(1) << 31), "permute: {} pairs overflow int32", pairs64);
+  FP4MOE_CHECK(!a.x || (a.x_perm && a.hidden > 0 && a.hidden % 8 == 0),
+               "permute: fused gather needs x_perm and hidden % 8 == 0 (hidden = {})", a.hidden);
   const int pairs = int(pairs64), E = int(all64);
   if (pairs == 0) {
     fill_zero_kernel<<<1, 256, 0, stream>>>(a.expert_offsets, E + 1);
@@ -175,7 +172,7 @@ void build_permutation(const PermuteArgs& a, cudaStream_t stream) {
 
 void gather_rows_bf16(const uint16_t* x, const int32_t* row_pair, int rows, int rows_per_token, int hidden,
                       uint16_t* x_perm, cudaStream_t stream) {
-  require(hidden % 8 == 0, "gather: hidden = " + std::to_string(hidden) + " is not a multiple of 8");
+  FP4MOE_CHECK(hidden % 8 == 0, "gather: hidden = {} is not a multiple of 8", hidden);
   if (rows <= 0) return;
   const int vecs = hidden / 8;
   const int threads = std::min(256, (vecs + 31) / 32 * 32);

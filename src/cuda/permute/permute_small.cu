@@ -9,12 +9,11 @@
 // with the same expert, and a per-(warp, expert) count table, scanned over the 8 warps in
 // warp order, ranks it among the earlier warps. Same results as the chunked path, bit for bit.
 #include <algorithm>
-#include <string>
 
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/permute/permute_launch.hpp"
 #include "cuda/permute/permute_pairs.cuh"
-#include "cuda/routing/host_check.hpp"
 
 namespace fp4moe::cuda::permute_detail {
 namespace {
@@ -137,8 +136,8 @@ permute_small_kernel(PairSource src, int pairs, int num_all, int32_t* __restrict
 
 void launch_permute_small(const PermuteArgs& a, cudaStream_t stream) {
   const int R = a.top_k + a.extra_experts, pairs = a.tokens * R, num_all = a.num_experts + a.extra_experts;
-  require(pairs >= 1 && pairs <= kPermuteFusedMaxPairs && num_all <= kMaxPermuteExperts,
-          "permute: fused path called with " + std::to_string(pairs) + " pairs");
+  FP4MOE_CHECK(pairs >= 1 && pairs <= kPermuteFusedMaxPairs && num_all <= kMaxPermuteExperts,
+               "permute: fused path called with {} pairs", pairs);
   const PairSource src{a.topk_ids, a.topk_weights, a.top_k, R, a.num_experts};
   const size_t smem = sizeof(int) * size_t(num_all) * (1 + kWarps);
   const int grid = a.x ? std::min(pairs, kMaxGatherCtas) : 1;

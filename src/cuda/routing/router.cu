@@ -1,5 +1,6 @@
-// Router kernels: bf16 -> f32 conversion, the FP32 logits GEMM (cuBLAS) and the fused
-// score + grouped top-k + top-k + weights kernel (one CTA per token).
+// The previous three-step router, kept as the router benchmark's baseline and for tests (the
+// layer calls route(), router_route.cu): bf16 -> f32 conversion, the FP32 logits GEMM (cuBLAS
+// SGEMM) and the score + grouped top-k + top-k + weights kernel (one CTA per token).
 #include "cuda/routing/router.hpp"
 
 #include <cmath>

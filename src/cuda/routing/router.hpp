@@ -38,11 +38,13 @@ RouterDesc router_desc_from(const MoeConfig& cfg);
 // Throws fp4moe::Error with the reason when the kernel cannot run this config.
 void check_router_desc(const RouterDesc& d);
 
+// The previous three-step path's first two steps (router.cu; the router benchmark's baseline):
 // out[i] = float(in[i]) for n bf16 values.
 void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream);
 
 // logits [T, E] f32 = x [T, H] f32 · w [E, H]ᵀ f32 (cuBLAS SGEMM, FP32 math; the
-// handle's stream is set to `stream`). tokens may be 0 (nothing is launched).
+// handle's stream is set to `stream`). tokens may be 0 (nothing is launched). Not on the
+// layer's path: route() computes the logits itself.
 void router_logits_f32(cublasHandle_t handle, const float* x, const float* w, float* logits,
                        int tokens, int hidden, int num_experts, cudaStream_t stream);
 

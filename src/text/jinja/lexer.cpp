@@ -54,6 +54,7 @@ size_t skip_py_space(std::string_view s, size_t i) {
 class Lexer {
  public:
   explicit Lexer(std::string_view src) {
+    if (!is_valid_utf8(src)) fail("line 1: the template is not valid UTF-8");
     // Newlines to "\n"; one trailing newline dropped (keep_trailing_newline=False).
     src_.reserve(src.size());
     for (size_t i = 0; i < src.size(); ++i) {

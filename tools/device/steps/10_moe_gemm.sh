@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Device step (run_all.sh, after build-dev/ is built): the sm90 grouped GEMM tests, a
-# compute-sanitizer pass on a small case, a SASS check (HGMMA present), and the GLM-5
-# timing sweep (table rows start with '|'). Logs under $OUT.
+# Device step (run_all.sh, after build-dev/ is built and the GPU tests ran): compute-sanitizer
+# passes on a small case, a SASS check (HGMMA present), the GLM-5 timing sweep of every config
+# and the decode split-K sweep (table rows start with '|'). Logs under $OUT. The correctness
+# tests themselves run in run_all.sh's `ctest -L gpu`.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 B=${MOE_GEMM_TEST:-build-dev/bin/moe_gemm_test}
 [ -x "$B" ] || cmake --build build-dev -j "$(nproc)" --target moe_gemm_test >/dev/null
-timeout 30 "$B" --gtest_filter='*TinyPreset*:*Errors*:*Layout*' > "$OUT/moe_gemm_quick.log" 2>&1
+timeout 60 "$B" --gtest_filter='*TinyPreset*:*Errors*:*Layout*' > "$OUT/moe_gemm_quick.log" 2>&1
 rc=$?; echo "quick tests rc=$rc"; [ $rc -eq 124 ] && { echo "HANG in quick tests"; exit 1; }
-timeout 240 "$B" > "$OUT/moe_gemm_test.log" 2>&1; echo "moe_gemm_test rc=$?"
-grep -E "^\[  (PASSED|FAILED) " "$OUT/moe_gemm_test.log"
 timeout 120 compute-sanitizer --tool memcheck "$B" --gtest_filter='*TinyPreset*' > "$OUT/moe_gemm_memcheck.log" 2>&1
 echo "memcheck: $(grep -E 'ERROR SUMMARY' "$OUT/moe_gemm_memcheck.log")"
 timeout 120 compute-sanitizer --tool racecheck "$B" --gtest_filter='*TinyPreset*' > "$OUT/moe_gemm_racecheck.log" 2>&1

@@ -9,10 +9,9 @@ BIN=build-dev/bin/fp4moe
 [ -x "$BIN" ] || bash tools/device/build.sh fp4moe
 "$BIN" tune --preset glm5 --arch sm_120 --act w4a4 --dry-run --json "$OUT/tune_sm120_dryrun.json" > "$OUT/tune_sm120_dryrun.txt" 2>&1
 echo "sm_120 dry run: rc=$? ($(grep -c . "$OUT/tune_sm120_dryrun.txt") lines)"
-# The default plan cache ($XDG_CACHE_HOME or ~/.cache/fp4moe/plans.json), so that later steps
-# (bench moe: the MoE layer asks tuner::plan_for) run with the plan; a copy goes to $OUT.
+# The plan goes where the MoE layer reads it (FP4MOE_PLAN_CACHE, set by run_all.sh to
+# $OUT/plans.json; else the default path), so that later steps (bench moe) run with it.
 timeout 480 "$BIN" tune --preset glm5 --json "$OUT/tune.json" ${FP4MOE_TUNE_TOKENS:+--tokens "$FP4MOE_TUNE_TOKENS"}
 rc=$?
-cp "${XDG_CACHE_HOME:-$HOME/.cache}/fp4moe/plans.json" "$OUT/plans.json" 2>/dev/null || true
-echo "tune: rc=$rc"
+echo "tune: rc=$rc (plan cache: ${FP4MOE_PLAN_CACHE:-default path})"
 exit $rc

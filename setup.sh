@@ -17,10 +17,12 @@ APT_PACKAGES=(
   "libutf8proc-dev=2.8.0-1"
   "clang-14"
   "libclang-rt-14-dev"
+  "libcpp-httplib-dev=0.11.4+ds-1+deb12u1"
 )
 PIP_PACKAGES=(
   "numpy==1.26.4"
   "matplotlib==3.8.4"
+  "openai==2.8.1"
 )
 
 need_apt=0
@@ -34,7 +36,7 @@ if [ "$need_apt" = 1 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"
 fi
-python3 -c 'import numpy, matplotlib' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
+python3 -c 'import numpy, matplotlib, openai' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
 
 # FlashInfer's C++ headers (SM90 MLA attention) with its bundled CUTLASS and CCCL, from the
 # PyPI wheel (downloaded, never installed: installing pulls torch). Unpacked, trimmed to the

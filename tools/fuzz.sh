@@ -7,7 +7,9 @@
 #                                       overrides build-fuzz)
 # Targets: safetensors_header (format/ header parser), tokenizer_json (text/: tokenizer.json
 # loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter),
-# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2).
+# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2), api_request
+# (serve/: the HTTP request body parsers), bench_stream (bench serve: streamed responses and
+# JSONL datasets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
@@ -18,7 +20,9 @@ case "$target" in
   tokenizer_json) max_len=16384 ;;
   chat_template) max_len=8192 ;;
   regex_scanner) max_len=4096 ;;
-  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner)" >&2; exit 2 ;;
+  api_request) max_len=8192 ;;
+  bench_stream) max_len=8192 ;;
+  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
 esac
 cxx="$(command -v clang++-14 || command -v clang++)"
 cc="$(command -v clang-14 || command -v clang)"
@@ -32,7 +36,9 @@ cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${target}_fuzz"
 corpus="$build/corpus/$target"
 dict="$build/$target.dict"
 mkdir -p "$corpus" "$build/artifacts"
-if [[ "$target" != safetensors_header ]]; then
+if [[ "$target" == api_request || "$target" == bench_stream ]]; then
+  python3 tools/serve/fuzz_seeds.py "$target" "$corpus" "$dict"
+elif [[ "$target" != safetensors_header ]]; then
   python3 tools/text/fuzz_seeds.py "$target" "$corpus" "$dict"
 else
 python3 - "$corpus" "$dict" <<'PY'

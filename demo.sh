@@ -1,26 +1,62 @@
 #!/usr/bin/env bash
-# The main job on the embedded default backend (CPU): make a small random GLM-5-architecture
-# NVFP4 checkpoint (ModelOpt layout), describe it, and run one MoE layer's forward pass.
+# The main job on the embedded default backend (CPU): serve a small random GLM-5-architecture
+# NVFP4 model and answer a real chat request through the OpenAI API.
+#   1. fp4moe make-synthetic: a random GLM-5-shaped checkpoint (ModelOpt NVFP4 layout, glm5-tiny)
+#   2. a small byte-level BPE tokenizer (tests/text/data/behaviors, 800 ids) and a chat template
+#   3. fp4moe serve --backend cpu on a free local port (its start-up line says what was loaded)
+#   4. one chat completion with the openai client, then a short fp4moe bench serve run
+#   5. SIGTERM: the server drains and exits 0
+# The weights are random, so the reply is random tokens of the tokenizer: the point is the
+# path (HTTP -> tokenizer -> scheduler -> the model's forward step on the CPU -> detokenizer).
 #   ./demo.sh              uses build/bin/fp4moe (./setup.sh builds it) and /tmp/fp4moe-demo
-# Environment: BUILD_DIR (default build), FP4MOE_DEMO_DIR (default /tmp/fp4moe-demo),
-#              PRESET (glm5-tiny, default; glm5-tiny-shared, deepseek-v3-tiny; glm5-layer = GLM-5's
-#              real dims, 1 dense + 1 MoE layer, ~10 GB on disk).
+# Environment: BUILD_DIR (default build), FP4MOE_DEMO_DIR (default /tmp/fp4moe-demo).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=${BUILD_DIR:-build}/bin/fp4moe
 WORK=${FP4MOE_DEMO_DIR:-/tmp/fp4moe-demo}
-PRESET=${PRESET:-glm5-tiny}
-MODEL=$WORK/$PRESET
+MODEL=$WORK/glm5-tiny
 if [ ! -x "$BIN" ]; then
   echo "demo.sh: $BIN not found: run ./setup.sh first" >&2
   exit 1
 fi
 mkdir -p "$WORK"
-echo "== fp4moe make-synthetic $MODEL --preset $PRESET"
-"$BIN" make-synthetic "$MODEL" --preset "$PRESET" --seed 0
-echo "== fp4moe inspect $MODEL"
-"$BIN" inspect "$MODEL"
-echo "== fp4moe run-moe (layer 1, 16 tokens from sample_input.safetensors, CPU backend)"
-"$BIN" run-moe --model "$MODEL" --layer 1 --input "$MODEL/sample_input.safetensors" \
-  --output "$WORK/moe_out.safetensors" --backend cpu
-echo "== wrote $WORK/moe_out.safetensors (output [16, hidden] F32, topk_ids [16, k] I32, topk_weights [16, k] F32)"
+echo "== fp4moe make-synthetic $MODEL --preset glm5-tiny"
+"$BIN" make-synthetic "$MODEL" --preset glm5-tiny --seed 0
+cp tests/text/data/behaviors/tokenizer.json "$MODEL/"
+printf '%s' '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}' \
+  > "$MODEL/chat_template.jinja"
+
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+URL=http://127.0.0.1:$PORT
+echo "== fp4moe serve --model $MODEL --backend cpu --port $PORT (log: $WORK/serve.log)"
+"$BIN" serve --model "$MODEL" --backend cpu --port "$PORT" --served-model-name glm5-tiny >"$WORK/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null || true' EXIT
+for _ in $(seq 600); do
+  python3 -c "import urllib.request, sys; urllib.request.urlopen('$URL/health', timeout=1)" 2>/dev/null && break
+  kill -0 "$SERVER" 2>/dev/null || { cat "$WORK/serve.log" >&2; echo "demo.sh: the server exited" >&2; exit 1; }
+  sleep 0.1
+done
+grep -m1 "serving" "$WORK/serve.log" || head -n 3 "$WORK/serve.log"
+
+echo "== POST $URL/v1/chat/completions (openai client)"
+python3 - "$URL" <<'PY'
+import sys
+import openai
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0)
+r = client.chat.completions.create(model="glm5-tiny", max_tokens=24, temperature=0,
+                                   messages=[{"role": "user", "content": "Hello! What is an FP4 expert?"}])
+print(r.model_dump_json(indent=2, exclude_none=True))
+assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+PY
+
+echo "== fp4moe bench serve (16 random prompts of 64 tokens, 32 output tokens, 4 at a time)"
+"$BIN" bench serve --base-url "$URL" --num-prompts 16 --random-input-len 64 --random-output-len 32 \
+  --random-range-ratio 1.0 --max-concurrency 4 --output-file "$WORK/bench_serve.jsonl"
+
+echo "== SIGTERM"
+kill -TERM "$SERVER"
+rc=0; wait "$SERVER" || rc=$?
+trap - EXIT
+echo "server exited with $rc"
+exit "$rc"

@@ -13,12 +13,16 @@ APT_PACKAGES=(
   "nlohmann-json3-dev=3.11.2-2"
   "libcli11-dev=2.1.2+ds-1"
   "libfmt-dev=9.1.0+ds1-2"
+  "libpcre2-dev=10.42-1+deb12u2"
+  "libutf8proc-dev=2.8.0-1"
   "clang-14"
   "libclang-rt-14-dev"
+  "libcpp-httplib-dev=0.11.4+ds-1+deb12u1"
 )
 PIP_PACKAGES=(
   "numpy==1.26.4"
   "matplotlib==3.8.4"
+  "openai==2.8.1"
 )
 
 need_apt=0
@@ -32,7 +36,7 @@ if [ "$need_apt" = 1 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"
 fi
-python3 -c 'import numpy, matplotlib' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
+python3 -c 'import numpy, matplotlib, openai' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
 
 # FlashInfer's C++ headers (SM90 MLA attention) with its bundled CUTLASS and CCCL, from the
 # PyPI wheel (downloaded, never installed: installing pulls torch). Unpacked, trimmed to the

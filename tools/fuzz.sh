@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target for the safetensors header parser (clang, ASan + UBSan) in
-# its own build dir, writes a seed corpus and a JSON dictionary, and fuzzes for a bounded
-# time. Exit status is libFuzzer's: 0 when nothing was found.
+# Builds a libFuzzer target (clang, ASan + UBSan) in its own build dir, writes a seed corpus
+# and a dictionary, and fuzzes for a bounded time. Exit status is libFuzzer's: 0 when
+# nothing was found.
 #
-#   tools/fuzz.sh [SECONDS]          (default 60; FUZZ_BUILD_DIR overrides build-fuzz)
+#   tools/fuzz.sh [SECONDS] [TARGET]   (default 60 s, safetensors_header; FUZZ_BUILD_DIR
+#                                       overrides build-fuzz)
+# Targets: safetensors_header (format/ header parser), tokenizer_json (text/: tokenizer.json
+# loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter),
+# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2), api_request
+# (serve/: the HTTP request body parsers), bench_stream (bench serve: streamed responses and
+# JSONL datasets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
+target="${2:-safetensors_header}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
+case "$target" in
+  safetensors_header) max_len=4096 ;;
+  tokenizer_json) max_len=16384 ;;
+  chat_template) max_len=8192 ;;
+  regex_scanner) max_len=4096 ;;
+  api_request) max_len=8192 ;;
+  bench_stream) max_len=8192 ;;
+  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
+esac
 cxx="$(command -v clang++-14 || command -v clang++)"
 cc="$(command -v clang-14 || command -v clang)"
 
@@ -15,11 +31,17 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
     -DFP4MOE_FUZZ=ON -DFP4MOE_CUDA=OFF -DFP4MOE_TESTS=OFF >/dev/null
 fi
-cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target safetensors_header_fuzz
+cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${target}_fuzz"
 
-corpus="$build/corpus/safetensors_header"
+corpus="$build/corpus/$target"
+dict="$build/$target.dict"
 mkdir -p "$corpus" "$build/artifacts"
-python3 - "$corpus" "$build/safetensors.dict" <<'PY'
+if [[ "$target" == api_request || "$target" == bench_stream ]]; then
+  python3 tools/serve/fuzz_seeds.py "$target" "$corpus" "$dict"
+elif [[ "$target" != safetensors_header ]]; then
+  python3 tools/text/fuzz_seeds.py "$target" "$corpus" "$dict"
+else
+python3 - "$corpus" "$dict" <<'PY'
 import json, struct, sys, os
 corpus, dict_path = sys.argv[1], sys.argv[2]
 sizes = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8,
@@ -58,12 +80,13 @@ with open(dict_path, "w") as f:
     for t in tokens:
         f.write('"%s"\n' % t.replace("\\", "\\\\").replace('"', '\\"'))
 PY
+fi
 
-echo "fuzzing parse_safetensors_header for ${seconds}s (corpus $corpus)"
+echo "fuzzing $target for ${seconds}s (corpus $corpus)"
 set +e
-"$build/bin/safetensors_header_fuzz" "$corpus" -dict="$build/safetensors.dict" -max_total_time="$seconds" \
-  -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/artifacts/" 2>&1 | tee "$build/fuzz.log" | tail -25
+"$build/bin/${target}_fuzz" "$corpus" -dict="$dict" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
+  -print_final_stats=1 -artifact_prefix="$build/artifacts/" 2>&1 | tee "$build/fuzz_$target.log" | tail -25
 rc=${PIPESTATUS[0]}
 set -e
-echo "fuzz result: exit $rc ($( [[ $rc -eq 0 ]] && echo 'no crash, no sanitizer report, no broken invariant' || echo "FAILURE: see $build/artifacts/"))"
+echo "fuzz result ($target): exit $rc ($( [[ $rc -eq 0 ]] && echo 'no crash, no sanitizer report, no broken invariant' || echo "FAILURE: see $build/artifacts/"))"
 exit "$rc"

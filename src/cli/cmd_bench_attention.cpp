@@ -1,9 +1,10 @@
 // `fp4moe bench attention`: MLA attention and the DSA indexer at GLM-5 dimensions (64 heads,
 // latent 512 + rope 64, indexer 32 x 128, top-2048, page size 64), on one layer's paged cache
 // with every request's pages scattered over the pool.
-//   decode  batch x context: dense MLA (FlashInfer SM90 kernel via MlaSm90), and for context >
-//           top-k the sparse path: indexer scores -> top-k -> sparse MLA over the selected slots;
-//           each stage timed alone and the three back to back;
+//   decode  batch x context: dense MLA (FlashInfer's SM90 kernel via MlaSm90, and our
+//           MlaDecodeMma), and for context > top-k the sparse path: indexer scores -> top-k ->
+//           sparse MLA over the selected slots (both kernels); each stage timed alone and the
+//           three back to back (with the faster sparse MLA);
 //   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
 //           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
 //   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random
@@ -36,7 +37,9 @@
 #if defined(FP4MOE_HAVE_CUDA)
 #include "cuda/attention/kv_append.hpp"
 #include "cuda/attention/mla.hpp"
+#include "cuda/attention/mla_decode.hpp"
 #include "cuda/attention/mla_prefill.hpp"
+#include "cuda/attention/mla_prefill_form.hpp"
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
@@ -50,7 +53,7 @@ namespace {
 struct Options {
   std::vector<int> batches = {1, 16, 64, 256};
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
-  std::vector<int> prefill = {1024, 4096, 8192, 16384, 32768};
+  std::vector<int> prefill = {256, 512, 1024, 4096, 8192, 16384, 32768};
   std::vector<std::string> kv = {"bf16", "fp8"};
   int page_size = 64;
   int top_k = 2048;
@@ -179,7 +182,8 @@ struct Selection {
   void run_topk(cudaStream_t s) const { ix::top_k(topk, s); }
 };
 Selection make_selection(const void* q, const float* w, void* q8, float* w8, const KvLayerView& layer,
-                         const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot) {
+                         const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot,
+                         const DeviceMem& ws, size_t ws_bytes) {
   Selection sel;
   sel.q_bf16 = q;
   sel.w = w;
@@ -199,6 +203,10 @@ Selection make_selection(const void* q, const float* w, void* q8, float* w8, con
   sel.topk.out_pos = pos;
   sel.topk.out_slot = slot;
   sel.topk.page_size = layer.page_size;
+  sel.topk.max_ctx = L;
+  sel.topk.workspace = ws.ptr();
+  sel.topk.workspace_bytes = ws_bytes;
+  FP4MOE_CHECK(ws_bytes >= ix::top_k_workspace_bytes(b.num_tokens, L), "bench: top-k workspace too small");
   return sel;
 }
 
@@ -236,12 +244,24 @@ class Bench {
     const std::string kv = std::string(kv_elem_name(elem));
     const double eb = double(kv_elem_size(elem));
     at::MlaSm90 dense({kHeads, kSmScale, elem}), sparse({kHeads, kSmScale, elem});
+    const at::MlaDesc desc{kHeads, kSmScale, elem};
+    const std::string ours_why = at::mla_decode_can_implement(desc);
+    std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse;
+    if (ours_why.empty()) {
+      ours_dense = std::make_unique<at::MlaDecodeMma>(desc);
+      ours_sparse = std::make_unique<at::MlaDecodeMma>(desc);
+    } else {
+      std::printf("| decode | %s | ours-mma | skipped: %s\n", kv.c_str(), ours_why.c_str());
+    }
     // Queries / outputs / indexer buffers for the largest batch.
     DeviceMem q_nope(size_t(maxB) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxB) * kHeads * at::kKpeDim * 2),
         out(size_t(maxB) * kHeads * at::kCkvDim * 2), qi(size_t(maxB) * at::kIndexHeads * at::kIndexDim * 2),
         qi8(size_t(maxB) * at::kIndexHeads * at::kIndexDim), w(size_t(maxB) * at::kIndexHeads * 4),
         w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
         sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
+    const size_t topk_ws_bytes = ix::top_k_workspace_bytes(maxB, maxL);
+    DeviceMem topk_ws(topk_ws_bytes);
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));  // once: the kernels leave it zeroed
     bench::fill_random_bf16(q_nope.ptr(), size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
     bench::fill_random_bf16(q_pe.ptr(), size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
     bench::fill_random_bf16(qi.ptr(), size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
@@ -260,12 +280,23 @@ class Bench {
         r.us = time_us([&] { dense.run(a, s_); });
         r.floor_us = copy_floor_us(r.bytes);
         report(r);
+        if (ours_dense) {
+          ours_dense->plan(hb.view(), ps, pages, s_);
+          Row ro{"decode", kv, "ours-mma", B, L};
+          ro.bytes = r.bytes;
+          ro.flops = r.flops;
+          ro.us = time_us([&] { ours_dense->run(a, s_); });
+          ro.floor_us = r.floor_us;
+          ro.note = fmt::format("{:.2f}x flashinfer's time ({} items, {} split)", ro.us / r.us,
+                                ours_dense->planned_items(), ours_dense->planned_partials());
+          report(ro);
+        }
         if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
         const Selection sel = make_selection(qi.ptr(), w.as<float>(), qi8.ptr(), w8.as<float>(), layer, db.v, L,
                                              scores.as<float>(), opt_.top_k, sel_pos.as<int32_t>(),
-                                             sel_slot.as<int32_t>());
+                                             sel_slot.as<int32_t>(), topk_ws, topk_ws_bytes);
         sparse.plan_sparse(hb.view(), opt_.top_k, s_);
         at::MlaRunArgs sp{q_nope.ptr(), q_pe.ptr(), layer, sel_slot.as<int32_t>(), out.ptr(), nullptr};
         const double key_bytes = double(B) * L * at::kIndexDim * eb;
@@ -287,12 +318,25 @@ class Bench {
         rs.us = time_us([&] { sparse.run(sp, s_); });
         rs.floor_us = copy_floor_us(rs.bytes);
         report(rs);
-        Row rall{"sparse-decode", kv, "indexer+topk+mla", B, L};
+        bool use_ours = false;
+        if (ours_sparse) {
+          ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_);
+          Row rso{"sparse-mla", kv, "ours-mma", B, L};
+          rso.bytes = rs.bytes;
+          rso.flops = rs.flops;
+          rso.us = time_us([&] { ours_sparse->run(sp, s_); });
+          rso.floor_us = rs.floor_us;
+          rso.note = fmt::format("{:.2f}x flashinfer's time", rso.us / rs.us);
+          report(rso);
+          use_ours = rso.us < rs.us;
+        }
+        Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};
         rall.bytes = key_bytes + rs.bytes;
         rall.us = time_us([&] {
           sel.run_indexer(s_);
           sel.run_topk(s_);
-          sparse.run(sp, s_);
+          if (use_ours) ours_sparse->run(sp, s_);
+          else sparse.run(sp, s_);
         });
         rall.floor_us = copy_floor_us(rall.bytes);
         rall.note = fmt::format("vs dense {:.2f}x", r.us / rall.us);
@@ -373,8 +417,12 @@ class Bench {
         for (size_t i = 0; i < eplans.size(); ++i) eplans[i]->run(eargs[i], s_);
       });
       e.floor_us = e.flops / (ceil_.bf16_tflops * 1e6);
-      e.note = fmt::format("vs absorbed {:.2f}x ({:.0f} % of the flops are the expansion GEMMs)", r.us / e.us,
-                           100 * gemm_flops / e.flops);
+      const at::MlaPrefillChoice rule = at::choose_mla_prefill_form(N, N, elem, kHeads);
+      e.note = fmt::format("vs absorbed {:.2f}x ({:.0f} % of the flops are the expansion GEMMs); rule picks {} "
+                           "(est. {:.0f} / {:.0f} us absorbed / expanded), measured winner {}",
+                           r.us / e.us, 100 * gemm_flops / e.flops,
+                           rule.form == at::MlaPrefillForm::Expanded ? "expanded" : "absorbed", rule.absorbed_us,
+                           rule.expanded_us, e.us < r.us ? "expanded" : "absorbed");
       report(e);
     });
   }
@@ -455,9 +503,12 @@ class Bench {
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
     }
     const KvLayerView L16 = glm5_layer(dummy.ptr(), dummy.ptr(), d_keys->ptr(), pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
+    const size_t topk_ws_bytes = ix::top_k_workspace_bytes(B, L);
+    DeviceMem topk_ws(topk_ws_bytes);
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));
     auto select = [&](const KvLayerView& layer, DeviceMem& dst) {
       const Selection sel = make_selection(d_q->ptr(), d_w->as<float>(), q8.ptr(), w8.as<float>(), layer, db.v, L,
-                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr);
+                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr, topk_ws, topk_ws_bytes);
       sel.run_indexer(s_);
       sel.run_topk(s_);
     };
@@ -523,7 +574,7 @@ int run_bench(const Options& opt) {
   Bench b(opt, s);
   const auto& c = b.ceilings();
   std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
-              bench::device_name().c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
+              cuda::current_device().name.c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
   std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
               opt.page_size);
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
@@ -538,7 +589,7 @@ int run_bench(const Options& opt) {
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   if (!opt.json_path.empty()) {
     nlohmann::json j;
-    j["device"] = bench::device_name();
+    j["device"] = cuda::current_device().name;
     j["commit"] = std::getenv("FP4MOE_COMMIT") ? std::getenv("FP4MOE_COMMIT") : "unknown";
     j["ceilings"] = {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"fp8_tflops", c.fp8_tflops}};
     j["page_size"] = opt.page_size;

@@ -1,8 +1,9 @@
-// fp4moe generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N [sampling options]
+// fp4moe generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N [sampling options]
 //                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
 //
-// Runs the model on the CPU backend: one prefill step over the prompt, then one decode step per
-// new token. Prints the generated ids and the prefill / decode tokens per second.
+// Runs the model on the CPU backend (or the GPU runner with --backend cuda): one prefill step over the prompt, then one decode step per
+// new token. Prints the generated ids (with --prompt: the generated text, through the model
+// folder's tokenizer.json, or --tokenizer-path) and the prefill / decode tokens per second.
 // --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
 // logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
@@ -10,6 +11,8 @@
 #include <charconv>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,14 +24,19 @@
 #include "core/threads.hpp"
 #include "format/safetensors.hpp"
 #include "model/generate.hpp"
+#include "text/tokenizer.hpp"
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+#include "engine/gpu/gpu_generate.hpp"
+#endif
 
 namespace fp4moe::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
+  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
   int64_t max_new_tokens = 16, page_size = 16;
   int threads = 0, logprobs = -1;
+  double mem_fraction_static = 0.88;
   cpu::SamplingParams sampling;
 };
 
@@ -49,13 +57,12 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  FP4MOE_CHECK(a.backend == "cpu", "--backend {}: only the cpu backend runs a whole model so far", a.backend);
-  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
+  std::optional<text::Tokenizer> tokenizer;
+  if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
+  const std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt_text) : parse_ids(a.prompt_ids);
+  FP4MOE_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
   cpu::validate_sampling(a.sampling);
-  model::ModelOptions mo;
-  mo.threads = a.threads > 0 ? a.threads : default_num_threads();
-  auto m = model::Model::load(a.model, mo);
-
   model::GenerateOptions go;
   go.max_new_tokens = a.max_new_tokens;
   go.sampling = a.sampling;
@@ -65,13 +72,49 @@ int run_generate(const GenerateArgs& a) {
   go.keep_logits = !a.dump_logits.empty();
   model::HiddenStates hidden;
   if (!a.dump_hidden.empty()) go.prompt_hidden = &hidden;
-  model::validate_request(*m, prompt, go);
-  fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
-  const model::GenerateResult r = model::generate(*m, prompt, go);
+  model::GenerateResult r;
+  int64_t vocab = 0, hidden_size = 0;
+  std::string threads_note;
+  if (a.backend == "cuda") {
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+    engine::gpu::RunnerOptions ro;
+    const int64_t P = int64_t(prompt.size());
+    ro.max_tokens = std::max<int64_t>(P, 8);
+    ro.max_requests = 1;
+    ro.max_context = P + a.max_new_tokens;
+    ro.page_size = a.page_size;
+    ro.mem_fraction_static = a.mem_fraction_static;
+    ro.max_total_tokens = P + a.max_new_tokens + a.page_size;
+    ro.cuda_graph_max_bs = 1;
+    if (a.kv_dtype != "bf16") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype {} is the CPU's)", a.kv_dtype);
+    auto runner = engine::gpu::GpuRunner::load(a.model, ro);  // prints its start-up and memory plan lines
+    vocab = runner->config().vocab;
+    hidden_size = runner->config().hidden;
+    r = engine::gpu::generate_gpu(*runner, prompt, go);
+    threads_note = "cuda";
+#else
+    FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA");
+#endif
+  } else {
+    model::ModelOptions mo;
+    mo.threads = a.threads > 0 ? a.threads : default_num_threads();
+    auto m = model::Model::load(a.model, mo);
+    model::validate_request(*m, prompt, go);
+    fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
+    vocab = m->config().vocab;
+    hidden_size = m->config().hidden;
+    r = model::generate(*m, prompt, go);
+    threads_note = fmt::format("{} threads", mo.threads);
+  }
 
   std::string ids;
   for (size_t i = size_t(r.prompt_tokens); i < r.tokens.size(); ++i) ids += fmt::format("{}{}", ids.empty() ? "" : ",", r.tokens[i]);
-  fmt::print("{}\n", ids);
+  if (tokenizer) {
+    const std::span<const int32_t> out(r.tokens.data() + r.prompt_tokens, r.tokens.size() - size_t(r.prompt_tokens));
+    fmt::print("{}\n", tokenizer->decode(out, /*skip_special_tokens=*/true));
+  } else {
+    fmt::print("{}\n", ids);
+  }
   if (a.logprobs >= 0)
     for (const auto& s : r.samples) {
       std::string top;
@@ -79,19 +122,19 @@ int run_generate(const GenerateArgs& a) {
       fmt::print("logprob {} {:.6f}{}\n", s.token, s.logprob, top);
     }
   const int64_t decoded = r.new_tokens - 1;
-  fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {} threads\n",
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {}\n",
              r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / r.prefill_seconds, decoded,
-             r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, mo.threads);
+             r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
   if (!a.dump_logits.empty()) {
     SafetensorsWriter w(a.dump_logits);
     w.add("tokens", DType::I32, {int64_t(r.tokens.size())}, r.tokens);
-    w.add("logits", DType::F32, {int64_t(r.tokens.size()) - 1, m->config().vocab}, r.logits);
+    w.add("logits", DType::F32, {int64_t(r.tokens.size()) - 1, vocab}, r.logits);
     w.finish();
   }
   if (!a.dump_hidden.empty()) {
     SafetensorsWriter w(a.dump_hidden);
     for (size_t i = 0; i < hidden.size(); ++i)
-      w.add(fmt::format("hidden_states.{}", i), DType::F32, {r.prompt_tokens, m->config().hidden}, hidden[i]);
+      w.add(fmt::format("hidden_states.{}", i), DType::F32, {r.prompt_tokens, hidden_size}, hidden[i]);
     w.finish();
   }
   return 0;
@@ -100,7 +143,13 @@ int run_generate(const GenerateArgs& a) {
 void setup(CLI::App& app, std::function<int()>& run) {
   auto a = std::make_shared<GenerateArgs>();
   app.add_option("--model", a->model, "checkpoint folder (GlmMoeDsaForCausalLM / DeepseekV3ForCausalLM / V3.2)")->required();
-  app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  auto* ids = app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
+  auto* text = app.add_option("--prompt", a->prompt_text, "prompt text (encoded with the folder's tokenizer.json); prints text");
+  ids->excludes(text);
+  app.add_option("--tokenizer-path", a->tokenizer_path, "folder with tokenizer.json (default: --model)");
+  app.callback([ids, text] {
+    if (ids->count() == 0 && text->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");
+  });
   app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--temperature", a->sampling.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "nucleus mass kept, (0, 1]")->capture_default_str();
@@ -111,7 +160,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--frequency-penalty", a->sampling.frequency_penalty, "0: off")->capture_default_str();
   app.add_option("--seed", a->sampling.seed, "sampling seed (same seed, same tokens)")->capture_default_str();
   app.add_option("--logprobs", a->logprobs, "print each sampled token's logprob and the top N (0..20)");
-  app.add_option("--backend", a->backend, "cpu (the CUDA backend does not run a whole model yet)")
+  app.add_option("--backend", a->backend, "cpu, or cuda (the GPU runner: BF16 KV cache, greedy on the device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--mem-fraction-static", a->mem_fraction_static,
+                 "cuda: share of the device for weights + workspace + KV pool")
       ->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (default: FP4MOE_THREADS or all cores)");
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32: exact, the reference; bf16 / fp8 as the GPU stores it)")
@@ -123,7 +176,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   run = [a] { return run_generate(*a); };
 }
 
-const Registrar kRegistrar{"generate", "Generate tokens from prompt ids with a whole model (CPU backend)", setup};
+const Registrar kRegistrar{"generate", "Generate tokens from prompt ids or text with a whole model (CPU or CUDA backend)", setup};
 
 }  // namespace
 }  // namespace fp4moe::cli

@@ -18,6 +18,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
+#include "core/units.hpp"
 #include "format/checkpoint.hpp"
 
 namespace fp4moe {
@@ -28,14 +29,6 @@ struct InspectArgs {
   bool strict = false;
   int max_problems = 50;
 };
-
-std::string human_bytes(int64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
-}
 
 // "0-2, 5, 7-9" from a sorted list.
 std::string ranges(const std::vector<int64_t>& v) {

@@ -92,6 +92,11 @@ void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
     o.bf16_activations = false;
     const MoeOutput r = moe_forward_cpu(lw.moe, h, T, o);
     std::memcpy(out, r.out.data(), r.out.size() * sizeof(float));
+    if (opt_.on_moe_routing) {
+      std::vector<int32_t> per_expert(size_t(lw.moe.cfg.num_experts), 0);
+      for (int32_t e : r.routing.topk_ids) ++per_expert[size_t(e)];
+      opt_.on_moe_routing(layer, per_expert);
+    }
     return;
   }
   Arena::Scope scope(arena_);

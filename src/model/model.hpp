@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,9 +29,14 @@ namespace fp4moe::model {
 
 enum class AttentionForm : uint8_t { Auto, Expanded, Absorbed };
 
+// Sees every MoE layer's routing of a step: tokens_per_expert[e] = the step's tokens routed
+// to routed expert e (what one grouped GEMM over the layer's experts computes).
+using MoeRoutingObserver = std::function<void(int64_t layer, std::span<const int32_t> tokens_per_expert)>;
+
 struct ModelOptions {
   int threads = 0;                       // 0: default_num_threads()
   AttentionForm attention = AttentionForm::Auto;
+  MoeRoutingObserver on_moe_routing;     // null: not counted
 };
 
 // Per-layer hidden states of a step, as transformers' output_hidden_states gives them:

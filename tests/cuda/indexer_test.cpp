@@ -97,22 +97,35 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
   return worst;
 }
 
+// Outputs poisoned (-7) first; run twice on one workspace (the kernels must leave it zeroed),
+// the second result returned after checking it equals the first.
 std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
                               std::vector<int32_t>* slots) {
   DeviceBatch db(c);
   DeviceArray<float> s(scores);
-  DeviceArray<int32_t> pos(size_t(c.tokens() * k)), slot(size_t(c.tokens() * k));
+  const std::vector<int32_t> poison(size_t(c.tokens() * k), -7);
+  DeviceArray<int32_t> pos(poison), slot(poison);
+  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx());
+  DeviceArray<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
   ix::TopKArgs a;
   a.scores = s.ptr;
   a.score_stride = stride;
   a.batch = db.view();
+  a.max_ctx = c.max_ctx();
   a.top_k = k;
   a.out_pos = pos.ptr;
   a.out_slot = slots ? slot.ptr : nullptr;
   a.page_size = c.page_size;
+  a.workspace = ws.ptr;
+  a.workspace_bytes = ws_bytes;
   ix::top_k(a, nullptr);
+  const auto first = pos.download();
+  ix::top_k(a, nullptr);
+  const auto second = pos.download();
+  EXPECT_EQ(first, second) << "a second call on the same workspace differs";
   if (slots) *slots = slot.download();
-  return pos.download();
+  return second;
 }
 
 std::vector<int32_t> cpu_topk(const PagedCase& c, const std::vector<float>& scores, int64_t stride, int k) {
@@ -206,12 +219,79 @@ TEST(IndexerTiny, TopKIdenticalToCpuSmallK) {
   check_topk_exact({{1, 1}, {5, 1}, {6, 1}, {300, 4}}, 16, 5, true, 41);
 }
 
+// -0 and +0 compare equal: a cut that falls among zeros of both signs takes the lowest
+// positions, whatever their sign (the CPU rule; the radix key must not order -0 below +0).
+TEST(IndexerTiny, TopKTreatsSignedZerosAsTies) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{300, 1}, {4000, 1}}, 16, KvElem::BF16, KvElem::BF16, 45, /*fill=*/false);
+  const int64_t stride = c.max_ctx();
+  std::vector<float> s(size_t(c.tokens() * stride), 0.f);
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int64_t j = 0; j < stride; ++j) {
+      float v = (j % 3 == 0) ? -0.0f : 0.0f;  // zeros of both signs, the -0 ones first at j = 0
+      if (j % 17 == 5) v = 1.0f;               // a few clear winners
+      if (j % 13 == 7) v = -1.0f;
+      s[size_t(t * stride + j)] = v;
+    }
+  for (int k : {5, 40, 2048}) {
+    const auto g = gpu_topk(c, s, stride, k, nullptr);
+    EXPECT_EQ(g, cpu_topk(c, s, stride, k)) << "k " << k;
+  }
+}
+
 TEST(Indexer, TopKIdenticalToCpuK2048) {
   FP4MOE_SKIP_WITHOUT_GPU();
   for (bool ties : {false, true}) {
     check_topk_exact(kMixedShapes, 64, 2048, ties, 50 + ties);
     check_topk_exact({{100000, 1}, {1, 1}, {4096, 2}}, 1, 2048, ties, 52 + ties);
   }
+}
+
+// Rows across the one-CTA / multi-CTA boundary and every path of the long-row kernels
+// (resolved at the first digit, candidates with a position cut among equal keys, streamed
+// when the k-th key's bin is too large); tests/cuda/topk_radix_emu_test.cpp runs the same
+// kernels on the CPU.
+void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed) {
+  PagedCase c = make_paged_case(shapes, 16, KvElem::BF16, KvElem::BF16, seed, /*fill=*/false);
+  const int64_t stride = c.max_ctx() + 1;
+  const int k = 2048;
+  std::mt19937_64 g(seed + 1);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  std::vector<float> s(size_t(c.tokens() * stride), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < c.tokens(); ++t) {
+    const int64_t n = c.positions[size_t(t)] + 1;
+    float* r = &s[size_t(t * stride)];
+    for (int64_t j = 0; j < n; ++j) r[j] = u(g);
+    if (n <= 16384) continue;  // one-CTA rows: random
+    const int64_t kind = t % 4;
+    if (kind == 1)  // exactly k keys in the top first-digit bin
+      for (int i = 0; i < k; ++i) r[(int64_t(i) * 7919) % n] = 100.0f + float(i % 5) * 0.5f;
+    if (kind == 2)  // k / 2 winners, then 2000 equal keys across the cut
+      for (int i = 0; i < k / 2 + 2000; ++i) r[(int64_t(i) * 7919) % n] = i < k / 2 ? 50.0f : 10.0f;
+    if (kind == 3)  // 3 values: ~n / 3 equal keys at the top (> 8192: more than the candidate list holds)
+      for (int64_t j = 0; j < n; ++j) r[j] = float(int(g() % 3));
+  }
+  std::vector<int32_t> slots;
+  const auto got = gpu_topk(c, s, stride, k, &slots);
+  ASSERT_EQ(got, cpu_topk(c, s, stride, k));
+  const KvBatchView b = c.batch();
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int i = 0; i < k; ++i) {
+      const int32_t p = got[size_t(t * k + i)];
+      ASSERT_EQ(slots[size_t(t * k + i)], p < 0 ? -1 : int32_t(kv_slot(b, c.page_size, t, p)));
+    }
+}
+
+TEST(IndexerTiny, TopKLongRowPathsIdenticalToCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  // rows 0..3: random (candidates), exact top bin, ties across the cut, 3 values (candidates)
+  check_topk_long_rows({{16385, 1}, {17000, 1}, {17000, 1}, {17000, 1}, {3000, 1}}, 80);
+}
+
+TEST(Indexer, TopKLongRowPathsIdenticalToCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  // the last long row: 3 values over 40000 keys (> 8192 in the top bin: streamed); 16384 / 16385: the boundary
+  check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82);
 }
 
 TEST(Indexer, PipelineSelectsCpuSetWhereScoresAreSeparated) {
@@ -282,11 +362,30 @@ TEST(IndexerErrors, TopKOutsideRangeIsAnError) {
   a.scores = s.ptr;
   a.score_stride = 16;
   a.batch = db.view();
+  a.max_ctx = 10;
   a.out_pos = out.ptr;
   a.top_k = ix::kMaxTopK + 1;
   EXPECT_THROW(ix::top_k(a, nullptr), Error);
   a.top_k = 0;
   EXPECT_THROW(ix::top_k(a, nullptr), Error);
+}
+
+TEST(IndexerErrors, TopKLongRowsWithoutWorkspaceIsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{20000, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
+  DeviceBatch db(c);
+  DeviceArray<float> s(20000);
+  DeviceArray<int32_t> out(2048);
+  ix::TopKArgs a;
+  a.scores = s.ptr;
+  a.score_stride = 20000;
+  a.batch = db.view();
+  a.max_ctx = 20000;
+  a.out_pos = out.ptr;
+  a.top_k = 2048;
+  EXPECT_THROW(ix::top_k(a, nullptr), Error);  // no workspace
+  a.max_ctx = 20001;
+  EXPECT_THROW(ix::top_k(a, nullptr), Error);  // score rows shorter than max_ctx
 }
 
 }  // namespace

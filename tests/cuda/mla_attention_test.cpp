@@ -1,13 +1,15 @@
-// MlaSm90 (FlashInfer's SM90 MLA kernel behind our planner) against cpu::mla_attention_cpu:
-// dense decode, chunked causal prefill and sparse rows over top-k slots; BF16 KV (worst row
-// error < 1e-2) and FP8 KV (< 3e-2); contexts 1, page-size multiples +-1, 100K beside 1,
-// page sizes 1 / 16 / 64 with pages out of order; sparse with top-k >= context equals dense;
-// poisoned outputs; bad input (page out of range, unsupported heads, misplaced tokens).
+// MlaSm90 (FlashInfer's SM90 MLA kernel behind our planner) and MlaDecodeMma (our decode
+// kernel) against cpu::mla_attention_cpu: dense decode, chunked causal prefill (MlaSm90) and
+// sparse rows over top-k slots; BF16 KV (worst row error < 1e-2) and FP8 KV (< 3e-2);
+// contexts 1, page-size multiples +-1, 100K beside 1, page sizes 1 / 16 / 64 with pages out of
+// order, 64 and 128 heads (ours); sparse with top-k >= context equals dense; poisoned outputs;
+// bad input (page out of range, unsupported heads, misplaced tokens, prefill chunks for ours).
 #include <gtest/gtest.h>
 
 #include "cpu/attention/indexer_cpu.hpp"
 #include "cpu/attention/mla_cpu.hpp"
 #include "cuda/attention/mla.hpp"
+#include "cuda/attention/mla_decode.hpp"
 #include "cuda/attention_test_util.hpp"
 
 namespace fp4moe::test {
@@ -19,10 +21,12 @@ constexpr float kSmScale = 0.0625f;  // (192 + 64)^-1/2
 
 
 struct Queries {
-  Bf16Data nope, pe;  // [T, 64, 512], [T, 64, 64]
+  Bf16Data nope, pe;  // [T, heads, 512], [T, heads, 64]
+  int heads = kHeads;
 };
-Queries random_queries(int64_t T, uint64_t seed) {
-  return {random_bf16(size_t(T) * kHeads * kCkvDim, seed, 0.5f), random_bf16(size_t(T) * kHeads * kKpeDim, seed + 1, 0.5f)};
+Queries random_queries(int64_t T, uint64_t seed, int heads = kHeads) {
+  return {random_bf16(size_t(T) * heads * kCkvDim, seed, 0.5f), random_bf16(size_t(T) * heads * kKpeDim, seed + 1, 0.5f),
+          heads};
 }
 
 struct Result {
@@ -31,10 +35,10 @@ struct Result {
 
 Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
   Result r;
-  r.out.resize(size_t(c.tokens()) * kHeads * kCkvDim);
-  r.lse.resize(size_t(c.tokens()) * kHeads);
+  r.out.resize(size_t(c.tokens()) * q.heads * kCkvDim);
+  r.lse.resize(size_t(c.tokens()) * q.heads);
   cpu::MlaAttentionParams p;
-  p.num_heads = kHeads;
+  p.num_heads = q.heads;
   p.sm_scale = kSmScale;
   p.topk = topk;
   p.topk_k = k;
@@ -42,41 +46,49 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
   return r;
 }
 
+enum class Impl { FlashInfer, Mma };
+
 // Dense when slots is null; else sparse over slots [T, k] (device page table of page_size 1).
-Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots, int k) {
+// Outputs poisoned (NaN) before the run.
+Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots, int k, Impl impl = Impl::FlashInfer) {
   const int64_t T = c.tokens();
   DeviceCache dc(c);
   DeviceArray<uint16_t> qn(q.nope.bits), qp(q.pe.bits);
-  DeviceArray<uint16_t> out(size_t(T) * kHeads * kCkvDim);  // poisoned (NaN)
-  DeviceArray<float> lse(size_t(T) * kHeads);
+  DeviceArray<uint16_t> out(size_t(T) * q.heads * kCkvDim);  // poisoned (NaN)
+  DeviceArray<float> lse(size_t(T) * q.heads);
   DeviceArray<int32_t> pages(c.page_indices);
   DeviceArray<int32_t> d_slots(slots ? *slots : std::vector<int32_t>(1, 0));
-  at::MlaSm90 mla({kHeads, kSmScale, c.elem});
   at::MlaRunArgs a;
   a.q_nope = qn.ptr;
   a.q_pe = qp.ptr;
   a.layer = dc.L;
   a.out = out.ptr;
   a.lse = lse.ptr;
-  if (slots) {
-    mla.plan_sparse(c.batch(), k, nullptr);
-    a.kv_indices = d_slots.ptr;
+  a.kv_indices = slots ? d_slots.ptr : pages.ptr;
+  auto go = [&](auto& mla) {
+    if (slots) mla.plan_sparse(c.batch(), k, nullptr);
+    else mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+    mla.run(a, nullptr);
+  };
+  if (impl == Impl::Mma) {
+    at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
+    go(mla);
   } else {
-    mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
-    a.kv_indices = pages.ptr;
+    at::MlaSm90 mla({q.heads, kSmScale, c.elem});
+    go(mla);
   }
-  mla.run(a, nullptr);
   return {bf16_to_floats(out.download()), lse.download()};
 }
 
 double tolerance(KvElem e) { return e == KvElem::BF16 ? 1e-2 : 3e-2; }
 
-void check_dense(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, uint64_t seed) {
+void check_dense(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, uint64_t seed,
+                 Impl impl = Impl::FlashInfer, int heads = kHeads) {
   PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
-  const Queries q = random_queries(c.tokens(), seed + 5);
-  const Result g = gpu_mla(c, q, nullptr, 0), r = cpu_mla(c, q, nullptr, 0);
+  const Queries q = random_queries(c.tokens(), seed + 5, heads);
+  const Result g = gpu_mla(c, q, nullptr, 0, impl), r = cpu_mla(c, q, nullptr, 0);
   EXPECT_LT(worst_row_rel_error(g.out, r.out, kCkvDim), tolerance(elem))
-      << "page_size " << page_size << " " << kv_elem_name(elem);
+      << "page_size " << page_size << " " << kv_elem_name(elem) << " heads " << heads;
   EXPECT_LT(worst_lse_error(g.lse, r.lse), 2e-2) << "lse, page_size " << page_size;
 }
 
@@ -131,11 +143,12 @@ Selection random_selection(const PagedCase& c, int k, uint64_t seed) {
   return s;
 }
 
-void check_sparse(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, int k, uint64_t seed) {
+void check_sparse(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, int k, uint64_t seed,
+                  Impl impl = Impl::FlashInfer) {
   PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
   const Queries q = random_queries(c.tokens(), seed + 5);
   const Selection sel = random_selection(c, k, seed + 9);
-  const Result g = gpu_mla(c, q, &sel.slots, k), r = cpu_mla(c, q, sel.pos.data(), k);
+  const Result g = gpu_mla(c, q, &sel.slots, k, impl), r = cpu_mla(c, q, sel.pos.data(), k);
   EXPECT_LT(worst_row_rel_error(g.out, r.out, kCkvDim), tolerance(elem)) << "k " << k << " " << kv_elem_name(elem);
   EXPECT_LT(worst_lse_error(g.lse, r.lse), 2e-2) << "lse, k " << k;
 }
@@ -160,6 +173,82 @@ TEST(MlaAttention, SparseWithTopKAtLeastContextEqualsDense) {
   // The same keys in the same order; the split schedule may differ, so BF16-output rounding.
   EXPECT_LT(worst_row_rel_error(sparse.out, dense.out, kCkvDim), 5e-3);
   EXPECT_LT(worst_lse_error(sparse.lse, dense.lse), 1e-3);
+}
+
+// ---- MlaDecodeMma (our decode kernel; tests/cuda/mla_decode_emu_test.cpp runs it on the CPU) --
+
+bool mma_decode_available() {
+  return cuda::device_available() && at::mla_decode_can_implement({kHeads, kSmScale, KvElem::FP8_E4M3}).empty();
+}
+#define FP4MOE_SKIP_WITHOUT_MMA_DECODE()                                                         \
+  do {                                                                                           \
+    if (!mma_decode_available()) GTEST_SKIP() << "needs a GPU with ~217 KB of shared memory per block"; \
+  } while (0)
+
+TEST(MlaDecodeMmaTiny, DecodeMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, e, 101, Impl::Mma);
+}
+
+TEST(MlaDecodeMmaTiny, SparseMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, e, 64, 102, Impl::Mma);
+}
+
+TEST(MlaDecodeMma, DecodeMatchesCpuEveryPageSize) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, e, 110 + uint64_t(ps), Impl::Mma);
+}
+
+TEST(MlaDecodeMma, DecodeLengths1And100KInOneBatch) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, e, 120, Impl::Mma);
+}
+
+TEST(MlaDecodeMma, SparseTopK2048MatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 141, Impl::Mma);
+}
+
+TEST(MlaDecodeMma, Heads128MatchCpu) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_dense({{1, 1}, {700, 1}, {5000, 1}}, 64, e, 150, Impl::Mma, 128);
+}
+
+TEST(MlaDecodeMma, SparseWithTopKAtLeastContextEqualsDense) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  PagedCase c = make_paged_case({{1, 1}, {100, 1}, {2048, 1}}, 64, KvElem::FP8_E4M3, KvElem::BF16, 160);
+  const Queries q = random_queries(c.tokens(), 161);
+  const Selection sel = random_selection(c, 2048, 162);
+  const Result sparse = gpu_mla(c, q, &sel.slots, 2048, Impl::Mma), dense = gpu_mla(c, q, nullptr, 0, Impl::Mma);
+  EXPECT_LT(worst_row_rel_error(sparse.out, dense.out, kCkvDim), 5e-3);
+  EXPECT_LT(worst_lse_error(sparse.lse, dense.lse), 1e-3);
+}
+
+TEST(MlaDecodeMmaErrors, BadInputIsAnError) {
+  EXPECT_NE(at::mla_decode_can_implement({48, kSmScale, KvElem::BF16}).find("48 heads unsupported"), std::string::npos);
+  EXPECT_NE(at::mla_decode_can_implement({64, kSmScale, KvElem::F32}).find("unsupported"), std::string::npos);
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  at::MlaDecodeMma mla({kHeads, kSmScale, KvElem::BF16});
+  at::MlaRunArgs a;
+  EXPECT_THROW(mla.run(a, nullptr), Error);  // before plan
+  PagedCase c = make_paged_case({{100, 2}}, 64, KvElem::BF16, KvElem::BF16, 170, false);
+  try {
+    mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
+    FAIL() << "a 2-token prefill chunk accepted by the decode kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exactly one"), std::string::npos) << e.what();
+  }
+  PagedCase d = make_paged_case({{100, 1}, {10, 1}}, 64, KvElem::BF16, KvElem::BF16, 171, false);
+  d.page_indices[0] = int32_t(d.num_pages);
+  EXPECT_THROW(mla.plan(d.batch(), d.page_size, d.num_pages, nullptr), Error);
+  d.page_indices[0] = 0;
+  mla.plan(d.batch(), d.page_size, d.num_pages, nullptr);
+  PagedCase f = make_paged_case({{10, 1}}, 64, KvElem::FP8_E4M3, KvElem::BF16, 172, false);
+  a.layer = f.layer();  // FP8 cache for a BF16 plan
+  EXPECT_THROW(mla.run(a, nullptr), Error);
 }
 
 // ---- bad input ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // `fp4moe generate` end to end: broken models and bad requests (one line on stderr, exit code 1 or 2,
 // never a crash, a hang or output), the printed ids / rates, the dumps, seeded sampling.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "cli/cli_run_helpers.hpp"
 #include "format/safetensors.hpp"
 #include "model_test_util.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::testing_cli;
@@ -170,4 +172,37 @@ TEST(Generate, SampledTokensAreReproducibleForASeed) {
   ASSERT_EQ(lp.rc, 0) << lp.err;
   EXPECT_EQ(std::count(lp.out.begin(), lp.out.end(), '\n'), 3) << lp.out;  // ids + 2 logprob lines
   EXPECT_NE(lp.out.find("logprob "), std::string::npos);
+}
+
+// --prompt TEXT: the text is encoded with the tokenizer folder's tokenizer.json and the output is
+// the generated ids' text, so it must equal --prompt-ids over encode(text), decoded.
+TEST(Generate, TextPromptEqualsItsTokenIdsDecoded) {
+  TempDir t("gen_text");
+  const fs::path m = testing_model::golden_dir(kCase) + "/model";
+  const std::string tok_dir = std::string(FP4MOE_SOURCE_DIR) + "/tests/text/data/glm_style";
+  const text::Tokenizer tok = text::Tokenizer::from_dir(tok_dir);
+  // A prompt whose ids fit the tiny model's 512-entry vocabulary.
+  std::string prompt;
+  std::vector<int32_t> ids;
+  for (const char* cand : {"the cat sat", "a b c", "ab", "a"}) {
+    ids = tok.encode(cand);
+    if (!ids.empty() && *std::max_element(ids.begin(), ids.end()) < 512) { prompt = cand; break; }
+  }
+  ASSERT_FALSE(prompt.empty()) << "no candidate prompt fits the vocabulary";
+  std::string csv;
+  for (int32_t id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  const Result by_ids = generate(t, m, "--prompt-ids " + csv + " --max-new-tokens 4");
+  const Result by_text = generate(t, m, "--prompt '" + prompt + "' --tokenizer-path " + tok_dir + " --max-new-tokens 4");
+  ASSERT_EQ(by_ids.rc, 0) << by_ids.err;
+  ASSERT_EQ(by_text.rc, 0) << by_text.err;
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < by_ids.out.size();) {
+    size_t j = by_ids.out.find_first_of(",\n", i);
+    out.push_back(std::stoi(by_ids.out.substr(i, j - i)));
+    i = j + 1;
+  }
+  EXPECT_EQ(by_text.out, tok.decode(out, /*skip_special_tokens=*/true) + "\n");
+  // Both ways of giving a prompt at once, or neither, is a usage error.
+  expect_one_line_error(generate(t, m, "--prompt x --prompt-ids 1"), "excludes");
+  EXPECT_EQ(generate(t, m, "--max-new-tokens 1").rc == 0, false);
 }

@@ -8,8 +8,19 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .carry && mkdir -p .carry/include .carry/lib
 for d in nlohmann CLI fmt gtest gmock; do cp -r /usr/include/$d .carry/include/; done
-cp /usr/include/httplib.h .carry/include/ 2>/dev/null || true
+# cpp-httplib is Debian's split build: its header, its library and what the library needs
+# (OpenSSL headers for the header's CPPHTTPLIB_OPENSSL_SUPPORT layout; brotli, libssl3 at run time).
+cp /usr/include/httplib.h .carry/include/
+cp -r /usr/include/openssl .carry/include/
+cp -r /usr/include/x86_64-linux-gnu/openssl/* .carry/include/openssl/
+cp -P /usr/lib/x86_64-linux-gnu/libcpp-httplib.so* .carry/lib/
+for l in libbrotlienc.so.1 libbrotlidec.so.1 libbrotlicommon.so.1 libssl.so.3 libcrypto.so.3; do
+  cp -L /lib/x86_64-linux-gnu/$l .carry/lib/
+done
 cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a .carry/lib/
+# text/'s two compiled libraries, static (the GPU machine has neither): PCRE2 and utf8proc.
+cp /usr/include/pcre2.h /usr/include/utf8proc.h .carry/include/
+cp /usr/lib/x86_64-linux-gnu/libpcre2-8.a /usr/lib/x86_64-linux-gnu/libutf8proc.a .carry/lib/
 [ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
 tar czf .carry/flashinfer.tgz -C third_party flashinfer
 # The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).

@@ -27,7 +27,7 @@ if [ -z "${NO_TESTS:-}" ]; then
   (cd build-dev && ctest -L gpu --output-on-failure --timeout 300) > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/gpu_tests.log")"
   # Counts by folder (label), skips (a GPU test that skipped on the GPU is a failure of the setup).
-  for l in cuda tuner cli moe; do
+  for l in cuda tuner cli moe engine; do
     n=$(cd build-dev && ctest -N -L "^$l-gpu\$" | grep -cE '^\s+Test +#')
     echo "  gpu tests in tests/$l: $n"
   done

@@ -70,7 +70,6 @@ void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cuda
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
-std::string device_name() { return cuda::current_device().name; }
 
 // ---- cold-L2 timer ----------------------------------------------------------------------
 

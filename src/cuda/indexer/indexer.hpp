@@ -57,18 +57,29 @@ void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp
 
 struct TopKArgs {
   const float* scores = nullptr;  // [T, score_stride]
-  int64_t score_stride = 0;
+  int64_t score_stride = 0;       // >= max_ctx
   KvBatchView batch;              // device: qo_indptr, positions (+ page_indptr / page_indices for slots)
+  int max_ctx = 0;                // host: >= positions[t] + 1 for every t (keys beyond it are ignored)
   int top_k = 2048;
   int32_t* out_pos = nullptr;     // [T, top_k] selected positions (ascending), -1 padded
   // Optional: the same selection as cache slots (kv_slot), -1 padded: the page table of the
   // sparse MLA (MlaSm90::plan_sparse, page_size 1). Null to skip.
   int32_t* out_slot = nullptr;
   int64_t page_size = attention::kDefaultPageSize;  // with out_slot
+  // Device scratch for rows longer than 16K keys: top_k_workspace_bytes(T, max_ctx) bytes
+  // (0 when max_ctx <= 16384), zeroed once after allocation (the kernels leave it zeroed).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
-// Radix select, one CTA per token, up to 3 histogram passes over the token's scores
-// (11 + 11 + 10 bits of an order-preserving key), then one ordered gather pass.
+inline constexpr int kMaxTopKContext = 1 << 22;  // positions < 4M
+
+size_t top_k_workspace_bytes(int64_t rows, int max_ctx);
+
+// Radix select (cuda/indexer/topk_radix.cuh): rows of <= 16K keys in one CTA each (keys read
+// once into shared memory, <= 3 histogram passes, one ordered write); longer rows in CTAs of
+// 4K keys over three launches (histogram, candidates of the k-th key's bin, ordered write).
+// At most 65535 rows per call.
 void top_k(const TopKArgs& a, cudaStream_t stream);
 
 }  // namespace fp4moe::cuda::indexer

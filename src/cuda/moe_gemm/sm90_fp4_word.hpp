@@ -25,11 +25,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FP4MOE_HD __host__ __device__ __forceinline__
-#else
-#define FP4MOE_HD inline
-#endif
+#include "core/host_device.hpp"
 
 namespace fp4moe::cuda::sm90 {
 

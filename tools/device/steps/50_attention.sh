@@ -2,11 +2,12 @@
 # Device step (run_all.sh, after build-dev/ is built): MLA attention, the DSA indexer and the
 # KV append on the GPU.
 #   1. the tiny test cases (suites *Tiny*) under compute-sanitizer memcheck (and racecheck for
-#      the indexer's shared-memory ring), then every attention / indexer / append test;
+#      the indexer's ring and top-k and our MLA decode kernel), then every attention / indexer /
+#      append test (the *_emu_test ones run the same kernels on the CPU in CI, not here);
 #   2. SASS check: the indexer kernels use the tensor cores (HMMA / QMMA-class mma.sync);
 #   3. `fp4moe bench attention` (decode B x ctx dense + sparse, prefill, FP8 selection overlap),
 #      table rows start with '|', JSON in $OUT/attention/bench_attention.json.
-# Expected run time: ~2 min tests + ~2-4 min bench. Env: ATTN_PARTS (tests | bench | all, default
+# Expected run time: ~2-3 min tests + ~3-4 min bench (< 8 min in all). Env: ATTN_PARTS (tests | bench | all, default
 # all), ATTN_BENCH_ARGS (extra bench flags, e.g. "--batch 16 --ctx 8192").
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -26,9 +27,16 @@ for t in $TESTS; do
   r=$?; echo "$t: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/${t}.log" | tr '\n' ' ')"; [ $r -eq 0 ] || rc=1
   grep -E '^\[  FAILED  \]' "$O/${t}.log" | head -n 20
 done
-[ "$PARTS" = bench ] || timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/indexer_test --gtest_filter='IndexerTiny.*' \
-  > "$O/indexer_racecheck.log" 2>&1
-echo "indexer racecheck (tiny): rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/indexer_racecheck.log" | tail -n 1)"
+if [ "$PARTS" != bench ]; then
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/indexer_test --gtest_filter='IndexerTiny.*' \
+    > "$O/indexer_racecheck.log" 2>&1
+  r=$?; echo "indexer racecheck (tiny): rc=$r $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/indexer_racecheck.log" | tail -n 1)"
+  [ $r -eq 0 ] || rc=1
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/mla_attention_test \
+    --gtest_filter='MlaDecodeMmaTiny.*' > "$O/mla_decode_racecheck.log" 2>&1
+  r=$?; echo "mla decode (mma) racecheck (tiny): rc=$r $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/mla_decode_racecheck.log" | tail -n 1)"
+  [ $r -eq 0 ] || rc=1
+fi
 grep -h "FP8 selection keeps" "$O/indexer_test.log" 2>/dev/null | head -n 4
 if command -v cuobjdump >/dev/null; then
   echo "indexer score kernels' SASS: $(cuobjdump --dump-sass build-dev/bin/fp4moe 2>/dev/null |

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Turns the JSON of `fp4moe bench attention --json` into the markdown tables of
+bench/RESULTS.md.   python3 bench/attention_tables.py bench_attention.json"""
+import json
+import sys
+
+
+def fmt_us(x):
+    return f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def main(path):
+    d = json.load(open(path))
+    c = d["ceilings"]
+    rows = d["results"]
+    print(f"Ceilings (same run): copy {c['copy_gbps']:.0f} GB/s (D2D, read+write), BF16 {c['bf16_tflops']:.0f} "
+          f"TFLOP/s, FP8 {c['fp8_tflops']:.0f} TFLOP/s (cuBLASLt 8192³). {d['device']}, page size "
+          f"{d['page_size']}, top-{d['top_k']}; cold L2, median.\n")
+    for kv in ("bf16", "fp8_e4m3"):
+        dec = [r for r in rows if r["kind"] == "decode" and r["kv"] == kv]
+        if not dec:
+            continue
+        print(f"#### Dense decode, {kv} KV (64 heads, latent 512 + 64): µs / % of copy BW on the KV bytes / × byte floor\n")
+        print("| path | B | ctx | µs | GB/s | TFLOP/s | % copy BW | × floor | note |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in dec:
+            gbps = r["bytes"] / (r["us"] * 1e3)
+            print(f"| {r['path']} | {r['batch']} | {r['ctx']} | {fmt_us(r['us'])} | {gbps:.0f} | "
+                  f"{r['flops'] / (r['us'] * 1e6):.0f} | {100 * gbps / c['copy_gbps']:.1f} % | {r['x_floor']:.2f}× | "
+                  f"{r.get('note', '')} |")
+        print()
+        sp = [r for r in rows if r["kv"] == kv and r["kind"] in ("indexer", "topk", "sparse-mla", "sparse-decode")]
+        if sp:
+            print(f"#### Sparse decode (DSA), {kv} KV: µs per stage, and the pipeline against its floor "
+                  f"(2048 selected latents + the indexer keys)\n")
+            print("| B | ctx | indexer µs (× floor) | top-k µs | sparse MLA µs (path) | pipeline µs (MLA path) | × floor | dense µs ÷ pipeline µs |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            keys = sorted({(r["batch"], r["ctx"]) for r in sp})
+            for b, l in keys:
+                here = [r for r in sp if r["batch"] == b and r["ctx"] == l]
+                get = {r["kind"]: r for r in here}
+                ix, tk, al = get.get("indexer"), get.get("topk"), get.get("sparse-decode")
+                mls = [r for r in here if r["kind"] == "sparse-mla"]
+                if not (ix and tk and al and mls):
+                    continue
+                ml = ", ".join(f"{fmt_us(m['us'])} ({m['path']})" for m in mls)
+                print(f"| {b} | {l} | {fmt_us(ix['us'])} ({ix['x_floor']:.2f}×) | {fmt_us(tk['us'])} | "
+                      f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | "
+                      f"{al['note'].replace('vs dense ', '')} |")
+            print()
+    pre = [r for r in rows if r["kind"] == "prefill"]
+    if pre:
+        print("#### Prefill (one fresh request, causal, chunks of ≤ 16K queries)\n")
+        print("| kv | N | path | µs | TFLOP/s | % BF16 peak | note |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in pre:
+            tf = r["flops"] / (r["us"] * 1e6)
+            print(f"| {r['kv']} | {r['ctx']} | {r['path']} | {fmt_us(r['us'])} | {tf:.0f} | "
+                  f"{100 * tf / c['bf16_tflops']:.1f} % | {r['note']} |")
+        print()
+    if d.get("fp8_selection"):
+        print("#### FP8 indexer: selected set against FP32 (top-2048 of 32K)\n")
+        print("| data | rows | mean overlap | min overlap | identical sets |")
+        print("| --- | --- | --- | --- | --- |")
+        for a in d["fp8_selection"]:
+            print(f"| {a['data']} | {a['rows']} | {100 * a['mean_overlap']:.2f} % | {100 * a['min_overlap']:.2f} % | "
+                  f"{a['identical_rows']}/{a['rows']} |")
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,63 @@
+// fp4moe serve --model DIR: the OpenAI-compatible server (see src/serve/README.md).
+#include "cli/command.hpp"
+#include "serve/server.hpp"
+
+namespace {
+
+void setup(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<fp4moe::serve::ServeOptions>();
+  app.add_option("--model,--model-path", o->model, "Checkpoint folder (Hugging Face layout)");
+  app.add_option("--tokenizer-path", o->tokenizer_path, "Tokenizer folder (default: --model)");
+  app.add_option("--backend", o->backend, "cpu | cuda | fake (fake: the deterministic test model, byte tokenizer)")
+      ->capture_default_str();
+  app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o->port, "Port to listen on")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health, /health_generate, /metrics)");
+  app.add_option("--served-model-name", o->served_model_name, "Model name in the API (default: the folder's name)");
+  app.add_option("--max-running-requests", o->max_running_requests, "Requests in the running batch at most")
+      ->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_option("--num-continuous-decode-steps", o->num_continuous_decode_steps,
+                 "Decode steps per scheduling round (on the device for the GPU runner)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Prompt tokens per step at most (decode tokens ride along)")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (caps --mem-fraction-static)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  app.add_option("--mem-fraction-static", o->mem_fraction_static,
+                 "Fraction of device memory for weights + workspaces + KV pool (default 0.88)")
+      ->check(CLI::Range(0.01, 0.99));
+  app.add_option("--page-size", o->page_size, "Tokens per KV page")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--cuda-graph-max-bs", o->cuda_graph_max_bs, "Largest CUDA-graph batch (default: --max-running-requests)")
+      ->check(CLI::Range(0, 65536));
+  app.add_option("--context-length", o->context_length, "Tokens per request at most (default: the model's)")
+      ->check(CLI::Range(2, 1 << 30));
+  app.add_option("--max-queued-requests", o->max_queued_requests, "Waiting requests at most; more get 429 (default: no limit)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_flag("--disable-radix-cache", o->disable_radix_cache, "No prefix reuse");
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
+      ->capture_default_str();
+  app.add_flag("--log-requests", o->log_requests, "Log every request");
+  app.add_option("--decode-log-interval", o->decode_log_interval, "Scheduling rounds per log line (0: none)")
+      ->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  app.add_option("--graceful-shutdown-timeout", o->graceful_shutdown_timeout,
+                 "Seconds SIGTERM lets running requests finish before aborting them")
+      ->check(CLI::Range(0, 86400))->capture_default_str();
+  app.add_option("--http-request-timeout", o->http_request_timeout,
+                 "Seconds a request's headers and body may take to arrive (slow clients are dropped)")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  auto* fake = "Fake backend (tests)";
+  app.add_option("--fake-step-delay-us", o->fake_step_delay_us, "Sleep per model step")
+      ->check(CLI::Range(0, 10000000))->group(fake);
+  app.add_option("--fake-load-delay-ms", o->fake_load_delay_ms, "Sleep while 'loading'")
+      ->check(CLI::Range(0, 600000))->group(fake);
+  app.add_option("--fake-fail-after-steps", o->fake_fail_after_steps,
+                 "Every model step after this many fails, as a fatal device error would (default: never)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))->group(fake);
+  app.add_option("--fake-eos-period", o->fake_eos_period, "EOS is the greedy choice about once in this many positions (0: never)")
+      ->check(CLI::Range(0, 1 << 30))->group(fake);
+  run = [o] { return fp4moe::serve::run_serve(*o); };
+}
+
+fp4moe::cli::Registrar reg{"serve", "Serve a model over HTTP (OpenAI-compatible and SGLang-native endpoints)", setup};
+
+}  // namespace

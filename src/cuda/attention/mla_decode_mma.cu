@@ -1,0 +1,23 @@
+// Launches of the MLA decode kernels (mla_decode_mma.cuh), one instantiation per cache type.
+// Compiled for every arch in CMAKE_CUDA_ARCHITECTURES (mma.sync, cp.async, ldmatrix, the
+// E4M3 -> FP16 cvt of sm_89+); mla_decode_can_implement checks the shared memory at run time.
+#include "cuda/attention/mla_decode_mma.cuh"
+#include "cuda/common/device.hpp"
+
+namespace fp4moe::cuda::attention::decode {
+
+cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream) {
+  const size_t smem = smem_bytes(fp8);
+  auto kernel = fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
+  static DeviceOnce opt_in[2];  // the shared-memory opt-in, once per device and cache type
+  cudaError_t st = cudaSuccess;
+  opt_in[fp8 ? 1 : 0]([&] { st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); });
+  if (st != cudaSuccess) return st;
+  kernel<<<dim3(unsigned(items), unsigned(head_groups)), kThreads, smem, stream>>>(p);
+  st = cudaGetLastError();
+  if (st != cudaSuccess || merges == 0) return st;
+  mla_merge_kernel<<<dim3(unsigned(merges), unsigned(p.num_heads)), 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace fp4moe::cuda::attention::decode

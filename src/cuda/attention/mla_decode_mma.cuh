@@ -1,0 +1,381 @@
+// Our MLA decode kernel (absorbed form, one query token per row: dense decode and DSA sparse
+// rows), warp-level mma.sync m16n8k16 with FP32 accumulation; launched by mla_decode.cpp's
+// MlaDecodeMma, run on the CPU by tests/cuda/mla_decode_emu_test.cpp.
+//
+// One CTA = one work item (a query token and a range of its keys) x 64 heads, 8 warps:
+//   warp w: heads 16 (w % 4) .. +16 (hb), half dh = w / 4.
+//   QK:  the warp computes S[16 heads x Tk keys] over its half of the 576 dims (dh 0: latent
+//        dims 0-287, dh 1: latent 288-511 + rope 0-63), the two halves swap partial S through
+//        shared memory and both add: each warp of a pair holds the full S (same sum order).
+//   softmax: online, in registers (both warps of a pair compute the same numbers).
+//   PV:  the warp accumulates O[16 heads x 256 dims] (dh selects latent dims 256 dh ..), with
+//        P from the S registers as the A operand (no shared-memory round trip).
+// KV tiles of Tk keys (gathered through the page table / the slot list, 16 B cp.async chunks,
+// zero-filled past the end) stream through a 3-stage ring; Q (64 x 576) stays in shared memory.
+//
+// BF16 cache: Q, K, V BF16 (ldmatrix, .trans for V), P BF16, Tk = 32.
+// FP8 E4M3 cache: K / V are converted to FP16 in registers (exact: E4M3 is a subset of FP16)
+// right after ldmatrix, so the tile stays FP8 in shared memory and no BF16 copy is made; Q is
+// converted once to FP16 (times a power of two when |q| would overflow FP16, undone in the
+// softmax scale; q_pe times kpe_scale / ckv_scale); P FP16; FP16 mma; ckv_scale applied to
+// the scores and once to O. Tk = 64. The 8-bit fragments need a fixed permutation of the dims
+// (QK) and of the output columns (PV), described where they are loaded.
+//
+// A token whose keys were split over several items writes FP32 partial O and a base-2 LSE per
+// item; mla_merge_kernel combines them. Shared memory: ~199 KB (BF16) / ~217 KB (FP8), one CTA
+// per SM: sm_90 / sm_100 class GPUs (not sm_120's 99 KB).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
+#include "cuda/attention/mla_decode_params.hpp"
+
+namespace fp4moe::cuda::attention::decode {
+
+// Kernels and helpers: internal linkage (the emulator tests compile this header too, and a
+// kernel's host stub must not meet its CPU twin at link time).
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <bool kFp8>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kFp8) prims::mma_f16_16816(d, a, b0, b1);
+  else prims::mma_bf16_16816(d, a, b0, b1);
+}
+
+template <bool kFp8>
+__device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
+  if constexpr (kFp8) return prims::pack_f16x2(lo, hi);
+  else return prims::pack_bf16x2(lo, hi);
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p) {
+  using C = Cfg<kFp8>;
+  FP4MOE_DYNAMIC_SMEM(unsigned char, smem);
+  unsigned char* sq = smem;                                     // [64][kQPitch]
+  unsigned char* skv = smem + C::kQBytes;                       // [kStages][kTk][kKvPitch]
+  float* sx = reinterpret_cast<float*>(skv + kStages * C::kStageBytes);  // [warp][nt][lane][4]
+  unsigned* s_amax = reinterpret_cast<unsigned*>(sx + kWarps * C::kNT * 32 * 4);
+
+  const Item it = p.items[blockIdx.x];
+  const int head0 = int(blockIdx.y) * kHeadsPerCta;
+  const int tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
+  const int g = lane >> 2, c = lane & 3, hb = warp & 3, dh = warp >> 2;
+  const int n_keys = it.kv_end - it.kv_start;
+  const int tiles = (n_keys + C::kTk - 1) / C::kTk;
+  const int32_t* table = p.kv_indices + it.table_offset;
+  const int page_mask = (1 << p.page_shift) - 1;
+
+  // KV tile t -> stage t % kStages: key rows [latent | rope], zero past the item's end.
+  auto issue = [&](int t) {
+    if (t < tiles) {
+      unsigned char* st = skv + (t % kStages) * C::kStageBytes;
+      for (int ci = tid; ci < C::kTk * C::kChunks; ci += kThreads) {
+        const int r = ci / C::kChunks, part = ci % C::kChunks;
+        const int key = it.kv_start + t * C::kTk + r;
+        const bool valid = key < it.kv_end;
+        int64_t slot = 0;
+        if (valid) slot = (int64_t(table[key >> p.page_shift]) << p.page_shift) + (key & page_mask);
+        const unsigned char* src = part < C::kLatentChunks
+                                       ? p.ckv + slot * (kCkv * C::kElem) + part * 16
+                                       : p.kpe + slot * (kKpe * C::kElem) + (part - C::kLatentChunks) * 16;
+        prims::cp_async16(st + r * C::kKvPitch + part * 16, src, valid);
+      }
+    }
+    prims::cp_async_commit();  // empty groups keep the wait count uniform
+  };
+
+  // Q rows: [q_nope 512 | q_pe 64] of heads head0 .. head0 + 63.
+  float q_factor = 1.f;  // FP8 path: Q was multiplied by this power of two
+  if constexpr (!kFp8) {
+    for (int ci = tid; ci < kHeadsPerCta * (kQk * 2 / 16); ci += kThreads) {
+      const int h = ci / (kQk * 2 / 16), part = ci % (kQk * 2 / 16);
+      const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
+      const void* src = part < kCkv * 2 / 16 ? static_cast<const void*>(p.q_nope + row * kCkv + part * 8)
+                                              : static_cast<const void*>(p.q_pe + row * kKpe + (part - kCkv * 2 / 16) * 8);
+      prims::cp_async16(sq + h * C::kQPitch + part * 16, src, true);
+    }
+    issue(0);
+  } else {
+    issue(0);
+    // Each thread converts 8 BF16 values at a time; first the CTA's amax (as uint bits).
+    constexpr int kParts = kQk / 8;  // 72 groups of 8 per row
+    constexpr int kPer = kHeadsPerCta * kParts / kThreads;  // 18
+    static_assert(kHeadsPerCta * kParts % kThreads == 0, "");
+    uint4 v[kPer];
+    float amax = 0.f;
+    const float pe_ratio = p.kpe_scale / p.ckv_scale;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int ci = tid + j * kThreads, h = ci / kParts, part = ci % kParts;
+      const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
+      const uint16_t* src = part < kCkv / 8 ? p.q_nope + row * kCkv + part * 8 : p.q_pe + row * kKpe + (part - kCkv / 8) * 8;
+      v[j] = *reinterpret_cast<const uint4*>(src);
+      const float f = part < kCkv / 8 ? 1.f : pe_ratio;
+      const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] & 0xffffu) * f));
+        amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] >> 16) * f));
+      }
+    }
+    if (tid == 0) *s_amax = 0u;
+    __syncthreads();
+    atomicMax(s_amax, __float_as_uint(amax));  // non-negative floats order as their bits
+    __syncthreads();
+    const float cta_amax = __uint_as_float(*s_amax);
+    // Keep |q| * factor below 2^14 (FP16 max 65504): factor = 2^(13 - floor(log2 amax)).
+    if (cta_amax >= 16384.f) q_factor = __uint_as_float(uint32_t(127 + 13 - (int((__float_as_uint(cta_amax) >> 23) & 0xff) - 127)) << 23);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int ci = tid + j * kThreads, h = ci / kParts, part = ci % kParts;
+      const float f = (part < kCkv / 8 ? 1.f : pe_ratio) * q_factor;
+      const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+      uint32_t o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[e] = prims::pack_f16x2(prims::bf16_bits_to_float(w[e] & 0xffffu) * f, prims::bf16_bits_to_float(w[e] >> 16) * f);
+      *reinterpret_cast<uint4*>(sq + h * C::kQPitch + part * 16) = uint4{o[0], o[1], o[2], o[3]};
+    }
+  }
+#pragma unroll
+  for (int s = 1; s < kStages - 1; ++s) issue(s);
+
+  // Scores in base 2: s * sm_scale * log2(e) (FP8: * ckv_scale / q_factor).
+  const float qk_scale = p.sm_scale * kLog2e * (kFp8 ? p.ckv_scale / q_factor : 1.f);
+  float o[32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const unsigned char* q_rows = sq + (hb * 16) * C::kQPitch;
+
+  for (int t = 0; t < tiles; ++t) {
+    prims::cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t landed for everyone; everyone is done with tile t - 1's stage
+    issue(t + kStages - 1);
+    const unsigned char* kv = skv + (t % kStages) * C::kStageBytes;
+
+    // ---- S[16 x Tk] over this warp's half of the dims ----
+    float s[C::kNT][4];
+#pragma unroll
+    for (int i = 0; i < C::kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    const int d_begin = dh * (kQk / 2);  // 0 or 288
+    if constexpr (!kFp8) {
+#pragma unroll 2
+      for (int ks = 0; ks < kQk / 2 / 16; ++ks) {  // 18 k-steps of 16 dims
+        const int d = d_begin + ks * 16;
+        uint32_t a[4];
+        {  // A: rows (lane % 8) + 8 (matrix & 1), dims d + 8 (matrix >> 1)
+          const int mi = lane >> 3, r = lane & 7;
+          prims::ldmatrix_x4(a, q_rows + ((mi & 1) * 8 + r) * C::kQPitch + (d + (mi >> 1) * 8) * 2);
+        }
+#pragma unroll
+        for (int j = 0; j < C::kNT; j += 2) {  // B: keys 8j + 8 (matrix >> 1), dims d + 8 (matrix & 1)
+          const int mi = lane >> 3, r = lane & 7;
+          uint32_t b[4];
+          prims::ldmatrix_x4(b, kv + (8 * j + (mi >> 1) * 8 + r) * C::kKvPitch + (d + (mi & 1) * 8) * 2);
+          mma16816<kFp8>(s[j], a, b[0], b[1]);
+          mma16816<kFp8>(s[j + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
+      // FP8 keys: ldmatrix (16-bit units) over rows of 16 codes gives lane (g, c) the codes of
+      // dims 4c .. 4c+3 of key g: the low two -> b0 (k slots 2c, 2c+1), the high two -> b1
+      // (k slots 2c+8, +9). So within each 16-dim step, k slot 2c+e holds dim 4c+e and slot
+      // 2c+8+e holds dim 4c+2+e; the A operand (Q, FP16) follows: a0|a2 = dims 4c .. 4c+3 of
+      // row g (one 8 B load), a1|a3 the same of row g + 8.
+#pragma unroll 1
+      for (int kp = 0; kp < kQk / 2 / 32; ++kp) {  // 9 pairs of 16-dim steps
+        const int d = d_begin + kp * 32;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint2 lo = *reinterpret_cast<const uint2*>(q_rows + g * C::kQPitch + (d + h * 16 + 4 * c) * 2);
+          const uint2 hi = *reinterpret_cast<const uint2*>(q_rows + (g + 8) * C::kQPitch + (d + h * 16 + 4 * c) * 2);
+          a[h][0] = lo.x, a[h][2] = lo.y, a[h][1] = hi.x, a[h][3] = hi.y;
+        }
+#pragma unroll
+        for (int j = 0; j < C::kNT; j += 2) {  // keys 8j + 8 (matrix >> 1), codes d + 16 (matrix & 1)
+          const int mi = lane >> 3, r = lane & 7;
+          uint32_t b[4];
+          prims::ldmatrix_x4(b, kv + (8 * j + (mi >> 1) * 8 + r) * C::kKvPitch + d + (mi & 1) * 16);
+          // b[0]: key tile j, dims d..; b[1]: tile j, d+16..; b[2]: tile j+1, d..; b[3]: tile j+1, d+16..
+          mma16816<kFp8>(s[j], a[0], prims::cvt_e4m3x2_f16x2(b[0]), prims::cvt_e4m3x2_f16x2(b[0] >> 16));
+          mma16816<kFp8>(s[j], a[1], prims::cvt_e4m3x2_f16x2(b[1]), prims::cvt_e4m3x2_f16x2(b[1] >> 16));
+          mma16816<kFp8>(s[j + 1], a[0], prims::cvt_e4m3x2_f16x2(b[2]), prims::cvt_e4m3x2_f16x2(b[2] >> 16));
+          mma16816<kFp8>(s[j + 1], a[1], prims::cvt_e4m3x2_f16x2(b[3]), prims::cvt_e4m3x2_f16x2(b[3] >> 16));
+        }
+      }
+    }
+
+    // ---- the two halves' partial S: swap through shared memory, add ----
+#pragma unroll
+    for (int i = 0; i < C::kNT; ++i)
+      *reinterpret_cast<float4*>(sx + ((warp * C::kNT + i) * 32 + lane) * 4) = float4{s[i][0], s[i][1], s[i][2], s[i][3]};
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < C::kNT; ++i) {
+      const float4 x = *reinterpret_cast<const float4*>(sx + (((warp ^ 4) * C::kNT + i) * 32 + lane) * 4);
+      // Same order in both warps of the pair (dh 0's half first): identical sums.
+      if (dh == 0) s[i][0] += x.x, s[i][1] += x.y, s[i][2] += x.z, s[i][3] += x.w;
+      else s[i][0] = x.x + s[i][0], s[i][1] = x.y + s[i][1], s[i][2] = x.z + s[i][2], s[i][3] = x.w + s[i][3];
+    }
+
+    // ---- online softmax over this tile (rows g: e 0, 1; row g + 8: e 2, 3) ----
+    const int key0 = t * C::kTk;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < C::kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + i * 8 + 2 * c + e;
+          float v = s[i][2 * rr + e] * qk_scale;
+          if (key >= n_keys) v = -INFINITY;
+          s[i][2 * rr + e] = v;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 2));
+      const float m_new = fmaxf(m_run[rr], mx);  // finite: every tile has a valid key
+      const float alpha = prims::fast_exp2(m_run[rr] - m_new);
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < C::kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = prims::fast_exp2(s[i][2 * rr + e] - m_new);
+          s[i][2 * rr + e] = pv;
+          sum += pv;
+        }
+      l_run[rr] = l_run[rr] * alpha + sum;  // this thread's columns; the quad adds at the end
+      m_run[rr] = m_new;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[i][2 * rr] *= alpha, o[i][2 * rr + 1] *= alpha;
+    }
+
+    // ---- O[16 x 256] += P[16 x Tk] . V[Tk x 256] (V = the latent, dims 256 dh ..) ----
+#pragma unroll
+    for (int kk = 0; kk < C::kTk / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack_p<kFp8>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack_p<kFp8>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const int mi = lane >> 3, r = lane & 7;
+      const unsigned char* vrow = kv + (kk * 16 + (mi & 1) * 8 + r) * C::kKvPitch;  // keys 16kk + 8 (matrix & 1)
+      if constexpr (!kFp8) {
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb) {  // 16 dims per ldmatrix: matrices (keys 0-7 | 8-15) x (dims +0 | +8)
+          uint32_t b[4];
+          prims::ldmatrix_x4_trans(b, vrow + (dh * 256 + nb * 16 + (mi >> 1) * 8) * 2);
+          mma16816<kFp8>(o[2 * nb], a, b[0], b[1]);
+          mma16816<kFp8>(o[2 * nb + 1], a, b[2], b[3]);
+        }
+      } else {
+        // FP8 values: ldmatrix.trans in 16-bit units over [keys 0-7 | 8-15] x [codes +0 | +16]
+        // gives lane (g, c) the bytes (key 2c: dims 2g, 2g+1; key 2c+1: dims 2g, 2g+1) of a
+        // 16-dim block; byte_perm 0x3120 regroups them as (dim 2g: keys 2c, 2c+1 | dim 2g+1:
+        // keys 2c, 2c+1): the B operand of an n8 tile whose column g is dim 2g ("even" tile)
+        // and of one whose column g is dim 2g+1 ("odd" tile). o[4 nb + 0 / 1] hold the even /
+        // odd tiles of dims 32 nb .. +15, o[4 nb + 2 / 3] those of dims 32 nb + 16 .. +31.
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+          uint32_t b[4];
+          prims::ldmatrix_x4_trans(b, vrow + dh * 256 + nb * 32 + (mi >> 1) * 16);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // dims 32 nb + 16 h ..
+            const uint32_t k0 = __byte_perm(b[2 * h], 0u, 0x3120), k1 = __byte_perm(b[2 * h + 1], 0u, 0x3120);
+            mma16816<kFp8>(o[4 * nb + 2 * h], a, prims::cvt_e4m3x2_f16x2(k0), prims::cvt_e4m3x2_f16x2(k1));
+            mma16816<kFp8>(o[4 * nb + 2 * h + 1], a, prims::cvt_e4m3x2_f16x2(k0 >> 16), prims::cvt_e4m3x2_f16x2(k1 >> 16));
+          }
+        }
+      }
+    }
+  }
+  prims::cp_async_wait<0>();
+
+  // ---- finish: l over the quad, normalize, write ----
+  float inv[2], lse2[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_run[rr];
+    l += __shfl_xor_sync(prims::kFullMask, l, 1);
+    l += __shfl_xor_sync(prims::kFullMask, l, 2);
+    inv[rr] = (kFp8 ? p.ckv_scale : 1.f) / l;
+    lse2[rr] = m_run[rr] + log2f(l);
+  }
+  const int h_lo = head0 + hb * 16 + g;  // rows g and g + 8
+  if (it.partial < 0) {
+    uint16_t* out = p.out + (int64_t(it.token) * p.num_heads + h_lo) * kCkv + dh * 256;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      uint16_t* orow = out + rr * 8 * kCkv;
+      if constexpr (!kFp8) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)  // tile i: dims 8i + 2c, +1
+          *reinterpret_cast<uint32_t*>(orow + i * 8 + 2 * c) = prims::pack_bf16x2(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {  // even / odd tiles of a 16-dim block: dims 4c .. 4c+3
+          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;  // o[2q] even, o[2q + 1] odd tile
+          *reinterpret_cast<uint2*>(orow + d) =
+              uint2{prims::pack_bf16x2(o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr]),
+                    prims::pack_bf16x2(o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr])};
+        }
+      }
+      if (p.lse && dh == 0 && c == 0) p.lse[int64_t(it.token) * p.num_heads + h_lo + rr * 8] = lse2[rr] * kLn2;
+    }
+  } else {
+    float* out = p.part_o + (int64_t(it.partial) * p.num_heads + h_lo) * kCkv + dh * 256;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float* orow = out + rr * 8 * kCkv;
+      if constexpr (!kFp8) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(orow + i * 8 + 2 * c) = float2{o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]};
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;
+          *reinterpret_cast<float4*>(orow + d) = float4{o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr],
+                                                        o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr]};
+        }
+      }
+      if (dh == 0 && c == 0) p.part_lse[int64_t(it.partial) * p.num_heads + h_lo + rr * 8] = lse2[rr];
+    }
+  }
+}
+
+// One CTA of 128 threads per (split token, head): out = sum_i w_i o_i / sum_i w_i with
+// w_i = 2^(lse_i - max lse); lse = max + log2(sum w) (written as a natural log).
+__global__ void __launch_bounds__(128) mla_merge_kernel(const Params p) {
+  const Merge mg = p.merges[blockIdx.x];
+  const int head = int(blockIdx.y), tid = int(threadIdx.x);
+  float mx = -INFINITY;
+  for (int i = 0; i < mg.count; ++i) mx = fmaxf(mx, p.part_lse[int64_t(mg.first + i) * p.num_heads + head]);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
+  for (int i = 0; i < mg.count; ++i) {
+    const int64_t row = int64_t(mg.first + i) * p.num_heads + head;
+    const float w = prims::fast_exp2(p.part_lse[row] - mx);
+    wsum += w;
+    const float4 v = *reinterpret_cast<const float4*>(p.part_o + row * kCkv + tid * 4);
+    acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+  }
+  const float inv = 1.f / wsum;
+  uint16_t* out = p.out + (int64_t(mg.token) * p.num_heads + head) * kCkv + tid * 4;
+  *reinterpret_cast<uint2*>(out) =
+      uint2{prims::pack_bf16x2(acc[0] * inv, acc[1] * inv), prims::pack_bf16x2(acc[2] * inv, acc[3] * inv)};
+  if (p.lse && tid == 0) p.lse[int64_t(mg.token) * p.num_heads + head] = (mx + log2f(wsum)) * kLn2;
+}
+
+}  // namespace
+
+}  // namespace fp4moe::cuda::attention::decode

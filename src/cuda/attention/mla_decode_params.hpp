@@ -1,0 +1,90 @@
+// Internal to cuda/attention: the MLA decode kernels' configuration and parameters
+// (mla_decode_mma.cuh) in plain C++, for the host planner (mla_decode.cpp) and the launches
+// (mla_decode_mma.cu).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#if !defined(FP4MOE_CUDA_EMU)  // the emulator test defines the CUDA types itself
+#include <cuda_runtime_api.h>
+#endif
+
+namespace fp4moe::cuda::attention::decode {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kHeadsPerCta = 64;
+constexpr int kCkv = 512, kKpe = 64, kQk = kCkv + kKpe;
+constexpr int kStages = 3;
+
+template <bool kFp8>
+struct Cfg {
+  static constexpr int kTk = kFp8 ? 64 : 32;                 // keys per tile
+  static constexpr int kElem = kFp8 ? 1 : 2;                 // bytes per cached element
+  static constexpr int kRowBytes = kQk * kElem;              // one key: [latent 512 | rope 64]
+  static constexpr int kKvPitch = kRowBytes + 16;            // conflict-free ldmatrix rows
+  static constexpr int kQPitch = kQk * 2 + (kFp8 ? 32 : 16);  // 16-bit Q rows (FP8: 8 B loads)
+  static constexpr int kChunks = kRowBytes / 16;             // 16 B copies per key
+  static constexpr int kLatentChunks = kCkv * kElem / 16;    // of which from the latent pool
+  static constexpr int kNT = kTk / 8;                        // n8 tiles of S per warp
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQPitch;
+  static constexpr size_t kStageBytes = size_t(kTk) * kKvPitch;
+  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
+  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16;
+  static_assert((kKvPitch / 4) % 8 == 4, "KV rows must shift banks by 4 words (mod 32)");
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
+// One work item: keys [kv_start, kv_end) of query token `token`; key i's cache slot is
+// (table[i >> page_shift] << page_shift) + (i & (page_size - 1)) with table = kv_indices +
+// table_offset (page_shift 0: a list of slots, the DSA case). partial: -1 -> write the output
+// directly, else the row of part_o / part_lse this item writes.
+struct Item {
+  int32_t token, kv_start, kv_end, partial, table_offset, pad[3];
+};
+static_assert(sizeof(Item) == 32, "");
+
+// A token whose keys were split: its partial rows [first, first + count).
+struct Merge {
+  int32_t token, first, count, pad;
+};
+
+struct Params {
+  const uint16_t* q_nope;      // [T, heads, 512] BF16
+  const uint16_t* q_pe;        // [T, heads, 64] BF16
+  const uint8_t* ckv;          // latent pool [slots, 512] of the cache element
+  const uint8_t* kpe;          // rope pool [slots, 64]
+  const int32_t* kv_indices;   // page tables (dense) or slot lists (sparse)
+  const Item* items;
+  int page_shift;
+  int num_heads;               // a multiple of 64; grid.y = num_heads / 64
+  float sm_scale;              // softmax scale of q . k
+  float ckv_scale, kpe_scale;  // FP8 per-array scales (1 for BF16)
+  uint16_t* out;               // [T, heads, 512] BF16
+  float* lse;                  // optional [T, heads], natural log
+  float* part_o;               // [partials, heads, 512] FP32, normalized
+  float* part_lse;             // [partials, heads], base 2
+  const Merge* merges;
+};
+
+// The split schedule (host): token t's keys [0, kv_len[t]) in parts of whole tiles (>= 2
+// tiles each, unless the token has fewer), about `slots` parts in all (the CTA slots: SMs per
+// head group), each token getting its share by length; items longest first.
+struct Schedule {
+  std::vector<Item> items;
+  std::vector<Merge> merges;
+  int partials = 0;
+};
+Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset, int slots,
+                        int tile_keys);
+
+inline size_t smem_bytes(bool fp8) { return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes; }
+inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }
+#if !defined(FP4MOE_CUDA_EMU)
+// The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel.
+cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream);
+#endif
+
+}  // namespace fp4moe::cuda::attention::decode

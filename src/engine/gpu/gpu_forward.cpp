@@ -1,0 +1,177 @@
+// GpuRunner::Impl::forward: the layer stack of one step on the device (enqueue only; the
+// same sequence runs eager or captured in a decode graph). model/model.cpp and
+// model/attention.cpp are the reference, op for op.
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "cuda/indexer/indexer.hpp"
+#include "engine/gpu/gpu_runner_impl.hpp"
+
+namespace fp4moe::engine::gpu {
+
+DeviceBatch GpuRunner::Impl::batch(int T, int R) const {
+  DeviceBatch b;
+  b.tokens = T;
+  b.requests = R;
+  b.qo_indptr = meta.qo_indptr;
+  b.positions = meta.positions;
+  b.kv_len = meta.kv_len;
+  b.page_indptr = meta.page_indptr;
+  b.page_indices = meta.page_indices;
+  b.token_req = meta.token_req;
+  b.page_size = int32_t(opt.page_size);
+  return b;
+}
+
+void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx) {
+  const model::MlaModelConfig& c = cfg;
+  const DeviceLayer& L = layers[size_t(l)];
+  const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd,
+            C = int(c.kv_lora_rank), V = int(c.v_head_dim), W = N + V;
+  const LinearCtx x = lctx();
+  const DeviceBatch b = batch(T, R);
+  const float af = c.rope.attention_factor;
+  const bool mla_il = c.mla_rope == model::RopeLayout::Interleaved;
+  const bool idx_il = c.index_rope == model::RopeLayout::Interleaved;
+
+  // Queries [T, NH, QK], the rope tail rotated.
+  if (c.q_lora_rank > 0) {
+    L.q_a.run(s.h, T, s.qa, false, x);
+    rms_norm(s.qa, c.q_lora_rank, T, int(c.q_lora_rank), L.q_a_norm.wp(), 1e-6f, s.qa, c.q_lora_rank, stream);
+    L.q_b.run(s.qa, T, s.q, false, x);
+  } else {
+    L.q_proj.run(s.h, T, s.q, false, x);
+  }
+  rope(s.q, T, NH, int64_t(NH) * QK, QK, N, Rd, meta.positions, inv_freq.as<float>(), af, mla_il, stream);
+
+  // Latent: ckv = RMSNorm(kv[:, :C]); kpe = RoPE(kv[:, C:]) in place.
+  L.kv_a.run(s.h, T, s.kva, false, x);
+  rms_norm(s.kva, C + Rd, T, C, L.kv_a_norm.wp(), 1e-6f, s.ckv, C, stream);
+  rope(s.kva, T, 1, C + Rd, 0, C, Rd, meta.positions, inv_freq.as<float>(), af, mla_il, stream);
+
+  const KvLayerView& kvl = kv_layers[size_t(l)];
+  const int D = int(c.index_head_dim), HI = int(c.index_n_heads);
+  if (L.has_indexer) {
+    L.wk.run(s.h, T, s.ik, false, x);
+    layer_norm(s.ik, T, D, L.k_norm.wp(), L.k_norm.bp(), 1e-6f, s.ik, stream);
+    rope(s.ik, T, 1, D, 0, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+  }
+  kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer ? s.ik : nullptr, stream);
+
+  // Top-k: this layer's indexer, or the previous full layer's (still in s.topk_slot).
+  const int32_t* topk = nullptr;
+  if (L.has_indexer) {
+    L.wq_b.run(s.qa, T, s.iq, false, x);
+    rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+    L.weights_proj.run(s.h, T, s.iw16, false, x);
+    bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, 1.0f / std::sqrt(float(HI)), stream);
+    indexer_scores(s.iq, s.iw, kvl, b, HI, D, 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context, stream);
+    cuda::indexer::TopKArgs ta;
+    ta.scores = s.scores;
+    ta.score_stride = opt.max_context;
+    ta.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+    ta.top_k = int(c.index_topk);
+    ta.out_pos = s.topk_pos;
+    ta.out_slot = s.topk_slot;
+    ta.page_size = opt.page_size;
+    cuda::indexer::top_k(ta, stream);
+    topk = s.topk_slot;
+  } else if (c.indexer[size_t(l)] == model::IndexerKind::Shared) {
+    topk = s.topk_slot;
+  }
+
+  // Absorbed MLA: q_lat[t,h] = W_UK[h]ᵀ q_nope[t,h]; attention over the latent cache;
+  // v[t,h] = W_UV[h] · out_lat[t,h] (kv_b rows: per head N nope rows then V value rows).
+  const uint16_t* wkv = L.kv_b.bf16();
+  blas.batched(false, C, T, N, wkv, C, int64_t(W) * C, s.q, int64_t(NH) * QK, QK, s.ql, false, int64_t(NH) * C, C, NH,
+               stream);
+  mla_attention(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, b, NH, c.softmax_scale, topk, int(c.index_topk), s.ol,
+                stream);
+  blas.batched(true, V, T, C, wkv + int64_t(N) * C, C, int64_t(W) * C, s.ol, int64_t(NH) * C, C, s.ov, false,
+               int64_t(NH) * V, V, NH, stream);
+  L.o.run(s.ov, T, s.o, false, x);
+}
+
+void GpuRunner::Impl::dense_mlp(const DenseMlp& m, int T, uint16_t* out) {
+  const LinearCtx x = lctx();
+  m.gate.run(s.h, T, s.g, false, x);
+  m.up.run(s.h, T, s.u, false, x);
+  silu_mul(s.g, m.inter, s.u, m.inter, s.hm, T, int(m.inter), stream);
+  m.down.run(s.hm, T, out, false, x);
+}
+
+void GpuRunner::Impl::mlp(int64_t l, int T) {
+  const DeviceLayer& L = layers[size_t(l)];
+  const int64_t H = cfg.hidden;
+  if (!L.is_moe) {
+    dense_mlp(L.mlp, T, s.o);
+    add_into(s.x, s.o, int64_t(T) * H, stream);
+    return;
+  }
+  if (L.moe) {
+    L.moe->forward(s.h, T, s.of, MoeWorkspace{s.moe_ws, s.moe_ws_bytes}, stream);
+  } else {
+    const DenseExperts& d = *L.dense_experts;
+    const int E = d.router.num_experts, k = d.router.top_k, I = int(cfg.moe.inter);
+    cuda::route(d.router, s.h, d.router_w.as<float>(), d.router_bias.as<float>(), T, int(H), s.rlogits, s.rids, s.rw,
+                cuda::RouterWorkspace{s.router_ws, s.router_ws_bytes}, stream);
+    // gu[e] (2I × T col-major) = W13_e · x; h = SiLU(gate) · up; y[e] (H × T) = W2_e · h_e.
+    blas.batched(true, 2 * I, T, int(H), d.w13.ptr(), H, int64_t(2) * I * H, s.h, H, 0, s.gu, false, 2 * I,
+                 int64_t(T) * 2 * I, E, stream);
+    silu_mul(s.gu, 2 * I, s.gu + I, 2 * I, s.eh, E * T, I, stream);
+    blas.batched(true, int(H), T, I, d.w2.ptr(), I, H * I, s.eh, I, int64_t(T) * I, s.ey, true, H, int64_t(T) * H, E,
+                 stream);
+    moe_dense_combine(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
+  }
+  add_into(s.x, s.of, int64_t(T) * H, stream);
+  if (L.shared) {
+    dense_mlp(*L.shared, T, s.o);
+    add_into(s.x, s.o, int64_t(T) * H, stream);
+  }
+}
+
+void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden) {
+  const model::MlaModelConfig& c = cfg;
+  const int H = int(c.hidden);
+  const float eps = float(c.rms_norm_eps);
+  auto keep = [&](const float* src) {
+    std::vector<float> v(size_t(T) * H);
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(v.data(), src, v.size() * 4, cudaMemcpyDeviceToHost, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    hidden->push_back(std::move(v));
+  };
+  embed_rows(embed.ptr(), false, meta.tokens, T, H, s.x, stream);
+  if (hidden) {
+    hidden->clear();
+    keep(s.x);
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer& L = layers[size_t(l)];
+    rms_norm(s.x, H, T, H, L.input_norm.wp(), eps, s.h, H, stream);
+    attention(l, T, R, max_ctx);
+    add_into(s.x, s.o, int64_t(T) * H, stream);
+    rms_norm(s.x, H, T, H, L.post_norm.wp(), eps, s.h, H, stream);
+    mlp(l, T);
+    if (hidden && l + 1 < c.num_layers) keep(s.x);
+  }
+  rms_norm(s.x, H, T, H, final_norm.wp(), eps, s.h, H, stream);
+  if (hidden) {
+    std::vector<uint16_t> hb(size_t(T) * H);
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(hb.data(), s.h, hb.size() * 2, cudaMemcpyDeviceToHost, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> v(hb.size());
+    for (size_t i = 0; i < hb.size(); ++i) {
+      const uint32_t u = uint32_t(hb[i]) << 16;
+      std::memcpy(&v[i], &u, 4);
+    }
+    hidden->push_back(std::move(v));
+  }
+  if (rows == 0) return;
+  gather_rows(s.h, H, meta.rows, rows, s.rows, stream);
+  lm_head.run(s.rows, rows, s.logits, true, lctx());
+  argmax_rows(s.logits, rows, int(c.vocab), s.greedy, stream);
+}
+
+}  // namespace fp4moe::engine::gpu

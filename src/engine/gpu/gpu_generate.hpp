@@ -1,0 +1,20 @@
+// Single-request generation on the GPU runner, the twin of model::generate (model/generate.hpp)
+// with the same options and result: one prefill step over the prompt, then one decode step per
+// new token (decode steps replay the batch-1 graph). Greedy tokens come from the device's
+// argmax; other sampling (temperature, top-k/p, min-p, penalties, logprobs) runs on the host
+// over the step's logits row with cpu::sample_cpu until the device sampler lands.
+#pragma once
+
+#include <vector>
+
+#include "engine/gpu/gpu_runner.hpp"
+#include "model/generate.hpp"
+
+namespace fp4moe::engine::gpu {
+
+// Errors (one line): as model::validate_request, plus a request longer than the runner's
+// max context or pool.
+model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>& prompt,
+                                   const model::GenerateOptions& opt);
+
+}  // namespace fp4moe::engine::gpu

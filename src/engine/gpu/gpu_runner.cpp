@@ -1,0 +1,373 @@
+// GpuRunner: load (weights → device), the memory plan, the step (metadata upload, eager
+// forward or graph replay, results back), the page pool.
+#include "engine/gpu/gpu_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "engine/gpu/gpu_runner_impl.hpp"
+
+namespace fp4moe::engine::gpu {
+namespace {
+
+constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+DeviceNorm upload_norm(const model::NormWeights& n) {
+  DeviceNorm d;
+  d.w = cuda::DeviceBuffer::from(n.weight);
+  if (!n.bias.empty()) d.b = cuda::DeviceBuffer::from(n.bias);
+  return d;
+}
+
+// Rows [row0, row0 + rows) of expert 0 of an owned stack as a linear view.
+cpu::LinearView part_view(const ExpertStack& s, int64_t row0, int64_t rows) {
+  cpu::LinearView v;
+  v.n = rows;
+  v.k = s.k;
+  if (!s.is_fp4()) {
+    v.format = cpu::LinearFormat::BF16;
+    v.data = s.bf16.data() + row0 * s.k;
+    return v;
+  }
+  v.format = s.format == WeightFormat::MXFP4 ? cpu::LinearFormat::MXFP4 : cpu::LinearFormat::NVFP4;
+  v.packed = s.packed.data() + row0 * s.k / 2;
+  v.scales = s.scales.data() + row0 * s.k / s.block();
+  v.global_scale = s.global_scale[0];
+  return v;
+}
+
+DenseMlp shared_mlp(const MoeLayerWeights& w, const std::string& name, int64_t max_tokens, Loader& ld) {
+  const int64_t SI = w.cfg.shared_inter;
+  DenseMlp m;
+  m.inter = SI;
+  m.gate = GpuLinear(part_view(*w.shared_w13, 0, SI), name + ".gate_proj", max_tokens, ld, false);
+  m.up = GpuLinear(part_view(*w.shared_w13, SI, SI), name + ".up_proj", max_tokens, ld, false);
+  m.down = GpuLinear(part_view(*w.shared_w2, 0, w.cfg.hidden), name + ".down_proj", max_tokens, ld, false);
+  return m;
+}
+
+}  // namespace
+
+std::vector<int64_t> graph_buckets(int64_t max_bs) {
+  std::vector<int64_t> b;
+  for (int64_t x : {1, 2, 4}) b.push_back(x);
+  for (int64_t x = 8; x <= 64; x += 8) b.push_back(x);
+  for (int64_t x = 96; x <= 256; x += 32) b.push_back(x);
+  for (int64_t x = 320; x <= 1024; x += 64) b.push_back(x);
+  for (int64_t x = 1280; x <= 8192; x += 256) b.push_back(x);
+  std::vector<int64_t> out;
+  for (int64_t x : b)
+    if (x <= max_bs) out.push_back(x);
+  if (max_bs > 0 && (out.empty() || out.back() < max_bs)) out.push_back(max_bs);
+  return out;
+}
+
+GpuRunner::Impl::~Impl() {
+  for (auto& [bs, g] : graphs)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (meta_host) cudaFreeHost(meta_host);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
+  const model::MlaModelConfig& c = cfg;
+  const int64_t Tm = opt.max_tokens;
+  if (w.embed.w.format == cpu::LinearFormat::BF16) {
+    embed = ld.upload(w.embed.w.data, size_t(c.vocab * c.hidden) * 2);
+  } else {
+    const std::vector<uint16_t> e = linear_to_bf16(w.embed.w);  // F32 tables rounded to BF16
+    embed = ld.upload(e.data(), e.size() * 2);
+  }
+  layers.resize(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const model::LayerWeights& lw = w.layers[size_t(l)];
+    DeviceLayer& L = layers[size_t(l)];
+    const std::string P = fmt::format("model.layers.{}.", l);
+    ld.progress(P + "self_attn");
+    L.input_norm = upload_norm(lw.input_norm);
+    L.post_norm = upload_norm(lw.post_attention_norm);
+    const model::AttentionWeights& a = lw.attn;
+    if (c.q_lora_rank > 0) {
+      L.q_a = GpuLinear(a.q_a.w, P + "self_attn.q_a_proj", Tm, ld, false);
+      L.q_a_norm = upload_norm(a.q_a_norm);
+      L.q_b = GpuLinear(a.q_b.w, P + "self_attn.q_b_proj", Tm, ld, false);
+    } else {
+      L.q_proj = GpuLinear(a.q_proj.w, P + "self_attn.q_proj", Tm, ld, false);
+    }
+    L.kv_a = GpuLinear(a.kv_a.w, P + "self_attn.kv_a_proj_with_mqa", Tm, ld, false);
+    L.kv_a_norm = upload_norm(a.kv_a_norm);
+    L.kv_b = GpuLinear(a.kv_b.w, P + "self_attn.kv_b_proj", Tm, ld, true);  // absorbed per head: BF16
+    L.o = GpuLinear(a.o.w, P + "self_attn.o_proj", Tm, ld, false);
+    if (a.indexer) {
+      L.has_indexer = true;
+      L.wq_b = GpuLinear(a.indexer->wq_b.w, P + "self_attn.indexer.wq_b", Tm, ld, false);
+      L.wk = GpuLinear(a.indexer->wk.w, P + "self_attn.indexer.wk", Tm, ld, false);
+      L.k_norm = upload_norm(a.indexer->k_norm);
+      L.weights_proj = GpuLinear(a.indexer->weights_proj.w, P + "self_attn.indexer.weights_proj", Tm, ld, false);
+    }
+    L.is_moe = lw.is_moe;
+    ld.progress(P + "mlp");
+    if (!lw.is_moe) {
+      L.mlp.inter = c.intermediate;
+      L.mlp.gate = GpuLinear(lw.mlp.gate.w, P + "mlp.gate_proj", Tm, ld, false);
+      L.mlp.up = GpuLinear(lw.mlp.up.w, P + "mlp.up_proj", Tm, ld, false);
+      L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
+      continue;
+    }
+    MoeLayerWeights mw = ck->load_moe_layer(l);  // owned for this layer only (gate/up globals unified)
+    const bool shared_fp4 = mw.shared_w13 && mw.shared_w13->is_fp4() && mw.shared_w2->is_fp4();
+    if (mw.shared_w13 && (!shared_fp4 || !mw.w13.is_fp4())) {
+      L.shared = shared_mlp(mw, P + "mlp.shared_experts", Tm, ld);
+      mw.cfg.shared_inter = 0;
+      mw.shared_w13.reset();
+      mw.shared_w2.reset();
+    }
+    if (mw.w13.is_fp4()) {
+      MoeCudaOptions mo;
+      mo.max_tokens = int(Tm);
+      L.moe = std::make_unique<MoeLayerCuda>(mw, mo);
+      ld.count(L.moe->expert_bytes() * size_t(mw.cfg.num_experts) + L.moe->shared_bytes() + L.moe->router_bytes());
+    } else {
+      static bool said = false;
+      if (!said && !opt.quiet)
+        log_info("gpu runner: BF16 routed experts run dense over all experts (cuBLAS batched; a fallback, "
+                 "E x the routed FLOPs)");
+      said = true;
+      DenseExperts d;
+      d.w13 = ld.upload(mw.w13.bf16.data(), mw.w13.bf16.size() * 2);
+      d.w2 = ld.upload(mw.w2.bf16.data(), mw.w2.bf16.size() * 2);
+      d.router_w = cuda::DeviceBuffer::from(mw.router_w);
+      if (!mw.router_bias.empty()) d.router_bias = cuda::DeviceBuffer::from(mw.router_bias);
+      d.router = cuda::router_desc_from(mw.cfg);
+      cuda::check_router_desc(d.router);
+      const int64_t E = mw.cfg.num_experts, I = mw.cfg.inter, H = c.hidden;
+      const int64_t bytes = E * Tm * (2 * I * 2 + I * 2 + H * 4);
+      FP4MOE_CHECK(bytes <= (int64_t(8) << 30),
+                   "BF16 experts at {} tokens per step need {:.1f} GB of dense-over-experts scratch; lower max_tokens",
+                   Tm, double(bytes) / 1e9);
+      L.dense_experts = std::move(d);
+    }
+  }
+  final_norm = upload_norm(w.final_norm);
+  ld.progress("lm_head");
+  lm_head = GpuLinear(w.lm_head.w, "lm_head", Tm, ld, true);
+  inv_freq = cuda::DeviceBuffer::from(c.rope.inv_freq);
+  ld.finish();
+  weight_bytes = int64_t(ld.bytes());
+}
+
+void GpuRunner::Impl::plan_memory() {
+  const model::MlaModelConfig& c = cfg;
+  const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
+                Rd = c.qk_rope_dim, V = c.v_head_dim, D = c.index_head_dim, HI = c.index_n_heads;
+  int64_t maxI = c.intermediate, E = 0, k = 0, I = 0;
+  size_t moe_ws = 0, fp4_ws = 0;
+  bool dense_experts = false;
+  for (const DeviceLayer& L : layers) {
+    if (L.moe) moe_ws = std::max(moe_ws, L.moe->workspace_bytes(T));
+    if (L.shared) maxI = std::max(maxI, L.shared->inter);
+    if (L.dense_experts) dense_experts = true;
+    for (const GpuLinear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
+                               &L.mlp.up, &L.mlp.down})
+      fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
+    if (L.shared)
+      for (const GpuLinear* g : {&L.shared->gate, &L.shared->up, &L.shared->down})
+        fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
+  }
+  if (dense_experts) E = c.moe.num_experts, k = c.moe.top_k, I = c.moe.inter;
+  const size_t router_ws = dense_experts ? cuda::router_workspace_bytes(T, int(E)) : 0;
+
+  size_t off = 0;
+  std::vector<std::pair<void**, size_t>> plan;
+  auto take = [&](auto*& p, size_t bytes) {
+    plan.emplace_back(reinterpret_cast<void**>(&p), off);
+    off += align256(std::max<size_t>(bytes, 1));
+  };
+  const size_t t = size_t(T);
+  take(s.x, t * H * 4);
+  take(s.h, t * H * 2);
+  take(s.o, t * H * 2);
+  take(s.of, t * H * 4);
+  take(s.qa, t * std::max<int64_t>(c.q_lora_rank, 1) * 2);
+  take(s.q, t * NH * QK * 2);
+  take(s.kva, t * (C + Rd) * 2);
+  take(s.ckv, t * C * 2);
+  take(s.ql, t * NH * C * 2);
+  take(s.ol, t * NH * C * 2);
+  take(s.ov, t * NH * V * 2);
+  take(s.ik, t * D * 2);
+  take(s.iq, t * HI * D * 2);
+  take(s.iw16, t * HI * 2);
+  take(s.iw, t * HI * 4);
+  take(s.scores, c.has_indexer() ? t * size_t(opt.max_context) * 4 : 4);
+  take(s.topk_pos, t * std::max<int64_t>(c.index_topk, 1) * 4);
+  take(s.topk_slot, t * std::max<int64_t>(c.index_topk, 1) * 4);
+  take(s.g, t * maxI * 2);
+  take(s.u, t * maxI * 2);
+  take(s.hm, t * maxI * 2);
+  take(s.rows, t * H * 2);
+  take(s.logits, t * c.vocab * 4);
+  take(s.greedy, t * 4);
+  take(s.rlogits, t * E * 4);
+  take(s.rids, t * k * 4);
+  take(s.rw, t * k * 4);
+  take(s.gu, size_t(E) * t * 2 * I * 2);
+  take(s.eh, size_t(E) * t * I * 2);
+  take(s.ey, size_t(E) * t * H * 4);
+  take(s.moe_ws, moe_ws);
+  take(s.router_ws, router_ws);
+  take(s.fp4_ws, fp4_ws);
+  workspace = cuda::DeviceBuffer(off);
+  for (auto& [p, o] : plan) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
+  s.moe_ws_bytes = moe_ws;
+  s.router_ws_bytes = router_ws;
+  FP4MOE_CUDA_CHECK(cudaMemset(workspace.ptr(), 0, workspace.bytes()));  // the MoE / router counters start at 0
+  workspace_bytes = int64_t(off);
+
+  // Step metadata (fixed addresses: graphs read them).
+  meta.max_tokens = T;
+  meta.max_requests = std::max<int64_t>(opt.max_requests, 1) + 1;
+  meta.max_page_entries = meta.max_requests * ((opt.max_context + opt.page_size - 1) / opt.page_size + 1);
+  int32_t** ptrs[] = {&meta.tokens, &meta.positions, &meta.token_req, &meta.qo_indptr, &meta.kv_len,
+                      &meta.page_indptr, &meta.page_indices, &meta.rows, &meta.offsets};
+  const int64_t sizes[] = {T, T, T, meta.max_requests + 1, meta.max_requests, meta.max_requests + 1,
+                           meta.max_page_entries, T, 2};
+  size_t ints = 0;
+  for (int64_t sz : sizes) ints += size_t(sz);
+  meta.ints = ints;
+  meta_dev = cuda::DeviceBuffer(ints * 4);
+  FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&meta_host), ints * 4));
+  size_t o = 0;
+  for (int i = 0; i < 9; ++i) {
+    *ptrs[i] = meta_dev.as<int32_t>() + o;
+    o += size_t(sizes[i]);
+  }
+
+  // KV pool from what is left.
+  kv_per_token = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    kv_per_token += (C + Rd) * 2 + (layers[size_t(l)].has_indexer ? D * 2 : 0);
+  size_t free_b = 0, total_b = 0;
+  FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t used = int64_t(total_b - free_b);
+  int64_t budget = int64_t(double(total_b) * opt.mem_fraction_static) - used;
+  const int64_t page_bytes = kv_per_token * opt.page_size;
+  int64_t pages = budget / page_bytes;
+  if (opt.max_total_tokens > 0) pages = std::min<int64_t>(pages, (opt.max_total_tokens + opt.page_size - 1) / opt.page_size);
+  FP4MOE_CHECK(pages >= 2,
+               "memory plan: no room for the KV pool ({:.2f} GB of {:.2f} GB used by weights + workspace; "
+               "--mem-fraction-static {})",
+               double(used) / 1e9, double(total_b) / 1e9, opt.mem_fraction_static);
+  pages = std::min<int64_t>(pages, INT32_MAX / opt.page_size - 1);
+  num_pages = pages - 1;  // the last page takes the padding rows' cache writes
+  trash_page = num_pages;
+  kv = cuda::DeviceBuffer(size_t(pages * page_bytes));
+  FP4MOE_CUDA_CHECK(cudaMemset(kv.ptr(), 0, kv.bytes()));
+  uint8_t* p = kv.as<uint8_t>();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    KvLayerView v;
+    v.num_pages = pages;
+    v.page_size = opt.page_size;
+    v.ckv_dim = C;
+    v.kpe_dim = Rd;
+    v.elem = v.index_elem = KvElem::BF16;
+    const size_t slots = size_t(pages * opt.page_size);
+    v.ckv = p, p += slots * C * 2;
+    v.kpe = p, p += slots * Rd * 2;
+    if (layers[size_t(l)].has_indexer) {
+      v.index_dim = D;
+      v.index_k = p, p += slots * D * 2;
+    }
+    kv_layers.push_back(v);
+  }
+  free_list.clear();
+  for (int64_t i = num_pages - 1; i >= 0; --i) free_list.push_back(int32_t(i));
+  plan_line = fmt::format(
+      "memory plan: weights {:.2f} GB, workspace {:.2f} GB (max {} tokens/step), KV pool {:.2f} GB = {} tokens "
+      "({} pages of {}, {} B/token, BF16); device {:.1f} GB, --mem-fraction-static {}",
+      double(weight_bytes) / 1e9, double(workspace_bytes) / 1e9, T, double(kv.bytes()) / 1e9,
+      num_pages * opt.page_size, num_pages, opt.page_size, kv_per_token, double(total_b) / 1e9,
+      opt.mem_fraction_static);
+}
+
+GpuRunner::GpuRunner() : impl_(std::make_unique<Impl>()) {}
+GpuRunner::~GpuRunner() = default;
+
+std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerOptions& opt) {
+  FP4MOE_CHECK(opt.page_size >= 1 && (opt.page_size & (opt.page_size - 1)) == 0, "--page-size {}: a power of two",
+               opt.page_size);
+  FP4MOE_CHECK(opt.max_tokens >= 1 && opt.max_requests >= 1 && opt.max_context >= 1,
+               "gpu runner: max tokens {}, requests {}, context {} must be >= 1", opt.max_tokens, opt.max_requests,
+               opt.max_context);
+  FP4MOE_CHECK(opt.mem_fraction_static > 0 && opt.mem_fraction_static < 1, "--mem-fraction-static {}: in (0, 1)",
+               opt.mem_fraction_static);
+  std::unique_ptr<GpuRunner> r(new GpuRunner());
+  Impl& m = *r->impl_;
+  m.opt = opt;
+  const auto t0 = std::chrono::steady_clock::now();
+  m.ck = Checkpoint::open(dir);
+  m.cfg = model::parse_mla_model_config(m.ck->config_json(), m.ck->config(), dir + "/config.json");
+  const model::ModelWeights w = model::bind_weights(*m.ck, m.cfg);
+  FP4MOE_CHECK(m.cfg.kv_lora_rank % 32 == 0 && m.cfg.kv_lora_rank <= 1024 && m.cfg.qk_rope_dim <= 128,
+               "gpu runner: kv_lora_rank {} (a multiple of 32, <= 1024) and qk_rope_head_dim {} (<= 128)",
+               m.cfg.kv_lora_rank, m.cfg.qk_rope_dim);
+  FP4MOE_CHECK(!m.cfg.has_indexer() || m.cfg.index_topk <= 4096, "gpu runner: index_topk {} > 4096",
+               m.cfg.index_topk);
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  size_t total = 0;
+  for (const auto& f : m.ck->files())
+    for (const TensorInfo& t : f->tensors()) total += t.nbytes();
+  {
+    Loader ld(opt.quiet ? 0 : total);
+    m.load_weights(w, ld);
+    m.description = fmt::format("gpu runner: {} ({}), {} layers, hidden {}, vocab {}; {}; uploaded {}", dir,
+                                m.cfg.architecture, m.cfg.num_layers, m.cfg.hidden, m.cfg.vocab, w.summary,
+                                ld.summary());
+  }
+  m.plan_memory();
+  if (!opt.quiet) fmt::print(stderr, "{}\n{}\n", m.description, m.plan_line);
+  const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
+  if (gmax > 0) m.capture_graphs();
+  if (!opt.quiet && !m.graph_line.empty()) fmt::print(stderr, "{}\n", m.graph_line);
+  log_debug("gpu runner start-up {:.1f} s",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return r;
+}
+
+const model::MlaModelConfig& GpuRunner::config() const { return impl_->cfg; }
+const std::string& GpuRunner::description() const { return impl_->description; }
+const std::string& GpuRunner::plan_line() const { return impl_->plan_line; }
+const std::string& GpuRunner::graph_line() const { return impl_->graph_line; }
+const RunnerOptions& GpuRunner::options() const { return impl_->opt; }
+const RunnerStats& GpuRunner::stats() const { return impl_->stats; }
+int64_t GpuRunner::num_pages() const { return impl_->num_pages; }
+int64_t GpuRunner::page_size() const { return impl_->opt.page_size; }
+int64_t GpuRunner::kv_bytes_per_token() const { return impl_->kv_per_token; }
+int64_t GpuRunner::weight_bytes() const { return impl_->weight_bytes; }
+int64_t GpuRunner::workspace_bytes() const { return impl_->workspace_bytes; }
+int64_t GpuRunner::free_pages() const { return int64_t(impl_->free_list.size()); }
+void GpuRunner::set_graphs_enabled(bool on) { impl_->graphs_enabled = on; }
+
+std::vector<int32_t> GpuRunner::alloc_pages(int64_t n) {
+  auto& f = impl_->free_list;
+  FP4MOE_CHECK(n >= 0 && n <= int64_t(f.size()), "KV pool: {} pages wanted, {} free", n, f.size());
+  std::vector<int32_t> out(f.end() - n, f.end());
+  std::reverse(out.begin(), out.end());
+  f.resize(f.size() - size_t(n));
+  return out;
+}
+
+void GpuRunner::release_pages(const std::vector<int32_t>& pages) {
+  for (int32_t p : pages) {
+    FP4MOE_CHECK(p >= 0 && p < impl_->num_pages, "KV pool: page {} released is not in the pool", p);
+    impl_->free_list.push_back(p);
+  }
+}
+
+}  // namespace fp4moe::engine::gpu

@@ -1,0 +1,109 @@
+// The model on the GPU: GLM-5 / DeepSeek-V3 family (model/model_config.hpp) loaded from its
+// safetensors shards into device memory, one memory plan, and the forward step over a flat
+// batch of prefill chunks and decode tokens with a paged BF16 KV cache — the same step as the
+// CPU backend's model::Model::step (its reference), with BF16 activations between ops and an
+// FP32 residual stream.
+//
+// Start-up (GpuRunner::load):
+//   1. config + weights bound in place (model::bind_weights over the mmap'd shards);
+//   2. upload (gpu_loader.hpp: pinned staging, progress, GB/s): every linear gets its kernel
+//      (gpu_linear.hpp); MoE layers → moe::MoeLayerCuda (NVFP4/MXFP4 experts), or for BF16
+//      experts the dense-over-experts fallback (every expert on every token through cuBLAS
+//      batched GEMMs, then the routed combine; said once); a shared expert the MoE layer cannot
+//      take (BF16 next to FP4 experts, NVIDIA's layout) runs as a dense MLP;
+//   3. one memory plan: weights, ONE workspace for the largest step (activations, the MoE
+//      workspace shared by every layer, indexer scores), then the paged KV pool from what is
+//      left (mem_fraction_static of the device, or max_total_tokens) — one line;
+//   4. CUDA graphs for decode per batch-size bucket up to cuda_graph_max_bs (timed; their
+//      memory measured and reported).
+//
+// The step: every per-step array (tokens, positions, page tables, logits rows) goes to the
+// device in ONE host→device copy into fixed buffers, so a decode step replays a captured graph
+// (padding rows of a bucket belong to dummy requests whose cache writes go to a page of their
+// own, never to a real request's). Results: logits rows (FP32, host) and/or the greedy token of
+// each row; per-layer hidden states on request (eager only, for the layer-by-layer comparison
+// with the CPU backend).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/paged_kv.hpp"
+#include "model/model.hpp"
+#include "model/model_config.hpp"
+
+namespace fp4moe::engine::gpu {
+
+struct RunnerOptions {
+  int64_t max_tokens = 4096;          // the largest step (tokens); sizes the workspace
+  int64_t max_requests = 256;         // the most requests in one step
+  int64_t max_context = 8192;         // the longest request (positions); sizes the indexer scores
+  int64_t page_size = 64;             // KV page size (a power of two)
+  double mem_fraction_static = 0.88;  // weights + workspace + KV pool share of the device
+  int64_t max_total_tokens = 0;       // > 0: the KV pool holds at most this many tokens
+  int64_t cuda_graph_max_bs = -1;     // decode graphs for batch buckets up to this; -1: max_requests, 0: none
+  bool quiet = false;                 // no progress bar / plan lines (tests)
+  bool poison = false;                // tests: every activation buffer NaN-filled before each step
+};
+
+// One step's host-side description: tokens [T], the batch (core/paged_kv.hpp, host pointers),
+// and which flat rows want next-token outputs.
+struct StepInput {
+  const int32_t* tokens = nullptr;
+  KvBatchView batch;
+  std::vector<int32_t> logits_rows;
+};
+
+struct StepOutput {
+  std::vector<float>* logits = nullptr;    // [rows, vocab] FP32 when set
+  std::vector<int32_t>* greedy = nullptr;  // [rows] argmax when set
+  model::HiddenStates* hidden = nullptr;   // per-layer hidden states when set (forces eager)
+};
+
+struct RunnerStats {
+  int64_t graph_steps = 0, eager_steps = 0;
+  double graph_capture_seconds = 0.0;
+  int64_t graph_bytes = 0;
+};
+
+class GpuRunner {
+ public:
+  static std::unique_ptr<GpuRunner> load(const std::string& dir, const RunnerOptions& opt);
+  ~GpuRunner();
+  GpuRunner(const GpuRunner&) = delete;
+  GpuRunner& operator=(const GpuRunner&) = delete;
+
+  const model::MlaModelConfig& config() const;
+  const std::string& description() const;  // the one start-up line: model, weights, load GB/s
+  const std::string& plan_line() const;    // the memory plan line
+  const std::string& graph_line() const;   // graph buckets, capture time, memory ("" without graphs)
+  const RunnerOptions& options() const;
+  const RunnerStats& stats() const;
+
+  // The KV pool: pages [0, num_pages()) of page_size() tokens.
+  int64_t num_pages() const;
+  int64_t page_size() const;
+  int64_t kv_bytes_per_token() const;
+  int64_t weight_bytes() const;
+  int64_t workspace_bytes() const;
+  std::vector<int32_t> alloc_pages(int64_t n);  // throws when fewer are free
+  void release_pages(const std::vector<int32_t>& pages);
+  int64_t free_pages() const;
+
+  // One forward step. Decode-only batches (one token per request, every row asked for)
+  // within cuda_graph_max_bs replay a graph unless `out.hidden` is set or graphs are off.
+  // Throws fp4moe::Error (one line) on a bad batch before launching anything.
+  void step(const StepInput& in, const StepOutput& out);
+  // Forces eager execution (tests compare graph replay with eager).
+  void set_graphs_enabled(bool on);
+
+  struct Impl;
+
+ private:
+  GpuRunner();
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4moe::engine::gpu

@@ -1,0 +1,165 @@
+// GpuRunner's internals (src/engine/gpu only): device weights per layer, the step workspace
+// layout, the per-step metadata buffers, graphs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/paged_kv.hpp"
+#include "cuda/common/device_buffer.hpp"
+#include "cuda/routing/router.hpp"
+#include "engine/gpu/gpu_kernels.hpp"
+#include "engine/gpu/gpu_linear.hpp"
+#include "engine/gpu/gpu_loader.hpp"
+#include "engine/gpu/gpu_runner.hpp"
+#include "format/checkpoint.hpp"
+#include "model/weights.hpp"
+#include "moe/moe_layer_cuda.hpp"
+
+namespace fp4moe::engine::gpu {
+
+struct DeviceNorm {
+  cuda::DeviceBuffer w, b;  // FP32 [dim]; b only for LayerNorm
+  const float* wp() const { return w.as<float>(); }
+  const float* bp() const { return b.as<float>(); }
+};
+
+struct DenseMlp {
+  GpuLinear gate, up, down;
+  int64_t inter = 0;
+};
+
+// BF16 routed experts: every expert on every token (cuBLAS strided batched), routed combine.
+struct DenseExperts {
+  cuda::DeviceBuffer w13;  // [E, 2I, H] BF16: per expert gate rows then up rows
+  cuda::DeviceBuffer w2;   // [E, H, I] BF16
+  cuda::DeviceBuffer router_w, router_bias;  // FP32 [E, H], [E] (or empty)
+  cuda::RouterDesc router;
+};
+
+struct DeviceLayer {
+  DeviceNorm input_norm, post_norm;
+  // attention
+  GpuLinear q_proj, q_a, q_b, kv_a, kv_b, o;
+  DeviceNorm q_a_norm, kv_a_norm;
+  bool has_indexer = false;
+  GpuLinear wq_b, wk, weights_proj;
+  DeviceNorm k_norm;
+  // MLP / MoE
+  bool is_moe = false;
+  DenseMlp mlp;                                // dense layers
+  std::unique_ptr<MoeLayerCuda> moe;           // FP4 routed experts (+ FP4 shared expert)
+  std::optional<DenseExperts> dense_experts;   // BF16 routed experts
+  std::optional<DenseMlp> shared;              // a shared expert run as a dense MLP
+};
+
+// Byte offsets of the step workspace's buffers (for max_tokens tokens).
+struct Scratch {
+  float* x = nullptr;          // [T, H] residual (FP32)
+  uint16_t* h = nullptr;       // [T, H] normed input (BF16)
+  uint16_t* o = nullptr;       // [T, H] block output (BF16)
+  float* of = nullptr;         // [T, H] MoE output (FP32)
+  uint16_t* qa = nullptr;      // [T, q_lora]
+  uint16_t* q = nullptr;       // [T, NH, QK]
+  uint16_t* kva = nullptr;     // [T, C + R]
+  uint16_t* ckv = nullptr;     // [T, C]
+  uint16_t* ql = nullptr;      // [T, NH, C] absorbed query
+  uint16_t* ol = nullptr;      // [T, NH, C] latent output
+  uint16_t* ov = nullptr;      // [T, NH, V]
+  uint16_t* ik = nullptr;      // [T, D]
+  uint16_t* iq = nullptr;      // [T, HI, D]
+  uint16_t* iw16 = nullptr;    // [T, HI]
+  float* iw = nullptr;         // [T, HI]
+  float* scores = nullptr;     // [T, max_context]
+  int32_t* topk_pos = nullptr;   // [T, index_topk]
+  int32_t* topk_slot = nullptr;  // [T, index_topk]
+  uint16_t* g = nullptr;       // [T, max(I_dense, shared I)] (dense: gate out; then SiLU·up)
+  uint16_t* u = nullptr;       // [T, max I]
+  uint16_t* hm = nullptr;      // [T, max I]
+  uint16_t* rows = nullptr;    // [T, H] gathered final rows
+  float* logits = nullptr;     // [T, vocab]
+  int32_t* greedy = nullptr;   // [T]
+  // BF16-experts fallback
+  float* rlogits = nullptr;    // [T, E]
+  int32_t* rids = nullptr;     // [T, k]
+  float* rw = nullptr;         // [T, k]
+  uint16_t* gu = nullptr;      // [E, T, 2I]
+  uint16_t* eh = nullptr;      // [E, T, I]
+  float* ey = nullptr;         // [E, T, H]
+  void* moe_ws = nullptr;      // MoeLayerCuda workspace (zeroed once)
+  size_t moe_ws_bytes = 0;
+  void* router_ws = nullptr;   // the fallback router's (zeroed once)
+  size_t router_ws_bytes = 0;
+  void* fp4_ws = nullptr;      // FP4 linears' GEMM workspace
+};
+
+// Per-step metadata: fixed device buffers filled by one H2D copy from a pinned mirror.
+struct StepMeta {
+  int64_t max_tokens = 0, max_requests = 0, max_page_entries = 0;
+  int32_t *tokens = nullptr, *positions = nullptr, *token_req = nullptr, *qo_indptr = nullptr, *kv_len = nullptr,
+          *page_indptr = nullptr, *page_indices = nullptr, *rows = nullptr, *offsets = nullptr;
+  size_t ints = 0;  // total int32 count of the block
+};
+
+struct GraphEntry {
+  cudaGraphExec_t exec = nullptr;
+  int64_t bucket = 0;
+};
+
+struct GpuRunner::Impl {
+  RunnerOptions opt;
+  model::MlaModelConfig cfg;
+  std::unique_ptr<Checkpoint> ck;
+  std::string description, plan_line, graph_line;
+  RunnerStats stats;
+
+  Blas blas;
+  cudaStream_t stream = nullptr;
+  cuda::DeviceBuffer embed;  // [vocab, H] BF16 (F32 checkpoints converted)
+  std::vector<DeviceLayer> layers;
+  DeviceNorm final_norm;
+  GpuLinear lm_head;
+  cuda::DeviceBuffer inv_freq;  // [R/2] FP32
+  int64_t weight_bytes = 0;
+
+  // Workspace + metadata + KV pool.
+  cuda::DeviceBuffer workspace, meta_dev, kv;
+  int32_t* meta_host = nullptr;  // pinned mirror of meta_dev
+  Scratch s;
+  StepMeta meta;
+  int64_t workspace_bytes = 0;
+  int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;
+  std::vector<KvLayerView> kv_layers;
+  std::vector<int32_t> free_list;
+
+  // Graphs per decode bucket.
+  std::map<int64_t, GraphEntry> graphs;
+  bool graphs_enabled = true;
+  bool said_eager = false;
+
+  ~Impl();
+  void load_weights(const model::ModelWeights& w, Loader& loader);
+  void plan_memory();
+  void capture_graphs();
+  // Fills the pinned metadata for `in` (padded to `pad_tokens` tokens / requests when > T) and
+  // copies it to the device.
+  void upload_meta(const StepInput& in, int64_t pad_to);
+  // Enqueues the whole forward for T tokens of R requests reading the device metadata; rows:
+  // logits rows (gathered by meta.rows); max_ctx sizes the indexer grid.
+  void forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden);
+  void attention(int64_t l, int T, int R, int max_ctx);
+  void mlp(int64_t l, int T);
+  void dense_mlp(const DenseMlp& m, int T, uint16_t* out);
+  DeviceBatch batch(int T, int R) const;
+  LinearCtx lctx() { return {&blas, meta.offsets, s.fp4_ws, stream}; }
+};
+
+// Buckets of the decode graphs: 1, 2, 4, 8, then multiples of 8 up to 64, then of 32, ... (<= max).
+std::vector<int64_t> graph_buckets(int64_t max_bs);
+
+}  // namespace fp4moe::engine::gpu

@@ -1,0 +1,160 @@
+// GpuRunner::step: validation, the one metadata upload, eager forward or a decode graph's
+// replay, results back; graph capture per batch-size bucket.
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "cuda/common/cuda_check.hpp"
+#include "engine/gpu/gpu_runner_impl.hpp"
+
+namespace fp4moe::engine::gpu {
+
+void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
+  const KvBatchView& b = in.batch;
+  const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
+  const int64_t Tp = std::max(T, pad_to), Rp = R + (Tp - T);
+  FP4MOE_CHECK(Tp <= meta.max_tokens, "step of {} tokens: the runner was sized for {} (--max-tokens)", Tp,
+               meta.max_tokens);
+  FP4MOE_CHECK(Rp <= meta.max_requests, "step of {} requests: the runner was sized for {}", Rp, meta.max_requests - 1);
+  if (T > 0) {
+    validate_kv_batch(b, opt.page_size, num_pages);
+    for (int64_t t = 0; t < T; ++t) {
+      FP4MOE_CHECK(in.tokens[t] >= 0 && in.tokens[t] < cfg.vocab, "token id {} is out of the vocabulary (0 .. {})",
+                   in.tokens[t], cfg.vocab - 1);
+      FP4MOE_CHECK(b.positions[t] < opt.max_context && b.positions[t] < cfg.max_position_embeddings,
+                   "position {} is beyond the runner's max context {} (or max_position_embeddings {})", b.positions[t],
+                   opt.max_context, cfg.max_position_embeddings);
+    }
+  }
+  for (int32_t r : in.logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
+  const int64_t entries = (T > 0 ? b.page_indptr[R] : 0) + (Tp - T);
+  FP4MOE_CHECK(entries <= meta.max_page_entries, "step page tables: {} entries, room for {}", entries,
+               meta.max_page_entries);
+
+  int32_t* h = meta_host;
+  auto at = [&](const int32_t* dev) { return h + (dev - meta_dev.as<int32_t>()); };
+  int32_t *tok = at(meta.tokens), *pos = at(meta.positions), *req = at(meta.token_req), *qo = at(meta.qo_indptr),
+          *len = at(meta.kv_len), *pp = at(meta.page_indptr), *pi = at(meta.page_indices), *rw = at(meta.rows),
+          *off = at(meta.offsets);
+  if (T > 0) {
+    std::copy(in.tokens, in.tokens + T, tok);
+    std::copy(b.positions, b.positions + T, pos);
+    kv_token_requests(b, req);
+    std::copy(b.qo_indptr, b.qo_indptr + R + 1, qo);
+    std::copy(b.kv_len, b.kv_len + R, len);
+    std::copy(b.page_indptr, b.page_indptr + R + 1, pp);
+    std::copy(b.page_indices, b.page_indices + b.page_indptr[R], pi);
+  } else {
+    qo[0] = pp[0] = 0;
+  }
+  // Padding: one dummy request per padding token, position 0 on the trash page.
+  for (int64_t i = 0; i < Tp - T; ++i) {
+    const int64_t t = T + i, r = R + i;
+    tok[t] = 0;
+    pos[t] = 0;
+    req[t] = int32_t(r);
+    qo[r + 1] = int32_t(t + 1);
+    len[r] = 1;
+    pi[pp[r]] = int32_t(trash_page);
+    pp[r + 1] = pp[r] + 1;
+  }
+  std::copy(in.logits_rows.begin(), in.logits_rows.end(), rw);
+  for (int64_t i = rows; i < Tp && pad_to > 0; ++i) rw[i] = int32_t(i);  // graphs compute every row
+  off[0] = 0;
+  off[1] = int32_t(Tp);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(meta_dev.ptr(), meta_host, meta.ints * 4, cudaMemcpyHostToDevice, stream));
+}
+
+void GpuRunner::Impl::capture_graphs() {
+  const int64_t gmax = std::min({opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs,
+                                 opt.max_tokens, opt.max_requests});
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t free0 = 0, free1 = 0, total = 0;
+  FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  const std::vector<int64_t> buckets = graph_buckets(gmax);
+  for (int64_t B : buckets) {
+    StepInput none;
+    upload_meta(none, B);
+    forward(int(B), int(B), int(B), int(opt.max_context), nullptr);  // warm-up: plans, lazy loading
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraph_t g = nullptr;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      forward(int(B), int(B), int(B), int(opt.max_context), nullptr);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    GraphEntry e;
+    e.bucket = B;
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&e.exec, g, 0));
+    FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+    FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
+    graphs[B] = e;
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  stats.graph_capture_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.graph_bytes = int64_t(free0) - int64_t(free1);
+  graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}) captured in {:.2f} s, {:.3f} GB of device "
+                           "memory (taken after the KV pool: inside --mem-fraction-static's remainder); eager above {}",
+                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9, gmax);
+}
+
+void GpuRunner::step(const StepInput& in, const StepOutput& out) {
+  Impl& m = *impl_;
+  const KvBatchView& b = in.batch;
+  const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
+  FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);
+  bool decode = T == R && rows == T;
+  for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
+  // A decode batch within the graph buckets runs padded to its bucket, replayed or (graphs
+  // disabled, or hidden states asked for) eager over the same padded batch: bit for bit the same.
+  const GraphEntry* g = nullptr;
+  if (decode && !m.graphs.empty() && !out.hidden) {
+    auto it = m.graphs.lower_bound(T);
+    if (it != m.graphs.end()) {
+      g = &it->second;
+    } else if (!m.said_eager) {
+      m.said_eager = true;
+      log_info("gpu runner: decode batch {} is above --cuda-graph-max-bs {}: such steps run eager", T,
+               m.graphs.rbegin()->first);
+    }
+  }
+  if (m.opt.poison) {  // activations NaN before the step (not the MoE / router counters, placed last)
+    const size_t n = size_t(static_cast<uint8_t*>(m.s.moe_ws) - m.workspace.as<uint8_t>());
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.workspace.ptr(), 0xFF, n, m.stream));
+  }
+  if (g && m.graphs_enabled && !out.hidden) {
+    m.upload_meta(in, g->bucket);
+    FP4MOE_CUDA_CHECK(cudaGraphLaunch(g->exec, m.stream));
+    ++m.stats.graph_steps;
+  } else {
+    const int64_t pad = g ? g->bucket : 0;
+    m.upload_meta(in, pad);
+    int max_ctx = 1;
+    for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, b.positions[t] + 1);
+    if (g) max_ctx = int(m.opt.max_context);  // as captured
+    const int Tp = int(std::max(T, pad));
+    m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden);
+    ++m.stats.eager_steps;
+  }
+  if (out.logits && rows > 0) {
+    out.logits->resize(size_t(rows * m.cfg.vocab));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(out.logits->data(), m.s.logits, out.logits->size() * 4, cudaMemcpyDeviceToHost,
+                                      m.stream));
+  }
+  if (out.greedy && rows > 0) {
+    out.greedy->resize(size_t(rows));
+    FP4MOE_CUDA_CHECK(
+        cudaMemcpyAsync(out.greedy->data(), m.s.greedy, size_t(rows) * 4, cudaMemcpyDeviceToHost, m.stream));
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+}  // namespace fp4moe::engine::gpu

@@ -1,0 +1,39 @@
+// The KV page pool: page ids 0..num_pages-1 with a free list and a reference count each.
+//
+// A page is free at count 0. Whoever puts a page id into a page table holds one reference:
+// a running request for each page of its table, the prefix cache for each page it indexes.
+// The pool knows nothing about what a page holds (the backend owns the KV memory).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace fp4moe::engine {
+
+class PagePool {
+ public:
+  explicit PagePool(int32_t num_pages);
+
+  int32_t num_pages() const { return int32_t(refs_.size()); }
+  int32_t num_free() const { return int32_t(free_.size()); }
+
+  // Appends n fresh pages (count 1 each) to out; false and nothing taken when fewer are free.
+  bool allocate(int32_t n, std::vector<int32_t>& out);
+  void retain(int32_t page);
+  // Drops one reference; the page returns to the free list at 0.
+  void release(int32_t page);
+  void release(std::span<const int32_t> pages);
+
+  int32_t ref_count(int32_t page) const;
+
+ private:
+  std::vector<int32_t> refs_;
+  std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
+};
+
+inline int32_t pages_for_tokens(int64_t tokens, int32_t page_size) {
+  return int32_t((tokens + page_size - 1) / page_size);
+}
+
+}  // namespace fp4moe::engine

@@ -1,0 +1,117 @@
+#include "engine/radix_cache.hpp"
+
+#include <queue>
+#include <tuple>
+
+#include "core/error.hpp"
+
+namespace fp4moe::engine {
+
+struct RadixCache::Node {
+  int32_t page = -1;  // -1 at the root
+  Node* parent = nullptr;
+  uint64_t last_use = 0;
+  std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;  // keyed by the page's tokens
+  const std::vector<int32_t>* key = nullptr;                       // this node's key in its parent
+};
+
+RadixCache::RadixCache(PagePool& pool, int32_t page_size)
+    : pool_(pool), page_size_(page_size), root_(std::make_unique<Node>()) {
+  FP4MOE_CHECK(page_size > 0, "page size must be positive (got {})", page_size);
+}
+
+RadixCache::~RadixCache() = default;
+
+int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_pages, std::vector<int32_t>& pages) {
+  const int32_t limit = std::min<int64_t>(max_pages, int64_t(tokens.size()) / page_size_);
+  Node* node = root_.get();
+  std::vector<int32_t> key(static_cast<size_t>(page_size_));
+  const uint64_t now = ++clock_;
+  int32_t n = 0;
+  for (; n < limit; ++n) {
+    key.assign(tokens.begin() + int64_t(n) * page_size_, tokens.begin() + int64_t(n + 1) * page_size_);
+    auto it = node->children.find(key);
+    if (it == node->children.end()) break;
+    node = it->second.get();
+    node->last_use = now;
+    pool_.retain(node->page);
+    pages.push_back(node->page);
+  }
+  return n;
+}
+
+void RadixCache::insert(std::span<const int32_t> tokens, int32_t n_pages, std::vector<int32_t>& pages) {
+  FP4MOE_CHECK(int64_t(n_pages) * page_size_ <= int64_t(tokens.size()) && n_pages <= int32_t(pages.size()),
+               "radix insert of {} pages past {} tokens / {} pages", n_pages, tokens.size(), pages.size());
+  Node* node = root_.get();
+  const uint64_t now = ++clock_;
+  for (int32_t i = 0; i < n_pages; ++i) {
+    std::vector<int32_t> key(tokens.begin() + int64_t(i) * page_size_, tokens.begin() + int64_t(i + 1) * page_size_);
+    auto it = node->children.find(key);
+    if (it == node->children.end()) {
+      auto child = std::make_unique<Node>();
+      child->page = pages[size_t(i)];
+      child->parent = node;
+      pool_.retain(child->page);
+      it = node->children.emplace(std::move(key), std::move(child)).first;
+      it->second->key = &it->first;
+      ++num_nodes_;
+    } else if (it->second->page != pages[size_t(i)]) {
+      pool_.retain(it->second->page);
+      pool_.release(pages[size_t(i)]);
+      pages[size_t(i)] = it->second->page;
+    }
+    node = it->second.get();
+    node->last_use = now;
+  }
+}
+
+int32_t RadixCache::evict(int32_t n) {
+  using Entry = std::tuple<uint64_t, int32_t, Node*>;  // (last use, page, node): oldest first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> leaves;
+  std::vector<Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    Node* x = stack.back();
+    stack.pop_back();
+    for (auto& [k, c] : x->children) stack.push_back(c.get());
+    if (x != root_.get() && x->children.empty() && pool_.ref_count(x->page) == 1)
+      leaves.emplace(x->last_use, x->page, x);
+  }
+  int32_t freed = 0;
+  while (freed < n && !leaves.empty()) {
+    Node* x = std::get<2>(leaves.top());
+    leaves.pop();
+    Node* parent = x->parent;
+    pool_.release(x->page);
+    parent->children.erase(parent->children.find(*x->key));  // destroys x
+    --num_nodes_;
+    ++freed;
+    if (parent != root_.get() && parent->children.empty() && pool_.ref_count(parent->page) == 1)
+      leaves.emplace(parent->last_use, parent->page, parent);
+  }
+  return freed;
+}
+
+void RadixCache::for_each_page(const std::function<void(int32_t)>& fn) const {
+  std::vector<const Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    const Node* x = stack.back();
+    stack.pop_back();
+    for (auto& [k, c] : x->children) stack.push_back(c.get());
+    if (x != root_.get()) fn(x->page);
+  }
+}
+
+int32_t RadixCache::num_evictable() const {
+  int32_t n = 0;
+  std::vector<const Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    const Node* x = stack.back();
+    stack.pop_back();
+    for (auto& [k, c] : x->children) stack.push_back(c.get());
+    if (x != root_.get() && pool_.ref_count(x->page) == 1) ++n;
+  }
+  return n;
+}
+
+}  // namespace fp4moe::engine

@@ -1,0 +1,56 @@
+// Prefix reuse: a radix tree whose edges are page-aligned token runs (one page of
+// page_size tokens per edge), each node naming the KV page that holds its run.
+//
+// The tree holds one pool reference per node. A request that reuses a cached prefix holds
+// its own reference on each page of it, so a node whose page count is 1 is referenced by
+// nobody but the tree; because page tables are prefixes, its whole subtree is then
+// unreferenced too. Eviction frees such pages leaf first, least recently used first.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/page_pool.hpp"
+
+namespace fp4moe::engine {
+
+class RadixCache {
+ public:
+  RadixCache(PagePool& pool, int32_t page_size);
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  // The longest cached run of at most max_pages whole pages that prefixes tokens; appends
+  // its page ids to pages, retained for the caller. Returns the number of pages matched.
+  int32_t match(std::span<const int32_t> tokens, int32_t max_pages, std::vector<int32_t>& pages);
+
+  // Indexes the first n_pages whole pages of tokens, whose KV is in pages[0..n_pages). Where a
+  // run is cached already under another page, pages[i] becomes the cached page: the caller's
+  // reference moves to it and its own duplicate page is released.
+  void insert(std::span<const int32_t> tokens, int32_t n_pages, std::vector<int32_t>& pages);
+
+  // Frees up to n pages that only the tree references; returns how many it freed.
+  int32_t evict(int32_t n);
+  int32_t evict_all() { return evict(INT32_MAX); }
+
+  int32_t num_nodes() const { return num_nodes_; }
+  // Calls fn(page) for every page the tree indexes.
+  void for_each_page(const std::function<void(int32_t)>& fn) const;
+  // Pages only the tree references (what evict could free).
+  int32_t num_evictable() const;
+
+ private:
+  struct Node;
+  PagePool& pool_;
+  int32_t page_size_;
+  std::unique_ptr<Node> root_;
+  int32_t num_nodes_ = 0;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace fp4moe::engine

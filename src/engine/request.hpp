@@ -1,0 +1,74 @@
+// What a client asks of the engine and what comes back, in native types only (no JSON).
+//
+// The serve layer turns an HTTP body into a RequestSpec (one per choice: n = 2 is two
+// specs), the engine turns it into tokens, delivered as OutputEvents on the request's
+// OutputChannel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fp4moe::engine {
+
+// Sampling knobs with SGLang / OpenAI meanings. The defaults change nothing.
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  float top_p = 1.0f;               // (0, 1]
+  int32_t top_k = -1;               // <= 0: all tokens
+  float min_p = 0.0f;               // [0, 1]
+  float presence_penalty = 0.0f;    // [-2, 2], on generated tokens
+  float frequency_penalty = 0.0f;   // [-2, 2], on generated tokens
+  float repetition_penalty = 1.0f;  // (0, 2], on prompt and generated tokens
+  // Always set: the engine draws one for a request that did not give one, so that a
+  // retracted request samples the same tokens when it runs again.
+  uint64_t seed = 0;
+  bool has_seed = false;
+
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
+};
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;      // token ids, at least one
+  SamplingParams sampling;
+  int32_t max_new_tokens = 16;      // >= 1 (the server's validation guarantees the context fits)
+  std::vector<int32_t> stop_ids;    // finish (reason stop) when sampled; always active
+  bool ignore_eos = false;          // the model's EOS ids do not stop
+  int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; n: plus the top n
+};
+
+enum class FinishReason { kStop, kLength, kAbort };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;                // filled when the request asked for logprobs
+  std::vector<TokenLogprob> top;       // top_logprobs entries, best first
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (first admission)
+  int32_t completion_tokens = 0;
+};
+
+// One delivery on a request's channel: new tokens, and at the end the finish.
+struct OutputEvent {
+  std::vector<GeneratedToken> tokens;
+  bool finished = false;
+  FinishReason reason = FinishReason::kLength;
+  int32_t matched_stop_id = -1;  // the stop / EOS id that ended it, -1 otherwise
+  std::string abort_message;     // why, for kAbort
+  Usage usage;                   // valid when finished
+};
+
+}  // namespace fp4moe::engine

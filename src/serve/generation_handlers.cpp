@@ -1,0 +1,418 @@
+// POST /v1/chat/completions, /v1/completions and /generate: validate, tokenize, hand the
+// choices to the engine, and answer in one JSON body or as server-sent events.
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "serve/server_impl.hpp"
+
+namespace fp4moe::serve {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string random_id(const char* prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+// JSON numbers cannot be -inf: clamp like vLLM does.
+double finite_logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
+json byte_list(const std::string& s) {
+  json b = json::array();
+  for (char c : s) b.push_back(int(uint8_t(c)));
+  return b;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+uint64_t mix_seed(uint64_t seed, uint64_t choice) {
+  uint64_t x = seed + 0x9E3779B97F4A7C15ull * (choice + 1);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 27);
+}
+
+}  // namespace
+
+void Server::handle_generation(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+  if (!ready(res)) return;
+  auto parsed = parse_api_request(kind, req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  auto call = std::make_shared<GenerationCall>();
+  ApiRequest& r = call->request;
+  r = std::move(std::get<ApiRequest>(parsed));
+  if (!r.model.empty() && r.model != served_name_) {
+    ApiError e{404, fmt::format("The model '{}' does not exist (this server serves '{}')", r.model, served_name_),
+               "invalid_request_error", "model", "model_not_found"};
+    return send_error(res, e);
+  }
+
+  // Prompts -> token ids, checked against the vocabulary and the context.
+  std::vector<std::vector<int32_t>> prompts;
+  if (kind == ApiKind::kChat) {
+    std::string text;
+    try {
+      text = codec_->render_chat(r.messages, r.add_generation_prompt);
+    } catch (const Error& e) {  // the template refused the conversation (raise_exception), or there is none
+      return send_error(res, {400, e.what(), "invalid_request_error", "messages", ""});
+    }
+    prompts.push_back(codec_->encode(text, false));
+  } else {
+    for (const PromptInput& p : r.prompts) prompts.push_back(p.is_ids ? p.ids : codec_->encode(p.text, true));
+  }
+  const int32_t vocab = codec_->vocab_size();
+  const char* prompt_param = kind == ApiKind::kChat ? "messages" : kind == ApiKind::kGenerate ? "input_ids" : "prompt";
+  for (const auto& ids : prompts) {
+    if (ids.empty()) return send_error(res, {400, "the prompt is empty", "invalid_request_error", prompt_param, ""});
+    for (int32_t t : ids)
+      if (t >= vocab)
+        return send_error(res, {400, fmt::format("token id {} is outside the vocabulary (size {})", t, vocab),
+                                "invalid_request_error", prompt_param, ""});
+  }
+  for (int32_t t : r.stop_ids)
+    if (t >= vocab)
+      return send_error(res, {400, fmt::format("stop token id {} is outside the vocabulary (size {})", t, vocab),
+                              "invalid_request_error", "stop_token_ids", ""});
+  const char* max_param = kind == ApiKind::kGenerate ? "max_new_tokens" : "max_tokens";
+  std::vector<int32_t> max_new(prompts.size());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const int64_t len = int64_t(prompts[p].size());
+    const int64_t want = r.max_tokens ? *r.max_tokens : kind == ApiKind::kCompletion ? 16 : max_request_tokens_ - len;
+    if (len + std::max<int64_t>(want, 1) > max_request_tokens_)
+      return send_error(res, {400,
+                              fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                          "tokens ({} in the prompt, {} for the completion). Please reduce the length of "
+                                          "the prompt or the completion.",
+                                          max_request_tokens_, len + std::max<int64_t>(want, 1), len,
+                                          std::max<int64_t>(want, 1)),
+                              "invalid_request_error", r.max_tokens ? max_param : prompt_param,
+                              "context_length_exceeded"});
+    max_new[p] = int32_t(want);
+  }
+
+  // One engine request per (prompt, choice).
+  std::vector<engine::RequestSpec> specs;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    call->prompt_tokens.push_back(int32_t(prompts[p].size()));
+    for (int32_t j = 0; j < r.n; ++j) {
+      engine::RequestSpec s;
+      s.prompt = prompts[p];
+      s.sampling = r.sampling;
+      if (s.sampling.has_seed && specs.size() > 0) s.sampling.seed = mix_seed(r.sampling.seed, specs.size());
+      s.max_new_tokens = max_new[p];
+      s.stop_ids = r.stop_ids;
+      s.ignore_eos = r.ignore_eos;
+      s.top_logprobs = r.logprobs;
+      specs.push_back(std::move(s));
+      call->prompt_of.push_back(int32_t(p));
+      call->choices.emplace_back(*codec_, r.stop, r.skip_special_tokens);
+    }
+  }
+  const size_t n = specs.size();
+  call->cancel_sent.assign(n, 0);
+  call->started.assign(n, 0);
+  call->text_offset.assign(n, 0);
+  call->last_token.assign(n, call->start);
+  call->id = random_id(kind == ApiKind::kChat ? "chatcmpl-" : kind == ApiKind::kCompletion ? "cmpl-" : "");
+  call->created = int64_t(std::time(nullptr));
+  switch (engine_->submit(std::move(specs), call->channel, call->engine_ids)) {
+    case engine::Engine::Submit::kOk: break;
+    case engine::Engine::Submit::kQueueFull:
+      return send_error(res, {429, fmt::format("the queue is full ({} requests wait); retry later", opt_.max_queued_requests),
+                              "rate_limit_error", "", "queue_full"});
+    case engine::Engine::Submit::kStopped:
+      return send_error(res, {503, "the server is not accepting requests (shutting down or failed)", "server_error", "",
+                              "service_unavailable"});
+  }
+  metrics_.request_started();
+  ++active_calls_;
+  call->active = &active_calls_;
+
+  if (!r.stream) {
+    while (!call->done()) {
+      pump(*call, 100ms, nullptr);
+      if (!call->done() && !HttpServer::client_connected()) return abandon(*call);
+    }
+    if (opt_.log_requests)
+      log_info("request {}: {} choices, {} prompt tokens, {} completion tokens, {:.1f} ms", call->id, n,
+               usage_json(*call)["prompt_tokens"].get<int64_t>(), usage_json(*call)["completion_tokens"].get<int64_t>(),
+               std::chrono::duration<double, std::milli>(Clock::now() - call->start).count());
+    return send_json(res, full_response(*call));
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, call](size_t, httplib::DataSink& sink) {
+        std::string out;
+        if (call->request.kind == ApiKind::kChat && !call->role_sent) {
+          call->role_sent = true;
+          for (int32_t i = 0; i < int32_t(call->choices.size()); ++i) {
+            json chunk = {{"id", call->id}, {"object", "chat.completion.chunk"}, {"created", call->created},
+                          {"model", served_name_},
+                          {"choices", json::array({{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                    {"logprobs", nullptr}, {"finish_reason", nullptr}}})}};
+            if (call->request.include_usage) chunk["usage"] = nullptr;
+            out += sse(chunk);
+          }
+        }
+        pump(*call, 50ms, [&](int32_t i, ChoiceDelta& d) { out += stream_chunks(*call, i, d); });
+        if (call->done()) out += stream_end(*call);
+        if (!out.empty() && !sink.write(out.data(), out.size())) {
+          abandon(*call);
+          return false;
+        }
+        if (call->done()) {
+          sink.done();
+          return true;
+        }
+        if (!sink.is_writable()) {
+          abandon(*call);
+          return false;
+        }
+        return true;
+      },
+      [this, call](bool) {
+        if (!call->done()) abandon(*call);
+      });
+}
+
+void Server::pump(GenerationCall& call, std::chrono::milliseconds wait,
+                  const std::function<void(int32_t, ChoiceDelta&)>& on_delta) {
+  std::vector<engine::OutputChannel::Item> items;
+  call.channel->wait(items, wait);
+  const auto now = Clock::now();
+  for (auto& item : items) {
+    const int32_t i = item.index;
+    ChoiceOutput& choice = call.choices[size_t(i)];
+    const size_t n_tokens = item.event.tokens.size();
+    ChoiceDelta d = choice.consume(item.event);
+    if (n_tokens > 0) {
+      const double dt = std::chrono::duration<double>(now - call.last_token[size_t(i)]).count();
+      size_t rest = n_tokens;
+      if (!call.started[size_t(i)]) {
+        call.started[size_t(i)] = 1;
+        metrics_.ttft.observe(std::chrono::duration<double>(now - call.start).count());
+        --rest;
+      }
+      if (rest > 0) metrics_.itl.observe(dt / double(n_tokens), rest);
+      call.last_token[size_t(i)] = now;
+    }
+    if (choice.stop_matched() && !call.cancel_sent[size_t(i)] && !d.finished) {
+      call.cancel_sent[size_t(i)] = 1;
+      engine_->cancel({&call.engine_ids[size_t(i)], 1});
+    }
+    if (d.finished) {
+      ++call.finished;
+      const engine::Usage& u = choice.usage();
+      metrics_.request_finished(choice.stop_matched() ? engine::FinishReason::kStop : item.event.reason,
+                                u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+      metrics_.e2e.observe(std::chrono::duration<double>(now - call.start).count());
+    }
+    if (on_delta && (d.finished || !d.text.empty() || !d.tokens.empty())) on_delta(i, d);
+  }
+}
+
+void Server::abandon(GenerationCall& call) {
+  engine_->cancel(call.engine_ids);
+  const auto until = Clock::now() + 5s;  // the engine aborts within a round; count the finishes
+  while (!call.done() && Clock::now() < until) pump(call, 50ms, nullptr);
+  if (opt_.log_requests) log_info("request {}: client disconnected, cancelled", call.id);
+}
+
+json Server::logprobs_json(const GenerationCall& call, int32_t, const std::vector<engine::GeneratedToken>& toks,
+                           int64_t& offset) const {
+  if (call.request.kind == ApiKind::kChat) {
+    json content = json::array();
+    for (const auto& t : toks) {
+      const std::string s = codec_->token_text(t.id);
+      json top = json::array();
+      for (const auto& c : t.top) {
+        const std::string cs = codec_->token_text(c.id);
+        top.push_back({{"token", cs}, {"logprob", finite_logprob(c.logprob)}, {"bytes", byte_list(cs)}});
+      }
+      content.push_back({{"token", s}, {"logprob", finite_logprob(t.logprob)}, {"bytes", byte_list(s)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& t : toks) {
+    const std::string s = codec_->token_text(t.id);
+    tokens.push_back(s);
+    lps.push_back(finite_logprob(t.logprob));
+    json top = json::object();
+    for (const auto& c : t.top) top[codec_->token_text(c.id)] = finite_logprob(c.logprob);
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += int64_t(s.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json Server::usage_json(const GenerationCall& call) const {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (int32_t p : call.prompt_tokens) prompt += p;
+  std::vector<int32_t> cached_per_prompt(call.prompt_tokens.size(), 0);
+  for (size_t i = 0; i < call.choices.size(); ++i) {
+    completion += call.choices[i].usage().completion_tokens;
+    auto& c = cached_per_prompt[size_t(call.prompt_of[i])];
+    c = std::max(c, call.choices[i].usage().cached_tokens);
+  }
+  for (int32_t c : cached_per_prompt) cached += c;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+json Server::generate_object(const GenerationCall& call, int32_t i) const {
+  const ChoiceOutput& c = call.choices[size_t(i)];
+  json ids = json::array();
+  json lps = json::array(), tops = json::array();
+  for (const auto& t : c.tokens()) {
+    ids.push_back(t.id);
+    if (call.request.logprobs >= 0) {
+      lps.push_back(json::array({finite_logprob(t.logprob), t.id, nullptr}));
+      json top = json::array();
+      for (const auto& x : t.top) top.push_back(json::array({finite_logprob(x.logprob), x.id, nullptr}));
+      tops.push_back(top);
+    }
+  }
+  json meta = {{"id", fmt::format("{}-{}", call.id, i)},
+               {"prompt_tokens", call.prompt_tokens[size_t(call.prompt_of[size_t(i)])]},
+               {"completion_tokens", int64_t(c.tokens().size())},
+               {"cached_tokens", c.usage().cached_tokens},
+               {"e2e_latency", std::chrono::duration<double>(Clock::now() - call.start).count()}};
+  meta["finish_reason"] = c.finished() ? json{{"type", c.finish_reason()}, {"matched", c.matched()}} : json(nullptr);
+  if (c.finished() && !c.abort_message().empty()) meta["finish_reason"]["message"] = c.abort_message();
+  if (call.request.logprobs >= 0) {
+    meta["output_token_logprobs"] = lps;
+    meta["output_top_logprobs"] = tops;
+  }
+  return {{"text", c.text()}, {"output_ids", ids}, {"meta_info", meta}, {"index", i}};
+}
+
+json Server::full_response(const GenerationCall& call) const {
+  const ApiRequest& r = call.request;
+  if (r.kind == ApiKind::kGenerate) {
+    if (call.choices.size() == 1 && r.prompts.size() == 1) return generate_object(call, 0);
+    json all = json::array();
+    for (int32_t i = 0; i < int32_t(call.choices.size()); ++i) all.push_back(generate_object(call, i));
+    return all;
+  }
+  json choices = json::array();
+  for (int32_t i = 0; i < int32_t(call.choices.size()); ++i) {
+    const ChoiceOutput& c = call.choices[size_t(i)];
+    int64_t offset = 0;
+    json lp = r.logprobs >= 0 ? logprobs_json(call, i, c.tokens(), offset) : json(nullptr);
+    if (r.kind == ApiKind::kChat)
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", c.text()}}},
+                         {"logprobs", lp},
+                         {"finish_reason", c.finish_reason()},
+                         {"matched_stop", c.matched()}});
+    else
+      choices.push_back({{"index", i}, {"text", c.text()}, {"logprobs", lp}, {"finish_reason", c.finish_reason()},
+                         {"matched_stop", c.matched()}});
+  }
+  return {{"id", call.id},
+          {"object", r.kind == ApiKind::kChat ? "chat.completion" : "text_completion"},
+          {"created", call.created},
+          {"model", served_name_},
+          {"choices", choices},
+          {"usage", usage_json(call)}};
+}
+
+std::string Server::stream_chunks(GenerationCall& call, int32_t i, const ChoiceDelta& d) {
+  const ApiRequest& r = call.request;
+  const ChoiceOutput& c = call.choices[size_t(i)];
+  if (r.kind == ApiKind::kGenerate) return sse(generate_object(call, i));
+  std::string out;
+  const json lp = r.logprobs >= 0 && !d.tokens.empty() ? logprobs_json(call, i, d.tokens, call.text_offset[size_t(i)])
+                                                       : json(nullptr);
+  auto chunk = [&](json choice) {
+    json j = {{"id", call.id},
+              {"object", r.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", call.created},
+              {"model", served_name_},
+              {"choices", json::array({std::move(choice)})}};
+    if (r.include_usage) j["usage"] = nullptr;
+    out += sse(j);
+  };
+  if (!d.text.empty() || !lp.is_null()) {
+    if (r.kind == ApiKind::kChat)
+      chunk({{"index", i}, {"delta", {{"content", d.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
+    else
+      chunk({{"index", i}, {"text", d.text}, {"logprobs", lp}, {"finish_reason", nullptr}});
+  }
+  if (d.finished) {
+    if (r.kind == ApiKind::kChat)
+      chunk({{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason()},
+             {"matched_stop", c.matched()}});
+    else
+      chunk({{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason()},
+             {"matched_stop", c.matched()}});
+  }
+  return out;
+}
+
+std::string Server::stream_end(GenerationCall& call) {
+  std::string out;
+  const ApiRequest& r = call.request;
+  if (r.kind != ApiKind::kGenerate && r.include_usage)
+    out += sse({{"id", call.id},
+                {"object", r.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                {"created", call.created},
+                {"model", served_name_},
+                {"choices", json::array()},
+                {"usage", usage_json(call)}});
+  if (opt_.log_requests)
+    log_info("request {}: {} choices streamed, {} completion tokens, {:.1f} ms", call.id, call.choices.size(),
+             usage_json(call)["completion_tokens"].get<int64_t>(),
+             std::chrono::duration<double, std::milli>(Clock::now() - call.start).count());
+  return out + "data: [DONE]\n\n";
+}
+
+void Server::health_generate(httplib::Response& res) {
+  if (!ready(res)) return;
+  engine::RequestSpec s;
+  s.prompt = {0};
+  s.max_new_tokens = 1;
+  s.sampling.temperature = 0.0f;
+  s.ignore_eos = true;
+  auto channel = std::make_shared<engine::OutputChannel>();
+  std::vector<uint64_t> ids;
+  if (engine_->submit({s}, channel, ids) != engine::Engine::Submit::kOk)
+    return send_error(res, {503, "the engine does not accept requests", "server_error", "", "service_unavailable"});
+  const auto until = Clock::now() + 30s;
+  std::vector<engine::OutputChannel::Item> items;
+  int32_t tokens = 0;
+  while (Clock::now() < until) {
+    items.clear();
+    channel->wait(items, 100ms);
+    for (auto& it : items) {
+      tokens += int32_t(it.event.tokens.size());
+      if (it.event.finished) {
+        if (tokens == 1 && it.event.reason != engine::FinishReason::kAbort) return send_json(res, {{"status", "ok"}});
+        return send_error(res, {503, "the engine could not generate: " + it.event.abort_message, "server_error", "",
+                                "service_unavailable"});
+      }
+    }
+  }
+  engine_->cancel(ids);
+  send_error(res, {503, "the engine did not generate a token within 30 s", "server_error", "", "service_unavailable"});
+}
+
+}  // namespace fp4moe::serve

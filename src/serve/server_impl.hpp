@@ -1,0 +1,99 @@
+// The server's parts shared by server.cpp (lifecycle, small endpoints) and
+// generation_handlers.cpp (chat / completions / generate).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/backend.hpp"
+#include "engine/engine.hpp"
+#include "engine/memory_plan.hpp"
+#include "serve/api_request.hpp"
+#include "serve/choice_output.hpp"
+#include "serve/http_server.hpp"
+#include "serve/metrics.hpp"
+#include "serve/server.hpp"
+#include "serve/text_codec.hpp"
+
+namespace fp4moe::serve {
+
+using Clock = std::chrono::steady_clock;
+
+// One generation request in flight (all its choices).
+struct GenerationCall {
+  ApiRequest request;
+  std::string id;
+  int64_t created = 0;
+  std::shared_ptr<engine::OutputChannel> channel = std::make_shared<engine::OutputChannel>();
+  std::vector<uint64_t> engine_ids;      // per choice
+  std::vector<ChoiceOutput> choices;
+  std::vector<int32_t> prompt_of;        // choice -> prompt index
+  std::vector<int32_t> prompt_tokens;    // per prompt
+  std::vector<uint8_t> cancel_sent, started;
+  std::vector<int64_t> text_offset;      // completions logprobs: per choice
+  std::vector<Clock::time_point> last_token;
+  Clock::time_point start = Clock::now();
+  int32_t finished = 0;
+  bool role_sent = false;
+  std::atomic<int>* active = nullptr;    // the server's count of calls in flight
+  ~GenerationCall() {
+    if (active) --*active;
+  }
+  bool done() const { return finished == int32_t(choices.size()); }
+};
+
+class Server {
+ public:
+  explicit Server(ServeOptions options);
+  int run();
+
+ private:
+  enum class State { kLoading, kReady, kDraining, kFailed };
+
+  void load();
+  void routes();
+  void graceful_shutdown();
+  bool ready(httplib::Response& res);  // else sends 503
+  void send_error(httplib::Response& res, const ApiError& e);
+  void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
+
+  // generation_handlers.cpp
+  void handle_generation(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  void pump(GenerationCall& call, std::chrono::milliseconds wait,
+            const std::function<void(int32_t, ChoiceDelta&)>& on_delta);
+  void abandon(GenerationCall& call);  // the client left: cancel and drain
+  nlohmann::json full_response(const GenerationCall& call) const;
+  std::string stream_chunks(GenerationCall& call, int32_t index, const ChoiceDelta& delta);
+  std::string stream_end(GenerationCall& call);
+  nlohmann::json logprobs_json(const GenerationCall& call, int32_t index, const std::vector<engine::GeneratedToken>& t,
+                               int64_t& text_offset) const;
+  nlohmann::json usage_json(const GenerationCall& call) const;
+  nlohmann::json generate_object(const GenerationCall& call, int32_t index) const;
+  void health_generate(httplib::Response& res);
+
+  ServeOptions opt_;
+  std::string served_name_;
+  HttpServer http_;
+  Metrics metrics_;
+  std::unique_ptr<TextCodec> codec_;
+  std::unique_ptr<engine::Backend> backend_;
+  std::unique_ptr<engine::Engine> engine_;
+  engine::MemoryPlan plan_;
+  engine::BackendInfo backend_info_;
+  int32_t context_length_ = 0;
+  int32_t max_request_tokens_ = 0;  // min(context, KV pool)
+  std::atomic<State> state_{State::kLoading};
+  std::atomic<bool> loaded_{false};
+  std::atomic<int> active_calls_{0};
+  std::string load_error_;
+};
+
+}  // namespace fp4moe::serve

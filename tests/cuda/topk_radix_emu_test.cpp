@@ -1,0 +1,157 @@
+// The radix top-k's kernels (cuda/indexer/topk_radix.cuh) run on the CPU through the CUDA
+// emulator (tests/cuda/emu), against the CPU op (cpu/attention/indexer_cpu.hpp): identical
+// positions and slots on every path — dense rows, one-CTA rows (16K boundary), long rows
+// resolved at the first digit, from the candidate list (with a position cut among equal keys)
+// and by streaming the row (too many candidates); NaN / -inf / signed zeros; small k.
+// Needs no GPU (runs in CI); indexer_test runs the same cases on the device.
+#define FP4MOE_CUDA_EMU 1
+#include "cuda/emu/cuda_emu.hpp"
+#include "cuda/indexer/topk_radix.cuh"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/paged_kv.hpp"
+#include "cpu/attention/indexer_cpu.hpp"
+
+namespace fp4moe::test {
+namespace {
+
+namespace tk = cuda::indexer::topk;
+
+enum class Fill { Random, Ties, FewTies, Specials, ExactTopBin, TiesAtCut, Ulps, FewUlps };
+
+struct Row {
+  int ctx;
+  Fill fill;
+};
+
+std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  std::vector<float> s(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    float v = u(g);
+    if (f == Fill::Ties) v = float(int(g() % 7)) * 0.5f - 1.0f;  // 7 values: the top one ~n/7 times
+    if (f == Fill::FewTies) v = float(int(g() % 3));                // 3 values: the top one ~n/3 times
+    if (f == Fill::Ulps && g() % 4 != 0)  // 3 in 4 keys 1 + (0..15) ulps: equal in the top 28 bits
+      v = __uint_as_float(__float_as_uint(1.0f) + uint32_t(g() % 16));
+    if (f == Fill::FewUlps && g() % 10 < 3)  // 3 in 10 keys 2.5 + (0..15) ulps
+      v = __uint_as_float(__float_as_uint(2.5f) + uint32_t(g() % 16));
+    if (f == Fill::Specials) {
+      const uint64_t r = g() % 20;
+      if (r == 0) v = std::numeric_limits<float>::quiet_NaN();
+      if (r == 1) v = -std::numeric_limits<float>::infinity();
+      if (r == 2) v = (g() & 1) ? 0.0f : -0.0f;
+      if (r == 3) v = std::numeric_limits<float>::infinity();
+    }
+    s[size_t(j)] = v;
+  }
+  if (f == Fill::ExactTopBin)  // exactly k keys in the top first-digit bin: resolved by pass 0
+    for (int i = 0; i < k; ++i) s[size_t((int64_t(i) * 7919) % n)] = 100.0f + float(i % 5) * 0.5f;
+  if (f == Fill::TiesAtCut)  // k / 2 clear winners, then 2000 equal keys across the cut
+    for (int i = 0; i < k / 2 + 2000; ++i) s[size_t((int64_t(i) * 7919) % n)] = i < k / 2 ? 50.0f : 10.0f;
+  return s;
+}
+
+void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  // One request per row (q_len 1 at the end of its context), pages shuffled.
+  std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
+  int max_ctx = 0, pages_total = 0;
+  for (const Row& r : rows) pages_total += (r.ctx + page_size - 1) / page_size;
+  std::vector<int32_t> pool(static_cast<size_t>(pages_total));
+  for (int i = 0; i < pages_total; ++i) pool[size_t(i)] = i;
+  std::shuffle(pool.begin(), pool.end(), g);
+  size_t next = 0;
+  for (const Row& r : rows) {
+    pos.push_back(r.ctx - 1);
+    qo.push_back(int32_t(pos.size()));
+    kvl.push_back(r.ctx);
+    for (int i = 0; i < (r.ctx + page_size - 1) / page_size; ++i) pidx.push_back(pool[next++]);
+    pip.push_back(int32_t(pidx.size()));
+    max_ctx = std::max(max_ctx, r.ctx);
+  }
+  const int64_t T = int64_t(rows.size()), stride = max_ctx + 3;
+  std::vector<float> scores(static_cast<size_t>(T * stride), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < T; ++t) {
+    const auto row = make_row(rows[size_t(t)].ctx, rows[size_t(t)].fill, k, g);
+    std::copy(row.begin(), row.end(), scores.begin() + t * stride);
+  }
+  const KvBatchView b{T, T, qo.data(), pos.data(), kvl.data(), pip.data(), pidx.data()};
+  std::vector<int32_t> want(static_cast<size_t>(T * k));
+  cpu::indexer_topk_cpu(b, scores.data(), stride, k, want.data());
+
+  std::vector<int32_t> out_pos(size_t(T * k), -7), out_slot(size_t(T * k), -7);
+  const tk::Layout l = tk::workspace_layout(T, max_ctx);
+  std::vector<unsigned char> ws(l.total + 16, 0);
+  tk::Params p{};
+  p.scores = scores.data();
+  p.score_stride = stride;
+  p.qo_indptr = qo.data();
+  p.positions = pos.data();
+  p.page_indptr = pip.data();
+  p.page_indices = pidx.data();
+  p.num_requests = int(T);
+  p.top_k = k;
+  p.out_pos = out_pos.data();
+  p.out_slot = out_slot.data();
+  p.page_shift = __builtin_ctz(unsigned(page_size));
+  p.max_ctx = max_ctx;
+  if (l.total) tk::bind_workspace(p, ws.data(), l);
+  const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(T));
+  for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
+    std::fill(out_pos.begin(), out_pos.end(), -7);
+    emu::launch(grid, dim3(tk::kThreads), tk::pass0_smem_bytes(max_ctx), tk::topk_pass0_kernel, p);
+    if (l.total) {
+      emu::launch(grid, dim3(tk::kThreads), tk::collect_smem_bytes(), tk::topk_collect_kernel, p);
+      emu::launch(grid, dim3(tk::kThreads), 0, tk::topk_emit_kernel, p);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<int32_t> got(out_pos.begin() + t * k, out_pos.begin() + (t + 1) * k),
+          exp(want.begin() + t * k, want.begin() + (t + 1) * k);
+      ASSERT_EQ(got, exp) << "row " << t << " ctx " << rows[size_t(t)].ctx << " fill " << int(rows[size_t(t)].fill)
+                          << " call " << call;
+      for (int i = 0; i < k; ++i) {
+        const int32_t q = exp[size_t(i)];
+        ASSERT_EQ(out_slot[size_t(t * k + i)], q < 0 ? -1 : int32_t(kv_slot(b, page_size, t, q)))
+            << "row " << t << " entry " << i;
+      }
+    }
+    if (l.total) {
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(p.state[t].arrive[0] | p.state[t].arrive[1] | p.state[t].arrive[2] | p.state[t].cand_n, 0u);
+        for (int i = 0; i < tk::kBins0; ++i) ASSERT_EQ(p.hist0[t * tk::kBins0 + i], 0);
+      }
+    }
+  }
+}
+
+TEST(TopKRadixEmu, OneCtaRowsMatchCpu) {
+  run_case({{1, Fill::Random}, {2048, Fill::Random}, {2049, Fill::Ties}, {5000, Fill::Random},
+            {9000, Fill::Specials}, {16384, Fill::Random}, {6000, Fill::Ulps}},
+           2048, 64, 1);
+}
+
+TEST(TopKRadixEmu, LongRowsMatchCpuOnEveryPath) {
+  run_case({{16385, Fill::Random},        // candidates, T unique
+            {20000, Fill::ExactTopBin},   // resolved by the first digit
+            {18000, Fill::TiesAtCut},     // candidates, position cut among 2000 equal keys
+            {17000, Fill::Ties},          // candidates: ~2400 equal keys, position cut
+            {30000, Fill::FewTies},       // ~10000 > kCandCap keys in the k-th key's bin: streamed
+            {17000, Fill::Specials},      // NaN, +-inf, signed zeros
+            {17000, Fill::Ulps},          // ~12700 keys within 16 ulps: streamed, every digit needed
+            {17000, Fill::FewUlps},       // ~5100 keys within 16 ulps: candidates, every digit needed
+            {40000, Fill::TiesAtCut},     // more slices
+            {3000, Fill::Random}},        // a one-CTA row in the same batch
+           2048, 16, 2);
+}
+
+TEST(TopKRadixEmu, SmallKMatchesCpu) {
+  run_case({{40, Fill::Ties}, {17000, Fill::Random}, {17000, Fill::Ties}}, 7, 1, 3);
+}
+
+}  // namespace
+}  // namespace fp4moe::test

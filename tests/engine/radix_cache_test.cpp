@@ -1,0 +1,131 @@
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "engine/radix_cache.hpp"
+
+using namespace fp4moe::engine;
+
+namespace {
+
+std::vector<int32_t> seq(int32_t n, int32_t first = 0) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+// A request's page table for tokens: matched pages, then fresh ones.
+std::vector<int32_t> table_for(PagePool& pool, RadixCache& cache, const std::vector<int32_t>& tokens, int32_t page,
+                               int32_t& matched) {
+  std::vector<int32_t> pages;
+  matched = cache.match(tokens, int32_t(tokens.size()) / page, pages);
+  EXPECT_TRUE(pool.allocate(pages_for_tokens(int64_t(tokens.size()), page) - matched, pages));
+  return pages;
+}
+
+}  // namespace
+
+TEST(RadixCache, SharesIdenticalPageAlignedPrefixes) {
+  PagePool pool(16);
+  RadixCache cache(pool, 4);
+  auto a = seq(10);  // 2 full pages + 2 tokens
+  int32_t m = 0;
+  auto pa = table_for(pool, cache, a, 4, m);
+  EXPECT_EQ(m, 0);
+  cache.insert(a, 2, pa);
+  EXPECT_EQ(cache.num_nodes(), 2);
+
+  auto b = seq(12);  // same first 8 tokens, then 8..11
+  auto pb = table_for(pool, cache, b, 4, m);
+  EXPECT_EQ(m, 2);
+  EXPECT_EQ(pb[0], pa[0]);
+  EXPECT_EQ(pb[1], pa[1]);
+  EXPECT_NE(pb[2], pa[2]);
+  EXPECT_EQ(pool.ref_count(pa[0]), 3);  // cache + a + b
+
+  auto c = seq(8, 1);  // differs at token 0: no match
+  std::vector<int32_t> pc;
+  EXPECT_EQ(cache.match(c, 2, pc), 0);
+  EXPECT_TRUE(pc.empty());
+
+  // max_pages caps the match.
+  std::vector<int32_t> pd;
+  EXPECT_EQ(cache.match(b, 1, pd), 1);
+  pool.release(pd);
+  pool.release(pa);
+  pool.release(pb);
+}
+
+TEST(RadixCache, InsertOfADuplicateRunMovesTheReferenceToTheCachedPage) {
+  PagePool pool(8);
+  RadixCache cache(pool, 2);
+  auto t = seq(4);
+  std::vector<int32_t> p1, p2;
+  ASSERT_TRUE(pool.allocate(2, p1));
+  ASSERT_TRUE(pool.allocate(2, p2));  // computed the same prefix concurrently
+  cache.insert(t, 2, p1);
+  const auto dup = p2;
+  cache.insert(t, 2, p2);
+  EXPECT_EQ(p2, p1);
+  EXPECT_EQ(pool.ref_count(dup[0]), 0);  // the duplicates went back to the pool
+  EXPECT_EQ(pool.ref_count(p1[0]), 3);
+  EXPECT_EQ(cache.num_nodes(), 2);
+  pool.release(p1);
+  pool.release(p2);
+  EXPECT_EQ(cache.num_evictable(), 2);
+  EXPECT_EQ(cache.evict_all(), 2);
+  EXPECT_EQ(pool.num_free(), 8);
+}
+
+TEST(RadixCache, EvictsUnreferencedLeavesLeastRecentlyUsedFirst) {
+  PagePool pool(8);
+  RadixCache cache(pool, 2);
+  auto a = std::vector<int32_t>{1, 1, 2, 2};
+  auto b = std::vector<int32_t>{1, 1, 3, 3};
+  std::vector<int32_t> pa, pb;
+  ASSERT_TRUE(pool.allocate(2, pa));
+  cache.insert(a, 2, pa);
+  int32_t m = 0;
+  pb = table_for(pool, cache, b, 2, m);
+  ASSERT_EQ(m, 1);
+  cache.insert(b, 2, pb);
+  pool.release(pa);
+  pool.release(pb);
+  EXPECT_EQ(cache.num_nodes(), 3);
+  EXPECT_EQ(cache.num_evictable(), 3);
+  // Touch a: b's leaf is now the least recently used.
+  std::vector<int32_t> touch;
+  EXPECT_EQ(cache.match(a, 2, touch), 2);
+  pool.release(touch);
+  const int32_t b_leaf = pb[1];
+  EXPECT_EQ(cache.evict(1), 1);
+  EXPECT_EQ(pool.ref_count(b_leaf), 0);
+  std::vector<int32_t> again;
+  EXPECT_EQ(cache.match(a, 2, again), 2);  // a survived
+  pool.release(again);
+  // The shared first page goes only after its last child.
+  EXPECT_EQ(cache.evict(1), 1);
+  EXPECT_EQ(cache.num_nodes(), 1);
+  EXPECT_EQ(cache.evict(5), 1);
+  EXPECT_EQ(cache.num_nodes(), 0);
+  EXPECT_EQ(pool.num_free(), 8);
+}
+
+TEST(RadixCache, NeverEvictsPagesARequestHolds) {
+  PagePool pool(4);
+  RadixCache cache(pool, 2);
+  auto t = seq(6);
+  std::vector<int32_t> pages;
+  ASSERT_TRUE(pool.allocate(3, pages));
+  cache.insert(t, 3, pages);
+  EXPECT_EQ(cache.num_evictable(), 0);
+  EXPECT_EQ(cache.evict_all(), 0);
+  pool.release(pages[2]);  // the request lets go of its last page only (as if it were shorter)
+  EXPECT_EQ(cache.num_evictable(), 1);
+  EXPECT_EQ(cache.evict_all(), 1);
+  EXPECT_EQ(pool.ref_count(pages[0]), 2);
+  pool.release(pages[0]);
+  pool.release(pages[1]);
+  EXPECT_EQ(cache.evict_all(), 2);
+  EXPECT_EQ(pool.num_free(), 4);
+}

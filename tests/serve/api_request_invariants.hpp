@@ -1,0 +1,79 @@
+// What every parse of a request body must satisfy (shared by api_request_test's random
+// inputs and fuzz/api_request_fuzz.cpp). Returns "" or what is broken.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "serve/api_request.hpp"
+
+namespace fp4moe::serve::testing {
+
+inline std::string error_violation(const ApiError& e) {
+  if (e.status != 400) return "a parse error that is not 400";
+  if (e.message.empty()) return "an empty error message";
+  if (e.message.find('\n') != std::string::npos) return "a multi-line error message";
+  try {
+    const auto j = e.to_json();
+    (void)j.dump();  // strict: throws on invalid UTF-8
+    if (!j["error"]["message"].is_string() || !j["error"]["type"].is_string()) return "error JSON without message/type";
+  } catch (const std::exception&) {
+    return "error JSON that cannot be written";
+  }
+  return "";
+}
+
+inline std::string request_violation(const ApiRequest& r) {
+  const auto& s = r.sampling;
+  if (r.n < 1 || r.n > kMaxChoices) return "n out of range";
+  if (int64_t(std::max<size_t>(1, r.prompts.size())) * r.n > kMaxChoices) return "too many choices";
+  if (r.kind == ApiKind::kChat) {
+    if (!r.messages.is_array() || r.messages.empty()) return "chat without messages";
+    for (const auto& m : r.messages)
+      if (!m.is_object() || !m["role"].is_string() || !m["content"].is_string()) return "a message without role/content";
+  } else {
+    if (r.prompts.empty()) return "no prompt";
+    for (const auto& p : r.prompts) {
+      if (p.is_ids ? p.ids.empty() : p.text.empty()) return "an empty prompt";
+      for (int32_t t : p.ids)
+        if (t < 0) return "a negative token id";
+    }
+  }
+  if (!(s.temperature >= 0 && s.temperature <= 2)) return "temperature out of range";
+  if (!(s.top_p > 0 && s.top_p <= 1)) return "top_p out of range";
+  if (!(s.min_p >= 0 && s.min_p <= 1)) return "min_p out of range";
+  if (s.top_k == 0 || s.top_k < -1) return "top_k out of range";
+  if (!(s.presence_penalty >= -2 && s.presence_penalty <= 2)) return "presence_penalty out of range";
+  if (!(s.frequency_penalty >= -2 && s.frequency_penalty <= 2)) return "frequency_penalty out of range";
+  if (!(s.repetition_penalty > 0 && s.repetition_penalty <= 2)) return "repetition_penalty out of range";
+  if (r.max_tokens && *r.max_tokens < 1) return "max_tokens < 1";
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs) return "logprobs out of range";
+  if (int32_t(r.stop.size()) > kMaxStops) return "too many stops";
+  for (const auto& x : r.stop)
+    if (x.empty() || int32_t(x.size()) > kMaxStopBytes) return "a bad stop string";
+  for (int32_t t : r.stop_ids)
+    if (t < 0) return "a negative stop id";
+  return "";
+}
+
+// Parses body as kind (0 chat, 1 completion, 2 generate, 3 tokenize, 4 detokenize).
+inline std::string parse_violation(int kind, std::string_view body) {
+  if (kind <= 2) {
+    auto r = parse_api_request(ApiKind(kind), body);
+    if (auto* e = std::get_if<ApiError>(&r)) return error_violation(*e);
+    return request_violation(std::get<ApiRequest>(r));
+  }
+  if (kind == 3) {
+    auto r = parse_tokenize_request(body);
+    if (auto* e = std::get_if<ApiError>(&r)) return error_violation(*e);
+    return "";
+  }
+  auto r = parse_detokenize_request(body);
+  if (auto* e = std::get_if<ApiError>(&r)) return error_violation(*e);
+  for (int32_t t : std::get<std::vector<int32_t>>(r))
+    if (t < 0) return "a negative token id";
+  return "";
+}
+
+}  // namespace fp4moe::serve::testing

@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include "serve/choice_output.hpp"
+
+using namespace fp4moe;
+using namespace fp4moe::serve;
+
+namespace {
+
+engine::OutputEvent tokens(const std::string& bytes) {
+  engine::OutputEvent ev;
+  for (char c : bytes) ev.tokens.push_back({int32_t(uint8_t(c)), -0.5f, {}});
+  return ev;
+}
+
+engine::OutputEvent finish(engine::FinishReason reason, const std::string& bytes = "", int32_t matched = -1) {
+  auto ev = tokens(bytes);
+  ev.finished = true;
+  ev.reason = reason;
+  ev.matched_stop_id = matched;
+  ev.usage = {7, 3, 0};
+  return ev;
+}
+
+}  // namespace
+
+TEST(ChoiceOutput, StopStringSpanningTokensIsHeldBackAndCut) {
+  auto codec = make_byte_codec();
+  ChoiceOutput c(*codec, {"STOP"}, true);
+  std::string seen;
+  for (const char* piece : {"ab", "cS", "T", "OPxyz"}) {
+    auto ev = tokens(piece);
+    auto d = c.consume(ev);
+    seen += d.text;
+    EXPECT_FALSE(d.finished);
+  }
+  EXPECT_TRUE(c.stop_matched());
+  EXPECT_EQ(seen, "abc");  // "S", "T" were held back until they turned into the stop string
+  EXPECT_EQ(c.tokens().size(), 7u);  // a b c S T O P: the rest of that event was dropped
+  auto more = tokens("more");
+  EXPECT_TRUE(c.consume(more).tokens.empty());
+  auto end = finish(engine::FinishReason::kAbort);
+  auto d = c.consume(end);
+  EXPECT_TRUE(d.finished);
+  EXPECT_EQ(d.text, "");
+  EXPECT_EQ(c.text(), "abc");
+  EXPECT_EQ(c.finish_reason(), "stop");
+  EXPECT_EQ(c.matched(), "STOP");
+  EXPECT_EQ(c.usage().completion_tokens, 7);
+  EXPECT_EQ(c.usage().prompt_tokens, 7);
+}
+
+TEST(ChoiceOutput, HeldTextThatDoesNotBecomeAStopIsReleased) {
+  auto codec = make_byte_codec();
+  ChoiceOutput c(*codec, {"xyz", "q"}, true);
+  auto a = tokens("abxy");
+  EXPECT_EQ(c.consume(a).text, "ab");
+  auto b = tokens("w");
+  EXPECT_EQ(c.consume(b).text, "x");  // "yw" could still start "xyz"? no, but two bytes are always held
+  auto e = finish(engine::FinishReason::kLength, "vv");
+  EXPECT_EQ(c.consume(e).text, "ywvv");
+  EXPECT_EQ(c.text(), "abxywvv");
+  EXPECT_EQ(c.finish_reason(), "length");
+  EXPECT_TRUE(c.matched().is_null());
+}
+
+TEST(ChoiceOutput, TheEarliestStopWins) {
+  auto codec = make_byte_codec();
+  ChoiceOutput c(*codec, {"cd", "b"}, true);
+  auto ev = tokens("abcd");
+  c.consume(ev);
+  EXPECT_EQ(c.text(), "a");
+  EXPECT_EQ(c.matched(), "b");
+}
+
+TEST(ChoiceOutput, EosEndsWithoutText) {
+  auto codec = make_byte_codec();
+  ChoiceOutput c(*codec, {}, true);
+  auto ev = finish(engine::FinishReason::kStop, "hi", -1);
+  ev.tokens.push_back({256, -0.1f, {}});
+  ev.matched_stop_id = 256;
+  auto d = c.consume(ev);
+  EXPECT_EQ(d.text, "hi");
+  EXPECT_EQ(c.finish_reason(), "stop");
+  EXPECT_EQ(c.matched(), 256);
+  EXPECT_EQ(c.usage().completion_tokens, 3);
+}
+
+TEST(ChoiceOutput, MultiByteCharactersAreNeverSplit) {
+  auto codec = make_byte_codec();
+  const std::string e_acute = "\xc3\xa9", euro = "\xe2\x82\xac";
+  ChoiceOutput c(*codec, {"zz"}, true);  // a 1-byte holdback must not cut a character either
+  std::string seen;
+  for (char ch : "a" + e_acute + euro + "b") {
+    std::string one(1, ch);
+    auto ev = tokens(one);
+    const std::string t = c.consume(ev).text;
+    EXPECT_EQ(utf8_complete_prefix(t), t.size()) << "a delta ends inside a character";
+    seen += t;
+  }
+  auto end = finish(engine::FinishReason::kLength);
+  seen += c.consume(end).text;
+  EXPECT_EQ(seen, "a" + e_acute + euro + "b");
+}
+
+TEST(ByteCodec, EncodesSpecialsDecodesAndRendersChat) {
+  auto codec = make_byte_codec();
+  EXPECT_EQ(codec->encode("a<|user|>b", true), (std::vector<int32_t>{'a', 258, 'b'}));
+  EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256, 'b'}, true), "ab");
+  EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256}, false), "a<|endoftext|>");
+  nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(codec->render_chat(msgs, true), "<|user|>\nhi\n<|assistant|>\n");
+  EXPECT_EQ(codec->eos_ids(), std::vector<int32_t>{256});
+  EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82\xac"), 5u);
+  EXPECT_EQ(utf8_complete_prefix("\xff"), 1u);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Device step (run_all.sh, after build-dev/ is built): the model on the GPU (src/engine/gpu).
+#   1. gpu_runner_test: GPU vs CPU backend on the tiny GLM-5 goldens (sparse + dense x BF16 /
+#      NVIDIA NVFP4 / all-NVFP4), batch = alone, graph replay == eager; one case first under
+#      compute-sanitizer memcheck;
+#   3. `fp4moe bench step` on it (RUNNER_BENCH_ARGS): decode B x ctx (ms/step vs the all-weights +
+#      KV byte floor), prefill tok/s;
+#   2. a GLM-5-dims model with few layers (make-synthetic --preset glm5-layer; RUNNER_LAYERS /
+#      RUNNER_DENSE, default 4 / 2 ≈ 16 GB on disk) and `fp4moe generate --backend cuda` on it:
+#      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
+# Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
+# Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
+# per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:".
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
+O=$OUT/runner
+for t in gpu_runner_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+rc=0
+B=build-dev/bin/gpu_runner_test
+if [ -x "$B" ]; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter='Tiny/GpuVsCpu.*glm5_tiny_sparse_nvfp4_all*' \
+    > "$O/gpu_runner_memcheck.log" 2>&1
+  r=$?; echo "gpu_runner_test memcheck (one case): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_runner_memcheck.log" | tail -n 1)"
+  [ $r -eq 0 ] || rc=1
+  timeout 400 "$B" --gtest_output=xml:"$O/gpu_runner_test.xml" > "$O/gpu_runner_test.log" 2>&1
+  r=$?; echo "gpu_runner_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_runner_test.log" | tr '\n' ' ')"
+  [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]|Failure|rel L2|diverges' "$O/gpu_runner_test.log" | head -n 30
+  grep -oE 'logits_rel_l2="[^"]*"|testcase name="[^"]*"' "$O/gpu_runner_test.xml" 2>/dev/null | paste - - | head -n 12
+else
+  echo "gpu_runner_test: not built"; rc=1
+fi
+M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
+L=${RUNNER_LAYERS:-4}; D=${RUNNER_DENSE:-2}
+if [ ! -f "$M/config.json" ]; then
+  t0=$(date +%s)
+  timeout 900 build-dev/bin/fp4moe make-synthetic "$M" --preset glm5-layer --layers "$L" --dense-layers "$D" > "$O/make_synthetic.log" 2>&1
+  echo "make-synthetic glm5-layer --layers $L --dense-layers $D: rc=$? in $(( $(date +%s) - t0 )) s, $(du -sh "$M" | cut -f1)"
+fi
+P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(${RUNNER_PROMPT:-1024})))")
+for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p 0.9 --seed 1"; do
+  t0=$(date +%s)
+  timeout 400 build-dev/bin/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
+  r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+  grep -E 'gpu runner|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
+done
+t0=$(date +%s)
+timeout 500 build-dev/bin/fp4moe bench step --model "$M" ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384} \
+  > "$O/bench_step.log" 2> "$O/bench_step.err"
+r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+grep -E '^\||start-up|ceilings' "$O/bench_step.log"; grep -E 'memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 5
+exit $rc

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Seed corpora and dictionaries for serve/'s fuzz targets (tools/fuzz.sh SECONDS TARGET).
+
+    fuzz_seeds.py api_request|bench_stream CORPUS_DIR DICT_PATH
+
+api_request: an input's first byte picks the parser (0 chat, 1 completions, 2 generate,
+3 tokenize, 4 detokenize); the rest is the HTTP body.
+bench_stream: the first byte picks 0 a completions SSE stream, 1 a chat SSE stream, 2 a JSONL
+dataset; the rest is the bytes.
+"""
+import json
+import os
+import sys
+
+target, corpus, dict_path = sys.argv[1], sys.argv[2], sys.argv[3]
+assert target in ("api_request", "bench_stream"), target
+
+
+def write_dict(tokens):
+    """libFuzzer's dictionary format: one quoted token a line; backslash, quote and \\xNN escapes."""
+    def esc(c):
+        return {"\\": "\\\\", '"': '\\"'}.get(c, c if 32 <= ord(c) < 127 else "\\x%02X" % ord(c))
+    with open(dict_path, "w") as f:
+        for t in tokens:
+            f.write('"%s"\n' % "".join(esc(c) for c in t))
+
+
+if target == "bench_stream":
+    os.makedirs(corpus, exist_ok=True)
+    def sse(events):
+        return "".join("data: %s\n\n" % (e if isinstance(e, str) else json.dumps(e)) for e in events).encode()
+    seeds = {
+        "completions": bytes([0]) + sse([{"choices": [{"index": 0, "text": "he"}]},
+                                         {"choices": [{"index": 0, "text": "llo", "finish_reason": "length"}]},
+                                         {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+                                         "[DONE]"]),
+        "chat": bytes([1]) + sse([{"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+                                  {"choices": [{"index": 0, "delta": {"content": "x"}}]}, "[DONE]"]),
+        "error": bytes([0]) + sse([{"error": {"message": "m", "type": "t"}}, "[DONE]"]),
+        "jsonl": bytes([2]) + b'{"prompt": "hi", "output_len": 4}\n\n{"prompt": [1, 2], "max_tokens": 2}\n',
+    }
+    for name, b in seeds.items():
+        with open(os.path.join(corpus, "seed_" + name), "wb") as f:
+            f.write(b)
+    write_dict(["data: ", "\n\n", "\r\n", "[DONE]", '"choices"', '"text"', '"delta"', '"content"', '"usage"',
+                '"prompt_tokens"', '"completion_tokens"', '"finish_reason"', '"abort"', '"error"', '"message"',
+                '"prompt"', '"output_len"', '"max_tokens"', "{", "}", "[", "]", ":", ",", "null", "-1", "1e309",
+                "2147483648"])
+    sys.exit(0)
+seeds = {
+    0: {"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+        {"type": "text", "text": "hi"}]}], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 4,
+        "logprobs": True, "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}, "n": 2,
+        "stop": ["a", "b"], "seed": 3, "max_completion_tokens": 4},
+    1: {"prompt": ["a", "b"], "n": 2, "stop": "x", "logprobs": 3, "min_p": 0.1, "presence_penalty": 1,
+        "frequency_penalty": -1, "repetition_penalty": 1.2, "ignore_eos": True, "stop_token_ids": [1, 2]},
+    2: {"text": "a", "sampling_params": {"max_new_tokens": 3, "top_k": 5, "stop_token_ids": [1], "sampling_seed": 9},
+        "return_logprob": True, "top_logprobs_num": 2, "stream": False},
+    3: {"prompt": "abc", "messages": [{"role": "user", "content": "x"}]},
+    4: {"tokens": [1, 2, 3]},
+}
+os.makedirs(corpus, exist_ok=True)
+for kind, body in seeds.items():
+    with open(os.path.join(corpus, f"seed_{kind}"), "wb") as f:
+        f.write(bytes([kind]) + json.dumps(body).encode())
+    with open(os.path.join(corpus, f"seed_ids_{kind}"), "wb") as f:
+        f.write(bytes([kind]) + b'{"prompt": [[1, 2], [3]], "input_ids": [[4]], "text": ["x", "y"]}')
+keys = ["model", "messages", "role", "content", "type", "text", "prompt", "input_ids", "sampling_params",
+        "max_tokens", "max_new_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
+        "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "sampling_seed", "stop",
+        "stop_token_ids", "n", "logprobs", "top_logprobs", "top_logprobs_num", "return_logprob", "stream",
+        "stream_options", "include_usage", "ignore_eos", "skip_special_tokens", "echo", "logit_bias", "tokens",
+        "add_generation_prompt", "user", "assistant", "system", "tool"]
+tokens = ['"%s"' % k for k in keys] + ['{', '}', '[', ']', ':', ',', 'null', 'true', 'false', '-1', '0', '1e309',
+                                      '2.5', '18446744073709551616', '9223372036854775807', '\\u0000', '\\ud800']
+write_dict(tokens)

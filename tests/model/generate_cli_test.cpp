@@ -190,7 +190,10 @@ TEST(Generate, TextPromptEqualsItsTokenIdsDecoded) {
   }
   ASSERT_FALSE(prompt.empty()) << "no candidate prompt fits the vocabulary";
   std::string csv;
-  for (int32_t id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  for (int32_t id : ids) {
+    if (!csv.empty()) csv += ',';
+    csv += std::to_string(id);
+  }
   const Result by_ids = generate(t, m, "--prompt-ids " + csv + " --max-new-tokens 4");
   const Result by_text = generate(t, m, "--prompt '" + prompt + "' --tokenizer-path " + tok_dir + " --max-new-tokens 4");
   ASSERT_EQ(by_ids.rc, 0) << by_ids.err;

@@ -37,7 +37,7 @@ struct Layouts {
 struct SharedMlpBf16::Impl {
   int64_t H = 0, SI = 0, max_tokens = 0;
   cublasLtHandle_t lt = nullptr;
-  cublasLtMatmulDescOpaque_t op{};
+  mutable cublasLtMatmulDescOpaque_t op{};  // cuBLASLt takes it non-const; never written after construction
   cuda::DeviceBuffer w13, w2;  // bf16 [2·SI, H], [H, SI]
   std::vector<cublasLtMatmulAlgo_t> algo13, algo2;  // by tokens bucket
 
@@ -72,7 +72,7 @@ struct SharedMlpBf16::Impl {
 
   void gemm(const cublasLtMatmulAlgo_t& algo, const void* w, int64_t N, int64_t K, const void* x, int64_t T, float* y,
             void* lt_ws, cudaStream_t s) const {
-    const Layouts L(N, K, T);
+    Layouts L(N, K, T);
     const float alpha = 1.0f, beta = 0.0f;
     FP4MOE_CUBLAS_CHECK(cublasLtMatmul(lt, &op, &alpha, w, &L.a, x, &L.b, &beta, y, &L.d, y, &L.d, &algo, lt_ws,
                                        kLtWorkspaceBytes, s));

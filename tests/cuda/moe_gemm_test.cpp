@@ -263,27 +263,27 @@ struct CaseData {
         ws.ptr());
   }
 
-  // Every row the experts own is written (no poison left) and within `tol` of the reference
-  // (the row's ||y - ref|| / ||ref||).
-  void expect_rows(const std::vector<uint16_t>& y, double tol, const std::string& what) const {
+  // y as floats, after checking that every row the experts own was written (no poison left).
+  std::vector<float> written(const std::vector<uint16_t>& y, const std::string& what) const {
     int64_t unwritten = 0;
     for (int64_t i = 0; i < M * out_n; ++i) unwritten += y[size_t(i)] == kPoison;
     EXPECT_EQ(unwritten, 0) << what << ": elements left unwritten";
     std::vector<float> yf(size_t(M * out_n));
     for (size_t i = 0; i < yf.size(); ++i) yf[i] = bf16_to_float(y[i]);
-    const RowErrors e = compare_rows(yf, ref, out_n, tol);
+    return yf;
+  }
+
+  // Every row written and within `tol` of the reference (the row's ||y - ref|| / ||ref||).
+  void expect_rows(const std::vector<uint16_t>& y, double tol, const std::string& what) const {
+    const RowErrors e = compare_rows(written(y, what), ref, out_n, tol);
     EXPECT_EQ(e.bad_rows, 0) << what << " vs the " << ref_name << " reference: " << e.bad_rows << " of " << M
                              << " rows above " << tol << "; worst row " << e.worst_row << " at " << e.worst;
   }
 
-  // W4A4: every row the experts own is written and every element within its exact_bound.
+  // W4A4: every row written and every element within its exact_bound.
   void expect_rows_within_bound(const std::vector<uint16_t>& y, const std::string& what) const {
     ASSERT_EQ(bound.size(), ref.size()) << what << ": no bound (W4A4 cases only)";
-    int64_t unwritten = 0;
-    for (int64_t i = 0; i < M * out_n; ++i) unwritten += y[size_t(i)] == kPoison;
-    EXPECT_EQ(unwritten, 0) << what << ": elements left unwritten";
-    std::vector<float> yf(size_t(M * out_n));
-    for (size_t i = 0; i < yf.size(); ++i) yf[i] = bf16_to_float(y[i]);
+    const std::vector<float> yf = written(y, what);
     const BoundErrors e = compare_to_bound(yf, ref, bound, out_n);
     const size_t w = size_t(std::max<int64_t>(e.worst_row, 0) * out_n + std::max<int64_t>(e.worst_col, 0));
     EXPECT_EQ(e.bad_rows, 0) << what << ": " << e.bad_rows << " of " << M << " rows with an element outside its "

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <ostream>
 #include <tuple>
@@ -224,6 +226,51 @@ TEST(Permute, GatherAndCombine) {
         ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
       }
   }
+}
+
+// The combine with an FP32 shared row (the BF16 shared expert's down output), bit-exact
+// against the same FP32 sum in slot order; and silu_mul_rows against SiLU(g)·u in FP32 (expf:
+// within 2 ulp of the host's exp, so the BF16 results agree or sit one BF16 ulp apart).
+TEST(Permute, CombineWithAnF32SharedRowAndSiluMul) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int T = 37, k = 6, H = 264, P = T * k, I = 132;
+  std::vector<int32_t> pair_row(static_cast<size_t>(P));
+  std::iota(pair_row.begin(), pair_row.end(), 0);
+  std::shuffle(pair_row.begin(), pair_row.end(), std::mt19937_64(7));
+  std::vector<uint16_t> y(size_t(P) * H);
+  const auto yf = test::random_floats(y.size(), 8, -3.f, 3.f);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float_to_bf16(yf[i]);
+  const auto sh = test::random_floats(size_t(T) * H, 9, -3.f, 3.f);
+  DeviceArray<uint16_t> d_y(y), d_ob(size_t(T) * H);
+  DeviceArray<int32_t> d_pr(pair_row);
+  DeviceArray<float> d_sh(sh), d_of(size_t(T) * H);
+  cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_of.ptr, nullptr);
+  cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_ob.ptr, nullptr);
+  const auto of = d_of.download();
+  const auto ob = d_ob.download();
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < H; ++j) {
+      float ref = 0;
+      for (int s = 0; s < k; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * k + s)]) * H + j]);
+      ref += sh[size_t(t) * H + j];
+      ASSERT_EQ(of[size_t(t) * H + j], ref) << t << "," << j;
+      ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
+    }
+
+  const auto gu = test::random_floats(size_t(T) * 2 * I, 10, -8.f, 8.f);
+  DeviceArray<float> d_gu(gu);
+  DeviceArray<uint16_t> d_h(size_t(T) * I);  // poisoned
+  cuda::silu_mul_rows(d_gu.ptr, T, I, d_h.ptr, nullptr);
+  const auto h = d_h.download();
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < I; ++j) {
+      const float g = gu[size_t(t) * 2 * I + j], u = gu[size_t(t) * 2 * I + I + j];
+      const uint16_t want = float_to_bf16(g / (1.0f + std::exp(-g)) * u);
+      const uint16_t got = h[size_t(t) * I + j];
+      ASSERT_LE(std::abs(int(got) - int(want)), 1) << t << "," << j << ": " << bf16_to_float(got) << " vs "
+                                                   << bf16_to_float(want);
+    }
+  EXPECT_THROW(cuda::silu_mul_rows(d_gu.ptr, T, 130, d_h.ptr, nullptr), Error);
 }
 
 // The combine at decode shape (T = 1, H = 6144) and with more rows per token than one load

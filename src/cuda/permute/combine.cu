@@ -1,7 +1,8 @@
 // The combine: out[t, :] = sum_{s<R} y[pair_row[t*R+s], :] (+ shared[t, :], bf16 or f32) in
-// FP32, in slot order (see permute.hpp); and the BF16 shared expert's SiLU(gate)·up. One thread per (token, 8 columns): each CTA covers kCombineThreads
-// vectors of one token, so T = 1 at H = 6144 still spreads over 6 CTAs, and every thread
-// issues its R row loads back to back (batches of kCombineBatch) before it sums them.
+// FP32, in slot order (see permute.hpp); and the BF16 shared expert's SiLU(gate)·up. Combine:
+// one thread per (token, 8 columns): each CTA covers kCombineThreads vectors of one token, so
+// T = 1 at H = 6144 still spreads over 6 CTAs, and every thread issues its R row loads back to
+// back (batches of kCombineBatch) before it sums them.
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -20,7 +21,8 @@ __device__ __forceinline__ void load_shared8(const uint16_t* shared, int64_t vec
   unpack_bf16x8(reinterpret_cast<const uint4*>(shared)[vec], f);
 }
 __device__ __forceinline__ void load_shared8(const float* shared, int64_t vec, float (&f)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(shared)[2 * vec], b = reinterpret_cast<const float4*>(shared)[2 * vec + 1];
+  const float4* p = reinterpret_cast<const float4*>(shared) + 2 * vec;
+  const float4 a = p[0], b = p[1];
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 

@@ -49,6 +49,12 @@ struct SharedMlpBf16::Impl {
     const size_t wsb = kLtWorkspaceBytes;
     FP4MOE_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+    // No in-place split-K: it keeps counters in the workspace across calls, and the layer's
+    // workspace is shared with other layers' buffers. The other schemes reduce in a second
+    // kernel from partials written in the same call.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                             sizeof(schemes)));
     Layouts hi(N, K, t_hi), lo(N, K, t_lo);
     cublasLtMatmulHeuristicResult_t res[kHeuristicAlgos] = {};
     int found = 0;

@@ -49,9 +49,10 @@ struct SharedMlpBf16::Impl {
     const size_t wsb = kLtWorkspaceBytes;
     FP4MOE_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
-    // No in-place split-K: it keeps counters in the workspace across calls, and the layer's
-    // workspace is shared with other layers' buffers. The other schemes reduce in a second
-    // kernel from partials written in the same call.
+    // No in-place split-K: it orders its partial sums through counters in the workspace, and
+    // the layer's workspace is overwritten by other layers' buffers between calls (whether
+    // cuBLASLt re-zeroes them per call is not documented). The other schemes reduce in a
+    // second kernel from partials written in the same call.
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     FP4MOE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                              sizeof(schemes)));

@@ -283,7 +283,10 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
   log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}{}; GEMM {} / {}; max {} tokens "
            "({:.1f} MiB of workspace)",
            c.hidden, c.inter, c.num_experts, c.top_k, c.shared_inter,
-           m.n_sh ? fmt::format(" (folded: {} experts)", m.n_sh) : m.sbf16 ? std::string(" (bf16, cuBLASLt)") : "", m.w13->describe(), m.w2->describe(),
+           m.n_sh    ? fmt::format(" (folded: {} experts)", m.n_sh)
+           : m.sbf16 ? std::string(" (bf16, cuBLASLt)")
+                     : std::string(),
+           m.w13->describe(), m.w2->describe(),
            opt.max_tokens, double(m.layouts.back().total) / (1 << 20));
 }
 

@@ -98,7 +98,9 @@ std::vector<int32_t> routed_counts(int64_t T, int64_t E, int top_k, uint64_t see
 std::vector<double> exact_bound(const GroupedGemmRef& r, const GroupedGemmSums& sums, const std::vector<double>& ref) {
   const int64_t N = r.w->n, cols = reference_cols(r), rows = int64_t(ref.size()) / cols;
   const double u23 = std::ldexp(1.0, -23), u24 = std::ldexp(1.0, -24), gamma = double(r.w->k + 32) * u23;
-  auto e_v = [&](size_t i) { return gamma * sums.abs_acc[i] + 3 * u24 * (std::fabs(sums.acc[i]) + gamma * sums.abs_acc[i]); };
+  auto e_v = [&](size_t i) {
+    return gamma * sums.abs_acc[i] + 3 * u24 * (std::fabs(sums.acc[i]) + gamma * sums.abs_acc[i]);
+  };
   std::vector<double> bound(ref.size());
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t j = 0; j < cols; ++j) {
@@ -554,7 +556,10 @@ TEST(Sm90MoeGemmBound, HoldsForTheRoundedReferenceAndFlagsMovedCodes) {
     EXPECT_EQ(compare_to_bound(y, ref, bound, cols).bad_rows, 0);
 
     std::vector<uint16_t> x2 = x;
-    for (int64_t m : {3, 41}) x2[size_t(m * 512 + 100)] = float_to_bf16(bf16_to_float(x2[size_t(m * 512 + 100)]) * 1.3f + 0.05f);
+    for (int64_t m : {3, 41}) {
+      uint16_t& v = x2[size_t(m * 512 + 100)];
+      v = float_to_bf16(bf16_to_float(v) * 1.3f + 0.05f);
+    }
     const std::vector<float> y2 = rounded_ref(x2, nullptr, nullptr);
     int64_t moved = 0;
     for (int64_t m = 0; m < M; ++m) {

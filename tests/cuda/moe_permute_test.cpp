@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <ostream>
 #include <tuple>
@@ -188,6 +189,21 @@ TEST(Permute, GraphCaptureMatchesEager) {
   }
 }
 
+// The combine's results (f32 `of`, bf16 `ob`) against the FP32 sum in slot order of the R rows
+// of every token, plus shared(t, j) last when `shared` is given: bit for bit.
+void expect_combined(const std::vector<float>& of, const std::vector<uint16_t>& ob, const std::vector<uint16_t>& y,
+                     const std::vector<int32_t>& pair_row, int T, int R, int H,
+                     const std::function<float(int, int)>& shared) {
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < H; ++j) {
+      float ref = 0;
+      for (int s = 0; s < R; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * R + s)]) * H + j]);
+      if (shared) ref += shared(t, j);
+      ASSERT_EQ(of[size_t(t) * H + j], ref) << "T=" << T << " R=" << R << " " << t << "," << j;
+      ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
+    }
+}
+
 TEST(Permute, GatherAndCombine) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const int T = 1001, k = 8, H = 264, P = T * k;
@@ -215,16 +231,9 @@ TEST(Permute, GatherAndCombine) {
   for (bool with_shared : {false, true}) {
     cuda::combine_rows(d_y.ptr, d_pr.ptr, with_shared ? d_sh.ptr : nullptr, T, k, H, d_of.ptr, nullptr);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, with_shared ? d_sh.ptr : nullptr, T, k, H, d_ob.ptr, nullptr);
-    const auto of = d_of.download();
-    const auto ob = d_ob.download();
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < H; ++j) {
-        float ref = 0;
-        for (int s = 0; s < k; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * k + s)]) * H + j]);
-        if (with_shared) ref += bf16_to_float(sh[size_t(t) * H + j]);
-        ASSERT_EQ(of[size_t(t) * H + j], ref) << t << "," << j;
-        ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
-      }
+    std::function<float(int, int)> shared;
+    if (with_shared) shared = [&](int t, int j) { return bf16_to_float(sh[size_t(t) * H + j]); };
+    expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, k, H, shared);
   }
 }
 
@@ -246,16 +255,9 @@ TEST(Permute, CombineWithAnF32SharedRowAndSiluMul) {
   DeviceArray<float> d_sh(sh), d_of(size_t(T) * H);
   cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_of.ptr, nullptr);
   cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_ob.ptr, nullptr);
-  const auto of = d_of.download();
-  const auto ob = d_ob.download();
-  for (int t = 0; t < T; ++t)
-    for (int j = 0; j < H; ++j) {
-      float ref = 0;
-      for (int s = 0; s < k; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * k + s)]) * H + j]);
-      ref += sh[size_t(t) * H + j];
-      ASSERT_EQ(of[size_t(t) * H + j], ref) << t << "," << j;
-      ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
-    }
+  expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, k, H,
+                  [&](int t, int j) { return sh[size_t(t) * H + j]; });
+  if (HasFatalFailure()) return;
 
   const auto gu = test::random_floats(size_t(T) * 2 * I, 10, -8.f, 8.f);
   DeviceArray<float> d_gu(gu);
@@ -292,15 +294,7 @@ TEST(Permute, CombineSmallTAndManyRows) {
     DeviceArray<float> d_of(size_t(T) * H);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_of.ptr, nullptr);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_ob.ptr, nullptr);
-    const auto of = d_of.download();
-    const auto ob = d_ob.download();
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < H; ++j) {
-        float ref = 0;
-        for (int s = 0; s < R; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * R + s)]) * H + j]);
-        ASSERT_EQ(of[size_t(t) * H + j], ref) << "T=" << T << " R=" << R << " " << t << "," << j;
-        ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
-      }
+    expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, R, H, nullptr);
   }
 }
 

@@ -139,7 +139,7 @@ DispatchPlan plan_dispatch(const EpRouting& rt, const std::vector<Range>& expert
 
   // Combine terms: per token its slots in ascending expert id, rows in the source's buffer.
   p.combine.resize(size_t(T * K));
-  std::vector<int64_t> order(size_t(K));
+  std::vector<int64_t> order(static_cast<size_t>(K));
   for (int64_t s = 0; s < N; ++s)
     for (int64_t t = p.token_owner[size_t(s)].begin; t < p.token_owner[size_t(s)].end; ++t) {
       std::iota(order.begin(), order.end(), 0);

@@ -67,7 +67,7 @@ MoeLayerWeights random_layer(WeightFormat f, uint64_t seed) {
 std::vector<float> random_x(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(size_t(n));
+  std::vector<float> x(static_cast<size_t>(n));
   for (auto& v : x) v = nd(rng);
   return x;
 }
@@ -77,7 +77,7 @@ std::vector<float> random_x(int64_t n, uint64_t seed) {
 std::vector<std::vector<float>> all_to_all(const std::vector<std::vector<float>>& send, const std::vector<int64_t>& counts,
                                            const std::vector<int64_t>& send_off, const std::vector<int64_t>& recv_off,
                                            const std::vector<int64_t>& recv_rows, int64_t N, int64_t H) {
-  std::vector<std::vector<float>> recv(size_t(N));
+  std::vector<std::vector<float>> recv(static_cast<size_t>(N));
   for (int64_t b = 0; b < N; ++b) recv[size_t(b)].assign(size_t(recv_rows[size_t(b)] * H), NAN);
   for (int64_t a = 0; a < N; ++a)
     for (int64_t b = 0; b < N; ++b) {
@@ -106,7 +106,7 @@ std::vector<float> run_dispatch_combine(const MoeLayerWeights& w, const std::vec
   for (int64_t r = 0; r < N; ++r) experts.push_back(split_block(E, N, r));
   const DispatchPlan p = plan_dispatch({T, K, rt.topk_ids.data(), rt.topk_weights.data()}, experts, E);
   // Send buffers (rows of x) and the dispatch all-to-all.
-  std::vector<std::vector<float>> send(size_t(N));
+  std::vector<std::vector<float>> send(static_cast<size_t>(N));
   std::vector<int64_t> send_rows(size_t(N), 0);
   for (int64_t s = 0; s < N; ++s)
     for (int64_t d = 0; d < N; ++d)
@@ -114,7 +114,7 @@ std::vector<float> run_dispatch_combine(const MoeLayerWeights& w, const std::vec
         send[size_t(s)].insert(send[size_t(s)].end(), x.begin() + t * H, x.begin() + (t + 1) * H);
   const auto recv = all_to_all(send, p.send_counts, p.send_offsets, p.recv_offsets, p.recv_rows, N, H);
   // Each rank: its experts only, on what it received; then its send-back buffer.
-  std::vector<std::vector<float>> back_send(size_t(N));
+  std::vector<std::vector<float>> back_send(static_cast<size_t>(N));
   for (int64_t d = 0; d < N; ++d) {
     const MoeLayerWeights local = rank_moe_layer(w, ep_shard(E, N, d, w.cfg.inter, w.cfg.shared_inter), false);
     const int64_t R = p.recv_rows[size_t(d)];

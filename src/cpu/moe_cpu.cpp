@@ -486,40 +486,43 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
   return res;
 }
 
+namespace {
+
+// The experts pass on caller-given routing: x rounded as the GEMMs see it, then experts_pass.
+void run_experts(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const ExpertsPass& p,
+                 const CpuMoeOptions& opt) {
+  if (tokens == 0) return;
+  const int threads = opt.threads > 0 ? opt.threads : default_num_threads();
+  std::vector<float> x_rounded;
+  const float* x = gemm_input(x_in, tokens * w.cfg.hidden, opt.bf16_activations, threads, x_rounded);
+  experts_pass(w, x, tokens, p, threads, opt.bf16_activations);
+}
+
+}  // namespace
+
 void moe_experts_cpu(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const MoeExpertsArgs& a,
                      float* out, const CpuMoeOptions& opt) {
   validate_experts(w, x_in, tokens, a);
   FP4MOE_CHECK(out != nullptr || tokens == 0, "moe_experts_cpu: no output");
   FP4MOE_CHECK(!a.shared || w.cfg.shared_inter > 0, "moe_experts_cpu: the layer has no shared expert");
-  if (tokens == 0) return;
-  const int threads = opt.threads > 0 ? opt.threads : default_num_threads();
-  std::vector<float> x_rounded;
-  const float* x = gemm_input(x_in, tokens * w.cfg.hidden, opt.bf16_activations, threads, x_rounded);
   ExpertsPass p;
   p.ids = a.topk_ids;
   p.weights = a.topk_weights;
   p.top_k = a.top_k;
   p.shared = a.shared;
   p.out = out;
-  experts_pass(w, x, tokens, p, threads, opt.bf16_activations);
+  run_experts(w, x_in, tokens, p, opt);
 }
 
 void moe_expert_slots_cpu(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const int32_t* topk_ids,
                           int64_t top_k, float* slot_out, const CpuMoeOptions& opt) {
-  MoeExpertsArgs a;
-  a.topk_ids = topk_ids;
-  a.top_k = top_k;
-  validate_experts(w, x_in, tokens, a);
+  validate_experts(w, x_in, tokens, {topk_ids, nullptr, top_k, false});
   FP4MOE_CHECK(slot_out != nullptr || tokens == 0, "moe_expert_slots_cpu: no output");
-  if (tokens == 0) return;
-  const int threads = opt.threads > 0 ? opt.threads : default_num_threads();
-  std::vector<float> x_rounded;
-  const float* x = gemm_input(x_in, tokens * w.cfg.hidden, opt.bf16_activations, threads, x_rounded);
   ExpertsPass p;
   p.ids = topk_ids;
   p.top_k = top_k;
   p.slot_out = slot_out;
-  experts_pass(w, x, tokens, p, threads, opt.bf16_activations);
+  run_experts(w, x_in, tokens, p, opt);
 }
 
 }  // namespace fp4moe

@@ -287,4 +287,14 @@ TEST(EpMaps, BadRoutingIsOneLineError) {
   EXPECT_THROW(plan_dispatch({1, 2, std::vector<int32_t>{0, 1}.data(), w.data()}, {{0, 2}, {1, 4}}, 4), Error);
 }
 
+TEST(EpMaps, RankExpertsRefuseForeignExpertIds) {
+  const MoeLayerWeights w = random_layer(WeightFormat::NVFP4, 14);
+  RankShard sh = ep_shard(16, 4, 1, w.cfg.inter, w.cfg.shared_inter);
+  const MoeLayerWeights local = rank_moe_layer(w, sh, false);  // 4 experts: local ids 0..3
+  const std::vector<float> x = random_x(w.cfg.hidden, 1);
+  const std::vector<int32_t> ids = {4};
+  std::vector<float> out(size_t(w.cfg.hidden * 1));
+  EXPECT_THROW(moe_expert_slots_cpu(local, x.data(), 1, ids.data(), 1, out.data()), Error);
+}
+
 }  // namespace

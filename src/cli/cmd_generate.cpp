@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/threads.hpp"
+#include "engine/dist/parallel_options.hpp"
 #include "format/safetensors.hpp"
 #include "model/generate.hpp"
 #include "text/tokenizer.hpp"
@@ -34,7 +35,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
-  int64_t max_new_tokens = 16, page_size = 16;
+  int64_t max_new_tokens = 16, page_size = 16, tp = 1, ep = 1;
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
   cpu::SamplingParams sampling;
@@ -58,6 +59,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
+  dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
   const std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt_text) : parse_ids(a.prompt_ids);
@@ -166,6 +168,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--mem-fraction-static", a->mem_fraction_static,
                  "cuda: share of the device for weights + workspace + KV pool")
       ->capture_default_str();
+  app.add_option("--tp", a->tp, "tensor-parallel ranks (attention heads, dense layers); 1 in this version")
+      ->capture_default_str();
+  app.add_option("--ep", a->ep, "expert-parallel ranks (routed experts); 1 in this version")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (default: FP4MOE_THREADS or all cores)");
   app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32: exact, the reference; bf16 / fp8 as the GPU stores it)")
       ->check(CLI::IsMember({"bf16", "fp8", "f32"}))

@@ -13,7 +13,33 @@ namespace fp4moe {
 
 int64_t reference_cols(const GroupedGemmRef& r) { return r.epilogue == RefEpilogue::SiluMul ? r.w->n / 2 : r.w->n; }
 
-std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::vector<int64_t>& rows, int threads) {
+namespace {
+
+// Σ_k x[k]·w[k] in double over four chains (a fixed order, and some ILP); with kAbs also
+// Σ_k |x[k]·w[k]|.
+template <bool kAbs>
+void dot_sums(const float* x, const float* w, int64_t K, double& sum, double& abs_sum) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0}, a[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4)
+    for (int j = 0; j < 4; ++j) {
+      const double p = double(x[k + j]) * double(w[k + j]);
+      s[j] += p;
+      if constexpr (kAbs) a[j] += std::fabs(p);
+    }
+  for (; k < K; ++k) {
+    const double p = double(x[k]) * double(w[k]);
+    s[0] += p;
+    if constexpr (kAbs) a[0] += std::fabs(p);
+  }
+  sum = (s[0] + s[1]) + (s[2] + s[3]);
+  abs_sum = (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+}  // namespace
+
+std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::vector<int64_t>& rows, int threads,
+                                           GroupedGemmSums* sums) {
   FP4MOE_CHECK(r.w && r.w->is_fp4() && r.x && r.offsets, "grouped_gemm_reference: missing weights, x or offsets");
   const ExpertStack& w = *r.w;
   const int64_t E = w.num_experts, N = w.n, K = w.k, cols = reference_cols(r);
@@ -51,6 +77,7 @@ std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::v
   for (const auto& [e, idx] : by_expert) work.emplace_back(e, &idx);
 
   std::vector<double> acc(rows.size() * size_t(N));
+  std::vector<double> abs_acc(sums ? acc.size() : 0);
   // Work items: (expert, block of 64 weight rows).
   constexpr int64_t kRowsPerItem = 64;
   const int64_t blocks = (N + kRowsPerItem - 1) / kRowsPerItem;
@@ -67,13 +94,11 @@ std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::v
       for (int64_t n = n0; n < n1; ++n) {
         dequantize_rows(v, n, n + 1, wrow.data());
         for (size_t i : *idx) {
-          const float* xr = xs[i].data();
-          double s[4] = {0.0, 0.0, 0.0, 0.0};  // four chains: a fixed order, and some ILP
-          int64_t k = 0;
-          for (; k + 4 <= K; k += 4)
-            for (int j = 0; j < 4; ++j) s[j] += double(xr[k + j]) * double(wrow[size_t(k + j)]);
-          for (; k < K; ++k) s[0] += double(xr[k]) * double(wrow[size_t(k)]);
-          acc[i * size_t(N) + size_t(n)] = ((s[0] + s[1]) + (s[2] + s[3])) * act_scale;
+          double s = 0.0, a = 0.0;
+          if (sums) dot_sums<true>(xs[i].data(), wrow.data(), K, s, a);
+          else dot_sums<false>(xs[i].data(), wrow.data(), K, s, a);
+          acc[i * size_t(N) + size_t(n)] = s * act_scale;
+          if (sums) abs_acc[i * size_t(N) + size_t(n)] = a * act_scale;
         }
       }
     }
@@ -91,6 +116,10 @@ std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::v
         yr[j] = a[j] * (r.epilogue == RefEpilogue::RowScale ? double(r.row_scale[rows[i]]) : 1.0);
       }
     }
+  }
+  if (sums) {
+    sums->acc = std::move(acc);
+    sums->abs_acc = std::move(abs_acc);
   }
   return y;
 }

@@ -34,9 +34,18 @@ struct GroupedGemmRef {
 // Columns of a reference row: N, or N / 2 with SiluMul.
 int64_t reference_cols(const GroupedGemmRef& r);
 
+// The sums behind a reference, before the epilogue, per row and weight row n ([rows, N]):
+// acc = act_scale · Σ_k xq·W (as above) and abs_acc = act_scale · Σ_k |xq·W|, the magnitude an
+// FP32 evaluation's summation error scales with (tests derive their error bounds from it).
+struct GroupedGemmSums {
+  std::vector<double> acc, abs_acc;
+};
+
 // The reference of `rows` (each in [0, offsets[E])), row i of the result = rows[i], each
-// reference_cols(r) values. Parallel (default_num_threads() when threads == 0).
-std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::vector<int64_t>& rows, int threads = 0);
+// reference_cols(r) values. Parallel (default_num_threads() when threads == 0). With `sums`,
+// also fills them.
+std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::vector<int64_t>& rows, int threads = 0,
+                                           GroupedGemmSums* sums = nullptr);
 
 // At most `count` rows of [0, offsets[E]) (all of them when count >= that): the first and the
 // last row of up to count / 4 experts spread over those with rows (tile edges), and rows

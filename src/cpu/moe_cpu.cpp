@@ -155,6 +155,8 @@ struct ExpertWork {
   int64_t inter = 0;
   const int32_t* tokens = nullptr;  // [m] chunk-local token rows, ascending
   const float* weights = nullptr;   // [m] routing weights; nullptr = 1 (shared expert)
+  const int32_t* slots = nullptr;   // [m] row of slot_out (token * top_k + slot); with slot_out
+  float* slot_out = nullptr;        // [rows, hidden]: unweighted outputs per (token, slot), or nullptr
   int64_t m = 0;
   float* h = nullptr;               // [m, inter] SiLU(gate)·up
   ExpertTables table13, table2;
@@ -182,7 +184,8 @@ void gate_up_rows(const ExpertWork& w, const float* x, int64_t hidden, int64_t i
   });
 }
 
-// out[t_j, r] += weight_j * (h_j · down_r) for output columns [r0, r1) of one expert.
+// out[t_j, r] += weight_j * (h_j · down_r) for output columns [r0, r1) of one expert (with
+// slot_out: slot_out[slot_j, r] = h_j · down_r instead).
 void down_rows(const ExpertWork& w, float* out, int64_t hidden, int64_t r0, int64_t r1) {
   with_rows(*w.w2, w.expert, w.table2, [&](auto make_row) {
     const float* hp[cpu::kMaxTokenTile];
@@ -192,8 +195,15 @@ void down_rows(const ExpertWork& w, float* out, int64_t hidden, int64_t r0, int6
       for (int j = 0; j < mt; ++j) hp[j] = w.h + (t0 + j) * w.inter;
       for (int64_t r = r0; r < r1; ++r) {
         cpu::dot_row_tile(make_row(r), w.inter, hp, mt, y);
-        for (int j = 0; j < mt; ++j)
-          out[int64_t(w.tokens[t0 + j]) * hidden + r] += (w.weights ? w.weights[t0 + j] : 1.0f) * y[j];
+        if (w.slot_out) {
+          for (int j = 0; j < mt; ++j) w.slot_out[int64_t(w.slots[t0 + j]) * hidden + r] = y[j];
+          continue;
+        }
+        // One fused multiply-add per term (explicit, so that a combine elsewhere can repeat it).
+        for (int j = 0; j < mt; ++j) {
+          float& o = out[int64_t(w.tokens[t0 + j]) * hidden + r];
+          o = std::fma(w.weights ? w.weights[t0 + j] : 1.0f, y[j], o);
+        }
       }
     }
   });
@@ -302,6 +312,143 @@ RoutingResult route_tokens(const MoeConfig& cfg, const float* logits, const floa
   return r;
 }
 
+// x as the GEMMs see it: BF16-rounded like the GPU path when asked (into `storage`).
+const float* gemm_input(const float* x_in, int64_t n, bool bf16, int threads, std::vector<float>& storage) {
+  if (!bf16) return x_in;
+  storage.resize(size_t(n));
+  parallel_for(n, threads, 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) storage[size_t(i)] = round_to_bf16(x_in[i]);
+  });
+  return storage.data();
+}
+
+// What one pass over the experts computes: slots (t, j) with ids[t·top_k + j] = -1 are
+// skipped; out [T, H] += Σ_j weights[t, j] · expert(x_t) (experts in ascending id, then the
+// shared expert), or with slot_out: slot_out[t·top_k + j] = expert(x_t), unweighted.
+struct ExpertsPass {
+  const int32_t* ids = nullptr;     // [T, top_k]
+  const float* weights = nullptr;   // [T, top_k]; unused with slot_out
+  int64_t top_k = 0;
+  bool shared = false;              // add the shared expert (not with slot_out)
+  float* out = nullptr;
+  float* slot_out = nullptr;
+};
+
+void validate_stacks(const MoeLayerWeights& w) {
+  const MoeConfig& c = w.cfg;
+  FP4MOE_CHECK(c.hidden > 0 && c.inter > 0 && c.num_experts > 0,
+               "MoE config: hidden ({}), intermediate ({}) and experts ({}) must be positive", c.hidden, c.inter,
+               c.num_experts);
+  validate_stack(w.w13, "gate_up", c.num_experts, 2 * c.inter, c.hidden);
+  validate_stack(w.w2, "down", c.num_experts, c.hidden, c.inter);
+  if (w.shared_w13 && w.shared_w2) {
+    validate_stack(*w.shared_w13, "shared gate_up", 1, 2 * c.shared_inter, c.hidden);
+    validate_stack(*w.shared_w2, "shared down", 1, c.hidden, c.shared_inter);
+  }
+}
+
+void validate_experts(const MoeLayerWeights& w, const float* x, int64_t tokens, const MoeExpertsArgs& a) {
+  validate_stacks(w);
+  FP4MOE_CHECK(tokens >= 0, "MoE experts: {} tokens", tokens);
+  FP4MOE_CHECK(a.top_k >= 1, "MoE experts: top_k = {}", a.top_k);
+  if (tokens == 0) return;
+  FP4MOE_CHECK(x != nullptr && a.topk_ids != nullptr, "MoE experts: no input or no expert ids");
+  const int64_t E = w.cfg.num_experts;
+  for (int64_t i = 0; i < tokens * a.top_k; ++i)
+    FP4MOE_CHECK(a.topk_ids[i] >= -1 && a.topk_ids[i] < E, "MoE experts: slot {} names expert {} of {}", i,
+                 a.topk_ids[i], E);
+}
+
+void experts_pass(const MoeLayerWeights& w, const float* x, int64_t T, const ExpertsPass& p, int threads, bool bf16) {
+  const MoeConfig& c = w.cfg;
+  const int64_t H = c.hidden, E = c.num_experts, K = p.top_k;
+  const bool has_shared = p.shared && !p.slot_out;
+  FP4MOE_CHECK(p.slot_out || p.weights, "MoE experts: no routing weights");
+  std::vector<int32_t> tok, slot, counts(static_cast<size_t>(E));
+  std::vector<float> wts, hbuf;
+  std::vector<int32_t> iota_tokens(size_t(std::min(T, kTokenChunk)));
+  std::iota(iota_tokens.begin(), iota_tokens.end(), 0);
+  for (int64_t c0 = 0; c0 < T; c0 += kTokenChunk) {
+    const int64_t tc = std::min(kTokenChunk, T - c0);
+    const float* xc = x + c0 * H;
+    float* outc = p.out ? p.out + c0 * H : nullptr;
+    float* slotc = p.slot_out ? p.slot_out + c0 * K * H : nullptr;
+
+    // Permute by expert: per-expert token lists (ascending token), routing weight alongside.
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t i = 0; i < tc * K; ++i)
+      if (p.ids[c0 * K + i] >= 0) counts[size_t(p.ids[c0 * K + i])]++;
+    std::vector<int64_t> offset(size_t(E + 1), 0);
+    for (int64_t e = 0; e < E; ++e) offset[e + 1] = offset[e] + counts[e];
+    tok.resize(size_t(offset[E]));
+    slot.resize(size_t(offset[E]));
+    wts.resize(size_t(offset[E]));
+    std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
+    for (int64_t t = 0; t < tc; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t e = p.ids[(c0 + t) * K + j];
+        if (e < 0) continue;
+        tok[size_t(fill[e])] = int32_t(t);
+        slot[size_t(fill[e])] = int32_t(t * K + j);
+        wts[size_t(fill[e]++)] = p.slot_out ? 1.0f : p.weights[(c0 + t) * K + j];
+      }
+
+    // Work list: the experts hit in this chunk, then the shared expert over all tokens.
+    hbuf.resize(size_t(offset[E] * c.inter + (has_shared ? tc * c.shared_inter : 0)));
+    std::vector<ExpertWork> work;
+    for (int64_t e = 0; e < E; ++e) {
+      if (counts[e] == 0) continue;
+      ExpertWork ew;
+      ew.w13 = &w.w13;
+      ew.w2 = &w.w2;
+      ew.expert = e;
+      ew.inter = c.inter;
+      ew.tokens = tok.data() + offset[e];
+      ew.weights = wts.data() + offset[e];
+      ew.slots = slot.data() + offset[e];
+      ew.slot_out = slotc;
+      ew.m = counts[e];
+      ew.h = hbuf.data() + offset[e] * c.inter;
+      ew.table13 = tables_for(w.w13, e);
+      ew.table2 = tables_for(w.w2, e);
+      work.push_back(ew);
+    }
+    if (has_shared) {
+      ExpertWork ew;
+      ew.w13 = &*w.shared_w13;
+      ew.w2 = &*w.shared_w2;
+      ew.inter = c.shared_inter;
+      ew.tokens = iota_tokens.data();
+      ew.m = tc;
+      ew.h = hbuf.data() + offset[E] * c.inter;
+      ew.table13 = tables_for(*w.shared_w13, 0);
+      ew.table2 = tables_for(*w.shared_w2, 0);
+      work.push_back(ew);
+    }
+
+    // gate_up + SiLU·up: items = (expert, block of kGateUpRows gate rows).
+    std::vector<std::pair<int32_t, int32_t>> items;  // (work index, first gate row)
+    for (size_t i = 0; i < work.size(); ++i)
+      for (int64_t r = 0; r < work[i].inter; r += kGateUpRows) items.emplace_back(int32_t(i), int32_t(r));
+    parallel_for(int64_t(items.size()), threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t it = b; it < e; ++it) {
+        const ExpertWork& ew = work[size_t(items[size_t(it)].first)];
+        const int64_t r0 = items[size_t(it)].second;
+        gate_up_rows(ew, xc, H, r0, std::min(r0 + kGateUpRows, ew.inter), bf16);
+      }
+    });
+
+    // down + weighted combine: each item owns output columns [r0, r1) of every token, and
+    // walks the experts in a fixed order, so the sum is deterministic and race-free.
+    parallel_for((H + kDownRows - 1) / kDownRows, threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        const int64_t r0 = blk * kDownRows, r1 = std::min(H, r0 + kDownRows);
+        for (const ExpertWork& ew : work) down_rows(ew, outc, H, r0, r1);
+      }
+    });
+  }
+}
+
 }  // namespace
 
 RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* bias, int64_t tokens) {
@@ -320,18 +467,8 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
     res.routing.top_k = K;
     return res;
   }
-
-  // x as the GEMMs see it: BF16-rounded like the GPU path when asked.
   std::vector<float> x_rounded;
-  const float* x = x_in;
-  if (opt.bf16_activations) {
-    x_rounded.resize(size_t(T * H));
-    parallel_for(T * H, threads, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) x_rounded[size_t(i)] = round_to_bf16(x_in[i]);
-    });
-    x = x_rounded.data();
-  }
-
+  const float* x = gemm_input(x_in, T * H, opt.bf16_activations, threads, x_rounded);
   if (opt.router_logits) {
     res.logits.assign(opt.router_logits, opt.router_logits + T * E);
   } else {
@@ -339,86 +476,53 @@ MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x_in, int64_t t
     router_logits(w, x, T, threads, res.logits.data());
   }
   res.routing = route_tokens(c, res.logits.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(), T, threads);
-  const RoutingResult& rt = res.routing;
-
-  const bool has_shared = c.shared_inter > 0;
-  std::vector<int32_t> tok, counts(static_cast<size_t>(E));
-  std::vector<float> wts, hbuf;
-  std::vector<int32_t> iota_tokens(size_t(std::min(T, kTokenChunk)));
-  std::iota(iota_tokens.begin(), iota_tokens.end(), 0);
-  for (int64_t c0 = 0; c0 < T; c0 += kTokenChunk) {
-    const int64_t tc = std::min(kTokenChunk, T - c0);
-    const float* xc = x + c0 * H;
-    float* outc = res.out.data() + c0 * H;
-
-    // Permute by expert: per-expert token lists (ascending token), routing weight alongside.
-    std::fill(counts.begin(), counts.end(), 0);
-    for (int64_t i = 0; i < tc * K; ++i) counts[size_t(rt.topk_ids[size_t(c0 * K + i)])]++;
-    std::vector<int64_t> offset(size_t(E + 1), 0);
-    for (int64_t e = 0; e < E; ++e) offset[e + 1] = offset[e] + counts[e];
-    tok.resize(size_t(tc * K));
-    wts.resize(size_t(tc * K));
-    std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
-    for (int64_t t = 0; t < tc; ++t)
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t e = rt.topk_ids[size_t((c0 + t) * K + j)];
-        tok[size_t(fill[e])] = int32_t(t);
-        wts[size_t(fill[e]++)] = rt.topk_weights[size_t((c0 + t) * K + j)];
-      }
-
-    // Work list: the experts hit in this chunk, then the shared expert over all tokens.
-    hbuf.resize(size_t(tc * K * c.inter + (has_shared ? tc * c.shared_inter : 0)));
-    std::vector<ExpertWork> work;
-    for (int64_t e = 0; e < E; ++e) {
-      if (counts[e] == 0) continue;
-      ExpertWork ew;
-      ew.w13 = &w.w13;
-      ew.w2 = &w.w2;
-      ew.expert = e;
-      ew.inter = c.inter;
-      ew.tokens = tok.data() + offset[e];
-      ew.weights = wts.data() + offset[e];
-      ew.m = counts[e];
-      ew.h = hbuf.data() + offset[e] * c.inter;
-      ew.table13 = tables_for(w.w13, e);
-      ew.table2 = tables_for(w.w2, e);
-      work.push_back(ew);
-    }
-    if (has_shared) {
-      ExpertWork ew;
-      ew.w13 = &*w.shared_w13;
-      ew.w2 = &*w.shared_w2;
-      ew.inter = c.shared_inter;
-      ew.tokens = iota_tokens.data();
-      ew.m = tc;
-      ew.h = hbuf.data() + tc * K * c.inter;
-      ew.table13 = tables_for(*w.shared_w13, 0);
-      ew.table2 = tables_for(*w.shared_w2, 0);
-      work.push_back(ew);
-    }
-
-    // gate_up + SiLU·up: items = (expert, block of kGateUpRows gate rows).
-    std::vector<std::pair<int32_t, int32_t>> items;  // (work index, first gate row)
-    for (size_t i = 0; i < work.size(); ++i)
-      for (int64_t r = 0; r < work[i].inter; r += kGateUpRows) items.emplace_back(int32_t(i), int32_t(r));
-    parallel_for(int64_t(items.size()), threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t it = b; it < e; ++it) {
-        const ExpertWork& ew = work[size_t(items[size_t(it)].first)];
-        const int64_t r0 = items[size_t(it)].second;
-        gate_up_rows(ew, xc, H, r0, std::min(r0 + kGateUpRows, ew.inter), opt.bf16_activations);
-      }
-    });
-
-    // down + weighted combine: each item owns output columns [r0, r1) of every token, and
-    // walks the experts in a fixed order, so the sum is deterministic and race-free.
-    parallel_for((H + kDownRows - 1) / kDownRows, threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t blk = b; blk < e; ++blk) {
-        const int64_t r0 = blk * kDownRows, r1 = std::min(H, r0 + kDownRows);
-        for (const ExpertWork& ew : work) down_rows(ew, outc, H, r0, r1);
-      }
-    });
-  }
+  ExpertsPass p;
+  p.ids = res.routing.topk_ids.data();
+  p.weights = res.routing.topk_weights.data();
+  p.top_k = K;
+  p.shared = c.shared_inter > 0;
+  p.out = res.out.data();
+  experts_pass(w, x, T, p, threads, opt.bf16_activations);
   return res;
+}
+
+namespace {
+
+// The experts pass on caller-given routing: x rounded as the GEMMs see it, then experts_pass.
+void run_experts(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const ExpertsPass& p,
+                 const CpuMoeOptions& opt) {
+  if (tokens == 0) return;
+  const int threads = opt.threads > 0 ? opt.threads : default_num_threads();
+  std::vector<float> x_rounded;
+  const float* x = gemm_input(x_in, tokens * w.cfg.hidden, opt.bf16_activations, threads, x_rounded);
+  experts_pass(w, x, tokens, p, threads, opt.bf16_activations);
+}
+
+}  // namespace
+
+void moe_experts_cpu(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const MoeExpertsArgs& a,
+                     float* out, const CpuMoeOptions& opt) {
+  validate_experts(w, x_in, tokens, a);
+  FP4MOE_CHECK(out != nullptr || tokens == 0, "moe_experts_cpu: no output");
+  FP4MOE_CHECK(!a.shared || w.cfg.shared_inter > 0, "moe_experts_cpu: the layer has no shared expert");
+  ExpertsPass p;
+  p.ids = a.topk_ids;
+  p.weights = a.topk_weights;
+  p.top_k = a.top_k;
+  p.shared = a.shared;
+  p.out = out;
+  run_experts(w, x_in, tokens, p, opt);
+}
+
+void moe_expert_slots_cpu(const MoeLayerWeights& w, const float* x_in, int64_t tokens, const int32_t* topk_ids,
+                          int64_t top_k, float* slot_out, const CpuMoeOptions& opt) {
+  validate_experts(w, x_in, tokens, {topk_ids, nullptr, top_k, false});
+  FP4MOE_CHECK(slot_out != nullptr || tokens == 0, "moe_expert_slots_cpu: no output");
+  ExpertsPass p;
+  p.ids = topk_ids;
+  p.top_k = top_k;
+  p.slot_out = slot_out;
+  run_experts(w, x_in, tokens, p, opt);
 }
 
 }  // namespace fp4moe

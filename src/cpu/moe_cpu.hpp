@@ -39,4 +39,25 @@ RoutingResult route_cpu(const MoeConfig& cfg, const float* logits, const float* 
 MoeOutput moe_forward_cpu(const MoeLayerWeights& w, const float* x, int64_t tokens,
                           const CpuMoeOptions& opt = {});
 
+// The experts only, on a routing given by the caller (the multi-GPU paths: a rank computes
+// the experts it holds; engine/dist/). Ids index w's experts; id -1 marks a slot to skip.
+// The router weights, config top_k and groups are not used.
+struct MoeExpertsArgs {
+  const int32_t* topk_ids = nullptr;      // [T, top_k]
+  const float* topk_weights = nullptr;    // [T, top_k]
+  int64_t top_k = 0;
+  bool shared = false;                    // add the shared expert (w must hold one)
+};
+// out [T, H] += Σ_j w_tj · expert_{id_tj}(x_t), accumulated as moe_forward_cpu does (one
+// fused multiply-add per term, experts in ascending id, per expert its tokens ascending),
+// then + shared(x_t) if asked. moe_forward_cpu is route_cpu followed by this.
+void moe_experts_cpu(const MoeLayerWeights& w, const float* x, int64_t tokens, const MoeExpertsArgs& a, float* out,
+                     const CpuMoeOptions& opt = {});
+// slot_out[t·top_k + j, :] = expert_{id_tj}(x_t) [H], unweighted, for every slot with id >= 0
+// (other rows untouched). An expert's output for a token equals the one moe_forward_cpu
+// computes when the expert sees the same tokens in the same order (tiles of the CPU kernel)
+// and T <= 1024 (its token chunk).
+void moe_expert_slots_cpu(const MoeLayerWeights& w, const float* x, int64_t tokens, const int32_t* topk_ids,
+                          int64_t top_k, float* slot_out, const CpuMoeOptions& opt = {});
+
 }  // namespace fp4moe

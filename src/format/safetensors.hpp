@@ -47,6 +47,9 @@ class SafetensorsFile {
   const TensorInfo* find(std::string_view name) const;                   // nullptr if absent
   const TensorInfo& get(std::string_view name) const;                    // throws if absent
   std::span<const uint8_t> bytes(const TensorInfo& t) const;             // zero-copy view
+  // File offset of the data section (8 + header length): tensor t's bytes lie at
+  // [data_offset() + t.begin, data_offset() + t.end) of the file (per-rank partial reads).
+  uint64_t data_offset() const { return uint64_t(data_ - map_); }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

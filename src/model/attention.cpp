@@ -118,6 +118,9 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
     ip.threads = th;
     cpu::indexer_scores_cpu(layer, b, iq, wts, ip, scores, stride);
     cpu::indexer_topk_cpu(b, scores, stride, s.topk_k, s.topk, th);
+    if (opt_.hooks.topk_positions)
+      if (const int32_t* forced = opt_.hooks.topk_positions(l, T, s.topk_k))
+        std::copy(forced, forced + T * s.topk_k, s.topk);
     s.have_topk = true;
     topk = s.topk;
   } else if (c.indexer[size_t(l)] == IndexerKind::Shared) {

@@ -90,7 +90,9 @@ void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
     CpuMoeOptions o;
     o.threads = threads();
     o.bf16_activations = false;
+    if (opt_.hooks.router_logits) o.router_logits = opt_.hooks.router_logits(layer, T);
     const MoeOutput r = moe_forward_cpu(lw.moe, h, T, o);
+    if (opt_.hooks.on_routing) opt_.hooks.on_routing(layer, T, r.logits.data(), r.routing.topk_ids.data());
     std::memcpy(out, r.out.data(), r.out.size() * sizeof(float));
     if (opt_.on_moe_routing) {
       std::vector<int32_t> per_expert(size_t(lw.moe.cfg.num_experts), 0);

@@ -33,10 +33,24 @@ enum class AttentionForm : uint8_t { Auto, Expanded, Absorbed };
 // to routed expert e (what one grouped GEMM over the layer's experts computes).
 using MoeRoutingObserver = std::function<void(int64_t layer, std::span<const int32_t> tokens_per_expert)>;
 
+// Tests: another backend's discrete choices imposed on a step, so that near-ties that BF16
+// rounding breaks the other way (MoE routing, the DSA top-k) choose alike and the continuous
+// part can be compared; and the model's own choices observed. Called in step order, layer by
+// layer; a null return keeps the model's own choice.
+struct StepChoiceHooks {
+  // [tokens, num_experts] router logits to route on instead of the layer's own.
+  std::function<const float*(int64_t layer, int64_t tokens)> router_logits;
+  // [tokens, k] key positions (-1 padded, ascending) instead of the layer's indexer top-k.
+  std::function<const int32_t*(int64_t layer, int64_t tokens, int64_t k)> topk_positions;
+  // After routing: the logits [tokens, E] and the chosen ids [tokens, top_k] of a MoE layer.
+  std::function<void(int64_t layer, int64_t tokens, const float* logits, const int32_t* ids)> on_routing;
+};
+
 struct ModelOptions {
   int threads = 0;                       // 0: default_num_threads()
   AttentionForm attention = AttentionForm::Auto;
   MoeRoutingObserver on_moe_routing;     // null: not counted
+  StepChoiceHooks hooks;                 // tests only
 };
 
 // Per-layer hidden states of a step, as transformers' output_hidden_states gives them:

@@ -13,6 +13,7 @@
 #include "cuda/routing/router.hpp"
 #include "moe/expert_gemm.hpp"
 #include "moe/random_layer.hpp"
+#include "moe/shared_bf16.hpp"
 #include "moe/shared_fold.hpp"
 
 namespace fp4moe {
@@ -48,7 +49,8 @@ struct WorkspaceLayout {
   size_t logits = 0, ids = 0, weights = 0, offsets = 0;
   size_t row_pair = 0, pair_row = 0, row_weight = 0, perm_scratch = 0;
   size_t x_perm = 0, h = 0, y = 0;
-  size_t sh_offsets = 0, sh_h = 0, sh_y = 0;  // separate shared expert only
+  size_t sh_offsets = 0, sh_h = 0, sh_y = 0;  // separate shared expert only (BF16: sh_y f32, no offsets / h)
+  size_t sh_scratch = 0;                      // BF16 shared expert: its gu, h and cuBLASLt workspace
   size_t gemm_ws = 0, gemm_ws_bytes = 0;
   size_t total = 0;
 };
@@ -64,6 +66,7 @@ struct MoeLayerCuda::Impl {
 
   cuda::DeviceBuffer router_w, router_bias;  // f32 [E, H], f32 [E] (may be empty)
   std::unique_ptr<moe::ExpertGemmWeights> w13, w2, sw13, sw2;
+  std::unique_ptr<moe::SharedMlpBf16> sbf16;  // a BF16 shared expert (then sw13 / sw2 are null)
   std::vector<WorkspaceLayout> layouts;  // by tokens bucket index (moe::tokens_bucket_index)
 
   int64_t H() const { return cfg.hidden; }
@@ -91,13 +94,16 @@ struct MoeLayerCuda::Impl {
     take(L.x_perm, size_t(P * Hd) * 2);
     take(L.h, size_t(P * I) * 2);
     take(L.y, size_t(P * Hd) * 2);
-    if (separate_shared()) {
+    if (sbf16) {
+      take(L.sh_y, size_t(T * Hd) * 4);
+      take(L.sh_scratch, sbf16->scratch_bytes(T));
+    } else if (separate_shared()) {
       take(L.sh_offsets, 2 * 4);
       take(L.sh_h, size_t(T * SI) * 2);
       take(L.sh_y, size_t(T * Hd) * 2);
     }
     L.gemm_ws_bytes = std::max(w13->workspace_bytes(), w2->workspace_bytes());
-    if (separate_shared())
+    if (separate_shared() && !sbf16)
       L.gemm_ws_bytes = std::max({L.gemm_ws_bytes, sw13->workspace_bytes(), sw2->workspace_bytes()});
     take(L.gemm_ws, L.gemm_ws_bytes);
     L.total = at;
@@ -173,6 +179,16 @@ struct MoeLayerCuda::Impl {
     w2->run(cuda::Epilogue::RowScale, h, offsets, row_weight, y, T, gemm_ws, st);
     end(MoeStage::Gemm2);
 
+    if (sbf16) {
+      begin(MoeStage::Shared);
+      auto* sh_y = reinterpret_cast<float*>(at(L.sh_y));
+      sbf16->run(x, T, sh_y, at(L.sh_scratch), st);
+      end(MoeStage::Shared);
+      begin(MoeStage::Combine);
+      cuda::combine_rows_f32_shared(y, pair_row, sh_y, int(T), int(R()), int(H()), out, st);
+      end(MoeStage::Combine);
+      return;
+    }
     uint16_t* sh_y = nullptr;
     if (separate_shared()) {
       begin(MoeStage::Shared);
@@ -216,14 +232,27 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
   if (m.has_shared) {
     FP4MOE_CHECK(w.shared_w13 && w.shared_w2, "MoE layer: shared_inter = {} but no shared expert weights",
                  c.shared_inter);
-    check_stack(*w.shared_w13, "shared gate_up", 1, 2 * c.shared_inter, c.hidden);
-    check_stack(*w.shared_w2, "shared down", 1, c.hidden, c.shared_inter);
+    FP4MOE_CHECK(w.shared_w13->is_fp4() == w.shared_w2->is_fp4(),
+                 "MoE layer: shared gate_up is {} but shared down {}: both FP4 or both BF16",
+                 weight_format_name(w.shared_w13->format), weight_format_name(w.shared_w2->format));
+    if (w.shared_w13->is_fp4()) {
+      check_stack(*w.shared_w13, "shared gate_up", 1, 2 * c.shared_inter, c.hidden);
+      check_stack(*w.shared_w2, "shared down", 1, c.hidden, c.shared_inter);
+    } else {
+      FP4MOE_CHECK(w.shared_w13->n == 2 * c.shared_inter && w.shared_w13->k == c.hidden &&
+                       w.shared_w2->n == c.hidden && w.shared_w2->k == c.shared_inter,
+                   "MoE layer: BF16 shared expert [{}, {}] / [{}, {}], expected [{}, {}] / [{}, {}]",
+                   w.shared_w13->n, w.shared_w13->k, w.shared_w2->n, w.shared_w2->k, 2 * c.shared_inter, c.hidden,
+                   c.hidden, c.shared_inter);
+    }
   }
 
   m.router_w = cuda::DeviceBuffer::from(w.router_w);
   if (!w.router_bias.empty()) m.router_bias = cuda::DeviceBuffer::from(w.router_bias);
   const int64_t Tm = opt.max_tokens, k = c.top_k;
-  if (m.has_shared && opt.fold_shared) {
+  // A BF16 shared expert (NVIDIA's NVFP4 checkpoints) runs as a dense cuBLASLt MLP, never folded.
+  const bool shared_bf16 = m.has_shared && !w.shared_w13->is_fp4();
+  if (m.has_shared && opt.fold_shared && !shared_bf16) {
     std::string why;
     const int64_t max_pieces =
         std::min<int64_t>(cuda::kMaxPermuteExtraExperts, cuda::kMaxPermuteExperts - c.num_experts);
@@ -242,7 +271,9 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
     m.w13 = moe::upload_expert_gemm({&w.w13}, cuda::Epilogue::SiluMul, Tm, int(k), 0, opt.gemm, opt.w4a4);
     m.w2 = moe::upload_expert_gemm({&w.w2}, cuda::Epilogue::RowScale, Tm, int(k), 0, opt.gemm, opt.w4a4);
   }
-  if (m.separate_shared()) {
+  if (shared_bf16) {
+    m.sbf16 = std::make_unique<moe::SharedMlpBf16>(*w.shared_w13, *w.shared_w2, Tm);
+  } else if (m.separate_shared()) {
     m.sw13 = moe::upload_expert_gemm({&*w.shared_w13}, cuda::Epilogue::SiluMul, Tm, 1, 0, opt.gemm, opt.w4a4);
     m.sw2 = moe::upload_expert_gemm({&*w.shared_w2}, cuda::Epilogue::None, Tm, 1, 0, opt.gemm, opt.w4a4);
   }
@@ -252,7 +283,10 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
   log_info("moe layer on the GPU: H {} I {} E {} top-{} shared {}{}; GEMM {} / {}; max {} tokens "
            "({:.1f} MiB of workspace)",
            c.hidden, c.inter, c.num_experts, c.top_k, c.shared_inter,
-           m.n_sh ? fmt::format(" (folded: {} experts)", m.n_sh) : "", m.w13->describe(), m.w2->describe(),
+           m.n_sh    ? fmt::format(" (folded: {} experts)", m.n_sh)
+           : m.sbf16 ? std::string(" (bf16, cuBLASLt)")
+                     : std::string(),
+           m.w13->describe(), m.w2->describe(),
            opt.max_tokens, double(m.layouts.back().total) / (1 << 20));
 }
 
@@ -269,7 +303,8 @@ int MoeLayerCuda::max_tokens() const { return impl_->opt.max_tokens; }
 std::string MoeLayerCuda::gemm_configs(int64_t tokens) const {
   const Impl& m = *impl_;
   return fmt::format("gemm1 {}; gemm2 {}{}", m.w13->config_for(tokens), m.w2->config_for(tokens),
-                     m.separate_shared()
+                     m.sbf16 ? "; shared " + m.sbf16->describe()
+                     : m.separate_shared()
                          ? fmt::format("; shared {} / {}", m.sw13->config_for(tokens), m.sw2->config_for(tokens))
                          : std::string());
 }
@@ -280,6 +315,7 @@ std::string MoeLayerCuda::describe() const {
                      m.cfg.inter, m.cfg.num_experts, m.cfg.top_k, m.cfg.shared_inter, m.w13->describe(),
                      m.w2->describe(),
                      m.n_sh ? fmt::format("; shared: folded into gate_up/down as {} always-selected expert(s)", m.n_sh)
+                     : m.sbf16      ? "; shared: separate, " + m.sbf16->describe()
                      : m.has_shared ? "; shared: separate, " + m.sw13->describe()
                                     : std::string(),
                      m.opt.max_tokens);
@@ -315,6 +351,7 @@ size_t MoeLayerCuda::router_bytes() const {
 size_t MoeLayerCuda::shared_bytes() const {
   const Impl& m = *impl_;
   if (m.n_sh > 0) return size_t(m.n_sh) * expert_bytes();  // the pieces are routed-shaped experts
+  if (m.sbf16) return m.sbf16->weight_bytes();
   return m.has_shared ? m.sw13->weight_bytes_per_expert() + m.sw2->weight_bytes_per_expert() : 0;
 }
 int64_t MoeLayerCuda::shared_folded_pieces() const { return impl_->n_sh; }

@@ -8,7 +8,9 @@
 //                  │  GEMM2: grouped down, Epilogue::RowScale (routing weight)
 //                  │                                                  → y [T·R, H]
 //                  └─ (fallback only) shared expert as its own E = 1 grouped GEMMs
-//                     (gate_up+SiluMul, down) on the same stream      → ys [T, H]
+//                     (gate_up+SiluMul, down) on the same stream      → ys [T, H] bf16
+//                     or, BF16 shared expert (NVIDIA's NVFP4 checkpoints): a dense MLP on
+//                     cuBLASLt (moe/shared_bf16.hpp)                  → ys [T, H] f32
 //   combine: out[t] = Σ_slots y[row(t, slot)] (+ ys[t])   (FP32 sum, slot order)
 //
 // Folded shared expert (the default when it is compatible: same FP4 format as the routed
@@ -17,6 +19,7 @@
 // scaling), so R = k + n_sh rows per token and the combine sums them in the order: routed
 // slots in rank order, then shared pieces 0..n_sh-1. Otherwise (or with
 // MoeCudaOptions::fold_shared = false) R = k and the shared expert runs separately as above.
+// A BF16 shared expert is never folded (the routed experts are FP4).
 //
 // The layer object holds only its weights and what was decided at construction (the GEMM
 // path and every tokens bucket's tile config); it owns no stream, event, workspace or graph.
@@ -111,7 +114,7 @@ class MoeLayerCuda {
   // Bytes one forward must read for its weights: router, shared expert, and each hit
   // expert's gate_up + down (given how many experts were hit).
   size_t router_bytes() const;
-  size_t shared_bytes() const;  // the shared expert's weights once (folded: its n_sh pieces)
+  size_t shared_bytes() const;  // the shared expert's weights once (folded: its n_sh pieces; BF16: 2 B each)
   size_t expert_bytes() const;  // one routed expert (gate_up + down)
   // n_sh when the shared expert is folded into the routed GEMMs, else 0 (then it is the
   // separate "shared" stage).

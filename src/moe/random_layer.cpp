@@ -98,4 +98,20 @@ MoeLayerWeights random_moe_layer(const MoeConfig& cfg, uint64_t seed, WeightForm
   return w;
 }
 
+void shared_expert_to_bf16(MoeLayerWeights& w) {
+  for (std::optional<ExpertStack>* s : {&w.shared_w13, &w.shared_w2}) {
+    if (!*s || !(*s)->is_fp4()) continue;
+    ExpertStack& st = **s;
+    FP4MOE_CHECK(st.num_experts == 1 && !st.is_view(), "shared_expert_to_bf16: one owned FP4 expert expected");
+    ExpertStack b;
+    b.format = WeightFormat::BF16;
+    b.num_experts = 1;
+    b.n = st.n;
+    b.k = st.k;
+    b.bf16.resize(size_t(st.n * st.k));
+    dequantize_rows_bf16(st.expert(0), 0, st.n, b.bf16.data());
+    st = std::move(b);
+  }
+}
+
 }  // namespace fp4moe::moe

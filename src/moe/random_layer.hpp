@@ -16,4 +16,8 @@ MoeConfig glm5_moe_config();
 
 MoeLayerWeights random_moe_layer(const MoeConfig& cfg, uint64_t seed, WeightFormat format = WeightFormat::NVFP4);
 
+// The layer's FP4 shared expert dequantized to BF16 in place (the values are exact in BF16 up
+// to the global scale's rounding), as NVIDIA's NVFP4 checkpoints store it. No-op without one.
+void shared_expert_to_bf16(MoeLayerWeights& w);
+
 }  // namespace fp4moe::moe

@@ -3,7 +3,8 @@
 // and softmax routing, hot and cold experts, T = 1 and T not a multiple of anything (4097: a
 // partial last block everywhere), graphs, one workspace shared by two layers, no host
 // allocation per forward, and the bad-input errors. Every case runs both shared-expert paths:
-// folded into the routed GEMMs (the default; n_sh = 1 and 2) and the separate fallback.
+// folded into the routed GEMMs (the default; n_sh = 1 and 2) and the separate fallback; a BF16
+// shared expert (NVIDIA's NVFP4 checkpoints) runs as its own cuBLASLt MLP.
 //
 // Comparison, with no token left out:
 //   logits:  GPU vs the CPU's own FP32 logits, per token ‖gpu − cpu‖ / ‖cpu‖ < 1e-4 (FP32 sums
@@ -15,11 +16,13 @@
 //            GEMMs and the BF16 down output: ~3e-3 expected).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
@@ -245,6 +248,23 @@ TEST(MoeLayerCuda, IncompatibleSharedExpertFallsBack) {
   check_layer(mixed, 50, 4300);
 }
 
+// A BF16 shared expert (as NVIDIA's NVFP4 checkpoints store it) runs as a dense cuBLASLt MLP
+// beside the FP4 routed experts: every token against the CPU layer (poisoned outputs), tiny and
+// GLM-5 dimensions, decode and prefill sizes, both GEMM paths.
+TEST(MoeLayerCuda, Bf16SharedExpertMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 61);
+  moe::shared_expert_to_bf16(w);
+  ASSERT_EQ(w.shared_w13->format, WeightFormat::BF16);
+  ASSERT_EQ(expected_pieces(w, true), 0);
+  for (int64_t T : {1, 2, 37, 1000}) check_layer(w, T, 6100 + T);
+  MoeConfig g = moe::glm5_moe_config();
+  g.num_experts = 16;
+  MoeLayerWeights wg = moe::random_moe_layer(g, 62);
+  moe::shared_expert_to_bf16(wg);
+  for (int64_t T : {1, 19}) check_layer(wg, T, 6200 + T);
+}
+
 TEST(MoeLayerCuda, TinyMxfp4MatchesCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 2, WeightFormat::MXFP4);
@@ -322,17 +342,21 @@ TEST(MoeLayerCuda, HotAndColdExperts) {
   check_layer(w2, 37, 601);
 }
 
-// Runs body(weights, layer, runner) for 1 and 2 shared pieces x every GEMM path x folded /
-// separate shared expert (a tiny layer, max_tokens 64, a runner for 64 tokens).
+// Runs body(weights, layer, runner) for an FP4 shared expert of 1 and 2 pieces and a BF16 one
+// x every GEMM path x folded / separate shared expert (a tiny layer, max_tokens 64, a runner
+// for 64 tokens). The BF16 shared expert is never folded.
 template <typename Body>
 void for_each_layer_kind(Body&& body) {
-  for (int64_t pieces : {1, 2}) {
+  for (int64_t kind : {1, 2, 0}) {  // 1, 2: FP4 pieces; 0: BF16 shared expert
+    const int64_t pieces = kind == 0 ? 0 : kind;
     MoeConfig c = tiny_cfg();
-    c.shared_inter = pieces * c.inter;
-    const MoeLayerWeights w = moe::random_moe_layer(c, 7);
+    c.shared_inter = std::max<int64_t>(pieces, 1) * c.inter;
+    MoeLayerWeights w = moe::random_moe_layer(c, 7);
+    if (kind == 0) moe::shared_expert_to_bf16(w);
     for (MoeGemmPath path : gemm_paths())
       for (bool fold : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << moe_gemm_path_name(path) << (fold ? " folded " : " separate ") << pieces);
+        SCOPED_TRACE(::testing::Message() << moe_gemm_path_name(path) << (fold ? " folded " : " separate ")
+                                          << (kind == 0 ? "bf16 shared" : "fp4 shared pieces ") << pieces);
         MoeCudaOptions opt;
         opt.max_tokens = 64;
         opt.gemm = path;
@@ -493,21 +517,24 @@ TEST(MoeLayerCuda, W4a4EmulationIsCloseToW4a16) {
 TEST(MoeLayerCuda, StageTimingRunsEveryStage) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const MoeLayerWeights w = moe::random_moe_layer(tiny_cfg(), 10);
-  for (bool fold : {true, false}) {
+  MoeLayerWeights wb = w;  // a BF16 shared expert: the separate "shared" stage
+  moe::shared_expert_to_bf16(wb);
+  for (const auto& [weights, fold] : {std::pair{&w, true}, {&w, false}, {&wb, true}}) {
+    const bool folded = fold && weights == &w;
     MoeCudaOptions opt;
     opt.max_tokens = 100;
     opt.fold_shared = fold;
-    const MoeLayerCuda layer(w, opt);
+    const MoeLayerCuda layer(*weights, opt);
     MoeLayerRunner runner(layer, 100);
     DeviceArray<uint16_t> x(size_t(100 * 256));
     FP4MOE_CUDA_CHECK(cudaMemset(x.ptr, 0, x.n * 2));
     DeviceArray<float> out(size_t(100 * 256));
     const auto ms = runner.forward_timed(x.ptr, 100, out.ptr);
     for (int s = 0; s < kNumMoeStages; ++s) {
-      if (fold && MoeStage(s) == MoeStage::Shared)
+      if (folded && MoeStage(s) == MoeStage::Shared)
         EXPECT_EQ(ms[size_t(s)], 0.f) << "folded: the shared expert is inside gemm1/gemm2";
       else
-        EXPECT_GT(ms[size_t(s)], 0.f) << moe_stage_name(MoeStage(s)) << (fold ? " folded" : " separate");
+        EXPECT_GT(ms[size_t(s)], 0.f) << moe_stage_name(MoeStage(s)) << (folded ? " folded" : " separate");
     }
   }
 }
@@ -548,6 +575,10 @@ TEST(MoeLayerCuda, BadInputIsAClearError) {
   bad = w;
   bad.w13.format = WeightFormat::BF16;
   EXPECT_THROW({ MoeLayerCuda l(bad, opt); }, Error);
+  bad = w;  // a BF16 shared gate_up with an FP4 shared down
+  moe::shared_expert_to_bf16(bad);
+  bad.shared_w2 = w.shared_w2;
+  expect_error([&] { MoeLayerCuda l(bad, opt); }, "both FP4 or both BF16");
   MoeCudaOptions zero;
   EXPECT_THROW({ MoeLayerCuda l(w, zero); }, Error);
 }

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <ostream>
 #include <tuple>
@@ -186,6 +189,21 @@ TEST(Permute, GraphCaptureMatchesEager) {
   }
 }
 
+// The combine's results (f32 `of`, bf16 `ob`) against the FP32 sum in slot order of the R rows
+// of every token, plus shared(t, j) last when `shared` is given: bit for bit.
+void expect_combined(const std::vector<float>& of, const std::vector<uint16_t>& ob, const std::vector<uint16_t>& y,
+                     const std::vector<int32_t>& pair_row, int T, int R, int H,
+                     const std::function<float(int, int)>& shared) {
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < H; ++j) {
+      float ref = 0;
+      for (int s = 0; s < R; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * R + s)]) * H + j]);
+      if (shared) ref += shared(t, j);
+      ASSERT_EQ(of[size_t(t) * H + j], ref) << "T=" << T << " R=" << R << " " << t << "," << j;
+      ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
+    }
+}
+
 TEST(Permute, GatherAndCombine) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const int T = 1001, k = 8, H = 264, P = T * k;
@@ -213,17 +231,48 @@ TEST(Permute, GatherAndCombine) {
   for (bool with_shared : {false, true}) {
     cuda::combine_rows(d_y.ptr, d_pr.ptr, with_shared ? d_sh.ptr : nullptr, T, k, H, d_of.ptr, nullptr);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, with_shared ? d_sh.ptr : nullptr, T, k, H, d_ob.ptr, nullptr);
-    const auto of = d_of.download();
-    const auto ob = d_ob.download();
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < H; ++j) {
-        float ref = 0;
-        for (int s = 0; s < k; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * k + s)]) * H + j]);
-        if (with_shared) ref += bf16_to_float(sh[size_t(t) * H + j]);
-        ASSERT_EQ(of[size_t(t) * H + j], ref) << t << "," << j;
-        ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
-      }
+    std::function<float(int, int)> shared;
+    if (with_shared) shared = [&](int t, int j) { return bf16_to_float(sh[size_t(t) * H + j]); };
+    expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, k, H, shared);
   }
+}
+
+// The combine with an FP32 shared row (the BF16 shared expert's down output), bit-exact
+// against the same FP32 sum in slot order; and silu_mul_rows against SiLU(g)·u in FP32 (expf:
+// within 2 ulp of the host's exp, so the BF16 results agree or sit one BF16 ulp apart).
+TEST(Permute, CombineWithAnF32SharedRowAndSiluMul) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int T = 37, k = 6, H = 264, P = T * k, I = 132;
+  std::vector<int32_t> pair_row(static_cast<size_t>(P));
+  std::iota(pair_row.begin(), pair_row.end(), 0);
+  std::shuffle(pair_row.begin(), pair_row.end(), std::mt19937_64(7));
+  std::vector<uint16_t> y(size_t(P) * H);
+  const auto yf = test::random_floats(y.size(), 8, -3.f, 3.f);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float_to_bf16(yf[i]);
+  const auto sh = test::random_floats(size_t(T) * H, 9, -3.f, 3.f);
+  DeviceArray<uint16_t> d_y(y), d_ob(size_t(T) * H);
+  DeviceArray<int32_t> d_pr(pair_row);
+  DeviceArray<float> d_sh(sh), d_of(size_t(T) * H);
+  cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_of.ptr, nullptr);
+  cuda::combine_rows_f32_shared(d_y.ptr, d_pr.ptr, d_sh.ptr, T, k, H, d_ob.ptr, nullptr);
+  expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, k, H,
+                  [&](int t, int j) { return sh[size_t(t) * H + j]; });
+  if (HasFatalFailure()) return;
+
+  const auto gu = test::random_floats(size_t(T) * 2 * I, 10, -8.f, 8.f);
+  DeviceArray<float> d_gu(gu);
+  DeviceArray<uint16_t> d_h(size_t(T) * I);  // poisoned
+  cuda::silu_mul_rows(d_gu.ptr, T, I, d_h.ptr, nullptr);
+  const auto h = d_h.download();
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < I; ++j) {
+      const float g = gu[size_t(t) * 2 * I + j], u = gu[size_t(t) * 2 * I + I + j];
+      const uint16_t want = float_to_bf16(g / (1.0f + std::exp(-g)) * u);
+      const uint16_t got = h[size_t(t) * I + j];
+      ASSERT_LE(std::abs(int(got) - int(want)), 1) << t << "," << j << ": " << bf16_to_float(got) << " vs "
+                                                   << bf16_to_float(want);
+    }
+  EXPECT_THROW(cuda::silu_mul_rows(d_gu.ptr, T, 130, d_h.ptr, nullptr), Error);
 }
 
 // The combine at decode shape (T = 1, H = 6144) and with more rows per token than one load
@@ -245,15 +294,7 @@ TEST(Permute, CombineSmallTAndManyRows) {
     DeviceArray<float> d_of(size_t(T) * H);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_of.ptr, nullptr);
     cuda::combine_rows(d_y.ptr, d_pr.ptr, nullptr, T, R, H, d_ob.ptr, nullptr);
-    const auto of = d_of.download();
-    const auto ob = d_ob.download();
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < H; ++j) {
-        float ref = 0;
-        for (int s = 0; s < R; ++s) ref += bf16_to_float(y[size_t(pair_row[size_t(t * R + s)]) * H + j]);
-        ASSERT_EQ(of[size_t(t) * H + j], ref) << "T=" << T << " R=" << R << " " << t << "," << j;
-        ASSERT_EQ(ob[size_t(t) * H + j], float_to_bf16(ref));
-      }
+    expect_combined(d_of.download(), d_ob.download(), y, pair_row, T, R, H, nullptr);
   }
 }
 

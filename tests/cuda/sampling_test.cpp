@@ -40,7 +40,7 @@ std::vector<float> random_logits(size_t n, uint64_t seed, float scale, bool bf16
 SamplingRowParams mixed_params(int r, uint64_t seed) {
   SamplingRowParams p;
   p.seed = seed * 1000003 + uint64_t(r);
-  switch (r % 9) {
+  switch (r % 11) {
     case 0: break;  // greedy
     case 1: p.temperature = 1.0f; break;
     case 2: p.temperature = 0.7f, p.top_k = 40; break;
@@ -50,6 +50,9 @@ SamplingRowParams mixed_params(int r, uint64_t seed) {
     case 6: p.temperature = 1.0f, p.top_k = 1; break;
     case 7: p.temperature = 0.9f, p.repetition_penalty = 1.3f, p.frequency_penalty = 0.3f, p.presence_penalty = 0.5f; break;
     case 8: p.repetition_penalty = 0.8f, p.presence_penalty = -0.4f; break;  // greedy with penalties
+    // Kept sets larger than the candidate list at a large vocabulary (the whole-row selection).
+    case 9: p.temperature = 5.0f, p.top_p = 0.99f; break;
+    case 10: p.temperature = 1.0f, p.top_k = 6000, p.min_p = 0.001f; break;
   }
   p.logprobs_top_n = r % 4 == 0 ? -1 : (r % 4 == 1 ? 0 : (r % 4 == 2 ? 5 : 20));
   return p;
@@ -58,17 +61,25 @@ SamplingRowParams mixed_params(int r, uint64_t seed) {
 struct Batch {
   int rows = 0;
   int vocab = 0;
-  std::vector<float> logits;
+  int64_t stride = 0;        // logits row stride (elements); the padding holds NaN (never read)
+  std::vector<float> logits; // [rows, stride]
   std::vector<SamplingRowParams> params;
   std::vector<int32_t> draw, done, prompt_len, output_len, history;
   int64_t history_stride = 64;
 };
 
-Batch make_batch(int rows, int vocab, uint64_t seed, bool ties) {
+// pad > 0: rows padded to vocab + pad (an odd pad makes the rows unaligned); masked: every
+// 101st logit is -inf (a masked token).
+Batch make_batch(int rows, int vocab, uint64_t seed, bool ties, int pad = 0, bool masked = false) {
   Batch b;
   b.rows = rows;
   b.vocab = vocab;
-  b.logits = random_logits(size_t(rows) * size_t(vocab), seed, 3.0f, ties);
+  b.stride = vocab + pad;
+  const std::vector<float> dense = random_logits(size_t(rows) * size_t(vocab), seed, 3.0f, ties);
+  b.logits.assign(size_t(rows) * size_t(b.stride), NAN);
+  for (size_t r = 0; r < size_t(rows); ++r)
+    for (size_t i = 0; i < size_t(vocab); ++i)
+      b.logits[r * size_t(b.stride) + i] = masked && i % 101 == 7 ? -INFINITY : dense[r * size_t(vocab) + i];
   std::mt19937 g{uint32_t(seed)};
   for (int r = 0; r < rows; ++r) {
     b.params.push_back(mixed_params(r, seed));
@@ -102,7 +113,7 @@ Result run_device(const Batch& b, cudaStream_t stream = nullptr, bool graph = fa
   DeviceBuffer ws(ws_bytes);
   sp::SampleArgs a;
   a.logits = logits.as<float>();
-  a.logits_stride = b.vocab;
+  a.logits_stride = b.stride;
   a.rows = b.rows;
   a.vocab = b.vocab;
   a.params = params.as<SamplingRowParams>();
@@ -151,7 +162,7 @@ int check_against_host(const Batch& b, const Result& got) {
     }
     const int32_t* h = b.history.data() + R * size_t(b.history_stride);
     const std::vector<int32_t> prompt(h, h + b.prompt_len[R]), output(h + b.prompt_len[R], h + b.prompt_len[R] + b.output_len[R]);
-    const auto ref = cpu::sample_scheme_cpu(b.logits.data() + R * size_t(b.vocab), b.vocab, b.params[R], prompt, output,
+    const auto ref = cpu::sample_scheme_cpu(b.logits.data() + R * size_t(b.stride), b.vocab, b.params[R], prompt, output,
                                             uint64_t(b.draw[R]));
     const bool near_tie = ref.draw_margin < 1e-4 || ref.cut_margin < 1e-5;
     if (got.tokens[R] != ref.token) {
@@ -175,25 +186,46 @@ int check_against_host(const Batch& b, const Result& got) {
   return near_ties;
 }
 
+// Rows are split over up to 121 CTAs when few (1 row at 154,880), over 1 when many (1,024
+// rows); each of the 11 parameter mixes x 4 logprob settings goes through the plain one-read
+// draw, the candidate list or the whole-row selection (mixes 9, 10 at vocab >= 20,000).
 TEST(SamplingGpu, EqualsHostTwinPerRow) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  struct Case { int rows, vocab; bool ties; };
-  for (const Case c : {Case{72, 1000, false}, Case{72, 1000, true}, Case{18, 154880, false}, Case{18, 154880, true},
-                       Case{9, 1, false}, Case{27, 33, true}}) {
-    Batch b = make_batch(c.rows, c.vocab, uint64_t(c.rows * 7 + c.vocab), c.ties);
-    b.done[size_t(c.rows / 2)] = 1;
+  struct Case { int rows, vocab; bool ties; int pad; bool masked; };
+  for (const Case c : {Case{1, 154880, false, 0, false}, Case{3, 154880, true, 0, true}, Case{44, 154880, false, 0, true},
+                       Case{44, 154880, true, 0, false}, Case{1024, 20000, false, 0, true}, Case{300, 20000, true, 4, false},
+                       Case{88, 1000, false, 0, false}, Case{88, 1000, true, 3, true}, Case{44, 1001, false, 2, false},
+                       Case{11, 1, false, 0, false}, Case{33, 33, true, 1, false}}) {
+    Batch b = make_batch(c.rows, c.vocab, uint64_t(c.rows * 7 + c.vocab), c.ties, c.pad, c.masked);
+    if (c.rows > 2) b.done[size_t(c.rows / 2)] = 1;
     const int near = check_against_host(b, run_device(b));
     EXPECT_LE(near, std::max(1, c.rows / 50)) << "rows " << c.rows << " vocab " << c.vocab;
   }
 }
 
+// Each mix alone in a batch of 5 rows (54-way split at 154,880) and of 700 rows (1-way split).
+TEST(SamplingGpu, EachMixSplitOrNotEqualsHostTwin) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int mix = 0; mix < 11; ++mix)
+    for (const int rows : {5, 700}) {
+      const int vocab = rows == 5 ? 154880 : 8192;
+      Batch b = make_batch(rows, vocab, uint64_t(mix * 31 + rows), mix % 2 == 1, 0, mix % 3 == 0);
+      for (int r = 0; r < rows; ++r) {
+        const SamplingRowParams q = mixed_params(mix + 11 * (r % 4), uint64_t(r) + 1);  // r % 4: logprob setting
+        b.params[size_t(r)] = q;
+      }
+      const int near = check_against_host(b, run_device(b));
+      EXPECT_LE(near, std::max(1, rows / 50)) << "mix " << mix << " rows " << rows;
+    }
+}
+
 TEST(SamplingGpu, SameTokenAloneOrBatched) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  const Batch b = make_batch(45, 20000, 5, true);
+  const Batch b = make_batch(45, 154880, 5, true);  // 22 CTAs per row batched, 121 alone
   const Result all = run_device(b);
   for (int r = 0; r < b.rows; r += 4) {
     Batch one = b;
-    const size_t R = size_t(r), V = size_t(b.vocab), H = size_t(b.history_stride);
+    const size_t R = size_t(r), V = size_t(b.stride), H = size_t(b.history_stride);
     one.rows = 1;
     one.logits.assign(b.logits.begin() + ptrdiff_t(R * V), b.logits.begin() + ptrdiff_t((R + 1) * V));
     one.params = {b.params[R]};
@@ -360,49 +392,87 @@ TEST(DecodeAdvanceGpu, EqualsHostTwinOverKSteps) {
   dev.expect_equal(h);
 }
 
+// The K-step loop's inputs: 40 requests (make_state), mixed parameters, fresh BF16-rounded
+// logits each step with the stop ids made likely. Seeds chosen so that the host loop meets no
+// near tie (KStepHostLoopHasNoNearTie checks it on the CPU).
+constexpr int kLoopVocab = 4096, kLoopSteps = 6;
+constexpr uint64_t kLoopStateSeed = 5, kLoopParamSeed = 77, kLoopLogitSeed = 1007;
+
+sp::DecodeStateHost loop_state() {
+  sp::DecodeStateHost h = make_state(40, kLoopSteps, 4, kLoopStateSeed);
+  for (int r = 0; r < h.rows; ++r)  // stop ids inside the vocabulary the draw reaches
+    for (int q = 0; q < h.stop_stride; ++q)
+      if (h.stop_ids[size_t(r * h.stop_stride + q)] != cpu::kNoToken) h.stop_ids[size_t(r * h.stop_stride + q)] = q;
+  return h;
+}
+
+std::vector<SamplingRowParams> loop_params(int rows) {
+  std::vector<SamplingRowParams> params;
+  for (int r = 0; r < rows; ++r) params.push_back(mixed_params(r, kLoopParamSeed));
+  return params;
+}
+
+std::vector<float> loop_logits(int rows, int j) {
+  std::vector<float> logits = random_logits(size_t(rows) * kLoopVocab, kLoopLogitSeed + uint64_t(j), 2.0f, true);
+  for (int r = 0; r < rows; ++r) logits[size_t(r) * kLoopVocab + size_t(r % 3)] += 6.0f;  // stop ids get likely
+  return logits;
+}
+
+// Step j of the loop on the host: the twin samples every running row, then decode_advance_cpu.
+// Returns the rows whose draw was a near tie.
+int host_loop_step(sp::DecodeStateHost& h, const std::vector<SamplingRowParams>& params, const std::vector<float>& logits,
+                   int j) {
+  int near = 0;
+  std::vector<int32_t> host_tokens(size_t(h.rows), cpu::kNoToken);
+  for (int r = 0; r < h.rows; ++r) {
+    const size_t R = size_t(r);
+    if (h.finish[R]) continue;
+    const int32_t* hist = h.history.data() + R * size_t(h.history_stride);
+    const std::vector<int32_t> prompt(hist, hist + h.prompt_len[R]),
+        output(hist + h.prompt_len[R], hist + h.prompt_len[R] + h.generated[R]);
+    const auto ref = cpu::sample_scheme_cpu(logits.data() + R * kLoopVocab, kLoopVocab, params[R], prompt, output,
+                                            uint64_t(h.generated[R]));
+    near += ref.draw_margin < 1e-4 || ref.cut_margin < 1e-5;
+    host_tokens[R] = ref.token;
+  }
+  sp::decode_advance_cpu(h, host_tokens.data(), j);
+  return near;
+}
+
+TEST(DecodeAdvanceCpu, KStepHostLoopHasNoNearTie) {
+  sp::DecodeStateHost h = loop_state();
+  const auto params = loop_params(h.rows);
+  int near = 0;
+  for (int j = 0; j < kLoopSteps; ++j) near += host_loop_step(h, params, loop_logits(h.rows, j), j);
+  EXPECT_EQ(near, 0) << "near ties in the fixed-seed K-step loop: change its seeds";
+  int finished = 0;
+  for (int32_t f : h.finish) finished += f != 0;
+  EXPECT_GT(finished, 0);
+  EXPECT_LT(finished, h.rows);
+}
+
 // K x (sample -> decode_advance) on the device, fresh logits each step, penalties reading the
 // history the device appends; the same loop on the host with the twins.
 TEST(DecodeAdvanceGpu, KStepsOfSampleAndAdvanceEqualTheHostLoop) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  const int V = 4096, K = 6;
-  sp::DecodeStateHost h = make_state(40, K, 4, 5);
-  for (int r = 0; r < h.rows; ++r)  // stop ids inside the vocabulary the draw reaches
-    for (int q = 0; q < h.stop_stride; ++q)
-      if (h.stop_ids[size_t(r * h.stop_stride + q)] != cpu::kNoToken) h.stop_ids[size_t(r * h.stop_stride + q)] = q;
-  std::vector<SamplingRowParams> params;
-  for (int r = 0; r < h.rows; ++r) params.push_back(mixed_params(r, 77));
+  sp::DecodeStateHost h = loop_state();
+  const auto params = loop_params(h.rows);
   DeviceState dev(h);
   DeviceBuffer dparams = DeviceBuffer::from(params), tokens(size_t(h.rows) * 4),
-               ws(sp::sample_workspace_bytes(h.rows, V));
-  for (int j = 0; j < K; ++j) {
-    std::vector<float> logits = random_logits(size_t(h.rows) * V, 1000 + uint64_t(j), 2.0f, true);
-    for (int r = 0; r < h.rows; ++r) logits[size_t(r) * V + size_t(r % 3)] += 6.0f;  // stop ids get likely
+               ws(sp::sample_workspace_bytes(h.rows, kLoopVocab));
+  for (int j = 0; j < kLoopSteps; ++j) {
+    const std::vector<float> logits = loop_logits(h.rows, j);
     DeviceBuffer dl = DeviceBuffer::from(logits);
     sp::SampleArgs a;
-    a.logits = dl.as<float>(), a.logits_stride = V, a.rows = h.rows, a.vocab = V;
+    a.logits = dl.as<float>(), a.logits_stride = kLoopVocab, a.rows = h.rows, a.vocab = kLoopVocab;
     a.params = dparams.as<SamplingRowParams>(), a.tokens = tokens.as<int32_t>();
     sp::bind_decode_state(a, dev.d);
     sp::sample(a, ws.ptr(), ws.bytes(), nullptr);
     sp::decode_advance(dev.d, tokens.as<int32_t>(), j, nullptr);
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<int32_t> host_tokens(size_t(h.rows), cpu::kNoToken);
-    for (int r = 0; r < h.rows; ++r) {
-      const size_t R = size_t(r);
-      if (h.finish[R]) continue;
-      const int32_t* hist = h.history.data() + R * size_t(h.history_stride);
-      const std::vector<int32_t> prompt(hist, hist + h.prompt_len[R]),
-          output(hist + h.prompt_len[R], hist + h.prompt_len[R] + h.generated[R]);
-      const auto ref = cpu::sample_scheme_cpu(logits.data() + R * V, V, params[R], prompt, output, uint64_t(h.generated[R]));
-      ASSERT_FALSE(ref.draw_margin < 1e-4 || ref.cut_margin < 1e-5) << "near tie in a fixed-seed test: change the seed";
-      host_tokens[R] = ref.token;
-    }
-    sp::decode_advance_cpu(h, host_tokens.data(), j);
+    ASSERT_EQ(host_loop_step(h, params, logits, j), 0) << "near tie in a fixed-seed test: change the seeds";
   }
   dev.expect_equal(h);
-  int finished = 0;
-  for (int32_t f : h.finish) finished += f != 0;
-  EXPECT_GT(finished, 0);
-  EXPECT_LT(finished, h.rows);
 }
 
 }  // namespace

@@ -68,6 +68,19 @@ void combine_rows(const uint16_t* y, const int32_t* pair_row, const uint16_t* sh
 void combine_rows(const uint16_t* y, const int32_t* pair_row, const uint16_t* shared, int tokens,
                   int rows_per_token, int hidden, uint16_t* out_bf16, cudaStream_t stream);
 
+// The same with an FP32 shared term (the BF16 shared expert's down output, moe/shared_bf16.hpp);
+// shared may be null.
+void combine_rows_f32_shared(const uint16_t* y, const int32_t* pair_row, const float* shared, int tokens,
+                             int rows_per_token, int hidden, float* out_f32, cudaStream_t stream);
+void combine_rows_f32_shared(const uint16_t* y, const int32_t* pair_row, const float* shared, int tokens,
+                             int rows_per_token, int hidden, uint16_t* out_bf16, cudaStream_t stream);
+
+// h[t, j] = bf16(SiLU(gate_up[t, j]) · gate_up[t, inter + j]) for gate_up [tokens, 2·inter] f32
+// (gate columns first, as the checkpoint's gate_up rows), h [tokens, inter] bf16; inter % 4 == 0,
+// 16-byte aligned rows. FP32 math (expf), one rounding: what the FP4 GEMM's SiluMul epilogue
+// and the CPU layer (bf16 activations) compute.
+void silu_mul_rows(const float* gate_up, int tokens, int inter, uint16_t* h, cudaStream_t stream);
+
 // offsets[0] = 0, offsets[1] = rows: the one-expert "grouped" GEMM of the shared expert.
 void fill_single_expert_offsets(int32_t* offsets, int rows, cudaStream_t stream);
 

@@ -1,207 +1,138 @@
-// sample(): one CTA of kThreads per row over F32 logits (cpu/sampling_scheme.hpp's scheme).
+// sample(): F32 logits [rows, vocab] -> one token per row (cpu/sampling_scheme.hpp's scheme), in
+// three launches; a row is split into `chunks` CTAs when the rows are few (geometry()).
 //
-// Passes over the row (each a read of vocab floats; L2 holds a row, not a batch of them):
-//   penalties   only rows with one: the listed tokens, in place, once per distinct token
-//   max         always: the max (and the greedy argmax), ties to the lower id
-//   top-k       3 count-histogram passes (11 + 11 + 10 bits of the order key)
-//   mass        when top-p or logprobs: Σ of fixed-point weights (and Σ above the top-k cut)
-//   top-p       3 weight-histogram passes restricted to the top-k prefix
-//   draw        Philox bits + Gumbel key for every kept token, block argmax
-//   top-n       3 count passes + one gather pass (logprobs_top_n > 0)
-// Where a cut falls inside a run of equal values and keeps only part of it, the pass that
-// needs it walks the row in id order with a block scan (ties to the lower id, exactly).
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
+//   stats   (chunks x rows)  penalties of the chunk's tokens (in place), the chunk's max (greedy
+//                            argmax) and, for a plain temperature row (no top-k / top-p / min-p),
+//                            its Gumbel winner: the draw of such a row is this one read.
+//   mass    (chunks x rows)  rows that truncate or want logprobs: Σ of fixed-point weights and a
+//                            row histogram of 2048 bins of (max − x) · 64 (count, weight), by
+//                            integer atomics (order-free, so deterministic).
+//   finish  (chunks x rows)  each CTA reads the row histogram and finds bin B such that bins
+//                            <= B hold the kept prefix, the top-k prefix and the top-n (a rank
+//                            prefix: the bin is monotone in x). If they are <= kCandCap tokens the
+//                            chunks gather them into the row's candidate list and the last CTA of
+//                            the row selects and draws over them in shared memory (the radix
+//                            passes run over a few thousand candidates, not the row); otherwise
+//                            (flat rows, huge top-k, non-finite max) one CTA runs the same
+//                            selection over the whole row. Plain and greedy rows need no list.
+//
+// Reads of the row: greedy and plain temperature 1 (the draw: Philox once per 4 tokens, and a
+// token whose x + 17 is below the running best Gumbel key skips its draw, exactly: −log(−log u)
+// <= 16.7 for the scheme's u); truncation / logprobs 3 (stats, mass, gather), plus the
+// whole-row radix passes for a row whose candidates overflow.
+#include <algorithm>
+#include <cstdint>
 
-#include "cuda/sampling/sampling.hpp"
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/sampling/sample_select.cuh"
+#include "cuda/sampling/sampling.hpp"
 
 namespace fp4moe::cuda::sampling {
 namespace {
 
-using cpu::float_order_key;
-using cpu::kMassOne;
+using namespace detail;
 
-constexpr int kThreads = 512;
-constexpr int kBins = 2048;                  // 11-bit digits
-constexpr int kBinsPerThread = kBins / kThreads;
-constexpr uint32_t kAllKept = 0xFFFFFFFFu;   // "every equal value kept"
+constexpr int kMaxChunks = 128;
+constexpr int kMinChunk = 1024;      // tokens per chunk at least
+constexpr int kChunkAlign = 128;     // chunk starts: multiples of 4 (Philox groups, float4) and 32 (bitmap words)
+constexpr int kTargetCtas = 1024;    // split rows until about this many CTAs
+constexpr int kRowBins = 2048;       // row histogram bins of (max − x) · kBinsPerUnit
+constexpr float kBinsPerUnit = 64.0f;
+constexpr float kGumbelBound = 17.0f;  // > max of −log(−log u), u <= 1 − 2^−24
 
-struct Prefix {  // the first n of the rank order: key > v, or key == v and id-rank among equals < e
-  uint32_t v = 0;
-  uint32_t e = kAllKept;
-  uint32_t eq_total = 0;  // how many keys equal v (within the selection's restriction)
-  uint64_t n = 0;         // length of the prefix
+struct Geometry {
+  int chunks = 1;
+  int chunk_len = 0;
 };
 
-struct Smem {
-  unsigned long long hist_w[kBins];
-  uint32_t hist_c[kBins];
-  union {
-    cub::BlockScan<unsigned long long, kThreads>::TempStorage scan_u64;
-    cub::BlockScan<int, kThreads>::TempStorage scan_int;
-    cub::BlockReduce<unsigned long long, kThreads>::TempStorage reduce;
-  } tmp;
-  unsigned long long bcast_u64[3];
-  uint32_t bcast_u32[2];
-  int32_t top_n;
-  int32_t top_id[kMaxTopLogprobs];
-  uint32_t top_key[kMaxTopLogprobs];
+Geometry geometry(int rows, int vocab) {
+  Geometry g;
+  int c = kTargetCtas / (rows > 0 ? rows : 1);
+  c = std::min(c, kMaxChunks);
+  c = std::min(c, vocab / kMinChunk);
+  c = std::max(c, 1);
+  g.chunk_len = ((vocab + c - 1) / c + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+  g.chunks = (vocab + g.chunk_len - 1) / g.chunk_len;
+  return g;
+}
+
+struct Partial {
+  unsigned long long max_rank;  // pack_rank of the chunk's max x
+  unsigned long long win_rank;  // pack_rank of the chunk's Gumbel winner (plain rows)
+  unsigned long long z;         // Σ fixed-point weights of the chunk (mass rows)
 };
 
-__device__ __forceinline__ uint64_t mass_weight(float x, float m) {
-  const float d = x - m;
-  return uint64_t(double(expf(d)) * kMassOne);
-}
-
-struct RowX {  // x_i = logit_i / temperature (IEEE), or the logit itself when greedy
-  const float* l;
-  float t;
-  bool scale;
-  __device__ __forceinline__ float operator()(int i) const { return scale ? __fdiv_rn(l[i], t) : l[i]; }
+struct Workspace {  // per row r: element r * (per-row size) of each array
+  unsigned long long* hist_w;   // [rows, kRowBins]
+  Partial* partials;            // [rows, kMaxChunks]
+  uint32_t* hist_c;             // [rows, kRowBins]
+  uint32_t* counters;           // [rows, 2]: CTAs of finish done, candidates gathered
+  int32_t* cand_id;             // [rows, kCandCap]
+  float* cand_x;                // [rows, kCandCap]
+  uint32_t* bitmaps;            // [rows, 2, words]
+  int64_t words;
 };
 
-__device__ unsigned long long block_sum(Smem& sm, unsigned long long v) {
-  const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(sm.tmp.reduce).Sum(v);
-  if (threadIdx.x == 0) sm.bcast_u64[0] = s;
-  __syncthreads();
-  const unsigned long long r = sm.bcast_u64[0];
-  __syncthreads();
-  return r;
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Carves the workspace; with base null only counts the bytes.
+Workspace carve(void* base, int64_t rows, int64_t vocab, size_t* bytes) {
+  Workspace w{};
+  w.words = (vocab + 31) / 32;
+  char* p = static_cast<char*>(base);
+  size_t off = 0;
+  auto take = [&](size_t n) {
+    char* at = p ? p + off : nullptr;
+    off += align256(n);
+    return at;
+  };
+  const size_t R = size_t(rows);
+  w.hist_w = reinterpret_cast<unsigned long long*>(take(R * kRowBins * 8));
+  w.partials = reinterpret_cast<Partial*>(take(R * kMaxChunks * sizeof(Partial)));
+  w.hist_c = reinterpret_cast<uint32_t*>(take(R * kRowBins * 4));
+  w.counters = reinterpret_cast<uint32_t*>(take(R * 2 * 4));
+  w.cand_id = reinterpret_cast<int32_t*>(take(R * kCandCap * 4));
+  w.cand_x = reinterpret_cast<float*>(take(R * kCandCap * 4));
+  w.bitmaps = reinterpret_cast<uint32_t*>(take(R * 2 * size_t(w.words) * 4));
+  if (bytes) *bytes = off;
+  return w;
 }
 
-__device__ unsigned long long block_max(Smem& sm, unsigned long long v) {
-  const unsigned long long s =
-      cub::BlockReduce<unsigned long long, kThreads>(sm.tmp.reduce).Reduce(v, [](auto a, auto b) { return a > b ? a : b; });
-  if (threadIdx.x == 0) sm.bcast_u64[0] = s;
-  __syncthreads();
-  const unsigned long long r = sm.bcast_u64[0];
-  __syncthreads();
-  return r;
+// The row-histogram bin of x: floor((m − x) · 64), NaN and far tails in the last bin. Monotone:
+// a larger x never gets a larger bin, so "bin <= B" is a prefix of the rank order.
+__device__ __forceinline__ int row_bin(float x, float m) {
+  const float d = (m - x) * kBinsPerUnit;
+  return d < float(kRowBins - 1) ? int(d) : kRowBins - 1;  // NaN fails the test
 }
 
-// (key desc, id asc) as one u64 for a max reduction.
-__device__ __forceinline__ unsigned long long pack_rank(uint32_t key, int i) {
-  return (static_cast<unsigned long long>(key) << 32) | (0xFFFFFFFFu - uint32_t(i));
-}
-__device__ __forceinline__ int unpack_id(unsigned long long p) { return int(0xFFFFFFFFu - uint32_t(p)); }
-
-// The rank-`need` position of the order (count mode: weight 1 per key; mass mode: the
-// fixed-point weight), among keys >= restrict_min. Returns v with weight(> v) < need <=
-// weight(>= v), the count of keys > v, and (mass mode) the weight of keys > v.
-template <bool kMass>
-__device__ void radix_select(Smem& sm, const RowX& xf, int vocab, float m, uint32_t restrict_min, uint64_t need,
-                             uint32_t& v_out, uint64_t& count_gt, uint64_t& weight_gt, uint32_t& eq_total) {
-  uint32_t prefix = 0, mask = 0;
-  count_gt = 0;
-  weight_gt = 0;
-  constexpr int kShift[3] = {21, 10, 0};
-  constexpr int kBits[3] = {11, 11, 10};
-  for (int pass = 0; pass < 3; ++pass) {
-    const int shift = kShift[pass];
-    const uint32_t dmask = (1u << kBits[pass]) - 1u;
-    for (int b = threadIdx.x; b < kBins; b += kThreads) {
-      sm.hist_c[b] = 0;
-      if (kMass) sm.hist_w[b] = 0;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float x = xf(i);
-      const uint32_t key = float_order_key(x);
-      if (key < restrict_min || (key & mask) != prefix) continue;
-      const int d = int((key >> shift) & dmask);
-      atomicAdd(&sm.hist_c[d], 1u);
-      if (kMass) {
-        const uint64_t w = mass_weight(x, m);
-        if (w) atomicAdd(&sm.hist_w[d], static_cast<unsigned long long>(w));
-      }
-    }
-    __syncthreads();
-    // Walk the bins from the highest digit down: thread t owns bins kBins-1-(t*4+j).
-    unsigned long long local_w = 0, local_c = 0;
-    for (int j = 0; j < kBinsPerThread; ++j) {
-      const int d = kBins - 1 - (threadIdx.x * kBinsPerThread + j);
-      local_c += sm.hist_c[d];
-      if (kMass) local_w += sm.hist_w[d];
-    }
-    unsigned long long above_c, above_w = 0;
-    cub::BlockScan<unsigned long long, kThreads>(sm.tmp.scan_u64).ExclusiveSum(local_c, above_c);
-    __syncthreads();
-    if (kMass) cub::BlockScan<unsigned long long, kThreads>(sm.tmp.scan_u64).ExclusiveSum(local_w, above_w);
-    unsigned long long acc_c = above_c, acc_w = above_w;
-    for (int j = 0; j < kBinsPerThread; ++j) {
-      const int d = kBins - 1 - (threadIdx.x * kBinsPerThread + j);
-      const unsigned long long hc = sm.hist_c[d];
-      const unsigned long long h = kMass ? sm.hist_w[d] : hc;
-      const unsigned long long acc = kMass ? acc_w : acc_c;
-      if (acc < need && acc + h >= need) {
-        sm.bcast_u32[0] = uint32_t(d);
-        sm.bcast_u32[1] = uint32_t(hc);
-        sm.bcast_u64[1] = acc_c;
-        sm.bcast_u64[2] = acc_w;
-      }
-      acc_c += hc;
-      acc_w += kMass ? sm.hist_w[d] : 0;
-    }
-    __syncthreads();
-    const uint32_t d = sm.bcast_u32[0];
-    prefix |= d << shift;
-    mask |= dmask << shift;
-    count_gt += sm.bcast_u64[1];
-    weight_gt += sm.bcast_u64[2];
-    need -= kMass ? sm.bcast_u64[2] : sm.bcast_u64[1];
-    eq_total = sm.bcast_u32[1];
-    __syncthreads();
+// Four consecutive tokens i0..i0+3 (those < V), float4 when the row allows it.
+__device__ __forceinline__ int load4(const float* l, int i0, int V, bool vec, float (&v)[4]) {
+  if (vec && i0 + 3 < V) {
+    const float4 q = *reinterpret_cast<const float4*>(l + i0);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    return 4;
   }
-  v_out = prefix;
+  int n = 0;
+  for (int j = 0; j < 4; ++j)
+    if (i0 + j < V) v[n++] = l[i0 + j];
+  return n;
 }
 
-// fn(i, x, key, eq_rank) for every key >= v, where eq_rank (valid when key == v) is the id
-// rank among the keys equal to v. Strided (eq_rank 0) unless `ordered`.
-template <class Fn>
-__device__ void for_each_at_least(Smem& sm, const RowX& xf, int vocab, uint32_t v, bool ordered, Fn&& fn) {
-  if (!ordered) {
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float x = xf(i);
-      const uint32_t key = float_order_key(x);
-      if (key >= v) fn(i, x, key, 0u);
-    }
-    return;
-  }
-  uint32_t base = 0;
-  for (int i0 = 0; i0 < vocab; i0 += kThreads) {
-    const int i = i0 + threadIdx.x;
-    float x = 0.0f;
-    uint32_t key = 0;
-    if (i < vocab) {
-      x = xf(i);
-      key = float_order_key(x);
-    }
-    const int eq = i < vocab && key == v;
-    int rank, total;
-    cub::BlockScan<int, kThreads>(sm.tmp.scan_int).ExclusiveSum(eq, rank, total);
-    if (i < vocab && key >= v) fn(i, x, key, base + uint32_t(rank));
-    base += uint32_t(total);
-    __syncthreads();
-  }
-}
-
-__device__ __forceinline__ bool in_prefix(const Prefix& p, uint32_t key, uint32_t eq_rank) {
-  return key > p.v || (key == p.v && eq_rank < p.e);
-}
-
-__device__ void apply_penalties(const SampleArgs& a, const SamplingRowParams& P, float* l, uint32_t* bits, int64_t words,
-                                int row) {
+// Penalties of the tokens in [i0, i1), in place, once per distinct token (bitmap words of the
+// chunk: only this CTA touches them). Each chunk reads the whole token list.
+__device__ void apply_penalties(const SampleArgs& a, const SamplingRowParams& P, float* l, uint32_t* bits,
+                                int64_t words, int row, int i0, int i1) {
   const int32_t* hist = a.history + row * a.history_stride;
   const int np = a.prompt_len[row], no = a.output_len[row];
   uint32_t* seen = bits;
   uint32_t* first = bits + words;
-  for (int64_t w = threadIdx.x; w < 2 * words; w += kThreads) bits[w] = 0;
+  for (int w = i0 / 32 + int(threadIdx.x); w < (i1 + 31) / 32; w += kThreads) seen[w] = first[w] = 0;
   __syncthreads();
   if (P.repetition_penalty != 1.0f) {
     for (int j = threadIdx.x; j < np + no; j += kThreads) {
       const int32_t t = hist[j];
-      if (t < 0 || t >= a.vocab) continue;
+      if (t < i0 || t >= i1) continue;
       const uint32_t bit = 1u << (t & 31);
       if (atomicOr(&seen[t >> 5], bit) & bit) continue;
       const float v = l[t];
@@ -213,7 +144,7 @@ __device__ void apply_penalties(const SampleArgs& a, const SamplingRowParams& P,
     const int32_t* out = hist + np;
     for (int j = threadIdx.x; j < no; j += kThreads) {
       const int32_t t = out[j];
-      if (t < 0 || t >= a.vocab) continue;
+      if (t < i0 || t >= i1) continue;
       const uint32_t bit = 1u << (t & 31);
       if (atomicOr(&first[t >> 5], bit) & bit) continue;
       int n = 0;
@@ -225,166 +156,291 @@ __device__ void apply_penalties(const SampleArgs& a, const SamplingRowParams& P,
   }
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a, uint32_t* bitmaps, int64_t bitmap_words) {
-  __shared__ Smem sm;
-  const int row = blockIdx.x;
-  const int tid = threadIdx.x;
+__device__ __forceinline__ bool row_done(const SampleArgs& a, int row) { return a.done && a.done[row]; }
+
+__global__ void __launch_bounds__(kThreads) stats_kernel(SampleArgs a, Workspace ws, Geometry g, bool vec) {
+  __shared__ Common cm;
+  const int row = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
+  if (row_done(a, row)) return;
+  const int V = a.vocab;
+  const int i0 = c * g.chunk_len, i1 = min(V, i0 + g.chunk_len);
   float* l = a.logits + row * a.logits_stride;
-  auto write_empty_top = [&](int from) {
-    if (a.top_ids)
-      for (int j = from + tid; j < kMaxTopLogprobs; j += kThreads) {
-        a.top_ids[row * kMaxTopLogprobs + j] = kNoToken;
-        a.top_logprobs[row * kMaxTopLogprobs + j] = 0.0f;
+  const SamplingRowParams P = a.params[row];
+  const RowFlags f(P, V);
+  if (f.needs_mass()) {  // clear this chunk's share of the row's histogram and counters
+    for (int b = c * kThreads + tid; b < kRowBins; b += g.chunks * kThreads) {
+      ws.hist_c[size_t(row) * kRowBins + b] = 0;
+      ws.hist_w[size_t(row) * kRowBins + b] = 0;
+    }
+    if (c == 0 && tid < 2) ws.counters[row * 2 + tid] = 0;
+  }
+  if (a.history && (P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f))
+    apply_penalties(a, P, l, ws.bitmaps + size_t(row) * 2 * size_t(ws.words), ws.words, row, i0, i1);
+  const bool scale = !f.greedy, plain = f.plain();
+  const float t = P.temperature;
+  const uint64_t seed = P.seed;
+  const uint64_t step = a.draw_index ? uint64_t(uint32_t(a.draw_index[row])) : 0;
+  unsigned long long best = 0, win = 0;
+  float win_g = -INFINITY;
+  for (int i4 = i0 + 4 * tid; i4 < i1; i4 += 4 * kThreads) {
+    float v[4];
+    const int n = load4(l, i4, V, vec, v);
+    bool draw = false;
+    for (int j = 0; j < n; ++j) {
+      const float x = scale ? __fdiv_rn(v[j], t) : v[j];
+      v[j] = x;
+      const unsigned long long r = pack_rank(float_order_key(x), i4 + j);
+      best = r > best ? r : best;
+      draw |= !(x + kGumbelBound < win_g);
+    }
+    if (!plain || !draw) continue;
+    const cpu::Philox4 bits = cpu::philox4x32_10(uint32_t(i4) >> 2, uint32_t(step), uint32_t(step >> 32), 0x53414D50u,
+                                                 uint32_t(seed), uint32_t(seed >> 32));
+    for (int j = 0; j < n; ++j) {
+      if (v[j] + kGumbelBound < win_g) continue;  // its key cannot reach the best one
+      const float u = cpu::bits_to_open_uniform(bits.v[j]);
+      const float e = -logf(u);
+      const float gk = v[j] - logf(e);
+      const unsigned long long r = pack_rank(float_order_key(gk), i4 + j);
+      if (r > win) {
+        win = r;
+        win_g = gk;
       }
-  };
-  if (a.done && a.done[row]) {
+    }
+  }
+  best = block_max(cm, best);
+  if (plain) win = block_max(cm, win);
+  if (tid == 0) {
+    Partial& p = ws.partials[size_t(row) * kMaxChunks + c];
+    p.max_rank = best;
+    p.win_rank = win;
+  }
+}
+
+// The row's max rank (and the plain row's winner) over its chunks' partials.
+__device__ void reduce_partials(Common& cm, const Workspace& ws, int row, int chunks, unsigned long long& best,
+                                unsigned long long& win) {
+  unsigned long long b = 0, w = 0;
+  for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    const Partial& p = ws.partials[size_t(row) * kMaxChunks + c];
+    b = p.max_rank > b ? p.max_rank : b;
+    w = p.win_rank > w ? p.win_rank : w;
+  }
+  best = block_max(cm, b);
+  win = block_max(cm, w);
+}
+
+__global__ void __launch_bounds__(kThreads) mass_kernel(SampleArgs a, Workspace ws, Geometry g, bool vec) {
+  __shared__ Common cm;
+  __shared__ unsigned long long hw[kRowBins];
+  __shared__ uint32_t hc[kRowBins];
+  const int row = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
+  if (row_done(a, row)) return;
+  const int V = a.vocab;
+  const SamplingRowParams P = a.params[row];
+  const RowFlags f(P, V);
+  if (!f.needs_mass()) return;
+  const int i0 = c * g.chunk_len, i1 = min(V, i0 + g.chunk_len);
+  const float* l = a.logits + row * a.logits_stride;
+  const RowSrc rx{l, P.temperature, !f.greedy, V};
+  for (int b = tid; b < kRowBins; b += kThreads) hw[b] = 0, hc[b] = 0;
+  unsigned long long best, win;
+  reduce_partials(cm, ws, row, g.chunks, best, win);  // also orders the clearing above
+  const float m = rx.x(unpack_id(best));
+  unsigned long long z = 0;
+  for (int i4 = i0 + 4 * tid; i4 < i1; i4 += 4 * kThreads) {
+    float v[4];
+    const int n = load4(l, i4, V, vec, v);
+    for (int j = 0; j < n; ++j) {
+      const float x = rx.scale ? __fdiv_rn(v[j], rx.t) : v[j];
+      const uint64_t w = mass_weight(x, m);
+      z += w;
+      const int b = row_bin(x, m);
+      atomicAdd(&hc[b], 1u);
+      if (w) atomicAdd(&hw[b], static_cast<unsigned long long>(w));
+    }
+  }
+  z = block_sum(cm, z);  // syncs: the shared histogram is complete
+  for (int b = tid; b < kRowBins; b += kThreads) {
+    if (hc[b]) atomicAdd(&ws.hist_c[size_t(row) * kRowBins + b], hc[b]);
+    if (hw[b]) atomicAdd(&ws.hist_w[size_t(row) * kRowBins + b], hw[b]);
+  }
+  if (tid == 0) ws.partials[size_t(row) * kMaxChunks + c].z = z;
+}
+
+struct FinishSmem {
+  Common cm;
+  union {
+    Hist<11> full;  // whole-row selection
+    struct {
+      Hist<9> hist;
+      int32_t id[kCandCap];
+      float x[kCandCap];
+    } cand;
+  } u;
+};
+
+// The first bin whose cumulative value (bins ascending) reaches `need`; thread t holds the
+// exclusive prefix `ex` and its kPer bins `vals`.
+template <int kPer>
+__device__ int first_bin_reaching(Common& cm, const unsigned long long (&vals)[kPer], unsigned long long ex,
+                                  unsigned long long need) {
+  if (threadIdx.x == 0) cm.bcast_u32[0] = kRowBins - 1;
+  __syncthreads();
+  unsigned long long acc = ex;
+  for (int j = 0; j < kPer; ++j) {
+    if (acc < need && acc + vals[j] >= need) cm.bcast_u32[0] = uint32_t(threadIdx.x * kPer + j);
+    acc += vals[j];
+  }
+  __syncthreads();
+  const int b = int(cm.bcast_u32[0]);
+  __syncthreads();
+  return b;
+}
+
+enum class Plan { kDirect, kGather, kWholeRow };
+
+__global__ void __launch_bounds__(kThreads) finish_kernel(SampleArgs a, Workspace ws, Geometry g, bool vec) {
+  __shared__ FinishSmem sm;
+  Common& cm = sm.cm;
+  const int row = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
+  if (row_done(a, row)) {
+    if (c != 0) return;
     if (tid == 0) {
       a.tokens[row] = kNoToken;
       if (a.logprob) a.logprob[row] = 0.0f;
     }
-    write_empty_top(0);
+    write_empty_top(a, row, 0);
     return;
   }
-  const SamplingRowParams P = a.params[row];
-  if (a.history && (P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f))
-    apply_penalties(a, P, l, bitmaps + row * 2 * bitmap_words, bitmap_words, row);
-  const bool greedy = P.temperature == 0.0f;
-  const RowX xf{l, P.temperature, !greedy};
   const int V = a.vocab;
-
-  // max (greedy argmax)
-  unsigned long long best = 0;
-  for (int i = tid; i < V; i += kThreads) {
-    const unsigned long long r = pack_rank(float_order_key(xf(i)), i);
-    best = r > best ? r : best;
-  }
-  best = block_max(sm, best);
+  const SamplingRowParams P = a.params[row];
+  const RowFlags f(P, V);
+  const float* l = a.logits + row * a.logits_stride;
+  const RowSrc rx{l, P.temperature, !f.greedy, V};
+  unsigned long long best, win;
+  reduce_partials(cm, ws, row, g.chunks, best, win);
   const int argmax = unpack_id(best);
-  const float m = xf(argmax);
-
-  const bool want_lp = P.logprobs_top_n >= 0;
-  const bool top_k_on = !greedy && P.top_k > 0 && P.top_k < V;
-  const bool top_p_on = !greedy && P.top_p < 1.0f;
-  Prefix pk;  // the top-k prefix (all when off)
-  pk.n = uint64_t(V);
-  if (top_k_on) {
-    uint64_t cgt, wgt;
-    radix_select<false>(sm, xf, V, m, 0u, uint64_t(P.top_k), pk.v, cgt, wgt, pk.eq_total);
-    pk.e = uint32_t(uint64_t(P.top_k) - cgt);
-    pk.n = uint64_t(P.top_k);
-  }
-  // Masses: Σ over all (logprobs, top-p without top-k) and Σ above the top-k cut.
-  uint64_t z_all = 0, z_k = 0;
-  if (want_lp || top_p_on) {
-    unsigned long long s_all = 0, s_gt = 0;
-    for (int i = tid; i < V; i += kThreads) {
-      const float x = xf(i);
-      const uint64_t w = mass_weight(x, m);
-      s_all += w;
-      if (float_order_key(x) > pk.v) s_gt += w;
+  const float m = rx.x(argmax);
+  const int n_top = a.top_ids && P.logprobs_top_n > 0 ? (P.logprobs_top_n < V ? P.logprobs_top_n : V) : 0;
+  Plan plan = Plan::kDirect;
+  uint64_t z_all = 0;
+  int B = -1;  // candidates: bins <= B
+  if (f.needs_mass()) {
+    constexpr int kPer = kRowBins / kThreads;
+    unsigned long long cnt[kPer], wts[kPer], lc = 0, lw = 0;
+    for (int j = 0; j < kPer; ++j) {
+      const size_t at = size_t(row) * kRowBins + size_t(tid * kPer + j);
+      cnt[j] = ws.hist_c[at];
+      wts[j] = ws.hist_w[at];
+      lc += cnt[j];
+      lw += wts[j];
     }
-    z_all = block_sum(sm, s_all);
-    if (top_k_on) {
-      const uint64_t gt = block_sum(sm, s_gt);
-      z_k = gt + uint64_t(pk.e) * mass_weight(cpu::float_from_order_key(pk.v), m);
-    } else {
-      z_k = z_all;
+    unsigned long long ex_c, ex_w;
+    cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(lc, ex_c);
+    __syncthreads();
+    cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(lw, ex_w);
+    __syncthreads();
+    unsigned long long zs = 0;
+    for (int q = tid; q < g.chunks; q += kThreads) zs += ws.partials[size_t(row) * kMaxChunks + q].z;
+    z_all = block_sum(cm, zs);
+    if (f.truncates()) {
+      if (f.top_k_on) {
+        B = first_bin_reaching(cm, cnt, ex_c, uint64_t(P.top_k));
+      } else if (f.top_p_on) {
+        const double t = ceil(double(P.top_p) * double(z_all));
+        const uint64_t t_int = uint64_t(t);
+        B = first_bin_reaching(cm, wts, ex_w, t_int < z_all ? t_int : z_all);
+      } else {
+        B = row_bin(m + logf(P.min_p), m);
+      }
     }
+    if (n_top > 0) B = max(B, first_bin_reaching(cm, cnt, ex_c, uint64_t(n_top)));
+    if (B >= 0) {
+      if (tid == 0) cm.bcast_u64[1] = 0;
+      __syncthreads();
+      unsigned long long acc = ex_c;
+      for (int j = 0; j < kPer; ++j) {
+        acc += cnt[j];
+        if (tid * kPer + j == B) cm.bcast_u64[1] = acc;
+      }
+      __syncthreads();
+      const unsigned long long count = cm.bcast_u64[1];
+      const bool finite = isfinite(m);
+      plan = finite && count <= kCandCap ? Plan::kGather : Plan::kWholeRow;
+      __syncthreads();
+    }
+    if (!isfinite(m)) plan = Plan::kWholeRow;
   }
-  Prefix cut = pk;
-  if (top_p_on) {
-    const double t = ceil(double(P.top_p) * double(z_k));
-    const uint64_t t_int = uint64_t(t);
-    const uint64_t target = t_int < z_k ? t_int : z_k;
-    Prefix pp;
-    uint64_t cgt, wgt;
-    radix_select<true>(sm, xf, V, m, top_k_on ? pk.v : 0u, target, pp.v, cgt, wgt, pp.eq_total);
-    const uint64_t w_eq = mass_weight(cpu::float_from_order_key(pp.v), m);
-    const uint64_t c = w_eq ? (target - wgt + w_eq - 1) / w_eq : 1;
-    pp.e = uint32_t(c);
-    pp.n = cgt + c;
-    if (pp.n < cut.n) cut = pp;
-  }
-  const bool min_p_on = !greedy && P.min_p > 0.0f;
-  const float min_cut = min_p_on ? m + logf(P.min_p) : 0.0f;
-
-  int token = argmax;
-  if (!greedy) {
-    const bool ordered = cut.e != kAllKept && cut.e < cut.eq_total;
-    const uint64_t seed = P.seed;
-    const uint64_t step = a.draw_index ? uint64_t(uint32_t(a.draw_index[row])) : 0;
-    unsigned long long win = 0;
-    for_each_at_least(sm, xf, V, (top_k_on || top_p_on) ? cut.v : 0u, ordered,
-                      [&](int i, float x, uint32_t key, uint32_t eq_rank) {
-                        if ((top_k_on || top_p_on) && !in_prefix(cut, key, ordered ? eq_rank : 0u)) return;
-                        if (min_p_on && !(x >= min_cut)) return;
-                        const float u = cpu::bits_to_open_uniform(cpu::sample_bits(seed, step, uint32_t(i)));
-                        const float e = -logf(u);
-                        const float g = x - logf(e);
-                        const unsigned long long r = pack_rank(float_order_key(g), i);
-                        win = r > win ? r : win;
-                      });
-    win = block_max(sm, win);
-    token = unpack_id(win);
-  }
-  if (tid == 0) a.tokens[row] = token;
-  if (!want_lp) {
-    if (tid == 0 && a.logprob) a.logprob[row] = 0.0f;
-    write_empty_top(0);
+  const int plain_token = unpack_id(win);
+  if (plan != Plan::kGather) {
+    if (c != 0) return;
+    finish_row(cm, sm.u.full, rx, rx, a, P, row, m, argmax, plain_token, z_all);
     return;
   }
-  const double lse = double(m) + log(double(z_all) / kMassOne);
-  if (tid == 0 && a.logprob) a.logprob[row] = float(double(xf(token)) - lse);
-  const int n = P.logprobs_top_n < V ? P.logprobs_top_n : V;
-  if (n > 0 && a.top_ids) {
-    Prefix pn;
-    uint64_t cgt, wgt;
-    radix_select<false>(sm, xf, V, m, 0u, uint64_t(n), pn.v, cgt, wgt, pn.eq_total);
-    pn.e = uint32_t(uint64_t(n) - cgt);
-    if (tid == 0) sm.top_n = 0;
-    __syncthreads();
-    const bool ordered = pn.e < pn.eq_total;
-    for_each_at_least(sm, xf, V, pn.v, ordered, [&](int i, float, uint32_t key, uint32_t eq_rank) {
-      if (!in_prefix(pn, key, ordered ? eq_rank : 0u)) return;
-      const int slot = atomicAdd(&sm.top_n, 1);
-      if (slot < kMaxTopLogprobs) {
-        sm.top_id[slot] = i;
-        sm.top_key[slot] = key;
-      }
-    });
-    __syncthreads();
-    if (tid == 0) {  // <= 20 entries: insertion sort by (key desc, id asc)
-      const int c = sm.top_n < n ? sm.top_n : n;
-      for (int q = 1; q < c; ++q)
-        for (int r = q; r > 0; --r) {
-          const bool before = sm.top_key[r] > sm.top_key[r - 1] ||
-                              (sm.top_key[r] == sm.top_key[r - 1] && sm.top_id[r] < sm.top_id[r - 1]);
-          if (!before) break;
-          const int ti = sm.top_id[r];
-          const uint32_t tk = sm.top_key[r];
-          sm.top_id[r] = sm.top_id[r - 1];
-          sm.top_key[r] = sm.top_key[r - 1];
-          sm.top_id[r - 1] = ti;
-          sm.top_key[r - 1] = tk;
-        }
-      for (int q = 0; q < c; ++q) {
-        a.top_ids[row * kMaxTopLogprobs + q] = sm.top_id[q];
-        a.top_logprobs[row * kMaxTopLogprobs + q] = float(double(xf(sm.top_id[q])) - lse);
-      }
+  // Gather this chunk's candidates (bins <= B) into the row's list.
+  const int i0 = c * g.chunk_len, i1 = min(V, i0 + g.chunk_len);
+  if (tid == 0) cm.top_n = 0;
+  __syncthreads();
+  for (int i4 = i0 + 4 * tid; i4 < i1; i4 += 4 * kThreads) {
+    float v[4];
+    const int n = load4(l, i4, V, vec, v);
+    for (int j = 0; j < n; ++j) {
+      const float x = rx.scale ? __fdiv_rn(v[j], rx.t) : v[j];
+      if (row_bin(x, m) > B) continue;
+      const int slot = atomicAdd(&cm.top_n, 1);
+      sm.u.cand.id[slot] = i4 + j;
+      sm.u.cand.x[slot] = x;
     }
-    write_empty_top(n);
-  } else {
-    write_empty_top(0);
   }
+  __syncthreads();
+  const int n_local = cm.top_n;
+  if (tid == 0) cm.flag = int(atomicAdd(&ws.counters[row * 2 + 1], uint32_t(n_local)));
+  __syncthreads();
+  const int base = cm.flag;
+  int32_t* gid = ws.cand_id + size_t(row) * kCandCap;
+  float* gx = ws.cand_x + size_t(row) * kCandCap;
+  for (int j = tid; j < n_local; j += kThreads) {
+    gid[base + j] = sm.u.cand.id[j];
+    gx[base + j] = sm.u.cand.x[j];
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) cm.flag = atomicAdd(&ws.counters[row * 2], 1u) == uint32_t(g.chunks - 1);
+  __syncthreads();
+  if (!cm.flag) return;
+  __threadfence();
+  const int total = int(__ldcg(&ws.counters[row * 2 + 1]));
+  for (int j = tid; j < total; j += kThreads) {
+    sm.u.cand.id[j] = __ldcg(gid + j);
+    sm.u.cand.x[j] = __ldcg(gx + j);
+  }
+  __syncthreads();
+  const CandSrc src{sm.u.cand.id, sm.u.cand.x, total};
+  finish_row(cm, sm.u.cand.hist, src, rx, a, P, row, m, argmax, plain_token, z_all);
 }
 
 }  // namespace
 
+size_t sample_workspace_bytes(int64_t rows, int64_t vocab) {
+  FP4MOE_CHECK(rows >= 0 && vocab >= 1, "sample_workspace_bytes({}, {})", rows, vocab);
+  size_t bytes = 0;
+  carve(nullptr, rows, vocab, &bytes);
+  return bytes;
+}
+
 void sample(const SampleArgs& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   check_sample_args(a, workspace_bytes);
   if (a.rows == 0) return;
-  const int64_t words = (int64_t(a.vocab) + 31) / 32;
-  sample_kernel<<<a.rows, kThreads, 0, stream>>>(a, static_cast<uint32_t*>(workspace), words);
+  const Geometry g = geometry(a.rows, a.vocab);
+  const Workspace ws = carve(workspace, a.rows, a.vocab, nullptr);
+  const bool vec = reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.logits_stride % 4 == 0;
+  const dim3 grid(unsigned(g.chunks), unsigned(a.rows));
+  stats_kernel<<<grid, kThreads, 0, stream>>>(a, ws, g, vec);
+  FP4MOE_CUDA_CHECK(cudaGetLastError());
+  mass_kernel<<<grid, kThreads, 0, stream>>>(a, ws, g, vec);
+  FP4MOE_CUDA_CHECK(cudaGetLastError());
+  finish_kernel<<<grid, kThreads, 0, stream>>>(a, ws, g, vec);
   FP4MOE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,17 +1,12 @@
-// Host side of cuda/sampling: argument checks, the workspace size, DecodeState binding and
+// Host side of cuda/sampling: argument checks, DecodeState binding and
 // decode_advance_cpu, the host twin of decode_advance (written independently, plain loops).
 #include "core/error.hpp"
 #include "cuda/sampling/sampling.hpp"
 
 namespace fp4moe::cuda::sampling {
 
-size_t sample_workspace_bytes(int64_t rows, int64_t vocab) {
-  FP4MOE_CHECK(rows >= 0 && vocab >= 1, "sample_workspace_bytes({}, {})", rows, vocab);
-  return size_t(rows) * 2 * size_t((vocab + 31) / 32) * sizeof(uint32_t);
-}
-
 void check_sample_args(const SampleArgs& a, size_t workspace_bytes) {
-  FP4MOE_CHECK(a.rows >= 0, "sample: rows {} < 0", a.rows);
+  FP4MOE_CHECK(a.rows >= 0 && a.rows <= 65535, "sample: rows {} outside 0 .. 65535", a.rows);
   FP4MOE_CHECK(a.vocab >= 1 && a.vocab < (1 << 23), "sample: vocab {} outside 1 .. 2^23", a.vocab);
   FP4MOE_CHECK(a.logits_stride >= a.vocab, "sample: logits stride {} < vocab {}", a.logits_stride, a.vocab);
   if (a.rows == 0) return;

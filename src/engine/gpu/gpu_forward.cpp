@@ -25,7 +25,20 @@ DeviceBatch GpuRunner::Impl::batch(int T, int R) const {
   return b;
 }
 
-void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx) {
+namespace {
+
+// Device → host copy of n values (eager only: synchronises the stream).
+template <typename V>
+std::vector<V> download(const V* src, size_t n, cudaStream_t stream) {
+  std::vector<V> v(n);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(v.data(), src, n * sizeof(V), cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return v;
+}
+
+}  // namespace
+
+void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoices* choices) {
   const model::MlaModelConfig& c = cfg;
   const DeviceLayer& L = layers[size_t(l)];
   const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd,
@@ -71,13 +84,17 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx) {
     cuda::indexer::TopKArgs ta;
     ta.scores = s.scores;
     ta.score_stride = opt.max_context;
+    ta.max_ctx = max_ctx;
     ta.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
     ta.top_k = int(c.index_topk);
     ta.out_pos = s.topk_pos;
     ta.out_slot = s.topk_slot;
     ta.page_size = opt.page_size;
+    ta.workspace = s.topk_ws;
+    ta.workspace_bytes = s.topk_ws_bytes;
     cuda::indexer::top_k(ta, stream);
     topk = s.topk_slot;
+    if (choices) choices->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * ta.top_k, stream);
   } else if (c.indexer[size_t(l)] == model::IndexerKind::Shared) {
     topk = s.topk_slot;
   }
@@ -102,7 +119,7 @@ void GpuRunner::Impl::dense_mlp(const DenseMlp& m, int T, uint16_t* out) {
   m.down.run(s.hm, T, out, false, x);
 }
 
-void GpuRunner::Impl::mlp(int64_t l, int T) {
+void GpuRunner::Impl::mlp(int64_t l, int T, StepChoices* choices) {
   const DeviceLayer& L = layers[size_t(l)];
   const int64_t H = cfg.hidden;
   if (!L.is_moe) {
@@ -111,7 +128,14 @@ void GpuRunner::Impl::mlp(int64_t l, int T) {
     return;
   }
   if (L.moe) {
-    L.moe->forward(s.h, T, s.of, MoeWorkspace{s.moe_ws, s.moe_ws_bytes}, stream);
+    const MoeWorkspace ws{s.moe_ws, s.moe_ws_bytes};
+    L.moe->forward(s.h, T, s.of, ws, stream);
+    if (choices) {
+      const MoeRoutingView v = L.moe->routing(ws, T);
+      const MoeConfig& mc = L.moe->config();
+      choices->router_logits[size_t(l)] = download(v.logits, size_t(T * mc.num_experts), stream);
+      choices->expert_ids[size_t(l)] = download(v.topk_ids, size_t(T * mc.top_k), stream);
+    }
   } else {
     const DenseExperts& d = *L.dense_experts;
     const int E = d.router.num_experts, k = d.router.top_k, I = int(cfg.moe.inter);
@@ -124,6 +148,10 @@ void GpuRunner::Impl::mlp(int64_t l, int T) {
     blas.batched(true, int(H), T, I, d.w2.ptr(), I, H * I, s.eh, I, int64_t(T) * I, s.ey, true, H, int64_t(T) * H, E,
                  stream);
     moe_dense_combine(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
+    if (choices) {
+      choices->router_logits[size_t(l)] = download(s.rlogits, size_t(T) * E, stream);
+      choices->expert_ids[size_t(l)] = download(s.rids, size_t(T) * k, stream);
+    }
   }
   add_into(s.x, s.of, int64_t(T) * H, stream);
   if (L.shared) {
@@ -132,7 +160,7 @@ void GpuRunner::Impl::mlp(int64_t l, int T) {
   }
 }
 
-void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden) {
+void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden, StepChoices* choices) {
   const model::MlaModelConfig& c = cfg;
   const int H = int(c.hidden);
   const float eps = float(c.rms_norm_eps);
@@ -147,13 +175,19 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
     hidden->clear();
     keep(s.x);
   }
+  if (choices) {
+    *choices = StepChoices{};
+    choices->router_logits.resize(size_t(c.num_layers));
+    choices->expert_ids.resize(size_t(c.num_layers));
+    choices->topk_positions.resize(size_t(c.num_layers));
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& L = layers[size_t(l)];
     rms_norm(s.x, H, T, H, L.input_norm.wp(), eps, s.h, H, stream);
-    attention(l, T, R, max_ctx);
+    attention(l, T, R, max_ctx, choices);
     add_into(s.x, s.o, int64_t(T) * H, stream);
     rms_norm(s.x, H, T, H, L.post_norm.wp(), eps, s.h, H, stream);
-    mlp(l, T);
+    mlp(l, T, choices);
     if (hidden && l + 1 < c.num_layers) keep(s.x);
   }
   rms_norm(s.x, H, T, H, final_norm.wp(), eps, s.h, H, stream);

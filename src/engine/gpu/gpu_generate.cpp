@@ -7,7 +7,7 @@
 namespace fp4moe::engine::gpu {
 
 model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>& prompt,
-                                   const model::GenerateOptions& opt) {
+                                   const model::GenerateOptions& opt, std::vector<StepChoices>* choices) {
   const model::MlaModelConfig& c = runner.config();
   const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
   FP4MOE_CHECK(P >= 1, "the prompt is empty");
@@ -55,6 +55,7 @@ model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>
     out.logits = (opt.keep_logits || !greedy) ? &logits : nullptr;
     out.greedy = &argmax;
     out.hidden = hidden;
+    if (choices) out.choices = &choices->emplace_back();
     runner.step(in, out);
     if (opt.keep_logits) res.logits.insert(res.logits.end(), logits.begin(), logits.end());
   };

@@ -13,8 +13,8 @@
 namespace fp4moe::engine::gpu {
 
 // Errors (one line): as model::validate_request, plus a request longer than the runner's
-// max context or pool.
+// max context or pool. choices (tests): each step's routing / top-k appended (steps run eager).
 model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>& prompt,
-                                   const model::GenerateOptions& opt);
+                                   const model::GenerateOptions& opt, std::vector<StepChoices>* choices = nullptr);
 
 }  // namespace fp4moe::engine::gpu

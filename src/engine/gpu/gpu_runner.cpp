@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/indexer/indexer.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
 
 namespace fp4moe::engine::gpu {
@@ -222,11 +223,14 @@ void GpuRunner::Impl::plan_memory() {
   take(s.ey, size_t(E) * t * H * 4);
   take(s.moe_ws, moe_ws);
   take(s.router_ws, router_ws);
+  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(T, int(opt.max_context)) : 0;
+  take(s.topk_ws, topk_ws);
   take(s.fp4_ws, fp4_ws);
   workspace = cuda::DeviceBuffer(off);
   for (auto& [p, o] : plan) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
   s.moe_ws_bytes = moe_ws;
   s.router_ws_bytes = router_ws;
+  s.topk_ws_bytes = topk_ws;
   FP4MOE_CUDA_CHECK(cudaMemset(workspace.ptr(), 0, workspace.bytes()));  // the MoE / router counters start at 0
   workspace_bytes = int64_t(off);
 

@@ -56,10 +56,20 @@ struct StepInput {
   std::vector<int32_t> logits_rows;
 };
 
+// The discrete choices of one step, per layer (tests: imposed on the CPU backend through
+// model::StepChoiceHooks so that near-ties broken differently by BF16 rounding choose alike):
+// MoE layers' router logits [T, E] and chosen expert ids [T, top_k]; indexer layers' top-k
+// positions [T, index_topk] (ascending, -1 padded). Empty for the other layers.
+struct StepChoices {
+  std::vector<std::vector<float>> router_logits;
+  std::vector<std::vector<int32_t>> expert_ids, topk_positions;
+};
+
 struct StepOutput {
   std::vector<float>* logits = nullptr;    // [rows, vocab] FP32 when set
   std::vector<int32_t>* greedy = nullptr;  // [rows] argmax when set
   model::HiddenStates* hidden = nullptr;   // per-layer hidden states when set (forces eager)
+  StepChoices* choices = nullptr;          // the step's routing / top-k when set (forces eager)
 };
 
 struct RunnerStats {

@@ -95,6 +95,8 @@ struct Scratch {
   size_t moe_ws_bytes = 0;
   void* router_ws = nullptr;   // the fallback router's (zeroed once)
   size_t router_ws_bytes = 0;
+  void* topk_ws = nullptr;     // the indexer top-k's, rows longer than 16K keys (zeroed once)
+  size_t topk_ws_bytes = 0;
   void* fp4_ws = nullptr;      // FP4 linears' GEMM workspace
 };
 
@@ -151,9 +153,10 @@ struct GpuRunner::Impl {
   void upload_meta(const StepInput& in, int64_t pad_to);
   // Enqueues the whole forward for T tokens of R requests reading the device metadata; rows:
   // logits rows (gathered by meta.rows); max_ctx sizes the indexer grid.
-  void forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden);
-  void attention(int64_t l, int T, int R, int max_ctx);
-  void mlp(int64_t l, int T);
+  // hidden / choices (eager only): filled when set.
+  void forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden, StepChoices* choices = nullptr);
+  void attention(int64_t l, int T, int R, int max_ctx, StepChoices* choices);
+  void mlp(int64_t l, int T, StepChoices* choices);
   void dense_mlp(const DenseMlp& m, int T, uint16_t* out);
   DeviceBatch batch(int T, int R) const;
   LinearCtx lctx() { return {&blas, meta.offsets, s.fp4_ws, stream}; }

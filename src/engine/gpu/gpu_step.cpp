@@ -116,7 +116,8 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   // A decode batch within the graph buckets runs padded to its bucket, replayed or (graphs
   // disabled, or hidden states asked for) eager over the same padded batch: bit for bit the same.
   const GraphEntry* g = nullptr;
-  if (decode && !m.graphs.empty() && !out.hidden) {
+  const bool capture = out.hidden || out.choices;  // per-layer results: eager only
+  if (decode && !m.graphs.empty() && !capture) {
     auto it = m.graphs.lower_bound(T);
     if (it != m.graphs.end()) {
       g = &it->second;
@@ -130,7 +131,7 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
     const size_t n = size_t(static_cast<uint8_t*>(m.s.moe_ws) - m.workspace.as<uint8_t>());
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.workspace.ptr(), 0xFF, n, m.stream));
   }
-  if (g && m.graphs_enabled && !out.hidden) {
+  if (g && m.graphs_enabled) {
     m.upload_meta(in, g->bucket);
     FP4MOE_CUDA_CHECK(cudaGraphLaunch(g->exec, m.stream));
     ++m.stats.graph_steps;
@@ -141,7 +142,7 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
     for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, b.positions[t] + 1);
     if (g) max_ctx = int(m.opt.max_context);  // as captured
     const int Tp = int(std::max(T, pad));
-    m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden);
+    m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden, out.choices);
     ++m.stats.eager_steps;
   }
   if (out.logits && rows > 0) {

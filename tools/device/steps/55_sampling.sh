@@ -6,7 +6,7 @@
 #      and the CPU twin's tests (sampling_scheme_cpu_test);
 #   2. `fp4moe bench sampling` (vocab 154,880, rows 1..1024, four parameter mixes) against
 #      reading the logits once at copy bandwidth; table rows start with '|'.
-# Expected run time: ~1 min tests + ~1-2 min bench. Env: SAMPLING_BENCH_ARGS (extra bench flags).
+# Expected run time: ~1-2 min tests + ~1 min bench. Env: SAMPLING_BENCH_ARGS (extra bench flags).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/sampling"

@@ -26,8 +26,11 @@ if [ -x "$B" ]; then
   timeout 400 "$B" --gtest_output=xml:"$O/gpu_runner_test.xml" > "$O/gpu_runner_test.log" 2>&1
   r=$?; echo "gpu_runner_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_runner_test.log" | tr '\n' ' ')"
   [ $r -eq 0 ] || rc=1
-  grep -E '^\[  FAILED  \]|Failure|rel L2|diverges' "$O/gpu_runner_test.log" | head -n 30
-  grep -oE 'logits_rel_l2="[^"]*"|testcase name="[^"]*"' "$O/gpu_runner_test.xml" 2>/dev/null | paste - - | head -n 12
+  grep -E '^\[  FAILED  \]|Failure|rel L2|diverges|GPU router chose' "$O/gpu_runner_test.log" | grep -v '^\[ info \]' | head -n 30
+  # Against the CPU alone (not asserted; near-ties): per-layer hidden states, the worst tokens of the
+  # first layer off with their experts vs the CPU's own and its router margin.
+  grep -E '^\[ RUN|^\[ info \]' "$O/gpu_runner_test.log" | head -n 80
+  grep -oE 'logits_rel_l2(_cpu_alone)?="[^"]*"|testcase name="[^"]*"' "$O/gpu_runner_test.xml" 2>/dev/null | paste - - - | head -n 12
 else
   echo "gpu_runner_test: not built"; rc=1
 fi

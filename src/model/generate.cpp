@@ -6,8 +6,7 @@
 
 namespace fp4moe::model {
 
-void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
-  const MlaModelConfig& c = model.config();
+void validate_prompt(const MlaModelConfig& c, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
   const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
   FP4MOE_CHECK(P >= 1, "the prompt is empty");
   FP4MOE_CHECK(N >= 1, "max_new_tokens {} must be >= 1", N);
@@ -18,7 +17,40 @@ void validate_request(const Model& model, const std::vector<int32_t>& prompt, co
                "the prompt ({} tokens) + {} new tokens exceed the model's max_position_embeddings ({})", P, N,
                c.max_position_embeddings);
   cpu::validate_sampling(opt.sampling);
+}
+
+void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+  validate_prompt(model.config(), prompt, opt);
   FP4MOE_CHECK(opt.page_size >= 1, "page size {} must be >= 1", opt.page_size);
+}
+
+void run_generation(GenerateResult& res, int64_t V, const GenerateOptions& opt,
+                    const std::function<void(int64_t, int64_t, HiddenStates*)>& run,
+                    const std::function<cpu::SampledToken(uint64_t)>& sample) {
+  const int64_t P = res.prompt_tokens, N = opt.max_new_tokens;
+  auto next = [&](uint64_t step) {
+    cpu::SampledToken s = sample(step);
+    res.tokens.push_back(step < opt.forced.size() ? opt.forced[step] : s.token);
+    FP4MOE_CHECK(res.tokens.back() >= 0 && res.tokens.back() < V, "forced token {} is out of the vocabulary",
+                 res.tokens.back());
+    res.samples.push_back(std::move(s));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt.prefill_token_by_token) {
+    for (int64_t p = 0; p < P; ++p) run(p, 1, nullptr);
+  } else {
+    run(0, P, opt.prompt_hidden);
+  }
+  next(0);
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int64_t i = 1; i < N; ++i) {
+    run(P + i - 1, 1, nullptr);
+    next(uint64_t(i));
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  res.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  res.new_tokens = N;
 }
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
@@ -54,31 +86,10 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
     if (opt.keep_logits) res.logits.insert(res.logits.end(), out.begin(), out.end());
     std::copy(out.end() - V, out.end(), row.begin());
   };
-  auto sample = [&](uint64_t step) {
+  run_generation(res, V, opt, run, [&](uint64_t step) {
     const std::vector<int32_t> output(res.tokens.begin() + P, res.tokens.end());
-    cpu::SampledToken s = cpu::sample_cpu(row.data(), V, opt.sampling, prompt, output, step);
-    res.tokens.push_back(step < opt.forced.size() ? opt.forced[step] : s.token);
-    FP4MOE_CHECK(res.tokens.back() >= 0 && res.tokens.back() < V, "forced token {} is out of the vocabulary",
-                 res.tokens.back());
-    res.samples.push_back(std::move(s));
-  };
-
-  const auto t0 = std::chrono::steady_clock::now();
-  if (opt.prefill_token_by_token) {
-    for (int64_t p = 0; p < P; ++p) run(p, 1, nullptr);
-  } else {
-    run(0, P, opt.prompt_hidden);
-  }
-  sample(0);
-  const auto t1 = std::chrono::steady_clock::now();
-  for (int64_t i = 1; i < N; ++i) {
-    run(P + i - 1, 1, nullptr);
-    sample(uint64_t(i));
-  }
-  const auto t2 = std::chrono::steady_clock::now();
-  res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  res.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
-  res.new_tokens = N;
+    return cpu::sample_cpu(row.data(), V, opt.sampling, prompt, output, step);
+  });
   return res;
 }
 

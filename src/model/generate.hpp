@@ -33,7 +33,22 @@ struct GenerateResult {
   int64_t prompt_tokens = 0, new_tokens = 0;
 };
 
-// Checks a request against the model before anything runs; throws fp4moe::Error (one line):
+// The checks of a request that depend only on the model's config (every backend's): an empty
+// prompt or max_new_tokens < 1, an id outside the vocabulary, prompt + max_new_tokens beyond
+// max_position_embeddings, bad sampling parameters. Throws fp4moe::Error (one line).
+void validate_prompt(const MlaModelConfig& config, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+// The single-request loop every backend runs over `res` (tokens = the prompt, prompt_tokens
+// set): the prefill (or the prompt one decode step at a time), then one decode step per new
+// token; teacher forcing, the vocabulary check of each new token, and the timings.
+// run(p0, n, hidden) computes positions [p0, p0 + n) of res.tokens; sample(step) samples the
+// next token from the last run's logits.
+void run_generation(GenerateResult& res, int64_t vocab, const GenerateOptions& opt,
+                    const std::function<void(int64_t p0, int64_t n, HiddenStates* hidden)>& run,
+                    const std::function<cpu::SampledToken(uint64_t step)>& sample);
+
+// Checks a request against the model before anything runs (validate_prompt's checks and a
+// page size >= 1); throws fp4moe::Error (one line):
 // an empty prompt, an id outside the vocabulary, prompt + max_new_tokens beyond
 // max_position_embeddings, bad sampling parameters.
 void validate_request(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);

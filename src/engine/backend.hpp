@@ -99,6 +99,9 @@ struct BackendInfo {
   // this fraction of device_bytes (the GPU runner: 0.88), or 0 for a fixed token count (the
   // host backends, which share the machine's memory).
   double default_mem_fraction = 0.0;
+  // > 0: the backend planned its KV pool itself at load (the GPU runner: weights, workspace,
+  // then the pool from --mem-fraction-static / --max-total-tokens); the plan takes this many tokens.
+  int64_t kv_pool_tokens = 0;
 };
 
 class Backend {

@@ -22,7 +22,10 @@ MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req) {
   plan.workspace_bytes = info.workspace_bytes;
   plan.device_bytes = info.device_bytes;
   int64_t tokens = req.max_total_tokens;
-  if (req.mem_fraction_static > 0.0 || (tokens == 0 && info.default_mem_fraction > 0.0)) {
+  if (info.kv_pool_tokens > 0) {  // planned by the backend from the same flags
+    plan.mem_fraction_static = req.mem_fraction_static > 0.0 ? req.mem_fraction_static : info.default_mem_fraction;
+    tokens = info.kv_pool_tokens;
+  } else if (req.mem_fraction_static > 0.0 || (tokens == 0 && info.default_mem_fraction > 0.0)) {
     FP4MOE_CHECK(info.device_bytes > 0, "--mem-fraction-static: the {} backend does not know its memory size; give "
                  "--max-total-tokens", info.name);
     plan.mem_fraction_static = req.mem_fraction_static > 0.0 ? req.mem_fraction_static : info.default_mem_fraction;
@@ -48,7 +51,7 @@ std::string MemoryPlan::describe() const {
   std::string s = fmt::format("weights {}, workspace {}, KV pool {} pages x {} tokens = {} tokens ({} at {} per token)",
                               human_bytes(weight_bytes), human_bytes(workspace_bytes), num_pages, page_size, tokens(),
                               human_bytes(kv_bytes), human_bytes(kv_bytes_per_token));
-  if (device_bytes > 0)
+  if (device_bytes > 0 && mem_fraction_static > 0.0)
     s += fmt::format(", device {} x {:.2f}", human_bytes(device_bytes), mem_fraction_static);
   return s;
 }

@@ -18,6 +18,9 @@
 #include "core/log.hpp"
 #include "engine/cpu_model_backend.hpp"
 #include "engine/fake_backend.hpp"
+#ifdef FP4MOE_HAVE_GPU_RUNNER
+#include "engine/gpu/cuda_model_backend.hpp"
+#endif
 #include "serve/server_impl.hpp"
 
 namespace fp4moe::serve {
@@ -46,6 +49,9 @@ const char* status_type(int status) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// --backend cuda without --context-length: the model's positions, at most this many.
+constexpr int32_t kCudaDefaultContext = 32768;
+
 std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextCodec& codec) {
   if (o.backend == "fake") {
     engine::FakeBackendOptions f;
@@ -66,9 +72,27 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
                                                  : KvElem::BF16;
     return std::make_unique<engine::CpuModelBackend>(c);
   }
-  if (o.backend == "cuda")
-    FP4MOE_FAIL("--backend cuda: the GPU model runner is not built into this fp4moe yet; --backend cpu runs the model "
-                "on the host");
+  if (o.backend == "cuda") {
+#ifdef FP4MOE_HAVE_GPU_RUNNER
+    FP4MOE_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "bf16",
+                 "--backend cuda keeps its KV cache in bf16 (got --kv-cache-dtype {})", o.kv_cache_dtype);
+    engine::gpu::CudaModelBackendOptions c;
+    c.model_dir = o.model;
+    auto& r = c.runner;
+    r.max_requests = o.max_running_requests;
+    r.max_tokens = int64_t(o.chunked_prefill_size) + o.max_running_requests;  // the scheduler's largest step
+    // The indexer's score rows and the page tables are sized by the context: without
+    // --context-length the runner takes the model's, at most kCudaDefaultContext.
+    r.max_context = o.context_length > 0 ? o.context_length : kCudaDefaultContext;
+    r.page_size = o.page_size;
+    if (o.mem_fraction_static > 0.0) r.mem_fraction_static = o.mem_fraction_static;
+    r.max_total_tokens = o.max_total_tokens;
+    r.cuda_graph_max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : -1;  // 0: up to --max-running-requests
+    return std::make_unique<engine::gpu::CudaModelBackend>(c);
+#else
+    FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA; --backend cpu runs the model on the host");
+#endif
+  }
   FP4MOE_FAIL("--backend must be cpu, cuda or fake (got '{}')", o.backend);
 }
 

@@ -58,3 +58,24 @@ TEST(MemoryPlan, ImpossiblePlansAreOneLineErrors) {
   tiny.max_total_tokens = 8;  // less than a page
   EXPECT_THROW(plan_memory(gpu_like(), tiny), Error);
 }
+
+TEST(MemoryPlan, ABackendThatPlannedItsPoolIsTakenAsIs) {
+  BackendInfo planned = gpu_like();
+  planned.kv_pool_tokens = 4096;  // the GPU runner sized its pool at load from the same flags
+  MemoryPlanRequest r;
+  r.page_size = 16;
+  r.mem_fraction_static = 0.7;
+  const MemoryPlan p = plan_memory(planned, r);
+  EXPECT_EQ(p.num_pages, 256);
+  EXPECT_DOUBLE_EQ(p.mem_fraction_static, 0.7);
+  EXPECT_NE(p.describe().find("device"), std::string::npos);
+}
+
+TEST(MemoryPlan, AHostPlanDoesNotPrintADeviceFraction) {
+  BackendInfo host = gpu_like();
+  host.default_mem_fraction = 0.0;
+  MemoryPlanRequest r;
+  r.page_size = 4;
+  r.max_total_tokens = 64;
+  EXPECT_EQ(plan_memory(host, r).describe().find("device"), std::string::npos);
+}

@@ -10,7 +10,7 @@ expected output; clients that disconnect; prefix reuse in /metrics with outputs 
 retraction forced by a tiny KV pool with outputs unchanged; 429, 503 while loading, slow
 clients, SIGTERM, 503 after a backend failure; >= 30 malformed inputs with their status and
 error JSON; and at the end that the engine still serves and every KV page is free.
-Also `--backend cpu` on a toy GLM-5 (make-synthetic glm5-tiny) with a real tokenizer: the same
+Also `--backend cpu` (and, with FP4MOE_E2E_CUDA=1 on a GPU, `--backend cuda`) on a toy GLM-5 (make-synthetic glm5-tiny) with a real tokenizer: the same
 tokens as `fp4moe generate`, chat and concurrent streams, and /metrics counting every routed
 token (tokens per expert per MoE GEMM) and every step's batch.
 """
@@ -666,6 +666,44 @@ class CpuModel(FolderServer):
         self.assertAlmostEqual(m["fp4moe_moe_tokens_per_expert_mean"],
                                m["fp4moe_moe_expert_tokens_sum"] / m["fp4moe_moe_expert_tokens_count"], places=6)
         self.assertGreaterEqual(m["fp4moe_moe_tokens_per_active_expert_mean"], m["fp4moe_moe_tokens_per_expert_mean"])
+
+
+class CudaModel(CpuModel):
+    """--backend cuda (the GPU runner behind the engine) on the same toy GLM-5 and tokenizer: the
+    same tokens as `fp4moe generate --backend cuda`, chat, concurrent streams, the routed-token
+    metrics from the device, and a batch of concurrent greedy requests each equal to its own
+    output alone. Runs where FP4MOE_E2E_CUDA=1 (the device step tools/device/steps/60_serve.sh)."""
+    SERVER_ARGS = ("--page-size", "4", "--max-running-requests", "8", "--num-continuous-decode-steps", "2",
+                   "--max-total-tokens", "16384", "--context-length", "1024")
+    BACKEND = "cuda"
+
+    @classmethod
+    def setUpClass(cls):
+        if os.environ.get("FP4MOE_E2E_CUDA") != "1":
+            raise unittest.SkipTest("--backend cuda needs a GPU (FP4MOE_E2E_CUDA=1)")
+        super().setUpClass()
+
+    def generate_cli(self, ids, n, *extra):
+        p = subprocess.run([BINARY, "generate", "--model", self.dir, "--prompt-ids", ",".join(map(str, ids)),
+                            "--max-new-tokens", str(n), "--backend", "cuda", "--page-size", "4", *extra],
+                           capture_output=True, text=True, timeout=300, check=True)
+        return [int(x) for x in p.stdout.splitlines()[0].split(",")]
+
+    def test_concurrent_greedy_requests_each_equal_their_output_alone(self):
+        specs = [([(7 * i + j) % 800 + 1 for j in range(3 + 5 * i)], 12 + i) for i in range(8)]
+
+        def one(spec):
+            ids, n = spec
+            status, g = self.server.json("POST", "/generate", {"input_ids": ids, "sampling_params": {
+                "max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+            self.assertEqual(status, 200)
+            return g["output_ids"]
+
+        alone = [one(s) for s in specs]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(one, specs))
+        self.assertEqual(together, alone)
+        self.assertEqual([len(a) for a in alone], [n for _, n in specs])
 
 
 class TinyKvPool(unittest.TestCase):

@@ -27,4 +27,16 @@ tar czf .carry/flashinfer.tgz -C third_party flashinfer
 if git rev-parse -q --verify c88aec0^{commit} >/dev/null; then
   git archive --format=tar.gz -o .carry/baseline_c88aec0.tar.gz c88aec0
 fi
+# The `openai` client and its dependencies as wheels for the GPU machine's python (any of 3.10 ..
+# 3.13), for the server's end-to-end tests there (tools/device/steps/60_serve.sh); cached here.
+WHEELS=${FP4MOE_WHEEL_CACHE:-$HOME/.cache/fp4moe-wheels}
+if [ ! -f "$WHEELS/.done" ]; then
+  mkdir -p "$WHEELS"
+  for v in 3.10 3.11 3.12 3.13; do
+    python3 -m pip download -q "openai==2.8.1" --python-version $v --only-binary=:all: --platform manylinux2014_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d "$WHEELS"
+  done
+  touch "$WHEELS/.done"
+fi
+mkdir -p .carry/wheels && cp "$WHEELS"/*.whl .carry/wheels/
 du -sh .carry

@@ -1,0 +1,45 @@
+// The GPU backend of the engine (and so of `fp4moe serve --backend cuda`): the GpuRunner's
+// forward step over the engine's flat batch. The runner plans its own memory at load
+// (weights, one workspace for the largest step, then the paged KV pool from
+// --mem-fraction-static / --max-total-tokens) and the engine's page ids address its pool
+// directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
+// penalties) reads back only the device's argmax per row; any other step reads the logits
+// rows back and samples them on the host like the CPU backend (engine/sampling_cpu.hpp).
+// K decode steps per round: Backend's host loop over step(), each step a graph replay.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engine/gpu/gpu_runner.hpp"
+
+namespace fp4moe::engine::gpu {
+
+struct CudaModelBackendOptions {
+  std::string model_dir;
+  RunnerOptions runner;  // max_tokens / max_requests bound every step the engine may send
+};
+
+class CudaModelBackend : public Backend {
+ public:
+  explicit CudaModelBackend(const CudaModelBackendOptions& options);
+  ~CudaModelBackend() override;
+  BackendInfo info() const override;
+  void init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) override;
+  void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
+  const GpuRunner& runner() const { return *runner_; }
+  GpuRunner& runner() { return *runner_; }
+
+ private:
+  CudaModelBackendOptions opt_;
+  std::unique_ptr<GpuRunner> runner_;
+  int64_t device_bytes_ = 0;
+  bool kv_ready_ = false;
+  // Per-step host buffers (reused).
+  std::vector<int32_t> kv_len_, greedy_;
+  std::vector<float> logits_;
+};
+
+}  // namespace fp4moe::engine::gpu

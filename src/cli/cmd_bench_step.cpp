@@ -1,13 +1,20 @@
 // fp4moe bench step --model DIR [--batch 1,8,64,256,1024] [--ctx 1024,8192] [--prefill 1024,4096,16384]
+//                   [--k 1,2,4,8] [--json FILE]
 //
 // Times the GPU runner's model step on a checkpoint (e.g. make-synthetic --preset glm5-layer):
-// decode steps at batch B × context L (every request one token at position L-1; replayed from
-// the decode graphs up to the largest B) and prefill steps of one request of P tokens, each
-// host-inclusive (metadata upload + launch + results back). Floors: all weight bytes + the KV
-// bytes read at the measured copy bandwidth (an upper bound of the bytes a decode step touches:
-// at small B only the hit experts are read). Not yet: per-stage breakdown, K steps per launch.
+//   - decode steps at batch B × context L (every request one token at position L-1; replayed
+//     from the decode graphs up to the largest B), host-inclusive (metadata upload + launch +
+//     results back), the device time of one such step (cudaEvents from the upload to the
+//     results) and the host's share (wall − device);
+//   - the same step eager with cudaEvents between its stages (attention, indexer, MoE, dense
+//     MLP, lm_head, sampling): each stage's share of that eager pass;
+//   - K greedy decode steps per launch (GpuRunner::decode_greedy) for each K: ms per token step;
+//   - prefill steps of one request of P tokens.
+// Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
+// of the bytes a decode step touches: at small B only the hit experts are read).
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +25,8 @@
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
 #include <cuda_runtime_api.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/device.hpp"
@@ -30,6 +39,8 @@ namespace {
 struct BenchStepArgs {
   std::string model;
   std::vector<int64_t> batch = {1, 8, 64, 256, 1024}, ctx = {1024, 8192}, prefill = {1024, 4096, 16384};
+  std::vector<int64_t> k = {1, 2, 4, 8};
+  std::string json;
   int iters = 20;
   double mem_fraction_static = 0.88;
 };
@@ -38,13 +49,16 @@ struct BenchStepArgs {
 int run_bench_step(const BenchStepArgs& a) {
   FP4MOE_CHECK(cuda::device_available(), "bench step needs a CUDA GPU, and none is visible");
   FP4MOE_CHECK(!a.batch.empty() && !a.ctx.empty() && a.iters >= 1, "bench step: --batch / --ctx empty or --iters < 1");
+  for (int64_t k : a.k) FP4MOE_CHECK(k >= 1 && k <= 64, "bench step: --k {}: 1 .. 64", k);
+  const int64_t max_k = a.k.empty() ? 1 : *std::max_element(a.k.begin(), a.k.end());
   const int64_t max_b = *std::max_element(a.batch.begin(), a.batch.end());
   const int64_t max_p = a.prefill.empty() ? 1 : *std::max_element(a.prefill.begin(), a.prefill.end());
   const int64_t max_l = std::max(*std::max_element(a.ctx.begin(), a.ctx.end()), max_p);
   engine::gpu::RunnerOptions ro;
   ro.max_requests = max_b;
   ro.max_tokens = std::max(max_b, max_p);
-  ro.max_context = max_l + 1;
+  ro.max_context = max_l + max_k;
+  ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
   ro.cuda_graph_max_bs = max_b;
   const auto t0 = std::chrono::steady_clock::now();
@@ -63,12 +77,24 @@ int run_bench_step(const BenchStepArgs& a) {
     for (int i = 0; i < iters; ++i) r->step(in, {});
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count() / iters;
   };
-  fmt::print("| decode B | ctx | ms/step | tok/s | floor ms (all weights + KV) | x floor | graph |\n|---|---|---|---|---|---|---|\n");
+  nlohmann::json jdecode = nlohmann::json::array(), jprefill = nlohmann::json::array();
+  std::string stage_table = "| decode B | ctx | eager ms |", k_table = "| decode B | ctx |";
+  for (int i = 0; i < engine::gpu::kNumStepStages; ++i)
+    stage_table += fmt::format(" {} % |", engine::gpu::step_stage_name(engine::gpu::StepStage(i)));
+  stage_table += " host % (graph) |\n|---|---|---|";
+  for (int i = 0; i <= engine::gpu::kNumStepStages; ++i) stage_table += "---|";
+  stage_table += "\n";
+  for (int64_t k : a.k) k_table += fmt::format(" K={} ms/step |", k);
+  k_table += "\n|---|---|";
+  for (size_t i = 0; i < a.k.size(); ++i) k_table += "---|";
+  k_table += "\n";
+  fmt::print("| decode B | ctx | ms/step | device ms | tok/s | floor ms (all weights + KV) | x floor | graph |\n"
+             "|---|---|---|---|---|---|---|---|\n");
   for (int64_t L : a.ctx)
     for (int64_t B : a.batch) {
-      const int64_t per = (L + ps - 1) / ps;
+      const int64_t per = (L - 1 + max_k + ps - 1) / ps;  // K decode steps write positions L-1 .. L-2+K
       if (B * per > r->free_pages()) {
-        fmt::print("| {} | {} | skipped: the KV pool holds {} tokens | | | | |\n", B, L, r->num_pages() * ps);
+        fmt::print("| {} | {} | skipped: the KV pool holds {} tokens | | | | | |\n", B, L, r->num_pages() * ps);
         continue;
       }
       std::vector<int32_t> tok(static_cast<size_t>(B), 7), qo, pp{0}, pi, rows;
@@ -88,12 +114,55 @@ int run_bench_step(const BenchStepArgs& a) {
       const int64_t g0 = r->stats().graph_steps;
       const double ms = time_step(in, a.iters);
       const bool graph = r->stats().graph_steps > g0;
+      double dev_ms = 0.0;
+      engine::gpu::StepOutput o;
+      o.device_ms = &dev_ms;
+      r->step(in, o);
+      // Stages: an eager pass with events (the first creates them, the second is timed).
+      engine::gpu::StageTimes st;
+      o = {};
+      o.stages = &st;
+      r->step(in, o);
+      r->step(in, o);
       const double bytes = double(r->weight_bytes()) + double(B * L * r->kv_bytes_per_token());
       const double floor = bytes / (ceil.copy_gbps * 1e9) * 1e3;
-      fmt::print("| {} | {} | {:.3f} | {:.0f} | {:.3f} | {:.2f} | {} |\n", B, L, ms, double(B) / ms * 1e3, floor,
-                 ms / floor, graph ? "yes" : "eager");
+      const double host = std::max(0.0, ms - dev_ms) / ms;
+      fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.0f} | {:.3f} | {:.2f} | {} |\n", B, L, ms, dev_ms,
+                 double(B) / ms * 1e3, floor, ms / floor, graph ? "yes" : "eager");
+      nlohmann::json j{{"batch", B},     {"ctx", L},       {"ms_per_step", ms}, {"device_ms", dev_ms},
+                       {"host_share", host}, {"floor_ms", floor}, {"graph", graph}, {"eager_ms", st.total()}};
+      stage_table += fmt::format("| {} | {} | {:.3f} |", B, L, st.total());
+      for (int i = 0; i < engine::gpu::kNumStepStages; ++i) {
+        const double share = st.total() > 0 ? st.ms[i] / st.total() : 0.0;
+        stage_table += fmt::format(" {:.1f} |", 100.0 * share);
+        j["stages_ms"][engine::gpu::step_stage_name(engine::gpu::StepStage(i))] = st.ms[i];
+      }
+      stage_table += fmt::format(" {:.1f} |\n", 100.0 * host);
+      // K steps per launch: pages for L-1+K positions per request (max_new = K, no stop ids).
+      engine::gpu::DecodeInput di;
+      di.tokens = tok.data();
+      di.batch = in.batch;
+      std::vector<int32_t> out, produced;
+      k_table += fmt::format("| {} | {} |", B, L);
+      for (int64_t k : a.k) {
+        di.steps = int32_t(k);
+        r->decode_greedy(di, out, produced);
+        const int iters = std::max(1, a.iters / (2 * int(k)));
+        const auto k0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) r->decode_greedy(di, out, produced);
+        const double kms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - k0).count() / double(iters * k);
+        k_table += fmt::format(" {:.3f} |", kms);
+        j["k_ms_per_step"][std::to_string(k)] = kms;
+      }
+      k_table += "\n";
+      jdecode.push_back(j);
       r->release_pages(pages);
     }
+  fmt::print("\nper-stage device time of the decode step (an eager pass with cudaEvents between stages: shares of "
+             "it; host % = (graph wall - graph device) / graph wall)\n{}",
+             stage_table);
+  if (!a.k.empty()) fmt::print("\nK greedy decode steps per launch (decode_greedy): ms per token step\n{}", k_table);
   fmt::print("\n| prefill P | ms | tok/s |\n|---|---|---|\n");
   for (int64_t P : a.prefill) {
     const int64_t per = (P + ps - 1) / ps;
@@ -108,9 +177,21 @@ int run_bench_step(const BenchStepArgs& a) {
     in.logits_rows = {int32_t(P - 1)};
     const double ms = time_step(in, std::max(1, a.iters / 4));
     fmt::print("| {} | {:.2f} | {:.0f} |\n", P, ms, double(P) / ms * 1e3);
+    jprefill.push_back({{"tokens", P}, {"ms", ms}});
     r->release_pages(pages);
   }
-  fmt::print("\nnot measured yet: per-stage breakdown, K decode steps per launch (src/engine/gpu/README.md)\n");
+  if (!a.json.empty()) {
+    nlohmann::json j{{"model", a.model},
+                     {"copy_gbps", ceil.copy_gbps},
+                     {"bf16_tflops", ceil.bf16_tflops},
+                     {"weight_bytes", r->weight_bytes()},
+                     {"decode", jdecode},
+                     {"prefill", jprefill}};
+    std::ofstream f(a.json);
+    FP4MOE_CHECK(f.good(), "bench step: cannot write {}", a.json);
+    f << j.dump(2) << "\n";
+    fmt::print("wrote {}\n", a.json);
+  }
   return 0;
 }
 #endif
@@ -121,6 +202,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--batch", a->batch, "decode batch sizes")->delimiter(',');
   app.add_option("--ctx", a->ctx, "decode context lengths")->delimiter(',');
   app.add_option("--prefill", a->prefill, "prefill lengths (one request)")->delimiter(',');
+  app.add_option("--k", a->k, "decode steps per launch (decode_greedy) to time")->delimiter(',');
+  app.add_option("--json", a->json, "write the results as JSON here");
   app.add_option("--iters", a->iters, "timed steps per point")->capture_default_str();
   app.add_option("--mem-fraction-static", a->mem_fraction_static, "share of the device for weights + workspace + KV")
       ->capture_default_str();

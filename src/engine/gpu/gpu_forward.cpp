@@ -67,15 +67,18 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoice
   const KvLayerView& kvl = kv_layers[size_t(l)];
   const int D = int(c.index_head_dim), HI = int(c.index_n_heads);
   if (L.has_indexer) {
+    mark(StepStage::Indexer);
     L.wk.run(s.h, T, s.ik, false, x);
     layer_norm(s.ik, T, D, L.k_norm.wp(), L.k_norm.bp(), 1e-6f, s.ik, stream);
     rope(s.ik, T, 1, D, 0, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+    mark(StepStage::Attention);
   }
   kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer ? s.ik : nullptr, stream);
 
   // Top-k: this layer's indexer, or the previous full layer's (still in s.topk_slot).
   const int32_t* topk = nullptr;
   if (L.has_indexer) {
+    mark(StepStage::Indexer);
     L.wq_b.run(s.qa, T, s.iq, false, x);
     rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
     L.weights_proj.run(s.h, T, s.iw16, false, x);
@@ -94,6 +97,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoice
     ta.workspace_bytes = s.topk_ws_bytes;
     cuda::indexer::top_k(ta, stream);
     topk = s.topk_slot;
+    mark(StepStage::Attention);
     if (choices) choices->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * ta.top_k, stream);
   } else if (c.indexer[size_t(l)] == model::IndexerKind::Shared) {
     topk = s.topk_slot;
@@ -130,9 +134,10 @@ void GpuRunner::Impl::mlp(int64_t l, int T, StepChoices* choices) {
   if (L.moe) {
     const MoeWorkspace ws{s.moe_ws, s.moe_ws_bytes};
     L.moe->forward(s.h, T, s.of, ws, stream);
+    const MoeRoutingView v = L.moe->routing(ws, T);
+    const MoeConfig& mc = L.moe->config();
+    count_layer(l, v.topk_ids, T, int(mc.top_k));
     if (choices) {
-      const MoeRoutingView v = L.moe->routing(ws, T);
-      const MoeConfig& mc = L.moe->config();
       choices->router_logits[size_t(l)] = download(v.logits, size_t(T * mc.num_experts), stream);
       choices->expert_ids[size_t(l)] = download(v.topk_ids, size_t(T * mc.top_k), stream);
     }
@@ -148,6 +153,7 @@ void GpuRunner::Impl::mlp(int64_t l, int T, StepChoices* choices) {
     blas.batched(true, int(H), T, I, d.w2.ptr(), I, H * I, s.eh, I, int64_t(T) * I, s.ey, true, H, int64_t(T) * H, E,
                  stream);
     moe_dense_combine(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
+    count_layer(l, s.rids, T, k);
     if (choices) {
       choices->router_logits[size_t(l)] = download(s.rlogits, size_t(T) * E, stream);
       choices->expert_ids[size_t(l)] = download(s.rids, size_t(T) * k, stream);
@@ -170,6 +176,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     hidden->push_back(std::move(v));
   };
+  mark(StepStage::Embed);
   embed_rows(embed.ptr(), false, meta.tokens, T, H, s.x, stream);
   if (hidden) {
     hidden->clear();
@@ -183,13 +190,16 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DeviceLayer& L = layers[size_t(l)];
+    mark(StepStage::Attention);
     rms_norm(s.x, H, T, H, L.input_norm.wp(), eps, s.h, H, stream);
     attention(l, T, R, max_ctx, choices);
     add_into(s.x, s.o, int64_t(T) * H, stream);
     rms_norm(s.x, H, T, H, L.post_norm.wp(), eps, s.h, H, stream);
+    mark(L.is_moe ? StepStage::Moe : StepStage::Dense);
     mlp(l, T, choices);
     if (hidden && l + 1 < c.num_layers) keep(s.x);
   }
+  mark(StepStage::LmHead);
   rms_norm(s.x, H, T, H, final_norm.wp(), eps, s.h, H, stream);
   if (hidden) {
     std::vector<uint16_t> hb(size_t(T) * H);
@@ -202,10 +212,34 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
     }
     hidden->push_back(std::move(v));
   }
-  if (rows == 0) return;
-  gather_rows(s.h, H, meta.rows, rows, s.rows, stream);
-  lm_head.run(s.rows, rows, s.logits, true, lctx());
-  argmax_rows(s.logits, rows, int(c.vocab), s.greedy, stream);
+  if (rows > 0) {
+    gather_rows(s.h, H, meta.rows, rows, s.rows, stream);
+    lm_head.run(s.rows, rows, s.logits, true, lctx());
+    mark(StepStage::Sampling);
+    argmax_rows(s.logits, rows, int(c.vocab), s.greedy, stream);
+  }
+  mark(StepStage::Sampling);  // the end of the last stage
+}
+
+void GpuRunner::Impl::count_layer(int64_t l, const int32_t* ids, int T, int k) {
+  const StepCounters& c = counters;
+  if (!opt.count_experts || c.moe_layers == 0) return;
+  count_experts(ids, T, k, meta.token_req, meta.active, int(c.experts),
+                c.counts.as<int32_t>() + int64_t(c.moe_slot[size_t(l)]) * c.experts, stream);
+}
+
+void GpuRunner::Impl::mark(StepStage st) {
+  if (!marks) return;
+  StageMarks& m = *marks;
+  if (m.used == m.events.size()) {
+    cudaEvent_t e = nullptr;
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+    m.events.push_back(e);
+    m.stage.push_back(st);
+  }
+  m.stage[m.used] = st;
+  FP4MOE_CUDA_CHECK(cudaEventRecord(m.events[m.used], stream));
+  ++m.used;
 }
 
 }  // namespace fp4moe::engine::gpu

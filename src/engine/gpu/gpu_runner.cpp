@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -69,9 +70,35 @@ std::vector<int64_t> graph_buckets(int64_t max_bs) {
   return out;
 }
 
+void PinnedInts::alloc(size_t count) {
+  if (p) cudaFreeHost(p);
+  p = nullptr;
+  n = count;
+  FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), std::max<size_t>(count, 1) * 4));
+}
+PinnedInts::~PinnedInts() {
+  if (p) cudaFreeHost(p);
+}
+StageMarks::~StageMarks() {
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+}
+
+const char* step_stage_name(StepStage s) {
+  static const char* const names[kNumStepStages] = {"embed", "attention", "indexer", "moe", "dense", "lm_head",
+                                                    "sampling"};
+  return names[int(s)];
+}
+double StageTimes::total() const {
+  double t = 0.0;
+  for (double x : ms) t += x;
+  return t;
+}
+
 GpuRunner::Impl::~Impl() {
   for (auto& [bs, g] : graphs)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (ev_begin) cudaEventDestroy(ev_begin);
+  if (ev_end) cudaEventDestroy(ev_end);
   if (meta_host) cudaFreeHost(meta_host);
   if (stream) cudaStreamDestroy(stream);
 }
@@ -238,17 +265,17 @@ void GpuRunner::Impl::plan_memory() {
   meta.max_tokens = T;
   meta.max_requests = std::max<int64_t>(opt.max_requests, 1) + 1;
   meta.max_page_entries = meta.max_requests * ((opt.max_context + opt.page_size - 1) / opt.page_size + 1);
-  int32_t** ptrs[] = {&meta.tokens, &meta.positions, &meta.token_req, &meta.qo_indptr, &meta.kv_len,
-                      &meta.page_indptr, &meta.page_indices, &meta.rows, &meta.offsets};
+  int32_t** ptrs[] = {&meta.tokens, &meta.positions,    &meta.token_req, &meta.qo_indptr, &meta.kv_len,
+                      &meta.page_indptr, &meta.page_indices, &meta.rows, &meta.offsets, &meta.active};
   const int64_t sizes[] = {T, T, T, meta.max_requests + 1, meta.max_requests, meta.max_requests + 1,
-                           meta.max_page_entries, T, 2};
+                           meta.max_page_entries, T, 2, meta.max_requests};
   size_t ints = 0;
   for (int64_t sz : sizes) ints += size_t(sz);
   meta.ints = ints;
   meta_dev = cuda::DeviceBuffer(ints * 4);
   FP4MOE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&meta_host), ints * 4));
   size_t o = 0;
-  for (int i = 0; i < 9; ++i) {
+  for (size_t i = 0; i < std::size(ptrs); ++i) {
     *ptrs[i] = meta_dev.as<int32_t>() + o;
     o += size_t(sizes[i]);
   }
@@ -300,6 +327,36 @@ void GpuRunner::Impl::plan_memory() {
       opt.mem_fraction_static);
 }
 
+void GpuRunner::Impl::plan_counters() {
+  StepCounters& c = counters;
+  c.moe_slot.assign(layers.size(), -1);
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].moe || layers[l].dense_experts) {
+      c.moe_slot[l] = int32_t(c.moe_ids.size());
+      c.moe_ids.push_back(int32_t(l));
+    }
+  c.moe_layers = int64_t(c.moe_ids.size());
+  c.experts = c.moe_layers > 0 ? cfg.moe.num_experts : 0;
+  FP4MOE_CHECK(opt.max_decode_steps >= 1 && opt.max_stop_ids >= 0, "gpu runner: max decode steps {} (>= 1), stop ids {}",
+               opt.max_decode_steps, opt.max_stop_ids);
+  c.kmax = opt.max_decode_steps;
+  c.rm = meta.max_requests;
+  c.stops = opt.max_stop_ids;
+  const size_t n = size_t(c.moe_layers * c.experts);
+  c.counts = cuda::DeviceBuffer(std::max<size_t>(n, 1) * 4);
+  c.step_counts = cuda::DeviceBuffer(std::max<size_t>(n * size_t(c.kmax), 1) * 4);
+  c.counts_host.alloc(n * size_t(c.kmax));
+  FP4MOE_CUDA_CHECK(cudaMemset(c.counts.ptr(), 0, c.counts.bytes()));
+  c.dec = cuda::DeviceBuffer((c.in_ints() + size_t(c.kmax * c.rm)) * 4);
+  c.dec_host.alloc(c.in_ints() + size_t(c.kmax * c.rm));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&ev_begin));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&ev_end));
+}
+
+int64_t GpuRunner::num_moe_layers() const { return impl_->counters.moe_layers; }
+std::vector<int32_t> GpuRunner::moe_layer_ids() const { return impl_->counters.moe_ids; }
+int64_t GpuRunner::num_experts() const { return impl_->counters.experts; }
+
 GpuRunner::GpuRunner() : impl_(std::make_unique<Impl>()) {}
 GpuRunner::~GpuRunner() = default;
 
@@ -335,6 +392,7 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
                                 ld.summary());
   }
   m.plan_memory();
+  m.plan_counters();
   if (!opt.quiet) fmt::print(stderr, "{}\n{}\n", m.description, m.plan_line);
   const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
   if (gmax > 0) m.capture_graphs();

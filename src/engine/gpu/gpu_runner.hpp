@@ -46,6 +46,10 @@ struct RunnerOptions {
   int64_t cuda_graph_max_bs = -1;     // decode graphs for batch buckets up to this; -1: max_requests, 0: none
   bool quiet = false;                 // no progress bar / plan lines (tests)
   bool poison = false;                // tests: every activation buffer NaN-filled before each step
+  bool count_experts = true;          // per-expert token counts of every MoE layer each step (one
+                                      // one-CTA kernel per MoE layer; StepOutput::expert_counts)
+  int32_t max_decode_steps = 16;      // K of decode_greedy at most
+  int32_t max_stop_ids = 16;          // stop ids per request in decode_greedy at most
 };
 
 // One step's host-side description: tokens [T], the batch (core/paged_kv.hpp, host pointers),
@@ -65,11 +69,42 @@ struct StepChoices {
   std::vector<std::vector<int32_t>> expert_ids, topk_positions;
 };
 
+// Device time of one step by stage (StepOutput::stages: an eager pass with cudaEvents between
+// the stages). Attention includes the norms, MLA projections, RoPE, cache append, the absorbed
+// attention and o_proj with its residual add; indexer = the DSA indexer's key, query, weights,
+// scores and top-k; moe = the MoE layers' router, experts, shared expert and residual adds;
+// dense = dense layers' MLP; lm_head = final norm, row gather and lm_head; sampling = argmax.
+enum class StepStage : int { Embed, Attention, Indexer, Moe, Dense, LmHead, Sampling };
+inline constexpr int kNumStepStages = 7;
+const char* step_stage_name(StepStage s);  // "embed", "attention", "indexer", "moe", "dense", "lm_head", "sampling"
+struct StageTimes {
+  double ms[kNumStepStages] = {};
+  double total() const;
+};
+
 struct StepOutput {
   std::vector<float>* logits = nullptr;    // [rows, vocab] FP32 when set
   std::vector<int32_t>* greedy = nullptr;  // [rows] argmax when set
   model::HiddenStates* hidden = nullptr;   // per-layer hidden states when set (forces eager)
   StepChoices* choices = nullptr;          // the step's routing / top-k when set (forces eager)
+  // [num_moe_layers(), num_experts] tokens routed to each routed expert by each MoE layer (in
+  // moe_layer_ids() order), real tokens only (a graph bucket's padding rows are not counted);
+  // copied back with the other outputs (graph replay or eager). Needs options().count_experts.
+  std::vector<int32_t>* expert_counts = nullptr;
+  StageTimes* stages = nullptr;            // per-stage device time when set (forces eager)
+  double* device_ms = nullptr;             // device time from the metadata upload to the results (cudaEvents)
+};
+
+// K greedy decode steps in one call (decode_greedy): every request has one token (its last
+// one) at position p = kv_len - 1; its page table covers the positions the launch may write,
+// p .. p + min(steps, max_new) - 1. The token of step j is the input of step j + 1; request r
+// stops after max_new[r] tokens or after one of its stop ids (included in its output).
+struct DecodeInput {
+  const int32_t* tokens = nullptr;  // [B] last token per request
+  KvBatchView batch;                // the first step: one token per request
+  int32_t steps = 1;                // K, 1 .. options().max_decode_steps
+  const int32_t* max_new = nullptr; // [B] >= 1 (null: K each)
+  std::vector<std::vector<int32_t>> stop_ids;  // per request (or empty: none), <= options().max_stop_ids each
 };
 
 struct RunnerStats {
@@ -106,6 +141,21 @@ class GpuRunner {
   // within cuda_graph_max_bs replay a graph unless `out.hidden` is set or graphs are off.
   // Throws fp4moe::Error (one line) on a bad batch before launching anything.
   void step(const StepInput& in, const StepOutput& out);
+  // K decode steps back to back on the device (the decode graph of the bucket replayed K times,
+  // or eager above the graph cap / with graphs off), a small kernel between steps (greedy token
+  // → next input, positions, stop ids, max_new), results read back once. tokens_out [K × B]
+  // step-major, -1 after a request finished; produced [B] 1 .. K; expert_counts [K ×
+  // num_moe_layers() × num_experts] (a finished request's steps not counted); last_logits
+  // [B, vocab] of step K-1 (a finished request's row is its dummy's). Throws (one line) on a
+  // bad input before launching anything.
+  void decode_greedy(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
+                     std::vector<int32_t>* expert_counts = nullptr, std::vector<float>* last_logits = nullptr);
+
+  // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
+  int64_t num_moe_layers() const;
+  std::vector<int32_t> moe_layer_ids() const;
+  int64_t num_experts() const;  // routed experts per MoE layer (config().moe.num_experts)
+
   // Forces eager execution (tests compare graph replay with eager).
   void set_graphs_enabled(bool on);
 

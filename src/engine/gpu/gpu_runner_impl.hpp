@@ -17,6 +17,7 @@
 #include "engine/gpu/gpu_linear.hpp"
 #include "engine/gpu/gpu_loader.hpp"
 #include "engine/gpu/gpu_runner.hpp"
+#include "engine/gpu/gpu_step_kernels.hpp"
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"
 #include "moe/moe_layer_cuda.hpp"
@@ -104,8 +105,47 @@ struct Scratch {
 struct StepMeta {
   int64_t max_tokens = 0, max_requests = 0, max_page_entries = 0;
   int32_t *tokens = nullptr, *positions = nullptr, *token_req = nullptr, *qo_indptr = nullptr, *kv_len = nullptr,
-          *page_indptr = nullptr, *page_indices = nullptr, *rows = nullptr, *offsets = nullptr;
+          *page_indptr = nullptr, *page_indices = nullptr, *rows = nullptr, *offsets = nullptr,
+          *active = nullptr;  // [max_requests] 1 for a real running request, 0 for padding / finished
   size_t ints = 0;  // total int32 count of the block
+};
+
+// Pinned host int32 array (the targets of the step's device → host copies).
+struct PinnedInts {
+  int32_t* p = nullptr;
+  size_t n = 0;
+  void alloc(size_t count);
+  PinnedInts() = default;
+  PinnedInts(const PinnedInts&) = delete;
+  PinnedInts& operator=(const PinnedInts&) = delete;
+  ~PinnedInts();
+};
+
+// Per-expert counts and the K-step decode block (fixed device addresses: graphs write counts).
+struct StepCounters {
+  int64_t moe_layers = 0, experts = 0;
+  std::vector<int32_t> moe_ids;        // layer index of each MoE layer
+  std::vector<int32_t> moe_slot;       // per layer: its MoE ordinal or -1
+  cuda::DeviceBuffer counts;           // [moe_layers, E] this step's
+  cuda::DeviceBuffer step_counts;      // [max_decode_steps, moe_layers, E] of a K-step launch
+  PinnedInts counts_host;              // [max_decode_steps, moe_layers, E]
+  // decode block (device + pinned mirror): max_new [Rm], stop ids [Rm, S], produced [Rm], out [Kmax, Rm]
+  cuda::DeviceBuffer dec;
+  PinnedInts dec_host;
+  int64_t rm = 0, stops = 0, kmax = 0;
+  int32_t* max_new() const { return dec.as<int32_t>(); }
+  int32_t* stop_ids() const { return max_new() + rm; }
+  int32_t* produced() const { return stop_ids() + rm * stops; }
+  int32_t* out() const { return produced() + rm; }
+  size_t in_ints() const { return size_t(rm * (stops + 2)); }  // max_new, stop ids, produced
+};
+
+// cudaEvents between the stages of an eager forward (StepOutput::stages).
+struct StageMarks {
+  std::vector<cudaEvent_t> events;
+  std::vector<StepStage> stage;  // stage[i]: what ran from events[i] to events[i + 1]
+  size_t used = 0;
+  ~StageMarks();
 };
 
 struct GraphEntry {
@@ -139,6 +179,11 @@ struct GpuRunner::Impl {
   std::vector<KvLayerView> kv_layers;
   std::vector<int32_t> free_list;
 
+  StepCounters counters;
+  StageMarks* marks = nullptr;      // set during a timed eager forward
+  std::unique_ptr<StageMarks> mark_pool;
+  cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
+
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;
   bool graphs_enabled = true;
@@ -151,12 +196,22 @@ struct GpuRunner::Impl {
   // Fills the pinned metadata for `in` (padded to `pad_tokens` tokens / requests when > T) and
   // copies it to the device.
   void upload_meta(const StepInput& in, int64_t pad_to);
+  // The decode graph of a batch of B decode tokens (null: eager; says once when above the cap).
+  const GraphEntry* decode_graph(int64_t B);
+  // Per-expert counts buffers, the decode block, the events (after plan_memory).
+  void plan_counters();
+  // tests (opt.poison): the activations NaN before a step.
+  void poison_activations();
+  // A stage boundary of a timed forward (no-op unless `marks`).
+  void mark(StepStage s);
   // Enqueues the whole forward for T tokens of R requests reading the device metadata; rows:
   // logits rows (gathered by meta.rows); max_ctx sizes the indexer grid.
   // hidden / choices (eager only): filled when set.
   void forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden, StepChoices* choices = nullptr);
   void attention(int64_t l, int T, int R, int max_ctx, StepChoices* choices);
   void mlp(int64_t l, int T, StepChoices* choices);
+  // This step's tokens per expert of MoE layer l from its routing ids [T, k] (real tokens only).
+  void count_layer(int64_t l, const int32_t* ids, int T, int k);
   void dense_mlp(const DenseMlp& m, int T, uint16_t* out);
   DeviceBatch batch(int T, int R) const;
   LinearCtx lctx() { return {&blas, meta.offsets, s.fp4_ws, stream}; }

@@ -38,7 +38,7 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
   auto at = [&](const int32_t* dev) { return h + (dev - meta_dev.as<int32_t>()); };
   int32_t *tok = at(meta.tokens), *pos = at(meta.positions), *req = at(meta.token_req), *qo = at(meta.qo_indptr),
           *len = at(meta.kv_len), *pp = at(meta.page_indptr), *pi = at(meta.page_indices), *rw = at(meta.rows),
-          *off = at(meta.offsets);
+          *off = at(meta.offsets), *act = at(meta.active);
   if (T > 0) {
     std::copy(in.tokens, in.tokens + T, tok);
     std::copy(b.positions, b.positions + T, pos);
@@ -47,6 +47,7 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
     std::copy(b.kv_len, b.kv_len + R, len);
     std::copy(b.page_indptr, b.page_indptr + R + 1, pp);
     std::copy(b.page_indices, b.page_indices + b.page_indptr[R], pi);
+    for (int64_t r = 0; r < R; ++r) act[r] = 1;
   } else {
     qo[0] = pp[0] = 0;
   }
@@ -58,6 +59,7 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
     req[t] = int32_t(r);
     qo[r + 1] = int32_t(t + 1);
     len[r] = 1;
+    act[r] = 0;
     pi[pp[r]] = int32_t(trash_page);
     pp[r + 1] = pp[r] + 1;
   }
@@ -106,32 +108,41 @@ void GpuRunner::Impl::capture_graphs() {
                            buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9, gmax);
 }
 
+const GraphEntry* GpuRunner::Impl::decode_graph(int64_t B) {
+  if (graphs.empty()) return nullptr;
+  auto it = graphs.lower_bound(B);
+  if (it != graphs.end()) return &it->second;
+  if (!said_eager) {
+    said_eager = true;
+    log_info("gpu runner: decode batch {} is above --cuda-graph-max-bs {}: such steps run eager", B,
+             graphs.rbegin()->first);
+  }
+  return nullptr;
+}
+
+void GpuRunner::Impl::poison_activations() {
+  if (!opt.poison) return;  // activations NaN before the step (not the MoE / router counters, placed last)
+  const size_t n = size_t(static_cast<uint8_t*>(s.moe_ws) - workspace.as<uint8_t>());
+  FP4MOE_CUDA_CHECK(cudaMemsetAsync(workspace.ptr(), 0xFF, n, stream));
+}
+
 void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   Impl& m = *impl_;
   const KvBatchView& b = in.batch;
   const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
   FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);
+  FP4MOE_CHECK(!out.expert_counts || m.opt.count_experts, "step: expert counts asked for, but count_experts is off");
   bool decode = T == R && rows == T;
   for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
   // A decode batch within the graph buckets runs padded to its bucket, replayed or (graphs
-  // disabled, or hidden states asked for) eager over the same padded batch: bit for bit the same.
-  const GraphEntry* g = nullptr;
-  const bool capture = out.hidden || out.choices;  // per-layer results: eager only
-  if (decode && !m.graphs.empty() && !capture) {
-    auto it = m.graphs.lower_bound(T);
-    if (it != m.graphs.end()) {
-      g = &it->second;
-    } else if (!m.said_eager) {
-      m.said_eager = true;
-      log_info("gpu runner: decode batch {} is above --cuda-graph-max-bs {}: such steps run eager", T,
-               m.graphs.rbegin()->first);
-    }
-  }
-  if (m.opt.poison) {  // activations NaN before the step (not the MoE / router counters, placed last)
-    const size_t n = size_t(static_cast<uint8_t*>(m.s.moe_ws) - m.workspace.as<uint8_t>());
-    FP4MOE_CUDA_CHECK(cudaMemsetAsync(m.workspace.ptr(), 0xFF, n, m.stream));
-  }
-  if (g && m.graphs_enabled) {
+  // disabled, or hidden states / stage times asked for) eager over the same padded batch: bit
+  // for bit the same.
+  // Per-layer results run eager and unpadded; stage times eager over the padded batch.
+  const bool per_layer = out.hidden || out.choices;
+  const GraphEntry* g = decode && !per_layer ? m.decode_graph(T) : nullptr;
+  m.poison_activations();
+  if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_begin, m.stream));
+  if (g && m.graphs_enabled && !out.stages) {
     m.upload_meta(in, g->bucket);
     FP4MOE_CUDA_CHECK(cudaGraphLaunch(g->exec, m.stream));
     ++m.stats.graph_steps;
@@ -142,7 +153,18 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
     for (int64_t t = 0; t < T; ++t) max_ctx = std::max(max_ctx, b.positions[t] + 1);
     if (g) max_ctx = int(m.opt.max_context);  // as captured
     const int Tp = int(std::max(T, pad));
-    m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden, out.choices);
+    if (out.stages) {
+      if (!m.mark_pool) m.mark_pool = std::make_unique<StageMarks>();
+      m.marks = m.mark_pool.get();
+      m.marks->used = 0;
+    }
+    try {
+      m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden, out.choices);
+    } catch (...) {
+      m.marks = nullptr;
+      throw;
+    }
+    m.marks = nullptr;
     ++m.stats.eager_steps;
   }
   if (out.logits && rows > 0) {
@@ -155,7 +177,27 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
     FP4MOE_CUDA_CHECK(
         cudaMemcpyAsync(out.greedy->data(), m.s.greedy, size_t(rows) * 4, cudaMemcpyDeviceToHost, m.stream));
   }
+  const StepCounters& c = m.counters;
+  const size_t nc = size_t(c.moe_layers * c.experts);
+  if (out.expert_counts)
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(c.counts_host.p, c.counts.ptr(), nc * 4, cudaMemcpyDeviceToHost, m.stream));
+  if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_end, m.stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  if (out.expert_counts) out.expert_counts->assign(c.counts_host.p, c.counts_host.p + nc);
+  if (out.device_ms) {
+    float ms = 0.0f;
+    FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, m.ev_begin, m.ev_end));
+    *out.device_ms = ms;
+  }
+  if (out.stages) {
+    *out.stages = StageTimes{};
+    const StageMarks& k = *m.mark_pool;
+    for (size_t i = 0; i + 1 < k.used; ++i) {
+      float ms = 0.0f;
+      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, k.events[i], k.events[i + 1]));
+      out.stages->ms[int(k.stage[i])] += ms;
+    }
+  }
 }
 
 }  // namespace fp4moe::engine::gpu

@@ -3,8 +3,12 @@
 #   1. gpu_runner_test: GPU vs CPU backend on the tiny GLM-5 goldens (sparse + dense x BF16 /
 #      NVIDIA NVFP4 / all-NVFP4), batch = alone, graph replay == eager; one case first under
 #      compute-sanitizer memcheck;
+#   1b. gpu_decode_test: K greedy decode steps per launch = K single steps bit for bit (K 1/2/4/8,
+#      graphs and eager), max_new / stop ids at step j < K, per-expert counts per MoE layer;
 #   3. `fp4moe bench step` on it (RUNNER_BENCH_ARGS): decode B x ctx (ms/step vs the all-weights +
-#      KV byte floor), prefill tok/s;
+#      KV byte floor, device ms, host share), the per-stage shares of an eager pass (attention,
+#      indexer, moe, dense, lm_head, sampling), K = 1/2/4/8 decode steps per launch (ms per token
+#      step), prefill tok/s; JSON in $OUT/runner/bench_step.json;
 #   2. a GLM-5-dims model with few layers (make-synthetic --preset glm5-layer; RUNNER_LAYERS /
 #      RUNNER_DENSE, default 4 / 2 ≈ 16 GB on disk) and `fp4moe generate --backend cuda` on it:
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
@@ -15,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
 O=$OUT/runner
-for t in gpu_runner_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+for t in gpu_runner_test gpu_decode_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
 B=build-dev/bin/gpu_runner_test
 if [ -x "$B" ]; then
@@ -34,6 +38,15 @@ if [ -x "$B" ]; then
 else
   echo "gpu_runner_test: not built"; rc=1
 fi
+B=build-dev/bin/gpu_decode_test
+if [ -x "$B" ]; then
+  timeout 300 "$B" > "$O/gpu_decode_test.log" 2>&1
+  r=$?; echo "gpu_decode_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_decode_test.log" | tr '\n' ' ')"
+  [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]|Failure|Expected|Which is|step [0-9]+ request' "$O/gpu_decode_test.log" | head -n 30
+else
+  echo "gpu_decode_test: not built"; rc=1
+fi
 M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
 L=${RUNNER_LAYERS:-4}; D=${RUNNER_DENSE:-2}
 if [ ! -f "$M/config.json" ]; then
@@ -49,8 +62,9 @@ for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p
   grep -E 'gpu runner|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
 done
 t0=$(date +%s)
-timeout 500 build-dev/bin/fp4moe bench step --model "$M" ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384} \
+timeout 560 build-dev/bin/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
+  ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384 --k 1,2,4,8} \
   > "$O/bench_step.log" 2> "$O/bench_step.err"
 r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
-grep -E '^\||start-up|ceilings' "$O/bench_step.log"; grep -E 'memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 5
+grep -E '^\||start-up|ceilings|per-stage|K greedy' "$O/bench_step.log"; grep -E 'memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 5
 exit $rc

@@ -1,0 +1,64 @@
+#include "engine/gpu/gpu_step_kernels.hpp"
+
+#include "core/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+
+namespace fp4moe::engine::gpu {
+namespace {
+
+__global__ void count_experts_kernel(const int32_t* ids, int T, int k, const int32_t* token_req,
+                                     const int32_t* active, int E, int32_t* counts) {
+  extern __shared__ int32_t bins[];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) bins[e] = 0;
+  __syncthreads();
+  const int n = T * k;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t e = ids[i];
+    if (e >= 0 && e < E && active[token_req[i / k]] != 0) atomicAdd(&bins[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = bins[e];
+}
+
+__global__ void greedy_advance_kernel(GreedyAdvanceArgs a, int32_t j) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= a.requests) return;
+  int32_t* out = a.out + int64_t(j) * a.requests + r;
+  if (a.active[r] == 0) {
+    *out = -1;
+    return;
+  }
+  const int32_t t = a.greedy[r];
+  *out = t;
+  const int32_t n = a.produced[r] + 1;
+  a.produced[r] = n;
+  bool done = n >= a.max_new[r];
+  for (int q = 0; q < a.stop_stride; ++q) done = done || a.stop_ids[int64_t(r) * a.stop_stride + q] == t;
+  if (done) {
+    a.active[r] = 0;
+    a.positions[r] = 0;
+    a.kv_len[r] = 1;
+    a.page_indices[a.page_indptr[r]] = a.trash_page;
+    return;
+  }
+  a.tokens[r] = t;
+  a.positions[r] += 1;
+  a.kv_len[r] += 1;
+}
+
+}  // namespace
+
+void count_experts(const int32_t* ids, int T, int k, const int32_t* token_req, const int32_t* active, int E,
+                   int32_t* counts, cudaStream_t s) {
+  FP4MOE_CHECK(E >= 1 && E <= 4096 && k >= 1, "count_experts: {} experts, top-k {}", E, k);
+  count_experts_kernel<<<1, 512, size_t(E) * 4, s>>>(ids, T, k, token_req, active, E, counts);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void greedy_advance(const GreedyAdvanceArgs& a, int32_t step, cudaStream_t s) {
+  if (a.requests == 0) return;
+  greedy_advance_kernel<<<(a.requests + 127) / 128, 128, 0, s>>>(a, step);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp4moe::engine::gpu

@@ -24,6 +24,7 @@ CudaModelBackend::CudaModelBackend(const CudaModelBackendOptions& options) : opt
   size_t free_b = 0, total_b = 0;
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   device_bytes_ = int64_t(total_b);
+  moe_layers_ = runner_->moe_layer_ids();
 }
 
 CudaModelBackend::~CudaModelBackend() = default;
@@ -55,26 +56,45 @@ void CudaModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max
   kv_ready_ = true;
 }
 
-void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
-  FP4MOE_CHECK(kv_ready_, "cuda backend: step before init_kv");
+StepInput CudaModelBackend::view(const StepBatch& batch) {
   const int32_t n = batch.num_requests();
   StepInput in;
   kv_len_.resize(size_t(n));
-  bool greedy = true;
   for (int32_t r = 0; r < n; ++r) {
     kv_len_[size_t(r)] = batch.start(r) + batch.count(r);
-    if (!batch.sample[size_t(r)]) continue;
-    in.logits_rows.push_back(batch.token_begin[size_t(r) + 1] - 1);  // its last token
-    greedy = greedy && plain_greedy(batch.sampling[size_t(r)]);
+    if (batch.sample[size_t(r)]) in.logits_rows.push_back(batch.token_begin[size_t(r) + 1] - 1);  // its last token
   }
   in.tokens = batch.tokens.data();
   in.batch = KvBatchView{n, batch.num_tokens(), batch.token_begin.data(), batch.positions.data(), kv_len_.data(),
                          batch.page_begin.data(), batch.page_ids.data()};
+  return in;
+}
+
+void CudaModelBackend::report_counts(size_t steps) {
+  if (!observer_ || moe_layers_.empty()) return;
+  const size_t E = size_t(runner_->num_experts()), L = moe_layers_.size();
+  FP4MOE_CHECK(counts_.size() == steps * L * E, "cuda backend: {} expert counts for {} steps x {} layers x {}",
+               counts_.size(), steps, L, E);
+  for (size_t j = 0; j < steps; ++j)
+    for (size_t l = 0; l < L; ++l)
+      observer_->on_moe_gemm(moe_layers_[l], {counts_.data() + (j * L + l) * E, E});
+}
+
+void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
+  FP4MOE_CHECK(kv_ready_, "cuda backend: step before init_kv");
+  const int32_t n = batch.num_requests();
+  const StepInput in = view(batch);
+  bool greedy = true;
+  for (int32_t r = 0; r < n; ++r)
+    if (batch.sample[size_t(r)]) greedy = greedy && plain_greedy(batch.sampling[size_t(r)]);
   const int64_t vocab = runner_->config().vocab;
   StepOutput so;
   so.greedy = &greedy_;
   so.logits = greedy ? nullptr : &logits_;
+  const bool counts = observer_ && runner_->options().count_experts && !moe_layers_.empty();
+  so.expert_counts = counts ? &counts_ : nullptr;
   runner_->step(in, so);
+  if (counts) report_counts(1);
   size_t k = 0;
   for (int32_t r = 0; r < n; ++r) {
     if (!batch.sample[size_t(r)]) continue;
@@ -87,6 +107,35 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
     }
     ++k;
   }
+}
+
+void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
+  const int32_t n = batch.num_requests();
+  const RunnerOptions& ro = runner_->options();
+  bool device = steps >= 1 && steps <= ro.max_decode_steps && int32_t(limits.stop_ids.size()) == n &&
+                int32_t(limits.max_new.size()) == n;
+  for (int32_t r = 0; device && r < n; ++r)
+    device = batch.count(r) == 1 && batch.sample[size_t(r)] && plain_greedy(batch.sampling[size_t(r)]) &&
+             int32_t(limits.stop_ids[size_t(r)].size()) <= ro.max_stop_ids;
+  if (!device) return Backend::decode(batch, limits, steps, out);  // host loop over step()
+  FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
+  DecodeInput in;
+  const StepInput first = view(batch);
+  in.tokens = first.tokens;
+  in.batch = first.batch;
+  in.steps = steps;
+  in.max_new = limits.max_new.data();
+  in.stop_ids = limits.stop_ids;
+  const bool counts = observer_ && ro.count_experts && !moe_layers_.empty();
+  runner_->decode_greedy(in, tokens_, produced_, counts ? &counts_ : nullptr);
+  out.tokens.assign(size_t(n), {});
+  for (int32_t r = 0; r < n; ++r)
+    for (int32_t j = 0; j < produced_[size_t(r)]; ++j) {
+      GeneratedToken t;
+      t.id = tokens_[size_t(j) * size_t(n) + size_t(r)];
+      out.tokens[size_t(r)].push_back(std::move(t));
+    }
+  if (counts) report_counts(size_t(steps));
 }
 
 }  // namespace fp4moe::engine::gpu

@@ -5,7 +5,10 @@
 // directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
 // penalties) reads back only the device's argmax per row; any other step reads the logits
 // rows back and samples them on the host like the CPU backend (engine/sampling_cpu.hpp).
-// K decode steps per round: Backend's host loop over step(), each step a graph replay.
+// K decode steps per round: when every request is plain greedy, one GpuRunner::decode_greedy
+// call (K graph replays back to back with the next token, positions and stop checks on the
+// device; the host reads the tokens once); otherwise Backend's host loop over step().
+// /metrics' tokens per expert come from the runner's per-layer device counts.
 #pragma once
 
 #include <memory>
@@ -29,6 +32,7 @@ class CudaModelBackend : public Backend {
   BackendInfo info() const override;
   void init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) override;
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
+  void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
   const GpuRunner& runner() const { return *runner_; }
   GpuRunner& runner() { return *runner_; }
 
@@ -38,8 +42,12 @@ class CudaModelBackend : public Backend {
   int64_t device_bytes_ = 0;
   bool kv_ready_ = false;
   // Per-step host buffers (reused).
-  std::vector<int32_t> kv_len_, greedy_;
+  std::vector<int32_t> kv_len_, greedy_, counts_, tokens_, produced_;
   std::vector<float> logits_;
+  std::vector<int32_t> moe_layers_;  // layer ids of the runner's count rows
+
+  StepInput view(const StepBatch& batch);       // kv_len_ filled; logits rows: each sampling request's last token
+  void report_counts(size_t steps);              // counts_ [steps x moe layers x experts] to the observer
 };
 
 }  // namespace fp4moe::engine::gpu

@@ -22,7 +22,9 @@
 // (padding rows of a bucket belong to dummy requests whose cache writes go to a page of their
 // own, never to a real request's). Results: logits rows (FP32, host) and/or the greedy token of
 // each row; per-layer hidden states on request (eager only, for the layer-by-layer comparison
-// with the CPU backend).
+// with the CPU backend); per-expert token counts of every MoE layer (graph or eager); per-stage
+// device times (eager, for bench step). decode_greedy runs K greedy decode steps per launch
+// (the bucket's graph replayed K times, a device kernel advancing the batch in between).
 #pragma once
 
 #include <cstdint>

@@ -4,8 +4,8 @@
 measured with the same client (`fp4moe bench serve`, random ids, ignore_eos), inside a time budget.
 
     bench/serve_sweep.py --fp4moe build-dev/bin/fp4moe --model DIR --out DIR [--backend cuda]
-        [--input-len 128] [--output-len 128] [--caps 16,64,256,1024,2048] [--steps 1,2,4,8]
-        [--prompts-factor 2] [--min-prompts 64] [--max-prompts 2048] [--budget-s 420] [--deadline EPOCH]
+        [--input-len 64] [--output-len 64] [--caps 16,64,256,1024,2048] [--steps 1,8,4,2]
+        [--prompts-factor 2] [--min-prompts 64] [--max-prompts 1024] [--budget-s 450] [--deadline EPOCH]
         [--torch-caps 16,...] [--torch-steps 1] [--no-torch] [--serve-args "..."] [--torch-args "..."]
 
 One server per K, started with the largest cap; each cell's cap is applied by the client's
@@ -26,8 +26,8 @@ never the since-start gauges): tokens per expert per MoE GEMM = delta sum / delt
 fp4moe_moe_expert_tokens histogram (every expert of every GEMM, zeros included), per active
 expert = delta sum / (delta count - delta of its le="0" bucket), the mean batch per model step
 (fp4moe_step_batch_requests / _tokens), model steps, rounds, retractions; and, sampled once a
-half-second during the cell, the largest running set and KV use. The baseline reports decode steps
-and tokens (JSON /metrics), so its tokens per expert are the mean decode batch x top_k / experts.
+half-second during the cell, the largest running set and KV use. The baseline reports its steps and
+tokens (JSON /metrics), so its tokens per expert are its mean step tokens x top_k / experts.
 """
 import argparse
 import json
@@ -151,13 +151,15 @@ def metric_deltas(kind, m0, m1, top_k, experts):
     d = lambda k: m1.get(k, 0.0) - m0.get(k, 0.0)  # noqa: E731
     if kind == "torch":
         steps, tokens = d("decode_steps"), d("decode_tokens")
-        mean_batch = ratio(tokens, steps)
+        all_steps, all_tokens = steps + d("prefill_steps"), tokens + d("prefill_tokens")
+        mean_step = ratio(all_tokens, all_steps)
         return {"decode_steps": steps, "prefill_steps": d("prefill_steps"), "decode_tokens": tokens,
                 "prefill_tokens": d("prefill_tokens"), "forward_seconds": d("forward_seconds"),
-                "mean_decode_batch": mean_batch,
-                "tokens_per_expert_mean": mean_batch * top_k / experts if mean_batch is not None else None,
-                "tokens_per_expert_source": "decode batch x top_k / experts (the baseline does not count per expert)",
-                "forward_ms_per_step": ratio(1000 * d("forward_seconds"), steps + d("prefill_steps"))}
+                "steps": all_steps, "mean_decode_batch": ratio(tokens, steps), "mean_step_tokens": mean_step,
+                "tokens_per_expert_mean": mean_step * top_k / experts if mean_step is not None else None,
+                "tokens_per_expert_source": "step tokens (prefill + decode) x top_k / experts, as fp4moe's "
+                                            "(the baseline does not count per expert)",
+                "forward_ms_per_step": ratio(1000 * d("forward_seconds"), all_steps)}
     h = "fp4moe_moe_expert_tokens"
     gemms, slots, routed, zeros = d("fp4moe_moe_gemms_total"), d(h + "_count"), d(h + "_sum"), d(h + '_bucket{le="0"}')
     step_count, step_tokens = d("fp4moe_step_batch_tokens_count"), d("fp4moe_step_batch_tokens_sum")
@@ -171,6 +173,13 @@ def metric_deltas(kind, m0, m1, top_k, experts):
          "mean_step_tokens": ratio(step_tokens, step_count)}
     # From the step sizes alone (every token goes to top_k of the experts): the same number when
     # the backend reports its counts; the only one when it does not (moe_gemms = 0).
+    # Model steps by size (tokens), per histogram bucket: {upper bound: steps} (not cumulative).
+    prefix, hist, prev = "fp4moe_step_batch_tokens_bucket{le=\"", {}, 0.0
+    for key in sorted((k for k in m1 if k.startswith(prefix)), key=lambda k: float(k[len(prefix):-2])):
+        cum = d(key)
+        hist[key[len(prefix):-2]] = cum - prev
+        prev = cum
+    r["step_tokens_hist"] = hist
     r["tokens_per_expert_from_steps"] = ratio(step_tokens * top_k, step_count * experts) if step_count else None
     if not slots:
         r["tokens_per_expert_mean"] = r["tokens_per_expert_from_steps"]
@@ -270,10 +279,11 @@ class Sweep:
                       "experts": self.experts, "top_k": self.top_k, "hidden": cfg.get("hidden_size"),
                       "vocab": cfg.get("vocab_size")},
             "workload": {"input_len": a.input_len, "output_len": a.output_len, "range_ratio": 1.0,
-                         "prompts": f"clamp({a.prompts_factor} x cap, {a.min_prompts}, {a.max_prompts})",
+                         "prompts": f"max({a.min_prompts}, min({a.prompts_factor} x cap, max(cap, {a.max_prompts})))",
                          "seed": f"{a.seed} + cap", "ignore_eos": True, "request_rate": "inf",
-                         "reduction": f"{a.input_len} in / {a.output_len} out instead of the seed's 1024 / 1024, "
-                                      f"{a.prompts_factor} x cap prompts (at least {a.min_prompts}, at most "
+                         "reduction": f"{a.input_len} in / {a.output_len} out instead of the seed's 1024 / 1024; "
+                                      f"{a.prompts_factor} x cap prompts ({a.prompts_factor} waves; at least "
+                                      f"{a.min_prompts}; one wave of cap prompts where {a.prompts_factor} x cap > "
                                       f"{a.max_prompts}), to fit the device budget"},
             "fp4moe": {"backend": a.backend, "caps": ints(a.caps), "steps": ints(a.steps),
                        "serve_args": a.serve_args, "server_cap": max(ints(a.caps)),
@@ -299,7 +309,9 @@ class Sweep:
         os.replace(tmp, os.path.join(self.a.out, "summary.json"))
 
     def prompts_for(self, cap):
-        return max(self.a.min_prompts, min(self.a.max_prompts, self.a.prompts_factor * cap))
+        """factor x cap prompts (factor waves), at least min_prompts; above max_prompts one wave
+        (= cap: the running set must still reach the cap)."""
+        return max(self.a.min_prompts, min(self.a.prompts_factor * cap, max(cap, self.a.max_prompts)))
 
     def record(self, cell):
         self.summary["cells"].append(cell)
@@ -450,15 +462,15 @@ def parse_args(argv=None):
     p.add_argument("--model", required=True, help="checkpoint folder both servers load")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--backend", default="cuda", help="fp4moe serve --backend (cuda; cpu or fake to rehearse)")
-    p.add_argument("--input-len", type=int, default=128)
-    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--input-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--caps", default="16,64,256,1024,2048")
     p.add_argument("--steps", default="1,8,4,2", help="K values; the first runs before the baseline")
-    p.add_argument("--prompts-factor", type=int, default=2, help="prompts per cell = factor x cap, clamped")
-    p.add_argument("--min-prompts", type=int, default=64)
-    p.add_argument("--max-prompts", type=int, default=2048)
+    p.add_argument("--prompts-factor", type=int, default=2, help="prompts per cell = factor x cap (waves)")
+    p.add_argument("--min-prompts", type=int, default=64, help="prompts per cell at least")
+    p.add_argument("--max-prompts", type=int, default=1024, help="above this, one wave: cap prompts")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--budget-s", type=float, default=420.0, help="seconds for the whole sweep")
+    p.add_argument("--budget-s", type=float, default=450.0, help="seconds for the whole sweep")
     p.add_argument("--deadline", type=float, default=0.0, help="absolute end (epoch seconds), if earlier")
     p.add_argument("--reserve-s", type=float, default=15.0, help="kept free at the end (stops, packing)")
     p.add_argument("--start-est-s", type=float, default=30.0, help="expected fp4moe start-up")

@@ -18,9 +18,12 @@
 # 3. bench/serve_sweep_report.py: the markdown table (printed: run_all's summary shows it).
 #
 # The reduction (the device budget is ~30 min of GPU for the whole session): the seed runs
-# 1K in / 1K out with enough prompts to saturate; the default here is SWEEP_IN=128 in /
-# SWEEP_OUT=128 out, SWEEP_PROMPTS_FACTOR=2 x cap prompts (at least 64, at most
-# SWEEP_MAX_PROMPTS=2048: one wave at cap 2048), which the report states.
+# 1K in / 1K out with enough prompts to saturate; the default here is SWEEP_IN=64 in /
+# SWEEP_OUT=64 out, SWEEP_PROMPTS_FACTOR=2 x cap prompts (two waves; at least SWEEP_MIN_PROMPTS=64;
+# one wave of cap prompts where 2 x cap > SWEEP_MAX_PROMPTS=1024, i.e. caps 1024 and 2048), which
+# the report states. Estimate (H200, 1 dense + 1 MoE layer): make-synthetic < 1 min, fp4moe
+# start-up ~15 s x 4, the baseline's ~45 s, ~40 s of cells per K and ~80 s for the baseline:
+# ~6.5 min. 128 / 128 would need ~10 min.
 # Budget: SWEEP_BUDGET_S (default 450) from this step's start, model creation included, and never
 # past SWEEP_CALL_LIMIT_S (default 540) after run_all.sh started (FP4MOE_CALL_T0), so one device
 # call of build-kept + this step stays under 9 minutes.
@@ -62,9 +65,9 @@ fi
 TORCH=()
 [ "${SWEEP_TORCH:-1}" = 0 ] && TORCH=(--no-torch)
 python3 bench/serve_sweep.py --fp4moe "$BIN" --model "$MODEL" --out "$O" --backend "${SWEEP_BACKEND:-cuda}" \
-  --input-len "${SWEEP_IN:-128}" --output-len "${SWEEP_OUT:-128}" --caps "${SWEEP_CAPS:-16,64,256,1024,2048}" \
+  --input-len "${SWEEP_IN:-64}" --output-len "${SWEEP_OUT:-64}" --caps "${SWEEP_CAPS:-16,64,256,1024,2048}" \
   --steps "${SWEEP_STEPS:-1,8,4,2}" --prompts-factor "${SWEEP_PROMPTS_FACTOR:-2}" \
-  --min-prompts "${SWEEP_MIN_PROMPTS:-64}" --max-prompts "${SWEEP_MAX_PROMPTS:-2048}" \
+  --min-prompts "${SWEEP_MIN_PROMPTS:-64}" --max-prompts "${SWEEP_MAX_PROMPTS:-1024}" \
   --budget-s $(( END - $(date +%s) )) --reserve-s "${SWEEP_RESERVE_S:-15}" \
   --start-est-s "${SWEEP_START_EST_S:-30}" --torch-start-est-s "${SWEEP_TORCH_START_EST_S:-60}" \
   --serve-args "${SWEEP_SERVE_ARGS:---chunked-prefill-size 8192 --context-length 4096}" \

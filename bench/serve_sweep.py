@@ -20,6 +20,8 @@ the budget is recorded as skipped with the reason; a cell that runs past the bud
 and recorded as such. Everything goes to --out: cells/<server>_K<k>_cap<c>.json (the bench serve
 JSON line, /metrics before / after, the derived numbers), server logs, and summary.json,
 rewritten after every cell. bench/serve_sweep_report.py turns summary.json into tables and plots.
+Last, with what budget is left: `serve --backend fake` (a model that costs nothing) at the largest
+cap: the HTTP + scheduler path's own ceiling in output tok/s on this host.
 
 Per cell, from fp4moe's /metrics (differences of counters between the scrapes around the cell,
 never the since-start gauges): tokens per expert per MoE GEMM = delta sum / delta count of the
@@ -297,6 +299,7 @@ class Sweep:
         if not os.path.exists(os.path.join(a.model, "tokenizer.json")):
             write_id_tokenizer(a.model, int(cfg["vocab_size"]))
             self.summary["tokenizer"] = f"written by serve_sweep.py: byte-level BPE, {cfg['vocab_size']} ids, 'tN' texts"
+        self.rates = {}  # (server, cap) -> total tokens/s measured
 
     def left(self):
         return self.deadline - time.time()
@@ -326,6 +329,10 @@ class Sweep:
 
     def server_cmd(self, server, k, cap, port):
         a = self.a
+        if server == "fake":  # the HTTP + scheduler path alone: a model that costs nothing
+            return [a.fp4moe, "serve", "--model", a.model, "--backend", "fake", "--port", str(port), "--max-running-requests",
+                    str(cap), "--num-continuous-decode-steps", str(k), "--fake-eos-period", "0",
+                    "--decode-log-interval", "0", "--graceful-shutdown-timeout", "5"]
         if server == "fp4moe":
             extra = shlex.split(a.serve_args)
             for flag, value in (("--decode-log-interval", "200"), ("--graceful-shutdown-timeout", "5")):
@@ -352,7 +359,7 @@ class Sweep:
 
     def run_server(self, server, k, caps):
         a = self.a
-        start_est = a.start_est_s if server == "fp4moe" else a.torch_start_est_s
+        start_est = {"fp4moe": a.start_est_s, "torch": a.torch_start_est_s}.get(server, 5.0)
         if self.left() < start_est + a.reserve_s:
             self.skip_all(server, k, caps, f"budget: {self.left():.0f} s left, a server start takes ~{start_est:.0f} s")
             return
@@ -385,14 +392,16 @@ class Sweep:
             cell = {"server": server, "steps": k, "cap": cap, "num_prompts": n, "input_len": a.input_len,
                     "output_len": a.output_len, "server_cap": cap_max}
             left = self.left() - a.reserve_s
-            est = n * (a.input_len + a.output_len) / rate if rate else None
+            # The rate this cap ran at on the same server kind with another K, else the previous
+            # cell's on this server (lower: rates grow with the cap, so the time is over-estimated).
+            known = self.rates.get((server, cap)) or rate
+            est = n * (a.input_len + a.output_len) / known if known else None
             if srv.proc.poll() is not None:
                 self.record(dict(cell, status="skipped", reason=f"server exited with {srv.proc.returncode}"))
                 continue
             if left < 5 or (est is not None and est > left):
-                why = f"~{est:.0f} s predicted" if est is not None else "no estimate"
-                self.record(dict(cell, status="skipped", reason=f"budget: {max(left, 0):.0f} s left, {why} "
-                                                               f"(from the previous cell's {rate or 0:.0f} tok/s)"))
+                why = f", ~{est:.0f} s predicted at {known:.0f} tok/s" if est is not None else ""
+                self.record(dict(cell, status="skipped", reason=f"budget: {max(left, 0):.0f} s left{why}"))
                 continue
             out_file = os.path.join(a.out, "cells", f"{tag}_cap{cap}.jsonl")
             m0 = scrape(server, srv.base)
@@ -428,6 +437,8 @@ class Sweep:
                     cell["reason"] = f"{report.get('failed')} of {n} requests failed: {report.get('error_messages')}"
                 dur = report.get("duration") or wall
                 rate = (report.get("total_input_tokens", 0) + report.get("total_output_tokens", 0)) / dur if dur else None
+                if rate and not bad:
+                    self.rates[(server, cap)] = max(rate, self.rates.get((server, cap), 0.0))
             with open(os.path.join(a.out, "cells", f"{tag}_cap{cap}.metrics.txt"), "w") as f:
                 json.dump({"before": m0, "after": m1}, f)
             log(f"{tag} cap {cap}: {cell['status']} in {wall:.1f} s"
@@ -446,6 +457,8 @@ class Sweep:
         if not a.no_torch:
             plan += [("torch", k, ints(a.torch_caps or a.caps)) for k in ints(a.torch_steps)]
         plan += [("fp4moe", k, caps) for k in steps[1:]]
+        if a.fake_ceiling:
+            plan.append(("fake", 1, [max(caps)]))
         self.summary["order"] = [f"{s} K={k}" for s, k, _ in plan]
         self.save()
         for server, k, cs in plan:
@@ -481,6 +494,9 @@ def parse_args(argv=None):
     p.add_argument("--torch-caps", default="", help="default: --caps")
     p.add_argument("--torch-steps", default="1")
     p.add_argument("--torch-args", default="", help="more bench/torch_serve/serve.py flags")
+    p.add_argument("--no-fake-ceiling", dest="fake_ceiling", action="store_false",
+                   help="skip the last group: `serve --backend fake` (no model time) at the largest cap, the HTTP + "
+                        "scheduler ceiling")
     p.add_argument("--port", type=int, default=0, help="0: a free port")
     p.add_argument("--env", default="", help="free text recorded in summary.json (GPU, commit)")
     a = p.parse_args(argv)

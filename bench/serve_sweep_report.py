@@ -223,6 +223,14 @@ def tables(s, table):
                 f"{fmt(t and t.get('metrics', {}).get('tokens_per_expert_mean'), '.2f')} | "
                 f"{best['steps'] if bt else '–'} | {fmt(bt)} | {r(bt, tt)} |")
         lines.append("")
+    fake = [c for c in cells if c["server"] == "fake"]
+    for c in fake:
+        lines.append(f"HTTP + scheduler ceiling (`serve --backend fake`, no model time, cap {c['cap']}, same client and "
+                     f"prompts): " + (f"**{out_tps(c):.0f} output tok/s**, TPOT median {c['bench']['median_tpot_ms']:.2f} ms; "
+                                      f"the best fp4moe cell at this cap reaches "
+                                      f"{fmt(max((out_tps(idx.get(('fp4moe', k, c['cap']))) or 0 for k in steps)) / out_tps(c) * 100)} % of it."
+                                      if out_tps(c) else f"{c['status']} ({c.get('reason', '')})"))
+        lines.append("")
     skipped = [c for c in cells if c["status"] != "ok"]
     if skipped:
         lines.append(f"Cells not measured ({len(skipped)}): "

@@ -15,6 +15,8 @@
 #    fp4moe at the first K, the baseline, then fp4moe at the other Ks (1, torch, 8, 4, 2), caps
 #    ascending; a cell that does not fit the time left is recorded as skipped (with the reason),
 #    one that runs past it is killed and recorded as such.
+#    Last, with the budget left: `serve --backend fake` (no model time) at the largest cap, the
+#    HTTP + scheduler path's own ceiling (SWEEP_FAKE_CEILING=0 skips it).
 # 3. bench/serve_sweep_report.py: the markdown table (printed: run_all's summary shows it).
 #
 # The reduction (the device budget is ~30 min of GPU for the whole session): the seed runs
@@ -64,6 +66,7 @@ fi
 
 TORCH=()
 [ "${SWEEP_TORCH:-1}" = 0 ] && TORCH=(--no-torch)
+[ "${SWEEP_FAKE_CEILING:-1}" = 0 ] && TORCH+=(--no-fake-ceiling)
 python3 bench/serve_sweep.py --fp4moe "$BIN" --model "$MODEL" --out "$O" --backend "${SWEEP_BACKEND:-cuda}" \
   --input-len "${SWEEP_IN:-64}" --output-len "${SWEEP_OUT:-64}" --caps "${SWEEP_CAPS:-16,64,256,1024,2048}" \
   --steps "${SWEEP_STEPS:-1,8,4,2}" --prompts-factor "${SWEEP_PROMPTS_FACTOR:-2}" \

@@ -50,6 +50,7 @@ def fake_summary():
                 cells.append(fake_cell("fp4moe", k, cap, 100.0 * cap ** 0.5 * (1 + 0.05 * k)))
     for cap in CAPS:
         cells.append(fake_cell("torch", 1, cap, 25.0 * cap ** 0.5))
+    cells.append(fake_cell("fake", 1, 2048, 20000.0))
     return {"started_utc": "2026-12-03T17:00:00Z",
             "model": {"layers": 2, "dense_layers": 1, "moe_layers": 1, "experts": 256, "top_k": 8, "hidden": 6144,
                       "vocab": 154880},
@@ -132,6 +133,9 @@ class Report(unittest.TestCase):
         side = [r for r in rows if len(r.split("|")) == 17]  # side by side: 15 columns
         self.assertEqual(len(side), 5)
         self.assertTrue(side[2].startswith("| 256 | 1680 | 400 | 4.20 |"), side[2])
+        # fp4moe's best at cap 2048: K=8, 100 x sqrt(2048) x 1.4 = 6336 tok/s, 32 % of the fake ceiling.
+        self.assertIn("no model time, cap 2048, same client and prompts): **20000 output tok/s**", md)
+        self.assertIn("reaches 32 % of it", md)
         self.assertIn("NOT a measurement", md)
         self.assertIn("Worked example", md)
         self.assertIn("64 in / 64 out instead of the seed's 1024 / 1024", md)

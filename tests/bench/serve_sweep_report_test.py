@@ -150,37 +150,21 @@ class Report(unittest.TestCase):
                 sys.stderr = old
 
 
+def prom(gemms, steps, zeros, ones, experts_count, experts_sum, le64, le128, steps_count, steps_sum):
+    """fp4moe's /metrics text with the counters the sweep reads (and a gauge it must not)."""
+    h, b = "fp4moe_moe_expert_tokens", "fp4moe_step_batch_tokens"
+    return "\n".join([
+        "# HELP fp4moe_moe_gemms_total x", "# TYPE fp4moe_moe_gemms_total counter",
+        f"fp4moe_moe_gemms_total {gemms}", f"fp4moe_engine_steps_total {steps}",
+        f'{h}_bucket{{le="0"}} {zeros}', f'{h}_bucket{{le="1"}} {ones}', f'{h}_bucket{{le="+Inf"}} {experts_count}',
+        f"{h}_sum {experts_sum}", f"{h}_count {experts_count}",
+        f'{b}_bucket{{le="64"}} {le64}', f'{b}_bucket{{le="128"}} {le128}', f'{b}_bucket{{le="+Inf"}} {steps_count}',
+        f"{b}_sum {steps_sum}", f"{b}_count {steps_count}", "fp4moe_moe_tokens_per_expert_mean 0.39", ""])
+
+
 class SweepMetrics(unittest.TestCase):
-    BEFORE = """# HELP fp4moe_moe_gemms_total x
-# TYPE fp4moe_moe_gemms_total counter
-fp4moe_moe_gemms_total 10
-fp4moe_engine_steps_total 5
-fp4moe_moe_expert_tokens_bucket{le="0"} 100
-fp4moe_moe_expert_tokens_bucket{le="1"} 200
-fp4moe_moe_expert_tokens_bucket{le="+Inf"} 2560
-fp4moe_moe_expert_tokens_sum 1000
-fp4moe_moe_expert_tokens_count 2560
-fp4moe_step_batch_tokens_bucket{le="64"} 5
-fp4moe_step_batch_tokens_bucket{le="128"} 5
-fp4moe_step_batch_tokens_bucket{le="+Inf"} 5
-fp4moe_step_batch_tokens_sum 160
-fp4moe_step_batch_tokens_count 5
-fp4moe_moe_tokens_per_expert_mean 0.39
-"""
-    AFTER = """fp4moe_moe_gemms_total 30
-fp4moe_engine_steps_total 25
-fp4moe_moe_expert_tokens_bucket{le="0"} 1100
-fp4moe_moe_expert_tokens_bucket{le="1"} 1300
-fp4moe_moe_expert_tokens_bucket{le="+Inf"} 7680
-fp4moe_moe_expert_tokens_sum 21480
-fp4moe_moe_expert_tokens_count 7680
-fp4moe_step_batch_tokens_bucket{le="64"} 5
-fp4moe_step_batch_tokens_bucket{le="128"} 20
-fp4moe_step_batch_tokens_bucket{le="+Inf"} 25
-fp4moe_step_batch_tokens_sum 2720
-fp4moe_step_batch_tokens_count 25
-fp4moe_moe_tokens_per_expert_mean 2.8
-"""
+    BEFORE = prom(10, 5, 100, 200, 2560, 1000, 5, 5, 5, 160)
+    AFTER = prom(30, 25, 1100, 1300, 7680, 21480, 5, 20, 25, 2720)
 
     def test_cell_numbers_are_differences_of_counters(self):
         m0, m1 = serve_sweep.parse_prometheus(self.BEFORE), serve_sweep.parse_prometheus(self.AFTER)

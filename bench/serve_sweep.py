@@ -110,6 +110,16 @@ def write_id_tokenizer(model_dir, vocab):
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"}, f)
 
 
+def gpu_memory_used():
+    """nvidia-smi's memory.used of every GPU (MiB), or None without one."""
+    try:
+        p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        return p.stdout.strip() if p.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 # ---- /metrics -------------------------------------------------------------------------------
 
 PROM_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
@@ -379,6 +389,13 @@ class Sweep:
             self.skip_all(server, k, caps, f"server did not start: {e}")
             return
         info["startup_lines"] = srv.startup_lines()
+        status, body = http_get(srv.base + "/get_server_info")
+        if status == 200:
+            try:
+                info["server_info"] = json.loads(body)
+            except ValueError:
+                pass
+        info["gpu_memory_used"] = gpu_memory_used()
         log(f"{tag} healthy in {info['start_s']} s")
         # One request through the whole path before the first measured cell (bench serve's own
         # warm-up would fall inside the metrics window).

@@ -14,8 +14,9 @@ queues; what differs from a server-side cap is only that a freed slot is refille
 client's next request arrives, one HTTP round trip, and that TTFT does not include time queued
 in the server). Restarting the server per cell would cost ~20 s of load x 20 cells, more than
 the whole budget. Order: fp4moe at the first K, the baseline, then fp4moe at the other Ks; in
-each server caps ascending. A cell whose predicted time (from the previous cell's token rate on
-the same server, an over-estimate since rates grow with the cap) does not fit what is left of
+each server caps ascending. A cell whose predicted time (from the token rate of the same cap at
+an earlier K, else of the previous cell on this server: an over-estimate, rates grow with the
+cap) does not fit what is left of
 the budget is recorded as skipped with the reason; a cell that runs past the budget is killed
 and recorded as such. Everything goes to --out: cells/<server>_K<k>_cap<c>.json (the bench serve
 JSON line, /metrics before / after, the derived numbers), server logs, and summary.json,
@@ -27,8 +28,8 @@ Per cell, from fp4moe's /metrics (differences of counters between the scrapes ar
 never the since-start gauges): tokens per expert per MoE GEMM = delta sum / delta count of the
 fp4moe_moe_expert_tokens histogram (every expert of every GEMM, zeros included), per active
 expert = delta sum / (delta count - delta of its le="0" bucket), the mean batch per model step
-(fp4moe_step_batch_requests / _tokens), model steps, rounds, retractions; and, sampled once a
-half-second during the cell, the largest running set and KV use. The baseline reports its steps and
+(fp4moe_step_batch_requests / _tokens), model steps, rounds, retractions, prefix-cache hits (~0: each cap has its own prompt seed); and, sampled every
+half second during the cell, the largest running set and KV use. The baseline reports its steps and
 tokens (JSON /metrics), so its tokens per expert are its mean step tokens x top_k / experts.
 """
 import argparse

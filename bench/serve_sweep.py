@@ -194,6 +194,10 @@ def metric_deltas(kind, m0, m1, top_k, experts):
         prev = cum
     r["step_tokens_hist"] = hist
     r["tokens_per_expert_from_steps"] = ratio(step_tokens * top_k, step_count * experts) if step_count else None
+    if slots and r["tokens_per_expert_from_steps"]:
+        # Every token of a step goes to top_k experts in each MoE layer, so the backend's counts and
+        # the scheduler's step sizes must give the same mean: a mismatch is a counting bug.
+        r["per_expert_vs_steps"] = r["tokens_per_expert_mean"] / r["tokens_per_expert_from_steps"]
     if not slots:
         r["tokens_per_expert_mean"] = r["tokens_per_expert_from_steps"]
         r["tokens_per_expert_source"] = "step tokens x top_k / experts (the backend reported no per-expert counts)"

@@ -223,6 +223,17 @@ def tables(s, table):
                 f"{fmt(t and t.get('metrics', {}).get('tokens_per_expert_mean'), '.2f')} | "
                 f"{best['steps'] if bt else '–'} | {fmt(bt)} | {r(bt, tt)} |")
         lines.append("")
+    off = [c for c in cells if abs(((c.get("metrics") or {}).get("per_expert_vs_steps") or 1.0) - 1.0) > 0.01]
+    if off:
+        lines.append("**Check failed**: the per-expert counts the backend reported disagree with the scheduler's step "
+                     "sizes (routed tokens / (step tokens × top_k), should be 1): "
+                     + ", ".join(f"{c['server']} K={c['steps']} cap {c['cap']}: {c['metrics']['per_expert_vs_steps']:.3f}"
+                                 for c in off))
+        lines.append("")
+    src = {(c.get("metrics") or {}).get("tokens_per_expert_source") for c in cells if c["server"] == "fp4moe" and out_tps(c)}
+    if src:
+        lines.append("Tokens per expert (fp4moe) from: " + "; ".join(sorted(x for x in src if x)) + ".")
+        lines.append("")
     fake = [c for c in cells if c["server"] == "fake"]
     for c in fake:
         lines.append(f"HTTP + scheduler ceiling (`serve --backend fake`, no model time, cap {c['cap']}, same client and "

@@ -136,10 +136,18 @@ class Report(unittest.TestCase):
         # fp4moe's best at cap 2048: K=8, 100 x sqrt(2048) x 1.4 = 6336 tok/s, 32 % of the fake ceiling.
         self.assertIn("no model time, cap 2048, same client and prompts): **20000 output tok/s**", md)
         self.assertIn("reaches 32 % of it", md)
+        self.assertNotIn("Check failed", md)
         self.assertIn("NOT a measurement", md)
         self.assertIn("Worked example", md)
         self.assertIn("64 in / 64 out instead of the seed's 1024 / 1024", md)
         self.assertIn("Growth stops" if "Growth stops" in md else "still grows", md)
+
+    def test_counts_that_disagree_with_the_steps_are_flagged(self):
+        s = fake_summary()
+        s["cells"][0]["metrics"]["per_expert_vs_steps"] = 0.5
+        md = "\n".join(rep.tables(s, rep.MOE_TABLE))
+        self.assertIn("**Check failed**", md)
+        self.assertIn("fp4moe K=1 cap 16: 0.500", md)
 
     def test_a_missing_summary_is_one_line_and_exit_1(self):
         with open(os.devnull, "w") as null:
@@ -176,6 +184,7 @@ class SweepMetrics(unittest.TestCase):
         self.assertAlmostEqual(d["mean_step_tokens"], 2560 / 20)
         self.assertAlmostEqual(d["tokens_per_expert_from_steps"], 2560 * 8 / (20 * 256))
         self.assertEqual(d["step_tokens_hist"], {"64": 0, "128": 15, "+Inf": 5})
+        self.assertAlmostEqual(d["per_expert_vs_steps"], (20480 / 5120) / (2560 * 8 / (20 * 256)))
 
     def test_without_per_expert_counts_the_steps_give_the_mean(self):
         m0 = serve_sweep.parse_prometheus(self.BEFORE.replace("fp4moe_moe_expert", "x_"))

@@ -29,7 +29,7 @@ never the since-start gauges): tokens per expert per MoE GEMM = delta sum / delt
 fp4moe_moe_expert_tokens histogram (every expert of every GEMM, zeros included), per active
 expert = delta sum / (delta count - delta of its le="0" bucket), the mean batch per model step
 (fp4moe_step_batch_requests / _tokens), model steps, rounds, retractions, prefix-cache hits (~0: each cap has its own prompt seed); and, sampled every
-half second during the cell, the largest running set and KV use. The baseline reports its steps and
+0.2 s during the cell, the largest running set and KV use. The baseline reports its steps and
 tokens (JSON /metrics), so its tokens per expert are its mean step tokens x top_k / experts.
 """
 import argparse
@@ -205,14 +205,14 @@ def metric_deltas(kind, m0, m1, top_k, experts):
 
 
 class Sampler(threading.Thread):
-    """Polls /metrics twice a second during a cell: the largest running set and KV use."""
+    """Polls /metrics every 0.2 s during a cell: the largest running set and KV use."""
 
     def __init__(self, kind, base):
         super().__init__(daemon=True)
         self.kind, self.base, self.stop, self.max_running, self.max_kv = kind, base, threading.Event(), 0, 0.0
 
     def run(self):
-        while not self.stop.wait(0.5):
+        while not self.stop.wait(0.2):
             m = scrape(self.kind, self.base)
             if not m:
                 continue

@@ -270,11 +270,13 @@ def plots(s, out_dir):
     ax.set_yticks(range(len(steps)), [str(k) for k in steps])
     ax.set_xlabel("--max-running-requests (cap)")
     ax.set_ylabel("--num-continuous-decode-steps (K)")
+    measured = [x for r in z for x in r if x is not None]
+    lo, hi = (min(measured), max(measured)) if measured else (0.0, 1.0)
     for i, row in enumerate(z):
         for j, v in enumerate(row):
+            dark = v is not None and (v - lo) < 0.5 * (hi - lo)  # viridis is dark at the low end
             ax.text(j, i, "skipped" if v is None else f"{v:.0f}", ha="center", va="center",
-                    color="white" if v is None or v < 0.6 * max(x for r in z for x in r if x is not None) else "black",
-                    fontsize=9)
+                    color="grey" if v is None else ("white" if dark else "black"), fontsize=9)
     fig.colorbar(im, ax=ax, label="output tok/s")
     m = s["model"]
     ax.set_title(f"fp4moe serve, output tok/s ({m['layers']} layers, {m['moe_layers']} MoE, "

@@ -9,12 +9,15 @@
 #   NO_STEPS=1 bash tools/device/run_all.sh      build + GPU tests only
 #   bash tools/device/run_all.sh 20_bench_gemm   build + GPU tests + the named steps
 #   NO_TESTS=1 bash tools/device/run_all.sh 30_tune 40_bench_moe    (machine still warm)
+#   NO_TESTS=1 bash tools/device/run_all.sh 80_serve_sweep        (issue 17: serve sweep + baseline, < 9 min)
 #   NO_TESTS=1 bash tools/device/run_all.sh ../extra/host_time_baseline  (optional: forward() host
 #                                                  time before / after issue 11, see that script)
 # Device call: carry [".carry"] (tools/device/prepare_carry.sh makes it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"; export OUT
+# When this call started: steps with a time budget (80_serve_sweep) end before the 10-minute limit.
+export FP4MOE_CALL_T0=${FP4MOE_CALL_T0:-$(date +%s)}
 export FP4MOE_PLAN_CACHE=${FP4MOE_PLAN_CACHE:-$OUT/plans.json}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "commit ${FP4MOE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"; date -u; } | tee "$OUT/env.txt"

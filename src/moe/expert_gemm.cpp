@@ -100,21 +100,38 @@ cuda::MoeGemmArgs make_args(const void* x, const int32_t* offsets, const float* 
   return a;
 }
 
-class GenericExpertGemm final : public ExpertGemmWeights {
- public:
-  GenericExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token)
-      : dev_(s), ep_(ep) {
+// What every path's weights share: the shapes, the descriptor, the epilogue uploaded for.
+class ExpertGemmCommon : public ExpertGemmWeights {
+ protected:
+  ExpertGemmCommon(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, bool w4a4) : ep_(ep) {
     bytes_per_expert_ = s.front()->weight_bytes_per_expert();
     n_ = s.front()->n;
     k_ = s.front()->k;
     rows_per_token_ = rows_per_token;
-    desc_ = make_desc(s, ep, max_tokens * rows_per_token, false);
+    desc_ = make_desc(s, ep, max_tokens * rows_per_token, w4a4);
+  }
+  void check_epilogue(cuda::Epilogue ep) const { FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue"); }
+  // The tokens bucket of a call (checked against the `buckets` planned at upload).
+  size_t bucket_of(int64_t tokens, size_t buckets) const {
+    const int b = tokens_bucket_index(tokens);
+    FP4MOE_CHECK(tokens >= 0 && b < int(buckets), "expert GEMM: {} tokens above the upload's maximum", tokens);
+    return size_t(b);
+  }
+
+  cuda::Epilogue ep_;
+  cuda::MoeGemmDesc desc_;
+};
+
+class GenericExpertGemm final : public ExpertGemmCommon {
+ public:
+  GenericExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token)
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, false), dev_(s) {
     const std::string why = cuda::generic_can_implement(desc_, dev_.view());
     FP4MOE_CHECK(why.empty(), "expert GEMM [{}, {}, {}]: {}", desc_.num_experts, n_, k_, why);
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
            void* workspace, cudaStream_t stream) const override {
-    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
+    check_epilogue(ep);
     cuda::run_generic_grouped_gemm(
         desc_, dev_.view(), make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream));
   }
@@ -124,19 +141,12 @@ class GenericExpertGemm final : public ExpertGemmWeights {
 
  private:
   cuda::DeviceLinearFp4Weights dev_;
-  cuda::Epilogue ep_;
-  cuda::MoeGemmDesc desc_;
 };
 
-class Sm90ExpertGemm final : public ExpertGemmWeights {
+class Sm90ExpertGemm final : public ExpertGemmCommon {
  public:
   Sm90ExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit, bool w4a4)
-      : ep_(ep), always_hit_(always_hit) {
-    bytes_per_expert_ = s.front()->weight_bytes_per_expert();
-    n_ = s.front()->n;
-    k_ = s.front()->k;
-    rows_per_token_ = rows_per_token;
-    desc_ = make_desc(s, ep, max_tokens * rows_per_token, w4a4);
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, w4a4), always_hit_(always_hit) {
     const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(desc_);
     FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", desc_.num_experts, n_, k_);
     for (const cuda::TileConfig& c : cands) ws_bytes_ = std::max(ws_bytes_, cuda::workspace_bytes(desc_, c));
@@ -152,10 +162,8 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
            void* workspace, cudaStream_t stream) const override {
-    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
-    const int b = tokens_bucket_index(tokens);
-    FP4MOE_CHECK(tokens >= 0 && b < int(plans_.size()), "expert GEMM: {} tokens above the upload's maximum", tokens);
-    const Plan& p = plans_[size_t(b)];
+    check_epilogue(ep);
+    const Plan& p = plans_[bucket_of(tokens, plans_.size())];
     cuda::MoeGemmArgs a = make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream);
     if (p.shared) {
       // Folded shared pieces hold one row per token: a decode tile narrower than the batch
@@ -215,24 +223,17 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   }
 
   cuda::DeviceExpertWeights dev_;
-  cuda::Epilogue ep_;
   int always_hit_ = 0;
-  cuda::MoeGemmDesc desc_;
   size_t ws_bytes_ = 0;
   std::vector<Plan> plans_;  // by tokens bucket index
 };
 
 // The Blackwell path (compiled, not run): W4A4, the CUTLASS block-scaled grouped GEMMs.
-class Sm1xxExpertGemm final : public ExpertGemmWeights {
+class Sm1xxExpertGemm final : public ExpertGemmCommon {
  public:
   Sm1xxExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit,
                   const tuner::ArchInfo& arch, const std::vector<tuner::FamilyConfig>& family)
-      : ep_(ep), arch_(arch) {
-    bytes_per_expert_ = s.front()->weight_bytes_per_expert();
-    n_ = s.front()->n;
-    k_ = s.front()->k;
-    rows_per_token_ = rows_per_token;
-    desc_ = make_desc(s, ep, max_tokens * rows_per_token, true);
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, true), arch_(arch) {
     const tuner::GemmProblem prob = tuner::problem_of(desc_, rows_per_token);
     for (int b = 0; b <= tokens_bucket_index(max_tokens); ++b) {
       const int64_t tokens = std::min<int64_t>(int64_t(1) << b, max_tokens);
@@ -250,10 +251,8 @@ class Sm1xxExpertGemm final : public ExpertGemmWeights {
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
            void* workspace, cudaStream_t stream) const override {
-    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
-    const int b = tokens_bucket_index(tokens);
-    FP4MOE_CHECK(tokens >= 0 && b < int(plans_.size()), "expert GEMM: {} tokens above the upload's maximum", tokens);
-    const Plan& p = plans_[size_t(b)];
+    check_epilogue(ep);
+    const Plan& p = plans_[bucket_of(tokens, plans_.size())];
     // act_global_scale null: the activations' global is amax / 2688 computed on the device.
     cuda::run_moe_gemm_sm1xx(desc_, p.cfg, dev_, make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream),
                              p.depth);
@@ -285,9 +284,7 @@ class Sm1xxExpertGemm final : public ExpertGemmWeights {
     int depth = 0;  // max rows per expert of the bucket (the decode recipe's slab depth)
   };
   cuda::DeviceBsWeights dev_;
-  cuda::Epilogue ep_;
   tuner::ArchInfo arch_;
-  cuda::MoeGemmDesc desc_;
   size_t ws_bytes_ = 0;
   std::vector<Plan> plans_;  // by tokens bucket index
 };

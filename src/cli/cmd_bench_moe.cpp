@@ -79,8 +79,6 @@ int run_bench_moe(const BenchMoeArgs& args) {
   FP4MOE_CHECK(!args.tokens.empty(), "bench moe: --tokens is empty");
   for (int64_t t : args.tokens) FP4MOE_CHECK(t >= 1 && t <= 65536, "bench moe: T = {} outside 1..65536", t);
   FP4MOE_CHECK(args.iters >= 1, "bench moe: --iters {} < 1", args.iters);
-  FP4MOE_CHECK(args.gemm == "auto" || args.gemm == "generic" || args.gemm == "sm90",
-               "bench moe: --gemm {}: expected auto, generic or sm90", args.gemm);
   const cuda::DeviceInfo& dev = cuda::current_device();
 
   MoeConfig cfg = moe::glm5_moe_config();
@@ -88,9 +86,7 @@ int run_bench_moe(const BenchMoeArgs& args) {
   const int64_t Tmax = *std::max_element(args.tokens.begin(), args.tokens.end());
   MoeCudaOptions opt;
   opt.max_tokens = int(Tmax);
-  opt.gemm = args.gemm == "generic" ? MoeGemmPath::Generic
-             : args.gemm == "sm90"  ? MoeGemmPath::Sm90
-                                    : MoeGemmPath::Auto;
+  opt.gemm = moe_gemm_path_from_name(args.gemm, "bench moe: --gemm ");
   opt.w4a4 = args.w4a4;
   opt.fold_shared = !args.separate_shared;
   const auto layer = MoeLayerCuda::random(cfg, opt, args.seed);
@@ -225,7 +221,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--experts", a->experts, "routed experts (GLM-5: 256)");
   app.add_option("--graph-max-tokens", a->graph_max_tokens, "capture and time CUDA graphs for T up to this");
   app.add_option("--json", a->json, "write the results as JSON here");
-  app.add_option("--gemm", a->gemm, "grouped GEMM path: auto | generic | sm90");
+  app.add_option("--gemm", a->gemm, "grouped GEMM path: auto (by the GPU's arch) | generic | sm90 | sm1xx (Blackwell, W4A4; compiled, not run)");
   app.add_flag("--w4a4", a->w4a4, "NVFP4 activation emulation (sm90 path)");
   app.add_flag("--separate-shared", a->separate_shared,
                "run the shared expert as its own GEMMs (the fallback path) instead of folding it into the routed ones");

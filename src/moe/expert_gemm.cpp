@@ -5,12 +5,18 @@
 //    weights re-laid at upload. Each tokens bucket's TileConfig is chosen at upload: the
 //    tuner's plan for the bucket (tuner::plan_for on the kernel descriptor) when
 //    `fp4moe tune` stored one, else cuda::default_config. W4A16, or W4A4 emulation.
+//  - Sm1xx (cuda/moe_gemm_sm1xx: upload_weights_sm1xx + run_moe_gemm_sm1xx): the CUTLASS
+//    block-scaled NVFP4 grouped GEMMs of sm_100a / sm_120a, W4A4 (activations quantized to
+//    NVFP4 per call). Each bucket's config: tuner::pick_moe_gemm among the family's configs
+//    that fit the device's shared memory. COMPILED, NOT RUN (no Blackwell GPU has executed it).
 //  - Generic (generic_nvfp4_grouped_gemm.hpp): linear checkpoint layout, any shape/arch.
-// Both read the expert offsets on the device and need no host sync: graph-capturable.
-// Auto = Sm90 when the GPU is sm_90 and the shape fits it, else Generic. The environment
-// variable FP4MOE_MOE_GEMM=generic|sm90 overrides Auto (read at upload, not per call).
+// All read the expert offsets on the device and need no host sync: graph-capturable.
+// Auto = the family of the device's compute capability (tuner/moe_gemm_family.hpp) when the
+// shape fits it, else Generic. The environment variable FP4MOE_MOE_GEMM=generic|sm90|sm1xx
+// overrides Auto (read at upload, not per call).
 #include "moe/expert_gemm.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -23,9 +29,10 @@
 #include "core/log.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
-#if defined(FP4MOE_MOE_HAVE_TUNER)
+#include "cuda/moe_gemm_sm1xx/moe_gemm_sm1xx.hpp"
+#include "tuner/model_plan.hpp"
+#include "tuner/moe_gemm_family.hpp"
 #include "tuner/plan_cache.hpp"
-#endif
 
 namespace fp4moe {
 
@@ -34,8 +41,15 @@ const char* moe_gemm_path_name(MoeGemmPath p) {
     case MoeGemmPath::Auto: return "auto";
     case MoeGemmPath::Generic: return "generic";
     case MoeGemmPath::Sm90: return "sm90";
+    case MoeGemmPath::Sm1xx: return "sm1xx";
   }
   return "?";
+}
+
+MoeGemmPath moe_gemm_path_from_name(std::string_view s, std::string_view what) {
+  for (MoeGemmPath p : {MoeGemmPath::Auto, MoeGemmPath::Generic, MoeGemmPath::Sm90, MoeGemmPath::Sm1xx})
+    if (s == moe_gemm_path_name(p)) return p;
+  FP4MOE_FAIL("{}{}: expected auto, generic, sm90 or sm1xx", what, s);
 }
 
 namespace moe {
@@ -62,6 +76,17 @@ cuda::MoeGemmDesc make_desc(const Stacks& s, cuda::Epilogue ep, int64_t max_rows
   return d;
 }
 
+// Expected rows per hit routed expert for `tokens` tokens of `rows_per_token` rows over E
+// experts (uniform routing), the last `always_hit` of which take one row per token and are left
+// out; the config choice of both tuned paths rests on it.
+double routed_rows_per_hit(int64_t tokens, int rows_per_token, int num_experts, int always_hit) {
+  const double m = double(std::max<int64_t>(tokens, 1) * rows_per_token);
+  const double routed_e = std::max(1, num_experts - always_hit);
+  const double routed_m = std::max(0.0, m - double(always_hit) * double(std::max<int64_t>(tokens, 1)));
+  const double routed_hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m));
+  return routed_m / std::max(routed_hit, 1.0);
+}
+
 cuda::MoeGemmArgs make_args(const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t m_total,
                             void* workspace, cudaStream_t stream) {
   cuda::MoeGemmArgs a;
@@ -75,21 +100,38 @@ cuda::MoeGemmArgs make_args(const void* x, const int32_t* offsets, const float* 
   return a;
 }
 
-class GenericExpertGemm final : public ExpertGemmWeights {
- public:
-  GenericExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token)
-      : dev_(s), ep_(ep) {
+// What every path's weights share: the shapes, the descriptor, the epilogue uploaded for.
+class ExpertGemmCommon : public ExpertGemmWeights {
+ protected:
+  ExpertGemmCommon(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, bool w4a4) : ep_(ep) {
     bytes_per_expert_ = s.front()->weight_bytes_per_expert();
     n_ = s.front()->n;
     k_ = s.front()->k;
     rows_per_token_ = rows_per_token;
-    desc_ = make_desc(s, ep, max_tokens * rows_per_token, false);
+    desc_ = make_desc(s, ep, max_tokens * rows_per_token, w4a4);
+  }
+  void check_epilogue(cuda::Epilogue ep) const { FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue"); }
+  // The tokens bucket of a call (checked against the `buckets` planned at upload).
+  size_t bucket_of(int64_t tokens, size_t buckets) const {
+    const int b = tokens_bucket_index(tokens);
+    FP4MOE_CHECK(tokens >= 0 && b < int(buckets), "expert GEMM: {} tokens above the upload's maximum", tokens);
+    return size_t(b);
+  }
+
+  cuda::Epilogue ep_;
+  cuda::MoeGemmDesc desc_;
+};
+
+class GenericExpertGemm final : public ExpertGemmCommon {
+ public:
+  GenericExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token)
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, false), dev_(s) {
     const std::string why = cuda::generic_can_implement(desc_, dev_.view());
     FP4MOE_CHECK(why.empty(), "expert GEMM [{}, {}, {}]: {}", desc_.num_experts, n_, k_, why);
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
            void* workspace, cudaStream_t stream) const override {
-    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
+    check_epilogue(ep);
     cuda::run_generic_grouped_gemm(
         desc_, dev_.view(), make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream));
   }
@@ -99,19 +141,12 @@ class GenericExpertGemm final : public ExpertGemmWeights {
 
  private:
   cuda::DeviceLinearFp4Weights dev_;
-  cuda::Epilogue ep_;
-  cuda::MoeGemmDesc desc_;
 };
 
-class Sm90ExpertGemm final : public ExpertGemmWeights {
+class Sm90ExpertGemm final : public ExpertGemmCommon {
  public:
   Sm90ExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit, bool w4a4)
-      : ep_(ep), always_hit_(always_hit) {
-    bytes_per_expert_ = s.front()->weight_bytes_per_expert();
-    n_ = s.front()->n;
-    k_ = s.front()->k;
-    rows_per_token_ = rows_per_token;
-    desc_ = make_desc(s, ep, max_tokens * rows_per_token, w4a4);
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, w4a4), always_hit_(always_hit) {
     const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(desc_);
     FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", desc_.num_experts, n_, k_);
     for (const cuda::TileConfig& c : cands) ws_bytes_ = std::max(ws_bytes_, cuda::workspace_bytes(desc_, c));
@@ -127,10 +162,8 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   }
   void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
            void* workspace, cudaStream_t stream) const override {
-    FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue");
-    const int b = tokens_bucket_index(tokens);
-    FP4MOE_CHECK(tokens >= 0 && b < int(plans_.size()), "expert GEMM: {} tokens above the upload's maximum", tokens);
-    const Plan& p = plans_[size_t(b)];
+    check_epilogue(ep);
+    const Plan& p = plans_[bucket_of(tokens, plans_.size())];
     cuda::MoeGemmArgs a = make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream);
     if (p.shared) {
       // Folded shared pieces hold one row per token: a decode tile narrower than the batch
@@ -172,7 +205,6 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
   // rows per hit routed expert (routed rows spread uniformly over the routed experts; the
   // always-hit experts' one row per token is left out).
   cuda::TileConfig pick(int64_t tokens) const {
-#if defined(FP4MOE_MOE_HAVE_TUNER)
     for (int attempt = 0; attempt < (always_hit_ > 0 ? 2 : 1); ++attempt) {
       cuda::MoeGemmDesc d = desc_;
       int top_k = rows_per_token_;
@@ -185,38 +217,124 @@ class Sm90ExpertGemm final : public ExpertGemmWeights {
           cuda::can_implement(desc_, c, 90).empty())
         return c;
     }
-#endif
-    const double m = double(std::max<int64_t>(tokens, 1) * rows_per_token_);
-    const double routed_e = std::max(1, desc_.num_experts - always_hit_);
-    const double routed_m = std::max(0.0, m - double(always_hit_) * double(std::max<int64_t>(tokens, 1)));
-    const double routed_hit = routed_e * (1.0 - std::pow(1.0 - 1.0 / routed_e, routed_m));
-    // The routed experts' tile (with always_hit_ = 0, routed_m = m); folded shared pieces get
-    // their own launch when they would not fit it (shared_config).
-    return cuda::default_config(desc_, routed_m / std::max(routed_hit, 1.0));
+    // The routed experts' tile; folded shared pieces get their own launch when they would not
+    // fit it (shared_config).
+    return cuda::default_config(desc_, routed_rows_per_hit(tokens, rows_per_token_, desc_.num_experts, always_hit_));
   }
 
   cuda::DeviceExpertWeights dev_;
-  cuda::Epilogue ep_;
   int always_hit_ = 0;
-  cuda::MoeGemmDesc desc_;
   size_t ws_bytes_ = 0;
   std::vector<Plan> plans_;  // by tokens bucket index
 };
 
-MoeGemmPath resolve(MoeGemmPath want, const Stacks& s, cuda::Epilogue ep, int64_t max_rows, bool w4a4) {
-  if (const char* env = std::getenv("FP4MOE_MOE_GEMM"); env && *env && want == MoeGemmPath::Auto) {
-    const std::string_view v(env);
-    FP4MOE_CHECK(v == "generic" || v == "sm90" || v == "auto", "FP4MOE_MOE_GEMM={}: expected generic, sm90 or auto", v);
-    want = v == "generic" ? MoeGemmPath::Generic : v == "sm90" ? MoeGemmPath::Sm90 : MoeGemmPath::Auto;
+// The Blackwell path (compiled, not run): W4A4, the CUTLASS block-scaled grouped GEMMs.
+class Sm1xxExpertGemm final : public ExpertGemmCommon {
+ public:
+  Sm1xxExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit,
+                  const tuner::ArchInfo& arch, const std::vector<tuner::FamilyConfig>& family)
+      : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, true), arch_(arch) {
+    const tuner::GemmProblem prob = tuner::problem_of(desc_, rows_per_token);
+    for (int b = 0; b <= tokens_bucket_index(max_tokens); ++b) {
+      const int64_t tokens = std::min<int64_t>(int64_t(1) << b, max_tokens);
+      const double r = routed_rows_per_hit(tokens, rows_per_token, desc_.num_experts, always_hit);
+      tuner::Tactic t = tuner::pick_moe_gemm(prob, arch_, r, nullptr);
+      if (std::none_of(family.begin(), family.end(), [&](const tuner::FamilyConfig& f) { return f.tactic == t; }))
+        t = family.front().tactic;
+      Plan p{sm1xx_config_of(t), int(tokens)};  // slab depth: no expert gets more rows than tokens
+      const std::string why = cuda::sm1xx_can_implement(desc_, p.cfg, arch_.cc, p.depth);
+      FP4MOE_CHECK(why.empty(), "sm1xx expert GEMM [{}, {}, {}], {} tokens: {}", desc_.num_experts, n_, k_, tokens, why);
+      ws_bytes_ = std::max(ws_bytes_, size_t(cuda::sm1xx_workspace_layout(desc_, p.cfg, arch_.sm_count, p.depth).total));
+      plans_.push_back(p);
+    }
+    dev_ = cuda::upload_weights_sm1xx(s);
   }
-  if (want != MoeGemmPath::Auto) return want;
-  if (w4a4) return MoeGemmPath::Sm90;  // the only path with the W4A4 emulation
+  void run(cuda::Epilogue ep, const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
+           void* workspace, cudaStream_t stream) const override {
+    check_epilogue(ep);
+    const Plan& p = plans_[bucket_of(tokens, plans_.size())];
+    // act_global_scale null: the activations' global is amax / 2688 computed on the device.
+    cuda::run_moe_gemm_sm1xx(desc_, p.cfg, dev_, make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream),
+                             p.depth);
+  }
+  size_t workspace_bytes() const override { return ws_bytes_; }
+  std::string describe() const override { return arch_.name + " sm1xx W4A4 (config per tokens bucket; compiled, not run)"; }
+  std::string config_for(int64_t tokens) const override {
+    return plans_[size_t(std::min(tokens_bucket_index(tokens), int(plans_.size()) - 1))].cfg.name();
+  }
+
+  // The kernels' config for a tactic of the tuner's Blackwell registry.
+  static cuda::Sm1xxConfig sm1xx_config_of(const tuner::Tactic& t) {
+    namespace bs = cuda::sm1xx;
+    bs::BsRecipe r = bs::BsRecipe::Sm120Grouped;
+    switch (t.kernel) {
+      case cuda::GemmKernel::Sm120MmaBlockScaled: r = bs::BsRecipe::Sm120Grouped; break;
+      case cuda::GemmKernel::Sm100Tcgen05BlockScaled:
+        r = t.cluster == 2 ? bs::BsRecipe::Sm100Grouped2Sm : bs::BsRecipe::Sm100Grouped1Sm;
+        break;
+      case cuda::GemmKernel::Sm100MoeDecodeBlockScaled: r = bs::BsRecipe::Sm100MoeDecode; break;
+      default: FP4MOE_FAIL("sm1xx expert GEMM: {} is not a Blackwell block-scaled tactic", cuda::to_string(t));
+    }
+    return {r, t.block_m, t.block_n, t.block_k};
+  }
+
+ private:
+  struct Plan {
+    cuda::Sm1xxConfig cfg;
+    int depth = 0;  // max rows per expert of the bucket (the decode recipe's slab depth)
+  };
+  cuda::DeviceBsWeights dev_;
+  tuner::ArchInfo arch_;
+  size_t ws_bytes_ = 0;
+  std::vector<Plan> plans_;  // by tokens bucket index
+};
+
+struct Resolved {
+  MoeGemmPath path = MoeGemmPath::Generic;
+  tuner::ArchInfo arch;                      // the device's (Sm1xx only)
+  std::vector<tuner::FamilyConfig> configs;  // the family's configs that fit it (Sm1xx only)
+};
+
+// The path: forced (argument, else FP4MOE_MOE_GEMM), else the family of the device's arch
+// (tuner::select_moe_gemm_family, the one arch -> kernel table), else Generic.
+Resolved resolve(MoeGemmPath want, const Stacks& s, cuda::Epilogue ep, int64_t max_rows, int top_k, bool w4a4) {
+  if (const char* env = std::getenv("FP4MOE_MOE_GEMM"); env && *env && want == MoeGemmPath::Auto)
+    want = moe_gemm_path_from_name(env, "FP4MOE_MOE_GEMM=");
   const cuda::MoeGemmDesc d = make_desc(s, ep, max_rows, w4a4);
+  Resolved out;
+  if (want == MoeGemmPath::Generic || want == MoeGemmPath::Sm90) {
+    out.path = want;
+    return out;
+  }
+  out.arch = tuner::device_arch(cuda::current_device_ordinal());
+  const tuner::FamilyChoice fc =
+      tuner::select_moe_gemm_family(out.arch, tuner::problem_of(d, top_k), tuner::compiled_cuda_archs(), w4a4);
+  if (want == MoeGemmPath::Sm1xx)
+    FP4MOE_CHECK(fc.family == tuner::MoeGemmFamily::Sm1xx, "expert GEMM [{}, {}, {}]: the sm1xx path cannot run here: {}",
+                 d.num_experts, d.n, d.k, fc.why);
+  switch (fc.family) {
+    case tuner::MoeGemmFamily::None:
+      FP4MOE_FAIL("expert GEMM [{}, {}, {}]: {}", d.num_experts, d.n, d.k, fc.why);
+    case tuner::MoeGemmFamily::Generic:
+      log_debug("expert GEMM [{}, {}, {}]: {}", d.num_experts, d.n, d.k, fc.why);
+      out.path = w4a4 ? MoeGemmPath::Sm90 : MoeGemmPath::Generic;  // W4A4 emulation: sm90 says why it cannot
+      return out;
+    case tuner::MoeGemmFamily::Sm1xx:
+      out.path = MoeGemmPath::Sm1xx;
+      out.configs = fc.configs;
+      return out;
+    case tuner::MoeGemmFamily::Sm90: break;
+  }
+  if (w4a4) {
+    out.path = MoeGemmPath::Sm90;  // the only path with the W4A4 emulation
+    return out;
+  }
   const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(d);
-  if (cands.empty()) return MoeGemmPath::Generic;
-  const std::string why = cuda::can_implement(d, cands.front(), cuda::current_device().cc);
+  const std::string why = cands.empty() ? std::string("no candidate config")
+                                        : cuda::can_implement(d, cands.front(), out.arch.cc);
   if (!why.empty()) log_debug("expert GEMM [{}, {}, {}]: sm90 path not used: {}", d.num_experts, d.n, d.k, why);
-  return why.empty() ? MoeGemmPath::Sm90 : MoeGemmPath::Generic;
+  out.path = why.empty() ? MoeGemmPath::Sm90 : MoeGemmPath::Generic;
+  return out;
 }
 
 }  // namespace
@@ -238,8 +356,11 @@ std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const Ex
                "expert GEMM: rows_per_token {} / always_hit {} / {} experts", rows_per_token, always_hit, E);
   FP4MOE_CHECK(max_tokens >= 1 && max_tokens * rows_per_token < (int64_t(1) << 31),
                "expert GEMM: max_tokens = {} x {} rows per token", max_tokens, rows_per_token);
-  const MoeGemmPath p = resolve(path, stacks, epilogue, max_tokens * rows_per_token, w4a4);
-  FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 path");
+  const Resolved r = resolve(path, stacks, epilogue, max_tokens * rows_per_token, rows_per_token, w4a4);
+  const MoeGemmPath p = r.path;
+  FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 or sm1xx path");
+  if (p == MoeGemmPath::Sm1xx)
+    return std::make_unique<Sm1xxExpertGemm>(stacks, epilogue, max_tokens, rows_per_token, always_hit, r.arch, r.configs);
   if (p == MoeGemmPath::Sm90)
     return std::make_unique<Sm90ExpertGemm>(stacks, epilogue, max_tokens, rows_per_token, always_hit, w4a4);
   return std::make_unique<GenericExpertGemm>(stacks, epilogue, max_tokens, rows_per_token);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -17,9 +18,14 @@
 
 namespace fp4moe {
 
-// Which grouped GEMM the MoE layer runs (expert_gemm.cpp says how Auto decides).
-enum class MoeGemmPath : uint8_t { Auto, Generic, Sm90 };
-const char* moe_gemm_path_name(MoeGemmPath p);  // "auto" | "generic" | "sm90"
+// Which grouped GEMM the MoE layer runs. Auto follows the device's compute capability through
+// the tuner's arch -> family table (tuner/moe_gemm_family.hpp): sm_90 -> Sm90, sm_100 / sm_120
+// -> Sm1xx (W4A4, compiled, not run), others -> Generic; a device this binary has no code for
+// is refused with one line.
+enum class MoeGemmPath : uint8_t { Auto, Generic, Sm90, Sm1xx };
+const char* moe_gemm_path_name(MoeGemmPath p);  // "auto" | "generic" | "sm90" | "sm1xx"
+// "auto" | "generic" | "sm90" | "sm1xx" -> the path; throws fp4moe::Error naming `what` otherwise.
+MoeGemmPath moe_gemm_path_from_name(std::string_view s, std::string_view what);
 
 namespace moe {
 

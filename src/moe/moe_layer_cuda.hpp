@@ -50,8 +50,8 @@ const char* moe_stage_name(MoeStage s);  // "router", "permute", "gemm1", "gemm2
 struct MoeCudaOptions {
   int max_tokens = 0;               // the largest T a forward will get: tile configs are chosen per
                                     // tokens bucket up to it (and workspace_bytes(max_tokens) fits any T)
-  MoeGemmPath gemm = MoeGemmPath::Auto;  // grouped GEMM path (env FP4MOE_MOE_GEMM overrides Auto)
-  bool w4a4 = false;                // NVFP4 activation emulation (sm90 path only)
+  MoeGemmPath gemm = MoeGemmPath::Auto;  // grouped GEMM path: Auto by the GPU's arch (env FP4MOE_MOE_GEMM overrides)
+  bool w4a4 = false;                // NVFP4 activation emulation on the sm90 path (the sm1xx path is always W4A4)
   bool fold_shared = true;          // fold a compatible shared expert into the routed GEMMs
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "tuner/moe_gemm_family.hpp"  // arch_of_device
 
 #ifdef FP4MOE_HAVE_CUDA
 #include "cuda/common/device.hpp"
@@ -55,36 +56,22 @@ bool have_device() { return cuda::device_available(); }
 ArchInfo device_arch(int device) {
   FP4MOE_CHECK(have_device(), "no CUDA device is available");
   const cuda::DeviceInfo& p = cuda::device_info(device);
-  const int cc = p.cc;
-  ArchInfo a;
-  bool found = false;
-  for (const ArchInfo& t : arch_table())
-    if (t.cc == cc) {
-      a = t;
-      found = true;
-    }
-  if (!found) {  // an architecture the table does not know: take the device's numbers only
-    a.name = "sm_" + std::to_string(cc);
-    a.cc = cc;
-    a.cp_async = a.mma_sync_bf16 = cc >= 80;
-    a.fp8_mma = cc >= 89;
-    a.tma = a.clusters = cc >= 90;
-  }
-  a.source = "device";
-  a.gpu_name = p.name;
-  a.smem_per_block_optin = p.smem_per_block_optin;
-  a.smem_per_sm = p.smem_per_sm;
-  a.smem_reserved_per_block = p.smem_reserved_per_block;
-  a.regs_per_sm = p.regs_per_sm;
-  a.regs_per_block_max = p.regs_per_block;
-  a.max_threads_per_block = p.max_threads_per_block;
-  a.max_threads_per_sm = p.max_threads_per_sm;
-  a.max_blocks_per_sm = p.max_blocks_per_sm;
-  a.sm_count = p.sm_count;
-  a.l2_bytes = p.l2_bytes;
-  a.driver_version = p.driver_version;
-  a.runtime_version = p.runtime_version;
-  return a;
+  DeviceProps d;
+  d.cc = p.cc;
+  d.name = p.name;
+  d.smem_per_block_optin = p.smem_per_block_optin;
+  d.smem_per_sm = p.smem_per_sm;
+  d.smem_reserved_per_block = p.smem_reserved_per_block;
+  d.regs_per_sm = p.regs_per_sm;
+  d.regs_per_block = p.regs_per_block;
+  d.max_threads_per_block = p.max_threads_per_block;
+  d.max_threads_per_sm = p.max_threads_per_sm;
+  d.max_blocks_per_sm = p.max_blocks_per_sm;
+  d.sm_count = p.sm_count;
+  d.l2_bytes = p.l2_bytes;
+  d.driver_version = p.driver_version;
+  d.runtime_version = p.runtime_version;
+  return arch_of_device(d);
 }
 
 #else

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "tuner/moe_gemm_family.hpp"
 #include "tuner/sm1xx_tactics.hpp"
 
 #if defined(FP4MOE_HAVE_SM100) || defined(FP4MOE_HAVE_SM120)
@@ -208,6 +209,12 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
                             WeightFormat::NVFP4, act, Epilogue::SiluMul, "gate_up"};
   const GemmProblem down{int(c.moe.num_experts), int(c.moe.hidden), int(c.moe.inter), int(c.moe.top_k),
                          WeightFormat::NVFP4, act, Epilogue::RowScale, "down"};
+  {  // the MoE layer's own choice: the arch -> family table, with this binary's architectures
+    const FamilyChoice fc = select_moe_gemm_family(a, gate_up, compiled_cuda_archs(), w4a4);
+    plan.entries.push_back({fmt::format("MoE GEMM family (MoeLayerCuda, Auto; this binary: {})",
+                                        compiled_cuda_archs_text().empty() ? "no CUDA" : compiled_cuda_archs_text()),
+                            std::string(family_name(fc.family)), fc.why, fc.family != MoeGemmFamily::None});
+  }
   for (int64_t t : tokens) {
     const double r = rows_per_hit_expert(t, gate_up.num_experts, gate_up.top_k);
     for (const GemmProblem& p : {gate_up, down}) {

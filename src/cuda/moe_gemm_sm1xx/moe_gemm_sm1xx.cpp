@@ -83,19 +83,38 @@ std::vector<uint8_t> swizzle_weight_sf_sm1xx(const ExpertStack& w) {
 }
 
 DeviceBsWeights upload_weights_sm1xx(const ExpertStack& w, cudaStream_t stream) {
-  const std::vector<uint8_t> sf = swizzle_weight_sf_sm1xx(w);
+  return upload_weights_sm1xx(std::vector<const ExpertStack*>{&w}, stream);
+}
+
+DeviceBsWeights upload_weights_sm1xx(const std::vector<const ExpertStack*>& stacks, cudaStream_t stream) {
+  FP4MOE_CHECK(!stacks.empty() && stacks.front(), "sm1xx upload: no expert stacks");
+  const ExpertStack& w0 = *stacks.front();
   DeviceBsWeights d;
-  d.num_experts = int(w.num_experts);
-  d.n = int(w.n);
-  d.k = int(w.k);
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.codes), w.packed.size()));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.sf), sf.size()));
-  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), w.global_scale.size() * sizeof(float)));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.codes, w.packed.data(), w.packed.size(), cudaMemcpyHostToDevice, stream));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.sf, sf.data(), sf.size(), cudaMemcpyHostToDevice, stream));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.global_scale, w.global_scale.data(), w.global_scale.size() * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream));
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors die here
+  d.n = int(w0.n);
+  d.k = int(w0.k);
+  size_t codes = 0, sf = 0;
+  for (const ExpertStack* w : stacks) {
+    FP4MOE_CHECK(w && w->format == w0.format && w->n == w0.n && w->k == w0.k, "sm1xx upload: the stacks differ");
+    check_weights(*w);
+    d.num_experts += int(w->num_experts);
+    codes += w->packed.size();
+    sf += size_t(w->num_experts * sm1xx::sf_bytes(w->n, w->k));
+  }
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.codes), codes));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.sf), sf));
+  FP4MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d.global_scale), size_t(d.num_experts) * sizeof(float)));
+  size_t at_codes = 0, at_sf = 0, at_e = 0;
+  for (const ExpertStack* w : stacks) {
+    const std::vector<uint8_t> w_sf = swizzle_weight_sf_sm1xx(*w);
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.codes + at_codes, w->packed.data(), w->packed.size(), cudaMemcpyHostToDevice, stream));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.sf + at_sf, w_sf.data(), w_sf.size(), cudaMemcpyHostToDevice, stream));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(d.global_scale + at_e, w->global_scale.data(), w->global_scale.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));  // w_sf dies here
+    at_codes += w->packed.size();
+    at_sf += w_sf.size();
+    at_e += w->global_scale.size();
+  }
   return d;
 }
 

@@ -49,6 +49,9 @@ class DeviceBsWeights {
 // The host half of the upload: the re-laid scale factors. Checks: NVFP4, K % 128 == 0, N % 8 == 0.
 std::vector<uint8_t> swizzle_weight_sf_sm1xx(const ExpertStack& w);
 DeviceBsWeights upload_weights_sm1xx(const ExpertStack& w, cudaStream_t stream = nullptr);
+// Several stacks of one format, N and K as ONE weight set, experts in order (the MoE layer's
+// routed experts, then the folded shared expert's pieces): no host concatenation.
+DeviceBsWeights upload_weights_sm1xx(const std::vector<const ExpertStack*>& stacks, cudaStream_t stream = nullptr);
 
 // The instantiations built for sm_<cc> (100 or 120; empty elsewhere or without that arch).
 std::vector<Sm1xxConfig> sm1xx_configs(int cc);

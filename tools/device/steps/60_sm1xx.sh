@@ -7,14 +7,16 @@
 #      skip in a 90a-only build);
 #   3. sm1xx_moe_gemm_test: the launched Blackwell GEMMs against the CPU; on the H200 every case
 #      skips ("needs an sm_120 / sm_100 GPU"); on an RTX PRO 6000 / B200 with build-dev configured for
-#      -DCMAKE_CUDA_ARCHITECTURES=120a (or 100a) instead of 90a it is the correctness test of every built config.
+#      -DCMAKE_CUDA_ARCHITECTURES=120a (or 100a) instead of 90a it is the correctness test of every built config;
+#   4. expert_gemm_family_test: the MoE layer's Auto path is the arch -> family table's choice for
+#      this GPU; on the H200 it must be the sm90 kernels (expect 1 test PASSED, not skipped).
 # Expected run time: < 1 min.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/sm1xx"
 O=$OUT/sm1xx
 rc=0
-for t in nvfp4_act_quant_test sm1xx_bs_args_test sm1xx_block_quant_math_test sm1xx_moe_gemm_test; do
+for t in nvfp4_act_quant_test sm1xx_bs_args_test sm1xx_block_quant_math_test sm1xx_moe_gemm_test expert_gemm_family_test; do
   [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
   B=build-dev/bin/$t
   [ -x "$B" ] || { echo "$t: not built"; rc=1; continue; }

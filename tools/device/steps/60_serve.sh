@@ -17,5 +17,5 @@ if ! python3 -c 'import openai' 2>/dev/null && [ -d .carry/wheels ]; then
     > "$OUT/pip_openai.log" 2>&1 || tail -n 5 "$OUT/pip_openai.log"
   export PYTHONPATH=$PWD/.carry/pylib${PYTHONPATH:+:$PYTHONPATH}
 fi
-FP4MOE_E2E_CUDA=1 timeout 420 python3 tests/serve/openai_e2e_test.py build-dev/bin/fp4moe > "$OUT/serve_e2e.log" 2>&1
+FP4MOE_E2E_CUDA=1 timeout 280 python3 tests/serve/openai_e2e_test.py build-dev/bin/fp4moe > "$OUT/serve_e2e.log" 2>&1
 echo "serve e2e rc=$? (77 = openai not installed): $(tail -n 1 "$OUT/serve_e2e.log")"

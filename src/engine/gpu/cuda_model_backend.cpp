@@ -135,7 +135,14 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
       t.id = tokens_[size_t(j) * size_t(n) + size_t(r)];
       out.tokens[size_t(r)].push_back(std::move(t));
     }
-  if (counts) report_counts(size_t(steps));
+  // The scheduler counts a step only while some request still produces: steps past the last
+  // request's last token ran on dummies (their counts are zero) and are not reported either.
+  int32_t live_steps = 0;
+  for (int32_t p : produced_) live_steps = std::max(live_steps, p);
+  if (counts) {
+    counts_.resize(size_t(live_steps) * moe_layers_.size() * size_t(runner_->num_experts()));
+    report_counts(size_t(live_steps));
+  }
 }
 
 }  // namespace fp4moe::engine::gpu

@@ -134,10 +134,9 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   FP4MOE_CHECK(!out.expert_counts || m.opt.count_experts, "step: expert counts asked for, but count_experts is off");
   bool decode = T == R && rows == T;
   for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
-  // A decode batch within the graph buckets runs padded to its bucket, replayed or (graphs
-  // disabled, or hidden states / stage times asked for) eager over the same padded batch: bit
-  // for bit the same.
-  // Per-layer results run eager and unpadded; stage times eager over the padded batch.
+  // A decode batch within the graph buckets runs padded to its bucket, replayed, or eager over
+  // the same padded batch (graphs disabled, or stage times asked for): bit for bit the same.
+  // Per-layer results (hidden states, choices) run eager and unpadded.
   const bool per_layer = out.hidden || out.choices;
   const GraphEntry* g = decode && !per_layer ? m.decode_graph(T) : nullptr;
   m.poison_activations();

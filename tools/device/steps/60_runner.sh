@@ -14,7 +14,9 @@
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
-# per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:".
+# per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:",
+# "gpu_decode_test: rc=0" (4 passed), the bench's "per-stage" table (shares sum to ~100 %, host %
+# at B=1 < 5 is the issue's target) and "K greedy" table (ms per token step falling with K).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"

@@ -239,6 +239,8 @@ class Sm1xxExpertGemm final : public ExpertGemmCommon {
       const int64_t tokens = std::min<int64_t>(int64_t(1) << b, max_tokens);
       const double r = routed_rows_per_hit(tokens, rows_per_token, desc_.num_experts, always_hit);
       tuner::Tactic t = tuner::pick_moe_gemm(prob, arch_, r, nullptr);
+      // The decode recipe's per-expert slabs take E x tokens rows of workspace: decode batches only.
+      if (t.kernel == cuda::GemmKernel::Sm100MoeDecodeBlockScaled && tokens > kMaxSlabTokens) t = grouped_covering(family, r);
       if (std::none_of(family.begin(), family.end(), [&](const tuner::FamilyConfig& f) { return f.tactic == t; }))
         t = family.front().tactic;
       Plan p{sm1xx_config_of(t), int(tokens)};  // slab depth: no expert gets more rows than tokens
@@ -261,6 +263,21 @@ class Sm1xxExpertGemm final : public ExpertGemmCommon {
   std::string describe() const override { return arch_.name + " sm1xx W4A4 (config per tokens bucket; compiled, not run)"; }
   std::string config_for(int64_t tokens) const override {
     return plans_[size_t(std::min(tokens_bucket_index(tokens), int(plans_.size()) - 1))].cfg.name();
+  }
+
+  static constexpr int64_t kMaxSlabTokens = 32;  // 95 MB of slabs for GLM-5's gate_up at 32 tokens
+
+  // The narrowest grouped (non-slab) token tile of the family that covers r rows, else the widest.
+  static tuner::Tactic grouped_covering(const std::vector<tuner::FamilyConfig>& family, double r) {
+    std::optional<tuner::Tactic> best;
+    for (const tuner::FamilyConfig& f : family) {
+      const tuner::Tactic& t = f.tactic;
+      if (t.kernel == cuda::GemmKernel::Sm100MoeDecodeBlockScaled) continue;
+      const bool covers = t.block_n >= r, best_covers = best && best->block_n >= r;
+      if (!best || (covers && (!best_covers || t.block_n < best->block_n)) || (!covers && !best_covers && t.block_n > best->block_n))
+        best = t;
+    }
+    return best ? *best : family.front().tactic;
   }
 
   // The kernels' config for a tactic of the tuner's Blackwell registry.

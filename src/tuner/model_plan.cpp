@@ -226,8 +226,9 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
   }
   if (w4a4 && a.block_scaled_mma)
     plan.entries.push_back({"routed experts' activations", "nvfp4_act_quant.cu (before each block-scaled GEMM)",
-                            "NVFP4 with the checkpoint's static input_scale, scale factors in CUTLASS's 128x4 atoms per "
-                            "expert; SiLU·up and the routing weight in its row pass (no C-loading epilogue)"});
+                            "NVFP4 with a global scale from amax(x) computed on the device per call (the MoE layer "
+                            "does not pass the checkpoint's static input_scale yet), scale factors in CUTLASS's 128x4 "
+                            "atoms per expert; SiLU·up and the routing weight in its row pass (no C-loading epilogue)"});
   else if (w4a4)
     plan.entries.push_back({"routed experts' activations", "act_quant.cu (W4A4 emulation)",
                             "fake-quantized to NVFP4 with the input_scale, exact in BF16; the W4A16 kernel computes the "

@@ -668,6 +668,99 @@ class CpuModel(FolderServer):
         self.assertGreaterEqual(m["fp4moe_moe_tokens_per_active_expert_mean"], m["fp4moe_moe_tokens_per_expert_mean"])
 
 
+    # The cases below are the fake-backend suite's client checks restated for a real model (no
+    # byte-per-token shortcuts), so that --backend cuda runs them too (CudaModel inherits them).
+    EXTRA_ARGS = ("--kv-cache-dtype", "f32")  # of any second server a case starts
+
+    def complete(self, p, n_tokens, **kw):
+        return self.client.completions.create(model=os.path.basename(self.dir), prompt=p, max_tokens=n_tokens,
+                                              temperature=kw.pop("temperature", 0), extra_body={"ignore_eos": True},
+                                              **kw)
+
+    def test_logprobs_and_the_greedy_paths_agree(self):
+        name, msgs = os.path.basename(self.dir), [{"role": "user", "content": "log probs"}]
+        r = self.client.chat.completions.create(model=name, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                                top_logprobs=3, extra_body={"ignore_eos": True})
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 8)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=4)  # greedy: the sampled is the best
+        # Without logprobs a greedy batch takes the backend's argmax-only path: the same tokens.
+        plain = self.client.chat.completions.create(model=name, messages=msgs, max_tokens=8, temperature=0,
+                                                    extra_body={"ignore_eos": True})
+        self.assertEqual(plain.choices[0].message.content, r.choices[0].message.content)
+
+    def test_n_2_samples_two_choices(self):
+        r = self.complete("two choices", 16, n=2, temperature=1.0, seed=5)
+        self.assertEqual(sorted(c.index for c in r.choices), [0, 1])
+        self.assertEqual(r.usage.completion_tokens, 32)
+        self.assertNotEqual(r.choices[0].text, r.choices[1].text)
+
+    def test_64_concurrent_streams_each_get_their_own_greedy_output(self):
+        name = os.path.basename(self.dir)
+        prompts = [f"client {i} says" for i in range(64)]
+        expected = [self.complete(p, 8).choices[0].text for p in prompts]
+        start = threading.Barrier(len(prompts))
+
+        def run(p):
+            start.wait()
+            out = ""
+            for chunk in self.client.completions.create(model=name, prompt=p, max_tokens=8, temperature=0, stream=True,
+                                                        extra_body={"ignore_eos": True}):
+                out += "".join(c.text for c in chunk.choices)
+            return out
+
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            self.assertEqual(list(pool.map(run, prompts)), expected)
+
+    def test_prefix_reuse_keeps_greedy_outputs(self):
+        long_prompt = "a long shared system prompt for reuse " * 6
+        cold = self.complete(long_prompt + "first", 12)
+        warm = self.complete(long_prompt + "first", 12)
+        self.assertGreater(warm.usage.prompt_tokens_details.cached_tokens, 0)
+        self.assertEqual(warm.choices[0].text, cold.choices[0].text)
+
+    def test_a_closed_stream_is_aborted_and_frees_its_pages(self):
+        aborted = 'fp4moe_request_finished_total{finished_reason="abort"}'
+        before = self.server.metrics()[aborted]
+        stream = self.client.completions.create(model=os.path.basename(self.dir), prompt="long", max_tokens=500,
+                                                stream=True, extra_body={"ignore_eos": True})
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break
+        stream.close()
+        self.assertTrue(wait_until(lambda: self.server.metrics()[aborted] >= before + 1, 10), "not aborted")
+        self.assertTrue(wait_until(lambda: self.server.metrics()["fp4moe_num_running_requests"] == 0, 10))
+        self.server.request("POST", "/flush_cache", {})
+        self.assertEqual(self.server.metrics()["fp4moe_kv_pages_used"], 0)
+
+    def test_retraction_keeps_greedy_outputs(self):
+        specs = [(f"retract {i}", 24 + i) for i in range(6)]
+        expected = [self.complete(p, n).choices[0].text for p, n in specs]
+        tiny = ServerProcess("--model", self.dir, "--max-total-tokens", "96", "--page-size", "4",
+                             "--max-running-requests", "6", "--chunked-prefill-size", "16",
+                             "--num-continuous-decode-steps", "2", *self.EXTRA_ARGS, backend=self.BACKEND)
+        try:
+            client, name = tiny.client(), os.path.basename(self.dir)
+
+            def run(spec):
+                out = ""
+                for chunk in client.completions.create(model=name, prompt=spec[0], max_tokens=spec[1], temperature=0,
+                                                       stream=True, extra_body={"ignore_eos": True}):
+                    out += "".join(c.text for c in chunk.choices)
+                return out
+
+            with concurrent.futures.ThreadPoolExecutor(len(specs)) as pool:
+                self.assertEqual(list(pool.map(run, specs)), expected)
+            m = tiny.metrics()
+            self.assertGreater(m["fp4moe_retractions_total"], 0)
+            self.assertEqual(m["fp4moe_num_running_requests"], 0)
+        finally:
+            self.assertEqual(tiny.stop(), 0)
+
+
 class CudaModel(CpuModel):
     """--backend cuda (the GPU runner behind the engine) on the same toy GLM-5 and tokenizer: the
     same tokens as `fp4moe generate --backend cuda`, chat, concurrent streams, the routed-token
@@ -676,6 +769,7 @@ class CudaModel(CpuModel):
     SERVER_ARGS = ("--page-size", "4", "--max-running-requests", "8", "--num-continuous-decode-steps", "2",
                    "--max-total-tokens", "16384", "--context-length", "1024")
     BACKEND = "cuda"
+    EXTRA_ARGS = ("--context-length", "1024")
 
     @classmethod
     def setUpClass(cls):

@@ -440,6 +440,8 @@ ExpertStack stack_experts(const Checkpoint& ck, const std::vector<std::vector<st
   } else {
     s.bf16.resize(size_t(E * s.n * k));  // [E, n, k]
   }
+  for (const auto& rs : refs)
+    for (const LinearTensors& r : rs) s.input_scale = std::max(s.input_scale, r.input_scale);
   std::atomic<int64_t> rescaled{0}, f32_parts{0};
   parallel_for(E, default_num_threads(), 1, [&](int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; ++e) {

@@ -45,6 +45,10 @@ struct ExpertStack {
   std::vector<uint8_t> scales;
   std::vector<float> global_scale;
   std::vector<uint16_t> bf16;
+  // The activations' static NVFP4 global for W4A4 (ModelOpt's input_scale = calibrated amax /
+  // (6 · 448)): the largest of the stack's experts' (their input is one activation tensor);
+  // 0 when the checkpoint has none (a W4A4 GEMM then derives it from the amax per call).
+  float input_scale = 0.0f;
 
   struct PartView {
     const uint8_t* packed = nullptr;  // FP4 [n / parts, k/2]

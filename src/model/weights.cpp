@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -161,6 +162,7 @@ ExpertStack expert_stack(Binder& b, const std::vector<std::vector<std::string>>&
       v.bf16 = static_cast<const uint16_t*>(l.w.data);
       v.global_scale = l.w.global_scale;
       s.views.push_back(v);
+      s.input_scale = std::max(s.input_scale, l.input_scale);
       if (has_input_scale && l.input_scale > 0) *has_input_scale = true;
     }
   return s;

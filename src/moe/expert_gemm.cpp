@@ -7,7 +7,7 @@
 //    `fp4moe tune` stored one, else cuda::default_config. W4A16, or W4A4 emulation.
 //  - Sm1xx (cuda/moe_gemm_sm1xx: upload_weights_sm1xx + run_moe_gemm_sm1xx): the CUTLASS
 //    block-scaled NVFP4 grouped GEMMs of sm_100a / sm_120a, W4A4 (activations quantized to
-//    NVFP4 per call). Each bucket's config: tuner::pick_moe_gemm among the family's configs
+//    NVFP4 per call, with the checkpoint's static input_scale as their global when it has one). Each bucket's config: tuner::pick_moe_gemm among the family's configs
 //    that fit the device's shared memory. COMPILED, NOT RUN (no Blackwell GPU has executed it).
 //  - Generic (generic_nvfp4_grouped_gemm.hpp): linear checkpoint layout, any shape/arch.
 // All read the expert offsets on the device and need no host sync: graph-capturable.
@@ -28,6 +28,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/common/device.hpp"
+#include "cuda/common/device_buffer.hpp"
 #include "cuda/moe_gemm/generic_nvfp4_grouped_gemm.hpp"
 #include "cuda/moe_gemm_sm1xx/moe_gemm_sm1xx.hpp"
 #include "tuner/model_plan.hpp"
@@ -109,6 +110,18 @@ class ExpertGemmCommon : public ExpertGemmWeights {
     k_ = s.front()->k;
     rows_per_token_ = rows_per_token;
     desc_ = make_desc(s, ep, max_tokens * rows_per_token, w4a4);
+    float g = 0.0f;
+    for (const ExpertStack* st : s) g = std::max(g, st->input_scale);
+    if (w4a4 && g > 0.0f) act_global_ = cuda::DeviceBuffer::from(std::vector<float>{g});
+  }
+  // W4A4: the checkpoint's static activation global (the largest input_scale of the weight set),
+  // or null: the GEMM derives it from the activations' amax on the device per call.
+  const float* act_global() const { return act_global_.bytes() ? act_global_.as<float>() : nullptr; }
+  cuda::MoeGemmArgs args(const void* x, const int32_t* offsets, const float* row_scale, void* y, int64_t tokens,
+                         void* workspace, cudaStream_t stream) const {
+    cuda::MoeGemmArgs a = make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream);
+    a.act_global_scale = act_global();
+    return a;
   }
   void check_epilogue(cuda::Epilogue ep) const { FP4MOE_CHECK(ep == ep_, "expert GEMM: uploaded for another epilogue"); }
   // The tokens bucket of a call (checked against the `buckets` planned at upload).
@@ -120,6 +133,7 @@ class ExpertGemmCommon : public ExpertGemmWeights {
 
   cuda::Epilogue ep_;
   cuda::MoeGemmDesc desc_;
+  cuda::DeviceBuffer act_global_;  // [1] FP32, or empty
 };
 
 class GenericExpertGemm final : public ExpertGemmCommon {
@@ -164,7 +178,7 @@ class Sm90ExpertGemm final : public ExpertGemmCommon {
            void* workspace, cudaStream_t stream) const override {
     check_epilogue(ep);
     const Plan& p = plans_[bucket_of(tokens, plans_.size())];
-    cuda::MoeGemmArgs a = make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream);
+    cuda::MoeGemmArgs a = args(x, offsets, row_scale, y, tokens, workspace, stream);
     if (p.shared) {
       // Folded shared pieces hold one row per token: a decode tile narrower than the batch
       // would re-read their weights once per tile, so they get a wide tile of their own
@@ -255,9 +269,8 @@ class Sm1xxExpertGemm final : public ExpertGemmCommon {
            void* workspace, cudaStream_t stream) const override {
     check_epilogue(ep);
     const Plan& p = plans_[bucket_of(tokens, plans_.size())];
-    // act_global_scale null: the activations' global is amax / 2688 computed on the device.
-    cuda::run_moe_gemm_sm1xx(desc_, p.cfg, dev_, make_args(x, offsets, row_scale, y, tokens * rows_per_token_, workspace, stream),
-                             p.depth);
+    // No static input_scale: the activations' global is amax / 2688 computed on the device.
+    cuda::run_moe_gemm_sm1xx(desc_, p.cfg, dev_, args(x, offsets, row_scale, y, tokens, workspace, stream), p.depth);
   }
   size_t workspace_bytes() const override { return ws_bytes_; }
   std::string describe() const override { return arch_.name + " sm1xx W4A4 (config per tokens bucket; compiled, not run)"; }

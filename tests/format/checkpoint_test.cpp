@@ -367,6 +367,11 @@ class CheckpointTest : public ::testing::Test {
         EXPECT_EQ(w.w13.global_scale[size_t(e)], 1.0f);
       }
     }
+    // W4A4's static activation global: the largest input_scale of the stack (written by the
+    // ModelOpt layout only: 0.01 for every linear).
+    const float input_scale = m.layout == Layout::ModelOpt ? 0.01f : 0.0f;
+    EXPECT_EQ(w.w13.input_scale, input_scale);
+    EXPECT_EQ(w.w2.input_scale, input_scale);
     const auto& rw = m.tensors.at("model.layers.1.mlp.gate.weight").bytes;
     uint16_t h0;
     std::memcpy(&h0, rw.data(), 2);
@@ -390,6 +395,16 @@ TEST_F(CheckpointTest, ModelOptNvfp4) {
   EXPECT_EQ(n[TensorGroupFormat::BF16], 3 + 1 + 2);  // dense mlp, router, embed + lm_head
   EXPECT_EQ(n[TensorGroupFormat::Other], 0);
   check_layer(m, *ck, WeightFormat::NVFP4);
+}
+
+TEST_F(CheckpointTest, StackInputScaleIsTheLargestOfItsExperts) {
+  TinyModel m(Layout::ModelOpt);
+  m.add_f32("model.layers.1.mlp.experts.2.down_proj.input_scale", {}, {0.03f});
+  m.add_f32("model.layers.1.mlp.experts.0.up_proj.input_scale", {}, {0.02f});
+  m.write(dir_);
+  const MoeLayerWeights w = Checkpoint::open(dir_.string())->load_moe_layer(1);
+  EXPECT_EQ(w.w13.input_scale, 0.02f);
+  EXPECT_EQ(w.w2.input_scale, 0.03f);
 }
 
 TEST_F(CheckpointTest, CompressedTensorsNvfp4) {

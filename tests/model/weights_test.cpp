@@ -68,6 +68,10 @@ TEST(Weights, MoeLayerViewedInPlaceEqualsTheStackedCopy) {
   const MoeLayerWeights& views = m->weights().layers[size_t(l)].moe;
   ASSERT_TRUE(views.w13.is_view());
   ASSERT_FALSE(owned.w13.is_view());
+  // The W4A4 activation global (make-synthetic writes a nominal input_scale): the same both ways.
+  EXPECT_GT(views.w13.input_scale, 0.0f);
+  EXPECT_EQ(views.w13.input_scale, owned.w13.input_scale);
+  EXPECT_EQ(views.w2.input_scale, owned.w2.input_scale);
   std::mt19937 rng(3);
   std::normal_distribution<float> d;
   std::vector<float> x(size_t(T * H));

@@ -278,7 +278,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "routing, 16 indexer heads, index_topk 32; 1 dense + 2 MoE layers + 1 MTP layer; ~10 MB). "
                  "glm5-tiny-shared: the same with 4 layers whose indexer_types are full/shared/full/shared. "
                  "deepseek-v3-tiny: DeepseekV3ForCausalLM at the same size, q_lora_rank null, YaRN rope, no "
-                 "indexer. glm5-layer: GLM-5's real dimensions (H=6144, vocab 154880, E=256 top-8, I=2048, "
+                 "indexer. glm5-attn-tiny: glm5-tiny with GLM-5's attention dims (64 heads, kv_lora 512, rope 64, nope "
+                 "192, v 256, q_lora 256, indexer 32 x 128, index_topk 64), 1 dense + 1 MoE layer, no MTP (~110 MB): "
+                 "the GPU runner's fast attention path at toy size (DSA top-k rows). deepseek-v3-attn-tiny: deepseek-v3-tiny "
+                 "with DeepSeek-V3's attention dims (128 heads, kv_lora 512, rope 64, nope 128, v 128), 1 dense + 1 MoE "
+                 "layer: the fast path's dense decode. glm5-layer: GLM-5's real dimensions (H=6144, vocab 154880, E=256 top-8, I=2048, "
                  "MLA + DSA indexer), 1 dense + 1 MoE layer, no MTP layer by default (~10 GB; each extra MoE "
                  "layer ~5.8 GB, a dense one ~0.8 GB, an MTP layer ~19.7 GB: its experts are BF16); one shard "
                  "per layer + index")

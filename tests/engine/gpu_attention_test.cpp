@@ -184,34 +184,13 @@ TEST_P(FastAttention, GraphReplayEqualsEagerBitForBit) {
   if (!gpu) GTEST_SKIP() << "the fast attention path does not run on this GPU";
   const int64_t V = gpu->config().vocab;
   for (int64_t R : {3, 8}) {
-    std::vector<std::vector<int32_t>> tables;
-    std::vector<int32_t> tok, pos, qo{0}, len, pp{0}, pi, rows;
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t n = r == 0 ? 1 : r == 1 ? 200 : 9 + 23 * r;
-      tables.push_back(gpu->alloc_pages((n + kPage - 1) / kPage));
-      const std::vector<int32_t> p = prompt_of(n, V, int(r));
-      if (n > 1) {
-        std::vector<int32_t> ps(static_cast<size_t>(n - 1));
-        for (int64_t i = 0; i + 1 < n; ++i) ps[size_t(i)] = int32_t(i);
-        const int32_t ptr[2] = {0, int32_t(tables.back().size())}, q1[2] = {0, int32_t(n - 1)},
-                      l1[1] = {int32_t(n - 1)};
-        StepInput pre;
-        pre.tokens = p.data();
-        pre.batch = {1, n - 1, q1, ps.data(), l1, ptr, tables.back().data()};
-        gpu->step(pre, {});  // the first n-1 tokens into the cache
-      }
-      tok.push_back(p.back());
-      pos.push_back(int32_t(n - 1));
-      qo.push_back(int32_t(r + 1));
-      rows.push_back(int32_t(r));
-      len.push_back(int32_t(n));
-      pi.insert(pi.end(), tables.back().begin(), tables.back().end());
-      pp.push_back(int32_t(pi.size()));
-    }
+    std::vector<int64_t> lens;
+    for (int64_t r = 0; r < R; ++r) lens.push_back(r == 0 ? 1 : r == 1 ? 200 : 9 + 23 * r);
+    testing_gpu_runner::Decoding d = testing_gpu_runner::prefill(*gpu, lens, 1);
     StepInput in;
-    in.tokens = tok.data();
-    in.batch = {R, R, qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
-    in.logits_rows = rows;
+    in.tokens = d.tok.data();
+    in.batch = d.batch();
+    for (int64_t r = 0; r < R; ++r) in.logits_rows.push_back(int32_t(r));
     std::vector<float> eager, graph;
     gpu->set_graphs_enabled(false);
     gpu->step(in, {&eager, nullptr, nullptr});
@@ -219,13 +198,8 @@ TEST_P(FastAttention, GraphReplayEqualsEagerBitForBit) {
     const int64_t g0 = gpu->stats().graph_steps;
     gpu->step(in, {&graph, nullptr, nullptr});
     EXPECT_EQ(gpu->stats().graph_steps, g0 + 1) << "the decode step did not replay a graph";
-    ASSERT_EQ(eager.size(), graph.size());
-    for (size_t i = 0; i < eager.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(eager[i])) << "R " << R << " logit " << i;
-      ASSERT_EQ(std::memcmp(&eager[i], &graph[i], 4), 0) << "R " << R << " row " << i / size_t(V) << " col "
-                                                         << i % size_t(V) << ": " << eager[i] << " vs " << graph[i];
-    }
-    for (const auto& t : tables) gpu->release_pages(t);
+    testing_gpu_runner::expect_bitwise_equal(eager, graph, V, "R " + std::to_string(R));
+    d.release(*gpu);
   }
 }
 

@@ -213,7 +213,8 @@ void GpuRunner::Impl::choose_attention() {
   std::string dsa, dense;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     std::string& list = layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared ? dsa : dense;
-    list += (list.empty() ? "" : ",") + std::to_string(l);
+    if (!list.empty()) list += ',';
+    list += std::to_string(l);
   }
   fast_indexer = mla_fast && c.has_indexer() &&
                  cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();

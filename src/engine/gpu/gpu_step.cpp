@@ -132,8 +132,11 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
   FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);
   FP4MOE_CHECK(!out.expert_counts || m.opt.count_experts, "step: expert counts asked for, but count_experts is off");
-  bool one_each = T == R && b.qo_indptr;  // one token per request (the fast decode attention may run)
-  for (int64_t r = 0; one_each && r < R; ++r) one_each = b.qo_indptr[r] == r;
+  // One token per request, the last of its context (the fast decode attention reads keys
+  // [0, kv_len), the own kernel positions 0 .. p: the same only then).
+  bool one_each = T == R && b.qo_indptr && b.positions && b.kv_len;
+  for (int64_t r = 0; one_each && r < R; ++r)
+    one_each = b.qo_indptr[r] == r && b.qo_indptr[r + 1] == r + 1 && b.positions[r] == b.kv_len[r] - 1;
   bool decode = one_each && rows == T;
   for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
   // A decode batch within the graph buckets runs padded to its bucket, replayed, or eager over

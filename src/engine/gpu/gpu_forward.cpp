@@ -132,7 +132,8 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
   const model::MlaModelConfig& c = cfg;
   const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd;
   const KvLayerView& kvl = kv_layers[size_t(l)];
-  if (!mla_fast || (!topk && !decode)) {
+  const bool prefill = !topk && !decode && prefill_planned;
+  if (!mla_fast || (!topk && !decode && !prefill)) {
     mla_attention(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R), NH, c.softmax_scale, topk,
                   int(c.index_topk), s.ol, stream);
     return;
@@ -146,6 +147,10 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
   a.layer = kvl;
   a.kv_indices = topk ? topk : meta.page_indices;
   a.out = s.ol;
+  if (prefill) {  // FlashInfer's causal chunked MLA, planned for this step in plan_prefill
+    mla_prefill->run(a, stream);
+    return;
+  }
   cuda::attention::MlaDeviceRows rows;
   rows.tokens = T;
   if (topk) {  // DSA: every token (prefill or decode) over its first min(top_k, position + 1) slots
@@ -159,6 +164,26 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
     rows.max_keys = max_ctx;
   }
   mla_fast->run_device(a, rows, stream);
+}
+
+// MlaSm90 takes the step when: it exists (sm_90, FlashInfer, heads a power of two <= 128), the
+// model has a dense-attention layer, the step is not a decode step, its host batch is known
+// (eager step()), every request has >= 1 new token at the end of its context (the kernel's
+// causal rule), and the schedule fits (FlashInfer's bound on work items, as MlaSm90::plan_impl).
+void GpuRunner::Impl::plan_prefill(int T, bool decode) {
+  prefill_planned = false;
+  if (!mla_prefill || decode || !host_batch || host_batch->num_tokens != T) return;
+  const KvBatchView& b = *host_batch;
+  const int64_t H = cfg.num_heads;
+  if (T * H / 64 + b.num_requests + 1024 > cuda::attention::MlaSm90::kMaxWorks) return;
+  for (int64_t r = 0; r < b.num_requests; ++r) {
+    const int32_t q = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    if (q < 1) return;
+    for (int32_t j = 0; j < q; ++j)
+      if (b.positions[b.qo_indptr[r] + j] != b.kv_len[r] - q + j) return;
+  }
+  mla_prefill->plan(b, opt.page_size, kv_layers.empty() ? num_pages : kv_layers[0].num_pages, stream);
+  prefill_planned = true;
 }
 
 void GpuRunner::Impl::dense_mlp(const DenseMlp& m, int T, uint16_t* out) {
@@ -223,6 +248,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, bool decode, 
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     hidden->push_back(std::move(v));
   };
+  plan_prefill(T, decode);
   mark(StepStage::Embed);
   embed_rows(embed.ptr(), false, meta.tokens, T, H, s.x, stream);
   if (hidden) {

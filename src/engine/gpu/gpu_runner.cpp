@@ -193,7 +193,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
 void GpuRunner::Impl::choose_attention() {
   namespace at = cuda::attention;
   const model::MlaModelConfig& c = cfg;
-  std::string why;
+  std::string why, prefill_why;
   if (opt.attention_kernels == AttentionKernels::Own) {
     why = "attention kernels forced to own (RunnerOptions::attention_kernels)";
   } else if (c.kv_lora_rank != at::kCkvDim || c.qk_rope_dim != at::kKpeDim) {
@@ -209,6 +209,11 @@ void GpuRunner::Impl::choose_attention() {
       mla_fast = std::make_unique<at::MlaDecodeMma>(d);
       mla_fast->reserve_device(int(opt.max_tokens));
     }
+    bool dense_layer = false;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      dense_layer |= !layers[size_t(l)].has_indexer && c.indexer[size_t(l)] != model::IndexerKind::Shared;
+    prefill_why = !mla_fast ? "no fast decode path" : at::mla_can_implement(d, at::current_device_sm());
+    if (mla_fast && dense_layer && prefill_why.empty()) mla_prefill = std::make_unique<at::MlaSm90>(d);
   }
   std::string dsa, dense;
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -226,8 +231,10 @@ void GpuRunner::Impl::choose_attention() {
   const std::string fast = "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
   attention_line = "attention:";
   if (!dense.empty())
-    attention_line += fmt::format(" layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense,
-                                  fast, own);
+    attention_line += fmt::format(
+        " layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense, fast,
+        mla_prefill ? std::string("FlashInfer's SM90 MLA (MlaSm90, causal, planned per eager step; else ") + own + ")"
+                    : own + " (" + prefill_why + ")");
   if (!dsa.empty())
     attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {};", dsa, c.index_topk, fast);
   if (c.has_indexer())

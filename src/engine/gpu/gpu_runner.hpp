@@ -42,7 +42,9 @@ namespace fp4moe::engine::gpu {
 //   Auto: cuda/attention's MlaDecodeMma (mma.sync, split schedule built on the device, so
 //         graph-capturable) for decode steps and for DSA top-k rows where the dims allow
 //         (kv_lora_rank 512, qk_rope 64, heads a multiple of 64, sm_89+ with ~199 KB of shared
-//         memory per block); the runner's own any-dims kernels elsewhere;
+//         memory per block), with cuda/indexer's mma scores (32 index heads x 128) and, on
+//         sm_90, FlashInfer's MlaSm90 for dense-attention layers' eager prefill / mixed steps;
+//         the runner's own any-dims kernels elsewhere;
 //   Own:  the runner's own kernels everywhere (tests compare the two).
 enum class AttentionKernels : int { Auto, Own };
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/paged_kv.hpp"
+#include "cuda/attention/mla.hpp"
 #include "cuda/attention/mla_decode.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/routing/router.hpp"
@@ -189,6 +190,11 @@ struct GpuRunner::Impl {
   // The fast attention kernels (null: the runner's own everywhere); choose_attention() at load.
   std::unique_ptr<cuda::attention::MlaDecodeMma> mla_fast;
   bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
+  // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
+  // schedule is planned on the host per step from host_batch; null: the own kernel).
+  std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;
+  const KvBatchView* host_batch = nullptr;  // the step's batch (host), set around an eager forward
+  bool prefill_planned = false;             // mla_prefill planned for this forward
 
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;
@@ -223,6 +229,8 @@ struct GpuRunner::Impl {
   // The absorbed attention of layer l over s.ql / s.q's rope part into s.ol (topk: the DSA
   // slots, or null for dense causal attention): the fast kernels where chosen, else the own.
   void mla(int64_t l, int T, int R, int max_ctx, bool decode, const int32_t* topk);
+  // Plans mla_prefill for this forward when it can take the step (see gpu_forward.cpp).
+  void plan_prefill(int T, bool decode);
   void mlp(int64_t l, int T, StepChoices* choices);
   // This step's tokens per expert of MoE layer l from its routing ids [T, k] (real tokens only).
   void count_layer(int64_t l, const int32_t* ids, int T, int k);

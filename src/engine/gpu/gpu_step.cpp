@@ -162,13 +162,16 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
       m.marks = m.mark_pool.get();
       m.marks->used = 0;
     }
+    m.host_batch = pad > 0 ? nullptr : &b;  // unpadded: the host batch is the device one
     try {
       m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, one_each, out.hidden, out.choices);
     } catch (...) {
       m.marks = nullptr;
+      m.host_batch = nullptr;
       throw;
     }
     m.marks = nullptr;
+    m.host_batch = nullptr;
     ++m.stats.eager_steps;
   }
   if (out.logits && rows > 0) {

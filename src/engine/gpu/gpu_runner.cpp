@@ -240,6 +240,7 @@ void GpuRunner::Impl::choose_attention() {
   if (c.has_indexer())
     attention_line += fmt::format(" indexer scores on {}, top-k on cuda/indexer's radix top-k",
                                   fast_indexer ? "cuda/indexer's mma kernel" : "the runner's own kernel");
+  if (attention_line.back() == ';') attention_line.pop_back();
 }
 
 void GpuRunner::Impl::plan_memory() {

@@ -213,52 +213,9 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
   FP4MOE_SKIP_WITHOUT_GPU();
   auto gpu = load_fast(GetParam());
   if (!gpu) GTEST_SKIP() << "the fast attention path does not run on this GPU";
-  const int64_t V = gpu->config().vocab, steps = 8;
-  const std::vector<int64_t> lens = {3, 40, 180};
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = 0; i < lens.size(); ++i) prompts.push_back(prompt_of(lens[i], V, int(i) + 21));
-  std::vector<model::GenerateResult> alone;
-  model::GenerateOptions go;
-  go.max_new_tokens = steps + 1;
-  go.keep_logits = true;
-  for (const auto& p : prompts) alone.push_back(engine::gpu::generate_gpu(*gpu, p, go));
-
-  const int64_t R = int64_t(lens.size());
-  std::vector<std::vector<int32_t>> tables, seqs = prompts;
-  for (int64_t r = 0; r < R; ++r) tables.push_back(gpu->alloc_pages((lens[size_t(r)] + steps + 1 + kPage - 1) / kPage));
-  const int64_t g0 = gpu->stats().graph_steps;
-  for (int64_t s = 0; s <= steps; ++s) {
-    std::vector<int32_t> tok, pos, qo{0}, len, pp{0}, pi, rows;
-    for (int64_t r = 0; r < R; ++r) {
-      const auto& q = seqs[size_t(r)];
-      const int64_t n = int64_t(q.size()), from = s == 0 ? 0 : n - 1;
-      for (int64_t p = from; p < n; ++p) tok.push_back(q[size_t(p)]), pos.push_back(int32_t(p));
-      qo.push_back(int32_t(tok.size()));
-      rows.push_back(int32_t(tok.size()) - 1);
-      len.push_back(int32_t(n));
-      pi.insert(pi.end(), tables[size_t(r)].begin(), tables[size_t(r)].end());
-      pp.push_back(int32_t(pi.size()));
-    }
-    StepInput in;
-    in.tokens = tok.data();
-    in.batch = {R, int64_t(tok.size()), qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
-    in.logits_rows = rows;
-    std::vector<float> logits;
-    std::vector<int32_t> greedy;
-    gpu->step(in, {&logits, &greedy, nullptr});
-    for (int64_t r = 0; r < R; ++r) {
-      const auto& a = alone[size_t(r)];
-      const int64_t row = lens[size_t(r)] - 1 + s;  // the alone run's logits row of this position
-      const float* al = a.logits.data() + row * V;
-      EXPECT_LE(rel_l2(logits.data() + r * V, al, size_t(V)), 1e-2) << "request " << r << " step " << s;
-      if (testing_model::top2_margin(al, V) > 1e-2f) {
-        EXPECT_EQ(greedy[size_t(r)], a.tokens[size_t(lens[size_t(r)] + s)]) << "request " << r << " step " << s;
-      }
-      seqs[size_t(r)].push_back(a.tokens[size_t(lens[size_t(r)] + s)]);  // both follow the alone run
-    }
-  }
-  EXPECT_EQ(gpu->stats().graph_steps, g0 + steps) << "the batched decode steps did not replay graphs";
-  for (const auto& t : tables) gpu->release_pages(t);
+  const int64_t steps = 8;
+  EXPECT_EQ(testing_gpu_runner::expect_batch_equals_alone(*gpu, {3, 40, 180}, steps, 21), steps)
+      << "the batched decode steps did not replay graphs";
 }
 
 INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention, ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny"),

@@ -1,5 +1,5 @@
 // fp4moe make-synthetic OUT_DIR [--preset P] [--seed N] [--layers N] [--dense-layers N]
-//                       [--mtp-layers N] [--list | --config-only]
+//                       [--mtp-layers N] [--heads N] [--list | --config-only]
 //
 // A complete random model in the real checkpoint format of NVIDIA's GLM-5-NVFP4 / DeepSeek-V3
 // NVFP4 checkpoints (ModelOpt export), every tensor transformers' GlmMoeDsaForCausalLM /
@@ -265,7 +265,7 @@ int make_synthetic(const std::string& out_dir, const SyntheticSpec& s, uint64_t 
 struct Options {
   std::string out, preset = "glm5-tiny";
   uint64_t seed = 0;
-  std::optional<int64_t> layers, dense_layers, mtp_layers;
+  std::optional<int64_t> layers, dense_layers, mtp_layers, heads;
   bool list = false, config_only = false;
 };
 
@@ -295,12 +295,15 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--mtp-layers", o->mtp_layers, "MTP layers after the decoder layers (num_nextn_predict_layers)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--heads", o->heads, "attention heads (num_attention_heads), overriding the preset")
+      ->check(CLI::Range(int64_t(1), int64_t(256)));
   app.add_flag("--list", o->list, "print every tensor (name dtype [shape] file) and write nothing (OUT_DIR untouched)");
   app.add_flag("--config-only", o->config_only, "write config.json and hf_quant_config.json only (no weights)");
   app.footer("Also writes OUT_DIR/sample_input.safetensors (`hidden_states` [16, hidden] BF16) for run-moe. "
              "tools/oracle/check_synthetic.py loads the tiny presets with transformers.");
   run = [o] {
-    const SyntheticSpec s = cli::synthetic_preset(o->preset, o->layers, o->dense_layers, o->mtp_layers);
+    SyntheticSpec s = cli::synthetic_preset(o->preset, o->layers, o->dense_layers, o->mtp_layers);
+    if (o->heads) s.heads = *o->heads;
     if (o->list) return list_plan(s);
     if (o->config_only) {
       prepare_dir(o->out);

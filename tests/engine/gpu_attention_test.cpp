@@ -3,8 +3,10 @@
 // make-synthetic models with real attention dims and tiny everything else:
 //   glm5-attn-tiny        64 heads, kv_lora 512, rope 64, DSA top-64 in both layers (sparse rows,
 //                         prefill and decode);
-//   deepseek-v3-attn-tiny 128 heads, no indexer (dense decode through the page tables; on sm_90
-//                         the prefill steps on FlashInfer's MlaSm90).
+//   deepseek-v3-attn-tiny 128 heads, no indexer (dense decode through the page tables, prefill
+//                         on the own kernel);
+//   the same at 64 heads  (make-synthetic --heads 64): dense decode, and on sm_90 the prefill
+//                         steps on FlashInfer's MlaSm90 (enabled for 64 heads only).
 // Checked:
 //   - the path taken: fast at these dims, own for the tiny goldens' dims and when forced;
 //   - per layer hidden states and logits, fast vs own, over a 100-token prefill + 16 decode
@@ -56,14 +58,19 @@ constexpr int64_t kPage = 16;  // small_options().page_size
 constexpr double kU = 1.0 / 256.0;
 double layer_bound(int64_t layers_done) { return 4.0 * kU * double(std::max<int64_t>(layers_done, 1)); }
 
-std::string synthetic_dir(const std::string& preset) {
+// A model name: "<preset>" or "<preset>@<heads>" (make-synthetic --heads).
+std::string synthetic_dir(const std::string& model) {
   static std::map<std::string, std::string> made;
   static testing_cli::TempDir tmp("gpu_attention_models");
-  if (auto it = made.find(preset); it != made.end()) return it->second;
-  const std::string out = (tmp.path / preset).string();
-  const auto r = testing_cli::run_binary(tmp.path, "make-synthetic " + out + " --preset " + preset);
+  if (auto it = made.find(model); it != made.end()) return it->second;
+  const size_t at = model.find('@');
+  const bool override_heads = at != std::string::npos;
+  const std::string preset = model.substr(0, at), heads = override_heads ? model.substr(at + 1) : "";
+  const std::string out = (tmp.path / (override_heads ? preset + "_h" + heads : preset)).string();
+  const std::string args = "make-synthetic " + out + " --preset " + preset + (override_heads ? " --heads " + heads : "");
+  const auto r = testing_cli::run_binary(tmp.path, args);
   EXPECT_EQ(r.rc, 0) << r.err;
-  return made[preset] = out;
+  return made[model] = out;
 }
 
 RunnerOptions options(AttentionKernels k) {
@@ -84,12 +91,16 @@ class FastAttention : public ::testing::TestWithParam<std::string> {};
 
 TEST(GpuAttentionPath, FastAtRealDimsOwnForTinyDimsOrWhenForced) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  for (const char* preset : {"glm5-attn-tiny", "deepseek-v3-attn-tiny"}) {
+  for (const char* preset : {"glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64"}) {
     auto own = GpuRunner::load(synthetic_dir(preset), options(AttentionKernels::Own));
     EXPECT_FALSE(own->fast_attention()) << own->attention_line();
     auto fast = GpuRunner::load(synthetic_dir(preset), options(AttentionKernels::Auto));
     std::printf("[ info ] %s: %s\n", preset, fast->attention_line().c_str());
+    if (!fast->fast_attention()) GTEST_SKIP() << "the fast attention path does not run on this GPU";
     EXPECT_NE(fast->attention_line().find("MlaDecodeMma"), std::string::npos) << fast->attention_line();
+    if (fast->config().num_heads != 64) {  // FlashInfer's prefill is enabled for 64 heads only
+      EXPECT_EQ(fast->attention_line().find("MlaSm90, causal"), std::string::npos) << fast->attention_line();
+    }
   }
   auto tiny = GpuRunner::load(testing_gpu_runner::model_dir({"glm5-tiny-sparse", "bf16"}), small_options());
   EXPECT_FALSE(tiny->fast_attention()) << tiny->attention_line();
@@ -218,11 +229,12 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
       << "the batched decode steps did not replay graphs";
 }
 
-INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention, ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny"),
+INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
+                         ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64"),
                          [](const auto& i) {
                            std::string s = i.param;
                            for (char& ch : s)
-                             if (ch == '-') ch = '_';
+                             if (ch == '-' || ch == '@') ch = '_';
                            return s;
                          });
 

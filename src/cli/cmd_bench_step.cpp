@@ -43,6 +43,7 @@ struct BenchStepArgs {
   std::string json;
   int iters = 20;
   double mem_fraction_static = 0.88;
+  std::string attention_kernels = "auto";
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
@@ -61,6 +62,8 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
   ro.cuda_graph_max_bs = max_b;
+  ro.attention_kernels =
+      a.attention_kernels == "own" ? engine::gpu::AttentionKernels::Own : engine::gpu::AttentionKernels::Auto;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::gpu::GpuRunner::load(a.model, ro);
   fmt::print("start-up (load + plan + graphs): {:.1f} s\n",
@@ -206,6 +209,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--json", a->json, "write the results as JSON here");
   app.add_option("--iters", a->iters, "timed steps per point")->capture_default_str();
   app.add_option("--mem-fraction-static", a->mem_fraction_static, "share of the device for weights + workspace + KV")
+      ->capture_default_str();
+  app.add_option("--attention-kernels", a->attention_kernels,
+                 "auto: cuda/attention's MlaDecodeMma (+ cuda/indexer's scores) where the dims allow; own: the "
+                 "runner's any-dims kernels everywhere (the start-up line says which each layer takes)")
+      ->check(CLI::IsMember({"auto", "own"}))
       ->capture_default_str();
   run = [a] {
 #if defined(FP4MOE_HAVE_GPU_RUNNER)

@@ -1,5 +1,5 @@
 // fp4moe make-synthetic OUT_DIR [--preset P] [--seed N] [--layers N] [--dense-layers N]
-//                       [--mtp-layers N] [--list | --config-only]
+//                       [--mtp-layers N] [--heads N] [--list | --config-only]
 //
 // A complete random model in the real checkpoint format of NVIDIA's GLM-5-NVFP4 / DeepSeek-V3
 // NVFP4 checkpoints (ModelOpt export), every tensor transformers' GlmMoeDsaForCausalLM /
@@ -265,7 +265,7 @@ int make_synthetic(const std::string& out_dir, const SyntheticSpec& s, uint64_t 
 struct Options {
   std::string out, preset = "glm5-tiny";
   uint64_t seed = 0;
-  std::optional<int64_t> layers, dense_layers, mtp_layers;
+  std::optional<int64_t> layers, dense_layers, mtp_layers, heads;
   bool list = false, config_only = false;
 };
 
@@ -278,7 +278,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "routing, 16 indexer heads, index_topk 32; 1 dense + 2 MoE layers + 1 MTP layer; ~10 MB). "
                  "glm5-tiny-shared: the same with 4 layers whose indexer_types are full/shared/full/shared. "
                  "deepseek-v3-tiny: DeepseekV3ForCausalLM at the same size, q_lora_rank null, YaRN rope, no "
-                 "indexer. glm5-layer: GLM-5's real dimensions (H=6144, vocab 154880, E=256 top-8, I=2048, "
+                 "indexer. glm5-attn-tiny: glm5-tiny with GLM-5's attention dims (64 heads, kv_lora 512, rope 64, nope "
+                 "192, v 256, q_lora 256, indexer 32 x 128, index_topk 64), 1 dense + 1 MoE layer, no MTP (~110 MB): "
+                 "the GPU runner's fast attention path at toy size (DSA top-k rows). deepseek-v3-attn-tiny: deepseek-v3-tiny "
+                 "with DeepSeek-V3's attention dims (128 heads, kv_lora 512, rope 64, nope 128, v 128), 1 dense + 1 MoE "
+                 "layer: the fast path's dense decode. glm5-layer: GLM-5's real dimensions (H=6144, vocab 154880, E=256 top-8, I=2048, "
                  "MLA + DSA indexer), 1 dense + 1 MoE layer, no MTP layer by default (~10 GB; each extra MoE "
                  "layer ~5.8 GB, a dense one ~0.8 GB, an MTP layer ~19.7 GB: its experts are BF16); one shard "
                  "per layer + index")
@@ -291,12 +295,15 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--mtp-layers", o->mtp_layers, "MTP layers after the decoder layers (num_nextn_predict_layers)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--heads", o->heads, "attention heads (num_attention_heads), overriding the preset")
+      ->check(CLI::Range(int64_t(1), int64_t(256)));
   app.add_flag("--list", o->list, "print every tensor (name dtype [shape] file) and write nothing (OUT_DIR untouched)");
   app.add_flag("--config-only", o->config_only, "write config.json and hf_quant_config.json only (no weights)");
   app.footer("Also writes OUT_DIR/sample_input.safetensors (`hidden_states` [16, hidden] BF16) for run-moe. "
              "tools/oracle/check_synthetic.py loads the tiny presets with transformers.");
   run = [o] {
-    const SyntheticSpec s = cli::synthetic_preset(o->preset, o->layers, o->dense_layers, o->mtp_layers);
+    SyntheticSpec s = cli::synthetic_preset(o->preset, o->layers, o->dense_layers, o->mtp_layers);
+    if (o->heads) s.heads = *o->heads;
     if (o->list) return list_plan(s);
     if (o->config_only) {
       prepare_dir(o->out);

@@ -46,7 +46,8 @@ bool SyntheticSpec::has_indexer(int64_t layer) const {
 }
 
 const std::vector<std::string>& synthetic_preset_names() {
-  static const std::vector<std::string> names = {"glm5-tiny", "glm5-tiny-shared", "deepseek-v3-tiny", "glm5-layer"};
+  static const std::vector<std::string> names = {"glm5-tiny", "glm5-tiny-shared", "deepseek-v3-tiny", "glm5-attn-tiny",
+                                                 "deepseek-v3-attn-tiny", "glm5-layer"};
   return names;
 }
 
@@ -72,6 +73,20 @@ SyntheticSpec synthetic_preset(const std::string& name, std::optional<int64_t> l
                          {"beta_fast", 32}, {"beta_slow", 1}};
     s.rms_norm_eps = 1e-6;
     s.max_positions = 163840;
+  } else if (name == "glm5-attn-tiny") {
+    // GLM-5's attention dims (64 heads, kv_lora 512, rope 64, nope 192, v 256, indexer 32 x 128)
+    // with everything else tiny: the GPU runner's fast attention kernels take these dims (the
+    // other tiny presets run its any-dims kernels). index_topk 64 < the tests' prompts.
+    s = glm5_tiny();
+    s.layers = 2, s.dense_layers = 1, s.mtp_layers = 0;
+    s.heads = 64, s.q_lora = 256, s.kv_lora = 512, s.nope_dim = 192, s.rope_dim = 64, s.v_dim = 256;
+    s.index_heads = 32, s.index_dim = 128, s.index_topk = 64;
+  } else if (name == "deepseek-v3-attn-tiny") {
+    // deepseek-v3-tiny with DeepSeek-V3's attention dims (128 heads, no q LoRA, kv_lora 512,
+    // rope 64, nope 128, v 128) and no indexer: the fast kernels' dense (page table) decode.
+    s = synthetic_preset("deepseek-v3-tiny", std::nullopt, std::nullopt, std::nullopt);
+    s.layers = 2, s.dense_layers = 1, s.mtp_layers = 0;
+    s.heads = 128, s.kv_lora = 512, s.nope_dim = 128, s.rope_dim = 64, s.v_dim = 128;
   } else if (name == "glm5-layer") {
     // GLM-5's real dimensions (zai-org/GLM-5 config.json); few layers.
     s.architecture = "GlmMoeDsaForCausalLM";
@@ -85,7 +100,7 @@ SyntheticSpec synthetic_preset(const std::string& name, std::optional<int64_t> l
     s.max_positions = 202752;
     s.sharded = true;
   } else {
-    FP4MOE_FAIL("unknown preset '{}' (glm5-tiny, glm5-tiny-shared, deepseek-v3-tiny or glm5-layer)", name);
+    FP4MOE_FAIL("unknown preset '{}' (glm5-tiny, glm5-tiny-shared, deepseek-v3-tiny, glm5-attn-tiny, deepseek-v3-attn-tiny or glm5-layer)", name);
   }
   s.preset = name;
   if (layers) s.layers = *layers;

@@ -39,7 +39,8 @@ struct SyntheticSpec {
   bool has_indexer(int64_t layer) const;  // MTP layers: yes when the model has an indexer
 };
 
-// Presets: glm5-tiny, glm5-tiny-shared, deepseek-v3-tiny, glm5-layer. The optional counts
+// Presets: glm5-tiny, glm5-tiny-shared, deepseek-v3-tiny, glm5-attn-tiny, deepseek-v3-attn-tiny,
+// glm5-layer. The optional counts
 // override the preset's decoder layers, dense layers and MTP layers.
 SyntheticSpec synthetic_preset(const std::string& name, std::optional<int64_t> layers,
                                std::optional<int64_t> dense_layers, std::optional<int64_t> mtp_layers);

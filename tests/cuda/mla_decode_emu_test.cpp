@@ -28,8 +28,10 @@ struct Run {
 
 // Dense when `topk` is empty (every request has one new token); else sparse rows over the
 // positions topk [T, k] (-1 padded), given to the kernel as cache slots.
+// dev_splits > 0: the schedule comes from mla_device_schedule_kernel (MlaDecodeMma::run_device's)
+// with that many item slots per row instead of build_schedule.
 Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, const std::vector<int32_t>& topk, int k,
-               int slots) {
+               int slots, int dev_splits = 0) {
   const bool fp8 = c.elem == KvElem::FP8_E4M3;
   const int64_t T = c.tokens();
   const KvBatchView b = c.batch();
@@ -53,7 +55,26 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
       table.push_back(int32_t(t * k));
     }
   }
-  const dc::Schedule s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8));
+  dc::Schedule s;
+  if (dev_splits == 0) {
+    s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8));
+  } else {
+    const int rows = int(T);
+    s.items.assign(size_t(rows) * dev_splits, dc::Item{-7, 5, 9, -9, -1, {0, 0, 0}});  // poisoned
+    if (dev_splits > 1) s.merges.assign(size_t(rows), dc::Merge{-7, -7, -7, 0});
+    s.partials = rows * dev_splits;
+    dc::DeviceSchedule ds{};
+    ds.kv_len = kv_len.data();
+    ds.page_indptr = table.data();
+    ds.positions = c.positions.data();
+    ds.top_k = topk.empty() ? 0 : k;
+    ds.tokens = rows;
+    ds.splits = dev_splits;
+    ds.tile_keys = dc::tile_keys(fp8);
+    ds.items = s.items.data();
+    ds.merges = s.merges.data();
+    emu::launch(dim3(unsigned((rows + 127) / 128)), dim3(128), 0, dc::mla_device_schedule_kernel, ds);
+  }
   std::vector<uint16_t> out(size_t(T) * heads * kCkvDim, 0xffff);  // NaN
   std::vector<float> lse(size_t(T) * heads, NAN), part_o(size_t(s.partials) * heads * kCkvDim + 4, NAN),
       part_lse(size_t(s.partials) * heads + 1, NAN);
@@ -112,12 +133,12 @@ std::vector<int32_t> random_topk(const PagedCase& c, int k, uint64_t seed) {
 }
 
 void check(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem elem, int heads, int k, int slots,
-           uint64_t seed) {
+           uint64_t seed, int dev_splits = 0) {
   PagedCase c = make_paged_case(shapes, page_size, elem, KvElem::BF16, seed);
   const Bf16Data qn = random_bf16(size_t(c.tokens()) * heads * kCkvDim, seed + 1, 0.5f),
                  qp = random_bf16(size_t(c.tokens()) * heads * kKpeDim, seed + 2, 0.5f);
   const std::vector<int32_t> topk = k > 0 ? random_topk(c, k, seed + 3) : std::vector<int32_t>{};
-  const Run g = emu_decode(c, heads, qn, qp, topk, k, slots), r = cpu_decode(c, heads, qn, qp, topk, k);
+  const Run g = emu_decode(c, heads, qn, qp, topk, k, slots, dev_splits), r = cpu_decode(c, heads, qn, qp, topk, k);
   const double tol = elem == KvElem::BF16 ? 1e-2 : 3e-2;
   EXPECT_LT(worst_row_rel_error(g.out, r.out, kCkvDim), tol) << kv_elem_name(elem) << " heads " << heads << " k " << k;
   EXPECT_LT(worst_lse_error(g.lse, r.lse), 2e-2) << "lse " << kv_elem_name(elem);
@@ -139,6 +160,20 @@ TEST(MlaDecodeEmu, SparseRowsBf16And128Heads) {
 
 TEST(MlaDecodeEmu, SparseRowsFp8) {
   check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 3, 5);
+}
+
+// The device-built schedule (graph-capturable run_device): a grid sized for longer rows than the
+// batch has (unused items empty, unsplit rows' merges skipped), rows of 1 key up to several
+// parts, and one slot per row (no merges at all).
+TEST(MlaDecodeEmu, DeviceScheduleDenseAnyLengthsWithinTheGrid) {
+  check({{1, 1}, {31, 1}, {33, 1}, {65, 1}, {200, 1}}, 16, KvElem::BF16, 64, 0, 0, 6, 8);
+  check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 0, 7, 3);
+  check({{70, 1}, {2, 1}}, 16, KvElem::BF16, 128, 0, 0, 8, 1);
+}
+
+TEST(MlaDecodeEmu, DeviceScheduleSparseRows) {
+  check({{50, 1}, {300, 2}}, 1, KvElem::BF16, 64, 96, 0, 9, 4);
+  check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 0, 10, 2);
 }
 
 TEST(MlaDecodeEmu, ScheduleSplitsLongRowsOnly) {

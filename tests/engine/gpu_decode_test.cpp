@@ -33,46 +33,10 @@ using engine::gpu::StepOutput;
 using testing_gpu_runner::model_dir;
 using testing_gpu_runner::prompt_of;
 using testing_gpu_runner::small_options;
+using testing_gpu_runner::Decoding;
+using testing_gpu_runner::prefill;
 
 constexpr int64_t kPage = 16;  // small_options().page_size
-
-// Requests whose prompts (but their last token) are in the cache, ready for decode steps: the
-// page table of each covers `room` positions past its last token.
-struct Decoding {
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<int32_t> tok, pos, qo{0}, len, pp{0}, pi;
-  KvBatchView batch() const {
-    const int64_t B = int64_t(tok.size());
-    return {B, B, qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
-  }
-  void release(GpuRunner& g) {
-    for (const auto& t : tables) g.release_pages(t);
-  }
-};
-
-Decoding prefill(GpuRunner& gpu, const std::vector<int64_t>& lens, int64_t room) {
-  Decoding d;
-  const int64_t V = gpu.config().vocab;
-  for (size_t r = 0; r < lens.size(); ++r) {
-    const int64_t n = lens[r];
-    d.tables.push_back(gpu.alloc_pages((n - 1 + room + kPage - 1) / kPage));
-    const std::vector<int32_t> p = prompt_of(n, V, int(r) + 5);
-    std::vector<int32_t> ps(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) ps[size_t(i)] = int32_t(i);
-    const int32_t q1[2] = {0, int32_t(n - 1)}, l1[1] = {int32_t(n - 1)}, ptr[2] = {0, int32_t(d.tables.back().size())};
-    StepInput pre;
-    pre.tokens = p.data();
-    pre.batch = {1, n - 1, q1, ps.data(), l1, ptr, d.tables.back().data()};
-    gpu.step(pre, {});
-    d.tok.push_back(p.back());
-    d.pos.push_back(int32_t(n - 1));
-    d.len.push_back(int32_t(n));
-    d.qo.push_back(int32_t(r + 1));
-    d.pi.insert(d.pi.end(), d.tables.back().begin(), d.tables.back().end());
-    d.pp.push_back(int32_t(d.pi.size()));
-  }
-  return d;
-}
 
 // Per MoE layer of one step's counts [moe_layers, E]: the tokens counted.
 std::vector<int64_t> layer_sums(const int32_t* counts, int64_t layers, int64_t E) {

@@ -237,54 +237,8 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GpuVsCpu, ::testing::ValuesIn(cases()), [](const 
 // request's greedy tokens and logits = the request run alone.
 TEST(GpuRunner, BatchOfDifferentLengthsEqualsEachRequestAlone) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  const std::string dir = model_dir({"glm5-tiny-sparse", "nvfp4"});
-  auto gpu = GpuRunner::load(dir, small_options());
-  const int64_t V = gpu->config().vocab, steps = 6;
-  const std::vector<int64_t> lens = {5, 23, 40};
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = 0; i < lens.size(); ++i) prompts.push_back(prompt_of(lens[i], V, int(i) + 3));
-
-  std::vector<model::GenerateResult> alone;
-  model::GenerateOptions go;
-  go.max_new_tokens = steps + 1;
-  go.keep_logits = true;
-  for (const auto& p : prompts) alone.push_back(engine::gpu::generate_gpu(*gpu, p, go));
-
-  const int64_t R = int64_t(lens.size());
-  std::vector<std::vector<int32_t>> tables, seqs = prompts;
-  for (int64_t r = 0; r < R; ++r) tables.push_back(gpu->alloc_pages((lens[size_t(r)] + steps + 1 + 15) / 16));
-  for (int64_t s = 0; s <= steps; ++s) {
-    std::vector<int32_t> tok, pos, qo{0}, len, pp{0}, pi, rows;
-    for (int64_t r = 0; r < R; ++r) {
-      const auto& q = seqs[size_t(r)];
-      const int64_t n = q.size(), from = s == 0 ? 0 : n - 1;
-      for (int64_t p = from; p < n; ++p) tok.push_back(q[size_t(p)]), pos.push_back(int32_t(p));
-      qo.push_back(int32_t(tok.size()));
-      rows.push_back(int32_t(tok.size()) - 1);
-      len.push_back(int32_t(n));
-      pi.insert(pi.end(), tables[size_t(r)].begin(), tables[size_t(r)].end());
-      pp.push_back(int32_t(pi.size()));
-    }
-    engine::gpu::StepInput in;
-    in.tokens = tok.data();
-    in.batch = {R, int64_t(tok.size()), qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
-    in.logits_rows = rows;
-    std::vector<float> logits;
-    std::vector<int32_t> greedy;
-    gpu->step(in, {&logits, &greedy, nullptr});
-    for (int64_t r = 0; r < R; ++r) {
-      const auto& a = alone[size_t(r)];
-      const int64_t row = lens[size_t(r)] - 1 + s;  // the alone run's logits row of this position
-      const float* al = a.logits.data() + row * V;
-      const float* bl = logits.data() + r * V;
-      EXPECT_LE(rel_l2(bl, al, size_t(V)), 1e-2) << "request " << r << " step " << s;
-      if (testing_model::top2_margin(al, V) > 1e-2f) {
-        EXPECT_EQ(greedy[size_t(r)], a.tokens[size_t(lens[size_t(r)] + s)]) << "request " << r << " step " << s;
-      }
-      seqs[size_t(r)].push_back(a.tokens[size_t(lens[size_t(r)] + s)]);  // both follow the alone run
-    }
-  }
-  for (const auto& t : tables) gpu->release_pages(t);
+  auto gpu = GpuRunner::load(model_dir({"glm5-tiny-sparse", "nvfp4"}), small_options());
+  testing_gpu_runner::expect_batch_equals_alone(*gpu, {5, 23, 40}, 6, 3);
 }
 
 // A decode step of 3 requests (bucket 4: one padding row) replayed from the graph = the eager
@@ -329,12 +283,7 @@ TEST(GpuRunner, DecodeGraphReplayEqualsEagerBitForBit) {
     const int64_t g0 = gpu->stats().graph_steps;
     gpu->step(in, {&graph, nullptr, nullptr});
     EXPECT_EQ(gpu->stats().graph_steps, g0 + 1) << "the decode step did not replay a graph";
-    ASSERT_EQ(eager.size(), graph.size());
-    for (size_t i = 0; i < eager.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(eager[i])) << "R " << R << " logit " << i;
-      ASSERT_EQ(std::memcmp(&eager[i], &graph[i], 4), 0) << "R " << R << " row " << i / size_t(V) << " col "
-                                                         << i % size_t(V) << ": " << eager[i] << " vs " << graph[i];
-    }
+    testing_gpu_runner::expect_bitwise_equal(eager, graph, V, "R " + std::to_string(R));
     for (const auto& t : tables) gpu->release_pages(t);
   }
 }

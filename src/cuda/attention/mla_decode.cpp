@@ -79,6 +79,8 @@ MlaDecodeMma::~MlaDecodeMma() {
   cudaFreeHost(pinned_);
   cudaFree(int_ws_);
   cudaFree(float_ws_);
+  cudaFree(dev_int_ws_);
+  cudaFree(dev_float_ws_);
 }
 
 void MlaDecodeMma::plan(const KvBatchView& b, int64_t page_size, int64_t num_pages, cudaStream_t stream) {
@@ -161,39 +163,123 @@ void MlaDecodeMma::plan_items(const std::vector<int32_t>& kv_len, const std::vec
   planned_ = true;
 }
 
-void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
-  FP4MOE_CHECK(planned_, "MLA decode (mma) run: plan() first");
+namespace {
+
+// The checks and kernel parameters shared by run() and run_device(): everything but the
+// schedule (items, merges, page_shift) and the partial buffers' places.
+decode::Params base_params(const MlaDesc& d, const MlaRunArgs& a, const char* who) {
   const KvLayerView& L = a.layer;
-  FP4MOE_CHECK(L.elem == desc_.kv_elem, "MLA decode (mma) run: cache is {}, planned for {}", kv_elem_name(L.elem),
-               kv_elem_name(desc_.kv_elem));
+  FP4MOE_CHECK(L.elem == d.kv_elem, "MLA decode (mma) {}: cache is {}, built for {}", who, kv_elem_name(L.elem),
+               kv_elem_name(d.kv_elem));
   FP4MOE_CHECK(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim,
-               "MLA decode (mma) run: ckv/kpe dims {}/{} (the kernel is built for {}/{})", L.ckv_dim, L.kpe_dim,
+               "MLA decode (mma) {}: ckv/kpe dims {}/{} (the kernel is built for {}/{})", who, L.ckv_dim, L.kpe_dim,
                kCkvDim, kKpeDim);
-  FP4MOE_CHECK(a.q_nope && a.q_pe && L.ckv && L.kpe && a.kv_indices && a.out, "MLA decode (mma) run: a required pointer is null");
-  FP4MOE_CHECK(sparse_ || L.page_size == page_size_, "MLA decode (mma) run: page_size {} (planned {})", L.page_size,
-               page_size_);
-  const bool fp8 = fp8_of(desc_);
-  FP4MOE_CHECK(!fp8 || (L.ckv_scale > 0 && L.kpe_scale > 0), "MLA decode (mma) run: FP8 scales must be positive");
+  FP4MOE_CHECK(a.q_nope && a.q_pe && L.ckv && L.kpe && a.kv_indices && a.out,
+               "MLA decode (mma) {}: a required pointer is null", who);
+  const bool fp8 = fp8_of(d);
+  FP4MOE_CHECK(!fp8 || (L.ckv_scale > 0 && L.kpe_scale > 0), "MLA decode (mma) {}: FP8 scales must be positive", who);
   decode::Params p{};
   p.q_nope = static_cast<const uint16_t*>(a.q_nope);
   p.q_pe = static_cast<const uint16_t*>(a.q_pe);
   p.ckv = static_cast<const uint8_t*>(L.ckv);
   p.kpe = static_cast<const uint8_t*>(L.kpe);
   p.kv_indices = a.kv_indices;
-  p.items = static_cast<const decode::Item*>(int_ws_);
-  p.merges = reinterpret_cast<const decode::Merge*>(static_cast<const unsigned char*>(int_ws_) +
-                                                     round_up(size_t(items_) * sizeof(decode::Item), 256));
-  p.page_shift = page_shift_;
-  p.num_heads = desc_.num_heads;
-  p.sm_scale = desc_.sm_scale;
+  p.num_heads = d.num_heads;
+  p.sm_scale = d.sm_scale;
   p.ckv_scale = fp8 ? L.ckv_scale : 1.f;
   p.kpe_scale = fp8 ? L.kpe_scale : 1.f;
   p.out = static_cast<uint16_t*>(a.out);
   p.lse = a.lse;
-  p.part_o = static_cast<float*>(float_ws_);
-  p.part_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(float_ws_) +
-                                        round_up(size_t(partials_) * desc_.num_heads * decode::kCkv * sizeof(float), 256));
-  FP4MOE_CUDA_CHECK(decode::launch(fp8, p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream));
+  return p;
+}
+
+// part_o [partials, heads, 512] then part_lse [partials, heads] in one float workspace.
+void set_partials(decode::Params& p, void* float_ws, int partials) {
+  p.part_o = static_cast<float*>(float_ws);
+  p.part_lse = reinterpret_cast<float*>(static_cast<unsigned char*>(float_ws) +
+                                        round_up(size_t(partials) * p.num_heads * decode::kCkv * sizeof(float), 256));
+}
+
+}  // namespace
+
+void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
+  FP4MOE_CHECK(planned_, "MLA decode (mma) run: plan() first");
+  FP4MOE_CHECK(sparse_ || a.layer.page_size == page_size_, "MLA decode (mma) run: page_size {} (planned {})",
+               a.layer.page_size, page_size_);
+  decode::Params p = base_params(desc_, a, "run");
+  p.items = static_cast<const decode::Item*>(int_ws_);
+  p.merges = reinterpret_cast<const decode::Merge*>(static_cast<const unsigned char*>(int_ws_) +
+                                                     round_up(size_t(items_) * sizeof(decode::Item), 256));
+  p.page_shift = page_shift_;
+  set_partials(p, float_ws_, partials_);
+  FP4MOE_CUDA_CHECK(decode::launch(fp8_of(desc_), p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream));
+}
+
+// ---- device-scheduled runs (graph-capturable) ----
+// Every split row has splits >= 2 only when tokens * splits <= slots, so the partial rows and
+// merges never exceed `slots` (the CTA slots per head group), whatever the batch.
+
+int MlaDecodeMma::device_splits(int tokens, int max_keys) const {
+  const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
+  const int tile = decode::tile_keys(fp8_of(desc_));
+  const int64_t tiles = (int64_t(std::max(max_keys, 1)) + tile - 1) / tile;
+  return int(std::clamp<int64_t>(slots / std::max(tokens, 1), 1, std::max<int64_t>(1, tiles / 2)));
+}
+
+void MlaDecodeMma::reserve_device(int max_tokens) {
+  FP4MOE_CHECK(max_tokens >= 1, "MLA decode (mma) reserve: {} rows", max_tokens);
+  if (max_tokens <= dev_tokens_) return;
+  const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
+  const size_t items = size_t(std::max(max_tokens, slots));
+  const size_t int_bytes = round_up(items * sizeof(decode::Item), 256) + size_t(slots) * sizeof(decode::Merge);
+  const size_t float_bytes = round_up(size_t(slots) * desc_.num_heads * decode::kCkv * sizeof(float), 256) +
+                             size_t(slots) * desc_.num_heads * sizeof(float);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // earlier device runs may still read the old buffers
+  cudaFree(dev_int_ws_), cudaFree(dev_float_ws_);
+  dev_int_ws_ = dev_float_ws_ = nullptr;
+  dev_tokens_ = 0;
+  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_int_ws_, int_bytes));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_float_ws_, float_bytes));
+  dev_tokens_ = max_tokens;
+}
+
+void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const {
+  FP4MOE_CHECK(rows.tokens >= 1 && rows.tokens <= dev_tokens_,
+               "MLA decode (mma) run_device: {} rows (reserve_device reserved {})", rows.tokens, dev_tokens_);
+  const bool sparse = rows.top_k > 0;
+  FP4MOE_CHECK(sparse ? rows.positions != nullptr : (rows.kv_len && rows.page_indptr),
+               "MLA decode (mma) run_device: the rows' device arrays are null");
+  const int shift = sparse ? 0 : log2_exact(rows.page_size);
+  FP4MOE_CHECK(sparse || (shift >= 0 && rows.page_size == a.layer.page_size),
+               "MLA decode (mma) run_device: page_size {} (the layer's {}; a power of two)", rows.page_size,
+               a.layer.page_size);
+  decode::Params p = base_params(desc_, a, "run_device");
+  const bool fp8 = fp8_of(desc_);
+  const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
+  const int splits = device_splits(rows.tokens, sparse ? std::min(rows.max_keys, rows.top_k) : rows.max_keys);
+  const int items = rows.tokens * splits, merges = splits > 1 ? rows.tokens : 0;
+  FP4MOE_CHECK(merges <= slots && (splits == 1 || items <= slots), "MLA decode (mma) run_device: split grid");
+
+  auto* items_p = static_cast<decode::Item*>(dev_int_ws_);
+  auto* merges_p = reinterpret_cast<decode::Merge*>(static_cast<unsigned char*>(dev_int_ws_) +
+                                                    round_up(size_t(std::max(dev_tokens_, slots)) * sizeof(decode::Item), 256));
+  decode::DeviceSchedule ds{};
+  ds.kv_len = rows.kv_len;
+  ds.page_indptr = rows.page_indptr;
+  ds.positions = rows.positions;
+  ds.top_k = sparse ? rows.top_k : 0;
+  ds.tokens = rows.tokens;
+  ds.splits = splits;
+  ds.tile_keys = decode::tile_keys(fp8);
+  ds.items = items_p;
+  ds.merges = merges_p;
+  FP4MOE_CUDA_CHECK(decode::launch_schedule(ds, stream));
+
+  p.items = items_p;
+  p.merges = merges_p;
+  p.page_shift = shift;
+  set_partials(p, dev_float_ws_, slots);
+  FP4MOE_CUDA_CHECK(decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream));
 }
 
 }  // namespace fp4moe::cuda::attention

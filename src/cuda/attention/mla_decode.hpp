@@ -24,6 +24,21 @@ namespace fp4moe::cuda::attention {
 // type, shared memory per block: ~217 KB, so not sm_120's 99 KB).
 std::string mla_decode_can_implement(const MlaDesc& d);
 
+// The rows of a device-scheduled run (MlaDecodeMma::run_device), all arrays in DEVICE memory.
+struct MlaDeviceRows {
+  int tokens = 0;    // query rows; dense: row t = request t (one new token each, at kv_len - 1)
+  int max_keys = 0;  // >= every row's key count: sizes the split grid (not read for correctness)
+  // dense (top_k == 0): row t's keys are positions [0, kv_len[t]) through the page table at
+  // kv_indices + page_indptr[t] (pages of page_size, a power of two)
+  const int32_t* kv_len = nullptr;
+  const int32_t* page_indptr = nullptr;
+  int64_t page_size = 0;
+  // sparse (top_k > 0): row t's keys are the first min(top_k, positions[t] + 1) cache slots of
+  // kv_indices[t * top_k ..] (indexer::top_k's out_slot)
+  const int32_t* positions = nullptr;
+  int top_k = 0;
+};
+
 class MlaDecodeMma {
  public:
   explicit MlaDecodeMma(const MlaDesc& desc);
@@ -38,6 +53,18 @@ class MlaDecodeMma {
   // run()'s kv_indices ([T, top_k] cache slots). `batch` in HOST memory (positions used).
   void plan_sparse(const KvBatchView& batch, int top_k, cudaStream_t stream);
   void run(const MlaRunArgs& a, cudaStream_t stream) const;
+
+  // Graph-capturable variant: no host plan. run_device() enqueues a schedule kernel that builds
+  // the split schedule from the rows' DEVICE arrays (kv_len / page_indptr, or positions), then
+  // the decode and merge kernels over a grid fixed by (rows.tokens, rows.max_keys) alone — so a
+  // graph captured once replays correctly with any lengths in later steps (each row's split
+  // count is capped by the captured grid; a row shorter than max_keys leaves its unused items
+  // empty). Its own workspace, allocated by reserve_device() once (never during a capture);
+  // run_device() refuses more rows than reserved. The plan()/run() pair is independent of it.
+  void reserve_device(int max_tokens);
+  void run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const;
+  // The split count run_device uses for `tokens` rows of at most `max_keys` keys.
+  int device_splits(int tokens, int max_keys) const;
 
   int planned_items() const { return items_; }
   int planned_partials() const { return partials_; }
@@ -55,6 +82,10 @@ class MlaDecodeMma {
   int items_ = 0, partials_ = 0, merges_ = 0, page_shift_ = 0, tokens_ = 0;
   int64_t page_size_ = 0;
   bool planned_ = false, sparse_ = false;
+  // run_device's workspace: items [max(dev_tokens_, slots)], merges [slots], partials [slots]
+  void* dev_int_ws_ = nullptr;
+  void* dev_float_ws_ = nullptr;
+  int dev_tokens_ = 0;
 };
 
 }  // namespace fp4moe::cuda::attention

@@ -20,4 +20,10 @@ cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int me
   return cudaGetLastError();
 }
 
+cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream) {
+  if (s.tokens <= 0) return cudaSuccess;
+  mla_device_schedule_kernel<<<unsigned((s.tokens + 127) / 128), 128, 0, stream>>>(s);
+  return cudaGetLastError();
+}
+
 }  // namespace fp4moe::cuda::attention::decode

@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   unsigned* s_amax = reinterpret_cast<unsigned*>(sx + kWarps * C::kNT * 32 * 4);
 
   const Item it = p.items[blockIdx.x];
+  if (it.kv_end <= it.kv_start) return;  // an unused slot of a device-built schedule (whole CTA)
   const int head0 = int(blockIdx.y) * kHeadsPerCta;
   const int tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int g = lane >> 2, c = lane & 3, hb = warp & 3, dh = warp >> 2;
@@ -358,6 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 // w_i = 2^(lse_i - max lse); lse = max + log2(sum w) (written as a natural log).
 __global__ void __launch_bounds__(128) mla_merge_kernel(const Params p) {
   const Merge mg = p.merges[blockIdx.x];
+  if (mg.count <= 0) return;  // device-built schedule: the row was not split
   const int head = int(blockIdx.y), tid = int(threadIdx.x);
   float mx = -INFINITY;
   for (int i = 0; i < mg.count; ++i) mx = fmaxf(mx, p.part_lse[int64_t(mg.first + i) * p.num_heads + head]);
@@ -374,6 +376,43 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(const Params p) {
   *reinterpret_cast<uint2*>(out) =
       uint2{prims::pack_bf16x2(acc[0] * inv, acc[1] * inv), prims::pack_bf16x2(acc[2] * inv, acc[3] * inv)};
   if (p.lse && tid == 0) p.lse[int64_t(mg.token) * p.num_heads + head] = (mx + log2f(wsum)) * kLn2;
+}
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+// DeviceSchedule (mla_decode_params.hpp): row t's items and merge, by the rule of
+// build_schedule with the row's part count capped at s.splits.
+__global__ void __launch_bounds__(128) mla_device_schedule_kernel(const DeviceSchedule s) {
+  const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= s.tokens) return;
+  int L = 0, table = 0;
+  if (s.top_k > 0) {
+    L = imin(s.top_k, s.positions[t] + 1);
+    table = t * s.top_k;
+  } else {
+    L = s.kv_len[t];
+    table = s.page_indptr[t];
+  }
+  L = imax(L, 0);
+  const int tiles = (L + s.tile_keys - 1) / s.tile_keys;
+  int n = imin(imax(s.splits, 1), imax(1, tiles / 2));
+  const int per_tiles = imax(1, (tiles + n - 1) / n);
+  n = imax(1, (tiles + per_tiles - 1) / per_tiles);
+  const int per = per_tiles * s.tile_keys;
+  for (int i = 0; i < s.splits; ++i) {
+    Item it{};
+    it.token = t;
+    it.table_offset = table;
+    it.partial = -1;
+    if (i < n) {
+      it.kv_start = imin(L, i * per);
+      it.kv_end = imin(L, (i + 1) * per);
+      if (n > 1) it.partial = t * s.splits + i;
+    }
+    s.items[int64_t(t) * s.splits + i] = it;
+  }
+  if (s.splits > 1) s.merges[t] = Merge{t, t * s.splits, n > 1 ? n : 0, 0};
 }
 
 }  // namespace

@@ -80,11 +80,31 @@ struct Schedule {
 Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset, int slots,
                         int tile_keys);
 
+// The split schedule built ON THE DEVICE (MlaDecodeMma::run_device; graph-capturable): one
+// thread per query row writes that row's `splits` items [t * splits, (t + 1) * splits) and its
+// merge. Row t has L keys: dense (top_k == 0) L = kv_len[t] with the page table at
+// page_indptr[t]; sparse (top_k > 0) L = min(top_k, positions[t] + 1) with the slot list at
+// t * top_k. It uses n = the host rule's part count for L capped at `splits` (parts of >= 2
+// tiles, whole tiles); items n .. splits - 1 are empty (kv_start == kv_end: the decode kernel
+// returns at once) and a merge of count 0 (n == 1: the item writes the output) is skipped.
+// L must be >= 1 (a row with L <= 0 gets only empty items: its output is not written).
+struct DeviceSchedule {
+  const int32_t* kv_len;       // dense: [tokens]
+  const int32_t* page_indptr;  // dense: [tokens + 1]
+  const int32_t* positions;    // sparse: [tokens]
+  int top_k;                   // 0: dense
+  int tokens, splits, tile_keys;
+  Item* items;                 // [tokens * splits]
+  Merge* merges;               // [tokens] (splits > 1)
+};
+
 inline size_t smem_bytes(bool fp8) { return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes; }
 inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }
 #if !defined(FP4MOE_CUDA_EMU)
 // The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel.
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream);
+// The device schedule (one thread per row).
+cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream);
 #endif
 
 }  // namespace fp4moe::cuda::attention::decode

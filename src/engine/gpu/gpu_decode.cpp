@@ -88,7 +88,7 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
       FP4MOE_CUDA_CHECK(cudaGraphLaunch(g->exec, m.stream));
       ++m.stats.graph_steps;
     } else {
-      m.forward(Tp, int(B + (Tp - B)), Tp, max_ctx, nullptr);
+      m.forward(Tp, int(B + (Tp - B)), Tp, max_ctx, true, nullptr);
       ++m.stats.eager_steps;
     }
     if (expert_counts && nc > 0)

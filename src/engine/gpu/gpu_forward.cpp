@@ -1,6 +1,7 @@
 // GpuRunner::Impl::forward: the layer stack of one step on the device (enqueue only; the
 // same sequence runs eager or captured in a decode graph). model/model.cpp and
 // model/attention.cpp are the reference, op for op.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -38,7 +39,7 @@ std::vector<V> download(const V* src, size_t n, cudaStream_t stream) {
 
 }  // namespace
 
-void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoices* choices) {
+void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decode, StepChoices* choices) {
   const model::MlaModelConfig& c = cfg;
   const DeviceLayer& L = layers[size_t(l)];
   const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd,
@@ -83,7 +84,20 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoice
     rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
     L.weights_proj.run(s.h, T, s.iw16, false, x);
     bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, 1.0f / std::sqrt(float(HI)), stream);
-    indexer_scores(s.iq, s.iw, kvl, b, HI, D, 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context, stream);
+    if (fast_indexer) {  // cuda/indexer's mma scores (32 heads x 128; device metadata only)
+      cuda::indexer::IndexerScoreArgs ia;
+      ia.q = s.iq;
+      ia.w = s.iw;
+      ia.layer = kvl;
+      ia.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+      ia.max_ctx = max_ctx;
+      ia.scores = s.scores;
+      ia.score_stride = opt.max_context;
+      cuda::indexer::index_scores(ia, stream);
+    } else {
+      indexer_scores(s.iq, s.iw, kvl, b, HI, D, 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context,
+                     stream);
+    }
     cuda::indexer::TopKArgs ta;
     ta.scores = s.scores;
     ta.score_stride = opt.max_context;
@@ -108,11 +122,68 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, StepChoice
   const uint16_t* wkv = L.kv_b.bf16();
   blas.batched(false, C, T, N, wkv, C, int64_t(W) * C, s.q, int64_t(NH) * QK, QK, s.ql, false, int64_t(NH) * C, C, NH,
                stream);
-  mla_attention(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, b, NH, c.softmax_scale, topk, int(c.index_topk), s.ol,
-                stream);
+  mla(l, T, R, max_ctx, decode, topk);
   blas.batched(true, V, T, C, wkv + int64_t(N) * C, C, int64_t(W) * C, s.ol, int64_t(NH) * C, C, s.ov, false,
                int64_t(NH) * V, V, NH, stream);
   L.o.run(s.ov, T, s.o, false, x);
+}
+
+void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, const int32_t* topk) {
+  const model::MlaModelConfig& c = cfg;
+  const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd;
+  const KvLayerView& kvl = kv_layers[size_t(l)];
+  const bool prefill = !topk && !decode && prefill_planned;
+  if (!mla_fast || (!topk && !decode && !prefill)) {
+    mla_attention(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R), NH, c.softmax_scale, topk,
+                  int(c.index_topk), s.ol, stream);
+    return;
+  }
+  // MlaDecodeMma takes a contiguous [T, NH, 64] rope query: one strided copy (a graph node).
+  FP4MOE_CUDA_CHECK(cudaMemcpy2DAsync(s.qpe, size_t(Rd) * 2, s.q + N, size_t(QK) * 2, size_t(Rd) * 2,
+                                      size_t(T) * NH, cudaMemcpyDeviceToDevice, stream));
+  cuda::attention::MlaRunArgs a;
+  a.q_nope = s.ql;
+  a.q_pe = s.qpe;
+  a.layer = kvl;
+  a.kv_indices = topk ? topk : meta.page_indices;
+  a.out = s.ol;
+  if (prefill) {  // FlashInfer's causal chunked MLA, planned for this step in plan_prefill
+    mla_prefill->run(a, stream);
+    return;
+  }
+  cuda::attention::MlaDeviceRows rows;
+  rows.tokens = T;
+  if (topk) {  // DSA: every token (prefill or decode) over its first min(top_k, position + 1) slots
+    rows.positions = meta.positions;
+    rows.top_k = int(c.index_topk);
+    rows.max_keys = std::min(max_ctx, rows.top_k);
+  } else {  // dense decode: token t = request t, keys [0, kv_len[t]) through its page table
+    rows.kv_len = meta.kv_len;
+    rows.page_indptr = meta.page_indptr;
+    rows.page_size = opt.page_size;
+    rows.max_keys = max_ctx;
+  }
+  mla_fast->run_device(a, rows, stream);
+}
+
+// MlaSm90 takes the step when: it exists (sm_90, FlashInfer, heads a power of two <= 128), the
+// model has a dense-attention layer, the step is not a decode step, its host batch is known
+// (eager step()), every request has >= 1 new token at the end of its context (the kernel's
+// causal rule), and the schedule fits (FlashInfer's bound on work items, as MlaSm90::plan_impl).
+void GpuRunner::Impl::plan_prefill(int T, bool decode) {
+  prefill_planned = false;
+  if (!mla_prefill || decode || !host_batch || host_batch->num_tokens != T) return;
+  const KvBatchView& b = *host_batch;
+  const int64_t H = cfg.num_heads;
+  if (T * H / 64 + b.num_requests + 1024 > cuda::attention::MlaSm90::kMaxWorks) return;
+  for (int64_t r = 0; r < b.num_requests; ++r) {
+    const int32_t q = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    if (q < 1) return;
+    for (int32_t j = 0; j < q; ++j)
+      if (b.positions[b.qo_indptr[r] + j] != b.kv_len[r] - q + j) return;
+  }
+  mla_prefill->plan(b, opt.page_size, kv_layers.empty() ? num_pages : kv_layers[0].num_pages, stream);
+  prefill_planned = true;
 }
 
 void GpuRunner::Impl::dense_mlp(const DenseMlp& m, int T, uint16_t* out) {
@@ -166,7 +237,8 @@ void GpuRunner::Impl::mlp(int64_t l, int T, StepChoices* choices) {
   }
 }
 
-void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden, StepChoices* choices) {
+void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, bool decode, model::HiddenStates* hidden,
+                              StepChoices* choices) {
   const model::MlaModelConfig& c = cfg;
   const int H = int(c.hidden);
   const float eps = float(c.rms_norm_eps);
@@ -176,6 +248,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     hidden->push_back(std::move(v));
   };
+  plan_prefill(T, decode);
   mark(StepStage::Embed);
   embed_rows(embed.ptr(), false, meta.tokens, T, H, s.x, stream);
   if (hidden) {
@@ -192,7 +265,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, model::Hidden
     const DeviceLayer& L = layers[size_t(l)];
     mark(StepStage::Attention);
     rms_norm(s.x, H, T, H, L.input_norm.wp(), eps, s.h, H, stream);
-    attention(l, T, R, max_ctx, choices);
+    attention(l, T, R, max_ctx, decode, choices);
     add_into(s.x, s.o, int64_t(T) * H, stream);
     rms_norm(s.x, H, T, H, L.post_norm.wp(), eps, s.h, H, stream);
     mark(L.is_moe ? StepStage::Moe : StepStage::Dense);

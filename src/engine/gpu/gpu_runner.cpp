@@ -190,6 +190,63 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
   weight_bytes = int64_t(ld.bytes());
 }
 
+void GpuRunner::Impl::choose_attention() {
+  namespace at = cuda::attention;
+  const model::MlaModelConfig& c = cfg;
+  std::string why, prefill_why;
+  if (opt.attention_kernels == AttentionKernels::Own) {
+    why = "attention kernels forced to own (RunnerOptions::attention_kernels)";
+  } else if (c.kv_lora_rank != at::kCkvDim || c.qk_rope_dim != at::kKpeDim) {
+    why = fmt::format("kv_lora_rank {} / qk_rope_head_dim {} (the fast kernels take {} / {})", c.kv_lora_rank,
+                      c.qk_rope_dim, at::kCkvDim, at::kKpeDim);
+  } else {
+    at::MlaDesc d;
+    d.num_heads = int(c.num_heads);
+    d.sm_scale = float(c.softmax_scale);
+    d.kv_elem = KvElem::BF16;
+    why = at::mla_decode_can_implement(d);
+    if (why.empty()) {
+      mla_fast = std::make_unique<at::MlaDecodeMma>(d);
+      mla_fast->reserve_device(int(opt.max_tokens));
+    }
+    bool dense_layer = false;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      dense_layer |= !layers[size_t(l)].has_indexer && c.indexer[size_t(l)] != model::IndexerKind::Shared;
+    prefill_why = !mla_fast ? "no fast decode path" : at::mla_can_implement(d, at::current_device_sm());
+    // 64 heads only: the head count cuda/attention's GPU tests run MlaSm90 with (128 would be
+    // FlashInfer's other tile packing, not yet run here).
+    if (prefill_why.empty() && d.num_heads != 64)
+      prefill_why = fmt::format("MlaSm90 prefill is enabled for 64 heads only (verified); {} here", d.num_heads);
+    if (mla_fast && dense_layer && prefill_why.empty()) mla_prefill = std::make_unique<at::MlaSm90>(d);
+  }
+  std::string dsa, dense;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::string& list = layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared ? dsa : dense;
+    if (!list.empty()) list += ',';
+    list += std::to_string(l);
+  }
+  fast_indexer = mla_fast && c.has_indexer() &&
+                 cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
+  const std::string own = "the runner's own kernels (one CTA per token x head, FP32)";
+  if (!mla_fast) {
+    attention_line = fmt::format("attention: every layer on {}: {}", own, why);
+    return;
+  }
+  const std::string fast = "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
+  attention_line = "attention:";
+  if (!dense.empty())
+    attention_line += fmt::format(
+        " layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense, fast,
+        mla_prefill ? std::string("FlashInfer's SM90 MLA (MlaSm90, causal, planned per eager step; else ") + own + ")"
+                    : own + " (" + prefill_why + ")");
+  if (!dsa.empty())
+    attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {};", dsa, c.index_topk, fast);
+  if (c.has_indexer())
+    attention_line += fmt::format(" indexer scores on {}, top-k on cuda/indexer's radix top-k",
+                                  fast_indexer ? "cuda/indexer's mma kernel" : "the runner's own kernel");
+  if (attention_line.back() == ';') attention_line.pop_back();
+}
+
 void GpuRunner::Impl::plan_memory() {
   const model::MlaModelConfig& c = cfg;
   const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
@@ -228,6 +285,7 @@ void GpuRunner::Impl::plan_memory() {
   take(s.ckv, t * C * 2);
   take(s.ql, t * NH * C * 2);
   take(s.ol, t * NH * C * 2);
+  take(s.qpe, mla_fast ? t * NH * Rd * 2 : 1);
   take(s.ov, t * NH * V * 2);
   take(s.ik, t * D * 2);
   take(s.iq, t * HI * D * 2);
@@ -391,9 +449,10 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
                                 m.cfg.architecture, m.cfg.num_layers, m.cfg.hidden, m.cfg.vocab, w.summary,
                                 ld.summary());
   }
+  m.choose_attention();
   m.plan_memory();
   m.plan_counters();
-  if (!opt.quiet) fmt::print(stderr, "{}\n{}\n", m.description, m.plan_line);
+  if (!opt.quiet) fmt::print(stderr, "{}\n{}\n{}\n", m.description, m.attention_line, m.plan_line);
   const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
   if (gmax > 0) m.capture_graphs();
   if (!opt.quiet && !m.graph_line.empty()) fmt::print(stderr, "{}\n", m.graph_line);
@@ -406,6 +465,8 @@ const model::MlaModelConfig& GpuRunner::config() const { return impl_->cfg; }
 const std::string& GpuRunner::description() const { return impl_->description; }
 const std::string& GpuRunner::plan_line() const { return impl_->plan_line; }
 const std::string& GpuRunner::graph_line() const { return impl_->graph_line; }
+const std::string& GpuRunner::attention_line() const { return impl_->attention_line; }
+bool GpuRunner::fast_attention() const { return impl_->mla_fast != nullptr; }
 const RunnerOptions& GpuRunner::options() const { return impl_->opt; }
 const RunnerStats& GpuRunner::stats() const { return impl_->stats; }
 int64_t GpuRunner::num_pages() const { return impl_->num_pages; }

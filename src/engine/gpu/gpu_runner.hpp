@@ -38,6 +38,16 @@
 
 namespace fp4moe::engine::gpu {
 
+// Which kernels run the absorbed MLA attention (the README's "what runs where").
+//   Auto: cuda/attention's MlaDecodeMma (mma.sync, split schedule built on the device, so
+//         graph-capturable) for decode steps and for DSA top-k rows where the dims allow
+//         (kv_lora_rank 512, qk_rope 64, heads a multiple of 64, sm_89+ with ~199 KB of shared
+//         memory per block), with cuda/indexer's mma scores (32 index heads x 128) and, on
+//         sm_90, FlashInfer's MlaSm90 for dense-attention layers' eager prefill / mixed steps;
+//         the runner's own any-dims kernels elsewhere;
+//   Own:  the runner's own kernels everywhere (tests compare the two).
+enum class AttentionKernels : int { Auto, Own };
+
 struct RunnerOptions {
   int64_t max_tokens = 4096;          // the largest step (tokens); sizes the workspace
   int64_t max_requests = 256;         // the most requests in one step
@@ -52,6 +62,7 @@ struct RunnerOptions {
                                       // one-CTA kernel per MoE layer; StepOutput::expert_counts)
   int32_t max_decode_steps = 16;      // K of decode_greedy at most
   int32_t max_stop_ids = 16;          // stop ids per request in decode_greedy at most
+  AttentionKernels attention_kernels = AttentionKernels::Auto;
 };
 
 // One step's host-side description: tokens [T], the batch (core/paged_kv.hpp, host pointers),
@@ -126,6 +137,10 @@ class GpuRunner {
   const std::string& description() const;  // the one start-up line: model, weights, load GB/s
   const std::string& plan_line() const;    // the memory plan line
   const std::string& graph_line() const;   // graph buckets, capture time, memory ("" without graphs)
+  // Which attention kernels each layer's steps take (one line, printed at load).
+  const std::string& attention_line() const;
+  // True when the fast attention kernels (MlaDecodeMma) serve this model's decode / top-k rows.
+  bool fast_attention() const;
   const RunnerOptions& options() const;
   const RunnerStats& stats() const;
 

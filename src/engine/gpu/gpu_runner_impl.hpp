@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/paged_kv.hpp"
+#include "cuda/attention/mla.hpp"
+#include "cuda/attention/mla_decode.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/routing/router.hpp"
 #include "engine/gpu/gpu_kernels.hpp"
@@ -71,6 +73,7 @@ struct Scratch {
   uint16_t* ckv = nullptr;     // [T, C]
   uint16_t* ql = nullptr;      // [T, NH, C] absorbed query
   uint16_t* ol = nullptr;      // [T, NH, C] latent output
+  uint16_t* qpe = nullptr;     // [T, NH, R] rope query, contiguous (the fast attention path's)
   uint16_t* ov = nullptr;      // [T, NH, V]
   uint16_t* ik = nullptr;      // [T, D]
   uint16_t* iq = nullptr;      // [T, HI, D]
@@ -157,7 +160,7 @@ struct GpuRunner::Impl {
   RunnerOptions opt;
   model::MlaModelConfig cfg;
   std::unique_ptr<Checkpoint> ck;
-  std::string description, plan_line, graph_line;
+  std::string description, plan_line, graph_line, attention_line;
   RunnerStats stats;
 
   Blas blas;
@@ -184,6 +187,15 @@ struct GpuRunner::Impl {
   std::unique_ptr<StageMarks> mark_pool;
   cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
 
+  // The fast attention kernels (null: the runner's own everywhere); choose_attention() at load.
+  std::unique_ptr<cuda::attention::MlaDecodeMma> mla_fast;
+  bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
+  // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
+  // schedule is planned on the host per step from host_batch; null: the own kernel).
+  std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;
+  const KvBatchView* host_batch = nullptr;  // the step's batch (host), set around an eager forward
+  bool prefill_planned = false;             // mla_prefill planned for this forward
+
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;
   bool graphs_enabled = true;
@@ -192,6 +204,9 @@ struct GpuRunner::Impl {
   ~Impl();
   void load_weights(const model::ModelWeights& w, Loader& loader);
   void plan_memory();
+  // Picks the attention kernels (opt.attention_kernels, the dims, the device) and reserves their
+  // workspace (before plan_memory: the KV pool takes what is left); sets attention_line.
+  void choose_attention();
   void capture_graphs();
   // Fills the pinned metadata for `in` (padded to `pad_tokens` tokens / requests when > T) and
   // copies it to the device.
@@ -205,10 +220,17 @@ struct GpuRunner::Impl {
   // A stage boundary of a timed forward (no-op unless `marks`).
   void mark(StepStage s);
   // Enqueues the whole forward for T tokens of R requests reading the device metadata; rows:
-  // logits rows (gathered by meta.rows); max_ctx sizes the indexer grid.
-  // hidden / choices (eager only): filled when set.
-  void forward(int T, int R, int rows, int max_ctx, model::HiddenStates* hidden, StepChoices* choices = nullptr);
-  void attention(int64_t l, int T, int R, int max_ctx, StepChoices* choices);
+  // logits rows (gathered by meta.rows); max_ctx (>= every position + 1) sizes the indexer grid
+  // and the fast attention's split grid; decode: every request has exactly one token (token t
+  // = request t), so the fast decode kernel may run. hidden / choices (eager only): filled when set.
+  void forward(int T, int R, int rows, int max_ctx, bool decode, model::HiddenStates* hidden,
+               StepChoices* choices = nullptr);
+  void attention(int64_t l, int T, int R, int max_ctx, bool decode, StepChoices* choices);
+  // The absorbed attention of layer l over s.ql / s.q's rope part into s.ol (topk: the DSA
+  // slots, or null for dense causal attention): the fast kernels where chosen, else the own.
+  void mla(int64_t l, int T, int R, int max_ctx, bool decode, const int32_t* topk);
+  // Plans mla_prefill for this forward when it can take the step (see gpu_forward.cpp).
+  void plan_prefill(int T, bool decode);
   void mlp(int64_t l, int T, StepChoices* choices);
   // This step's tokens per expert of MoE layer l from its routing ids [T, k] (real tokens only).
   void count_layer(int64_t l, const int32_t* ids, int T, int k);

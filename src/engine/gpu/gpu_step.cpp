@@ -80,12 +80,12 @@ void GpuRunner::Impl::capture_graphs() {
   for (int64_t B : buckets) {
     StepInput none;
     upload_meta(none, B);
-    forward(int(B), int(B), int(B), int(opt.max_context), nullptr);  // warm-up: plans, lazy loading
+    forward(int(B), int(B), int(B), int(opt.max_context), true, nullptr);  // warm-up: plans, lazy loading
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     cudaGraph_t g = nullptr;
     FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
-      forward(int(B), int(B), int(B), int(opt.max_context), nullptr);
+      forward(int(B), int(B), int(B), int(opt.max_context), true, nullptr);
     } catch (...) {
       cudaStreamEndCapture(stream, &g);
       if (g) cudaGraphDestroy(g);
@@ -132,7 +132,12 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
   FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);
   FP4MOE_CHECK(!out.expert_counts || m.opt.count_experts, "step: expert counts asked for, but count_experts is off");
-  bool decode = T == R && rows == T;
+  // One token per request, the last of its context (the fast decode attention reads keys
+  // [0, kv_len), the own kernel positions 0 .. p: the same only then).
+  bool one_each = T == R && b.qo_indptr && b.positions && b.kv_len;
+  for (int64_t r = 0; one_each && r < R; ++r)
+    one_each = b.qo_indptr[r] == r && b.qo_indptr[r + 1] == r + 1 && b.positions[r] == b.kv_len[r] - 1;
+  bool decode = one_each && rows == T;
   for (int64_t i = 0; decode && i < rows; ++i) decode = in.logits_rows[size_t(i)] == i;
   // A decode batch within the graph buckets runs padded to its bucket, replayed, or eager over
   // the same padded batch (graphs disabled, or stage times asked for): bit for bit the same.
@@ -157,13 +162,16 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
       m.marks = m.mark_pool.get();
       m.marks->used = 0;
     }
+    m.host_batch = pad > 0 ? nullptr : &b;  // unpadded: the host batch is the device one
     try {
-      m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, out.hidden, out.choices);
+      m.forward(Tp, int(R + (Tp - T)), g ? Tp : int(rows), max_ctx, one_each, out.hidden, out.choices);
     } catch (...) {
       m.marks = nullptr;
+      m.host_batch = nullptr;
       throw;
     }
     m.marks = nullptr;
+    m.host_batch = nullptr;
     ++m.stats.eager_steps;
   }
   if (out.logits && rows > 0) {

@@ -5,6 +5,10 @@
 #      compute-sanitizer memcheck;
 #   1b. gpu_decode_test: K greedy decode steps per launch = K single steps bit for bit (K 1/2/4/8,
 #      graphs and eager), max_new / stop ids at step j < K, per-expert counts per MoE layer;
+#   1c. gpu_attention_test: the fast attention path (cuda/attention MlaDecodeMma with a device-built
+#      split schedule, cuda/indexer scores) vs the runner's own kernels on make-synthetic
+#      glm5-attn-tiny / deepseek-v3-attn-tiny (per-layer hidden states and logits, graph == eager
+#      bit for bit, batch == alone); one case first under compute-sanitizer memcheck;
 #   3. `fp4moe bench step` on it (RUNNER_BENCH_ARGS): decode B x ctx (ms/step vs the all-weights +
 #      KV byte floor, device ms, host share), the per-stage shares of an eager pass (attention,
 #      indexer, moe, dense, lm_head, sampling), K = 1/2/4/8 decode steps per launch (ms per token
@@ -15,13 +19,15 @@
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
 # per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:",
-# "gpu_decode_test: rc=0" (4 passed), the bench's "per-stage" table (shares sum to ~100 %, host %
+# "gpu_decode_test: rc=0" (4 passed), "gpu_attention_test: rc=0" (7 passed, none skipped: a skip
+# means the fast path did not run) and its "[ info ]" lines (the attention line per model, steps
+# with identical choices), the "attention:" start-up line of generate / bench step (MlaDecodeMma), the bench's "per-stage" table (shares sum to ~100 %, host %
 # at B=1 < 5 is the issue's target) and "K greedy" table (ms per token step falling with K).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
 O=$OUT/runner
-for t in gpu_runner_test gpu_decode_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+for t in gpu_runner_test gpu_decode_test gpu_attention_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
 B=build-dev/bin/gpu_runner_test
 if [ -x "$B" ]; then
@@ -49,6 +55,19 @@ if [ -x "$B" ]; then
 else
   echo "gpu_decode_test: not built"; rc=1
 fi
+B=build-dev/bin/gpu_attention_test
+if [ -x "$B" ]; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" \
+    --gtest_filter='RealAttentionDims/FastAttention.GraphReplayEqualsEagerBitForBit/glm5_attn_tiny' > "$O/gpu_attention_memcheck.log" 2>&1
+  r=$?; echo "gpu_attention_test memcheck (one case): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_attention_memcheck.log" | tail -n 1)"
+  [ $r -eq 0 ] || rc=1
+  timeout 400 "$B" > "$O/gpu_attention_test.log" 2>&1
+  r=$?; echo "gpu_attention_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_attention_test.log" | tr '\n' ' ')"
+  [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]|^\[ info \]|Failure|Expected|Which is|hidden state|logits' "$O/gpu_attention_test.log" | head -n 40
+else
+  echo "gpu_attention_test: not built"; rc=1
+fi
 M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
 L=${RUNNER_LAYERS:-4}; D=${RUNNER_DENSE:-2}
 if [ ! -f "$M/config.json" ]; then
@@ -61,12 +80,12 @@ for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p
   t0=$(date +%s)
   timeout 400 build-dev/bin/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
   r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
-  grep -E 'gpu runner|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
+  grep -E 'gpu runner|attention:|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
 done
 t0=$(date +%s)
 timeout 560 build-dev/bin/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
   ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384 --k 1,2,4,8} \
   > "$O/bench_step.log" 2> "$O/bench_step.err"
 r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
-grep -E '^\||start-up|ceilings|per-stage|K greedy' "$O/bench_step.log"; grep -E 'memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 5
+grep -E '^\||start-up|ceilings|per-stage|K greedy' "$O/bench_step.log"; grep -E 'attention:|memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 6
 exit $rc

@@ -145,7 +145,9 @@ void add_attention(ModelPlan& plan, const ArchInfo& a, const ModelConfig& c) {
   if (a.cc == 90) {
     plan.entries.push_back({"MLA decode / sparse decode (DSA)", "FlashInfer SM90 MLA (attention/mla_hopper.cuh) via MlaSm90",
                             fmt::format("wgmma + TMA, BF16 or FP8 KV ({}); sparse rows: page_size 1 with the top-{} "
-                                        "slots as the page table",
+                                        "slots as the page table. The GPU runner's graph-captured steps run our "
+                                        "MlaDecodeMma instead (split schedule built on the device; FlashInfer's is "
+                                        "built on the host), and MlaSm90 for eager dense-attention prefill",
                                         heads, c.index_topk)});
     plan.entries.push_back({"MLA prefill", "expanded form: FlashInfer FA3 ragged prefill (256/256) via MlaPrefillExpandedSm90",
                             "kv_b_proj expands K/V per head (cuBLAS), then causal FA3; the absorbed MlaSm90 for short chunks"});
@@ -187,7 +189,8 @@ void add_attention(ModelPlan& plan, const ArchInfo& a, const ModelConfig& c) {
                    "x {} keys, {} of {} B (its SharedStorage type); FP8 KV ({} keys + BF16 repack) needs {} B: {}. "
                    "Sparse rows: page_size 1 with the top-{} slots as the page table. FlashInfer's SM120 sparse MLA "
                    "(attention/sparse_mla_sm120) wants its own 656 B/token FP8 cache rows and its planner is not in the "
-                   "wheel's headers: not used",
+                   "wheel's headers: not used. The GPU runner does not use this path yet: it runs our MlaDecodeMma "
+                   "where its ~199 KB per block fits (sm_100), else its own any-dims kernels (sm_120)",
                    heads, row.stages, row.kv_tile, with_commas(row.bf16_bytes), with_commas(cap), row.fp8_kv_tile,
                    with_commas(row.fp8_bytes),
                    row.fp8_bytes <= cap ? "fits" : "does not fit, so this arch keeps a BF16 KV cache", c.index_topk)});
@@ -226,8 +229,8 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
   }
   if (w4a4 && a.block_scaled_mma)
     plan.entries.push_back({"routed experts' activations", "nvfp4_act_quant.cu (before each block-scaled GEMM)",
-                            "NVFP4 with a global scale from amax(x) computed on the device per call (the MoE layer "
-                            "does not pass the checkpoint's static input_scale yet), scale factors in CUTLASS's 128x4 "
+                            "NVFP4 with the checkpoint's static input_scale as the global (the largest of the "
+                            "experts'; amax(x) on the device per call without one), scale factors in CUTLASS's 128x4 "
                             "atoms per expert; SiLU·up and the routing weight in its row pass (no C-loading epilogue)"});
   else if (w4a4)
     plan.entries.push_back({"routed experts' activations", "act_quant.cu (W4A4 emulation)",

@@ -43,9 +43,10 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
     std::copy(in.tokens, in.tokens + T, tok);
     std::copy(b.positions, b.positions + T, pos);
     kv_token_requests(b, req);
-    std::copy(b.qo_indptr, b.qo_indptr + R + 1, qo);
-    std::copy(b.kv_len, b.kv_len + R, len);
-    std::copy(b.page_indptr, b.page_indptr + R + 1, pp);
+    const size_t nr = size_t(std::max<int64_t>(R, 0));  // R >= 1 here (validated); says so to GCC's -Wstringop-overflow
+    std::copy_n(b.qo_indptr, nr + 1, qo);
+    std::copy_n(b.kv_len, nr, len);
+    std::copy_n(b.page_indptr, nr + 1, pp);
     std::copy(b.page_indices, b.page_indices + b.page_indptr[R], pi);
     for (int64_t r = 0; r < R; ++r) act[r] = 1;
   } else {

@@ -44,6 +44,18 @@ void StepBatch::add(uint64_t id, std::span<const int32_t> toks, int32_t start, s
   sampling.push_back(spec);
 }
 
+KvBatchView StepBatch::kv_view(std::vector<int32_t>& kv_len, std::vector<int32_t>& sample_rows) const {
+  const int32_t n = num_requests();
+  kv_len.resize(size_t(n));
+  sample_rows.clear();
+  for (int32_t r = 0; r < n; ++r) {
+    kv_len[size_t(r)] = start(r) + count(r);
+    if (sample[size_t(r)]) sample_rows.push_back(token_begin[size_t(r) + 1] - 1);
+  }
+  return KvBatchView{n, num_tokens(), token_begin.data(), positions.data(), kv_len.data(), page_begin.data(),
+                     page_ids.data()};
+}
+
 void Backend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
   const int32_t n = batch.num_requests();
   FP4MOE_CHECK(int32_t(limits.max_new.size()) == n && int32_t(limits.stop_ids.size()) == n,

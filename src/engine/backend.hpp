@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/paged_kv.hpp"
 #include "engine/request.hpp"
 
 namespace fp4moe::engine {
@@ -57,6 +58,9 @@ struct StepBatch {
   // Appends request r; its page table must cover start + tokens.size() (checked).
   void add(uint64_t id, std::span<const int32_t> toks, int32_t start, std::span<const int32_t> pages, bool samples,
            const SampleSpec& spec);
+  // The batch as core/paged_kv.hpp's view (host pointers into this batch and kv_len), with
+  // kv_len[r] = start + count and sample_rows = the last token of every request that samples.
+  KvBatchView kv_view(std::vector<int32_t>& kv_len, std::vector<int32_t>& sample_rows) const;
 };
 
 // Per-request limits of a K-step decode: request r produces at most max_new[r] tokens and

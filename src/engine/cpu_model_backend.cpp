@@ -47,14 +47,7 @@ void CpuModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_
 void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
   FP4MOE_CHECK(kv_, "cpu backend: step before init_kv");
   const int32_t n = batch.num_requests();
-  kv_len_.resize(size_t(n));
-  rows_.clear();
-  for (int32_t r = 0; r < n; ++r) {
-    kv_len_[size_t(r)] = batch.start(r) + batch.count(r);
-    if (batch.sample[size_t(r)]) rows_.push_back(batch.token_begin[size_t(r) + 1] - 1);  // its last token
-  }
-  const KvBatchView view{n, batch.num_tokens(), batch.token_begin.data(), batch.positions.data(), kv_len_.data(),
-                         batch.page_begin.data(), batch.page_ids.data()};
+  const KvBatchView view = batch.kv_view(kv_len_, rows_);
   const int64_t vocab = model_->config().vocab;
   logits_.resize(rows_.size() * size_t(vocab));
   model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,

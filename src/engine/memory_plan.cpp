@@ -22,13 +22,14 @@ MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req) {
   plan.workspace_bytes = info.workspace_bytes;
   plan.device_bytes = info.device_bytes;
   int64_t tokens = req.max_total_tokens;
+  const double fraction = req.mem_fraction_static > 0.0 ? req.mem_fraction_static : info.default_mem_fraction;
   if (info.kv_pool_tokens > 0) {  // planned by the backend from the same flags
-    plan.mem_fraction_static = req.mem_fraction_static > 0.0 ? req.mem_fraction_static : info.default_mem_fraction;
+    plan.mem_fraction_static = fraction;
     tokens = info.kv_pool_tokens;
   } else if (req.mem_fraction_static > 0.0 || (tokens == 0 && info.default_mem_fraction > 0.0)) {
     FP4MOE_CHECK(info.device_bytes > 0, "--mem-fraction-static: the {} backend does not know its memory size; give "
                  "--max-total-tokens", info.name);
-    plan.mem_fraction_static = req.mem_fraction_static > 0.0 ? req.mem_fraction_static : info.default_mem_fraction;
+    plan.mem_fraction_static = fraction;
     const int64_t budget = int64_t(std::floor(double(info.device_bytes) * plan.mem_fraction_static)) -
                            info.weight_bytes - info.workspace_bytes;
     FP4MOE_CHECK(budget >= plan.kv_bytes_per_token * req.page_size,

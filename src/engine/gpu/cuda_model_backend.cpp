@@ -57,16 +57,9 @@ void CudaModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max
 }
 
 StepInput CudaModelBackend::view(const StepBatch& batch) {
-  const int32_t n = batch.num_requests();
   StepInput in;
-  kv_len_.resize(size_t(n));
-  for (int32_t r = 0; r < n; ++r) {
-    kv_len_[size_t(r)] = batch.start(r) + batch.count(r);
-    if (batch.sample[size_t(r)]) in.logits_rows.push_back(batch.token_begin[size_t(r) + 1] - 1);  // its last token
-  }
   in.tokens = batch.tokens.data();
-  in.batch = KvBatchView{n, batch.num_tokens(), batch.token_begin.data(), batch.positions.data(), kv_len_.data(),
-                         batch.page_begin.data(), batch.page_ids.data()};
+  in.batch = batch.kv_view(kv_len_, in.logits_rows);
   return in;
 }
 
@@ -89,7 +82,7 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
     if (batch.sample[size_t(r)]) greedy = greedy && plain_greedy(batch.sampling[size_t(r)]);
   const int64_t vocab = runner_->config().vocab;
   StepOutput so;
-  so.greedy = &greedy_;
+  so.greedy = greedy ? &greedy_ : nullptr;  // the argmax alone, or the logits rows for host sampling
   so.logits = greedy ? nullptr : &logits_;
   const bool counts = observer_ && runner_->options().count_experts && !moe_layers_.empty();
   so.expert_counts = counts ? &counts_ : nullptr;

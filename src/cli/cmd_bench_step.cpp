@@ -44,9 +44,39 @@ struct BenchStepArgs {
   int iters = 20;
   double mem_fraction_static = 0.88;
   std::string attention_kernels = "auto";
+  int64_t replicate_layers = 0;
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
+// Multiply-adds x 2 of one token that attends `ctx` positions (a DSA layer at most index_topk),
+// through every layer and the lm_head (logits: one row per token when `logits`): the linears as
+// absorbed MLA decode runs them (q_a, q_b, kv_a, q_nope -> latent, scores and values over the
+// latent + rope, latent -> v, o), the indexer's projections and scores, the dense MLP or the
+// router + top_k routed + shared experts. The step's FLOP floor at the BF16 peak.
+double token_flops(const model::MlaModelConfig& c, double ctx, bool logits) {
+  const double H = double(c.hidden), nh = double(c.num_heads), ckv = double(c.kv_lora_rank),
+               rope = double(c.qk_rope_dim), nope = double(c.qk_nope_dim), v = double(c.v_head_dim);
+  double f = 0.0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool dsa = c.indexer[size_t(l)] != model::IndexerKind::None;
+    const double kv = dsa ? std::min(ctx, double(c.index_topk)) : ctx;
+    double m = c.q_lora_rank > 0 ? H * double(c.q_lora_rank) + double(c.q_lora_rank) * nh * (nope + rope)
+                                 : H * nh * (nope + rope);
+    m += H * (ckv + rope) + nh * nope * ckv + nh * kv * (ckv + rope) + nh * kv * ckv + nh * ckv * v + nh * v * H;
+    if (c.indexer[size_t(l)] == model::IndexerKind::Full) {
+      const double ih = double(c.index_n_heads), id = double(c.index_head_dim);
+      m += double(c.q_lora_rank) * ih * id + H * id + H * ih + ih * ctx * id;
+    }
+    if (c.moe_layer[size_t(l)])
+      m += H * double(c.moe.num_experts) +
+           3.0 * H * (double(c.moe.top_k) * double(c.moe.inter) + double(c.moe.shared_inter));
+    else
+      m += 3.0 * H * double(c.intermediate);
+    f += m;
+  }
+  return 2.0 * (f + (logits ? H * double(c.vocab) : 0.0));
+}
+
 int run_bench_step(const BenchStepArgs& a) {
   FP4MOE_CHECK(cuda::device_available(), "bench step needs a CUDA GPU, and none is visible");
   FP4MOE_CHECK(!a.batch.empty() && !a.ctx.empty() && a.iters >= 1, "bench step: --batch / --ctx empty or --iters < 1");
@@ -64,6 +94,7 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.cuda_graph_max_bs = max_b;
   ro.attention_kernels =
       a.attention_kernels == "own" ? engine::gpu::AttentionKernels::Own : engine::gpu::AttentionKernels::Auto;
+  ro.replicate_layers = a.replicate_layers;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::gpu::GpuRunner::load(a.model, ro);
   fmt::print("start-up (load + plan + graphs): {:.1f} s\n",
@@ -91,8 +122,13 @@ int run_bench_step(const BenchStepArgs& a) {
   k_table += "\n|---|---|";
   for (size_t i = 0; i < a.k.size(); ++i) k_table += "---|";
   k_table += "\n";
-  fmt::print("| decode B | ctx | ms/step | device ms | tok/s | floor ms (all weights + KV) | x floor | graph |\n"
-             "|---|---|---|---|---|---|---|---|\n");
+  const model::MlaModelConfig& mc = r->config();
+  const double eb = double(r->routed_expert_bytes());
+  fmt::print("floors: bytes = the weights the step touches (all but the routed experts no token chose, from the "
+             "step's per-expert counts) + every layer's KV of the context, at the copy ceiling; FLOPs at the BF16 "
+             "peak; floor = the larger\n"
+             "| decode B | ctx | ms/step | device ms | tok/s | experts touched % | byte floor ms | FLOP floor ms | x "
+             "floor | all-weights floor ms | graph |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t L : a.ctx)
     for (int64_t B : a.batch) {
       const int64_t per = (L - 1 + max_k + ps - 1) / ps;  // K decode steps write positions L-1 .. L-2+K
@@ -118,22 +154,43 @@ int run_bench_step(const BenchStepArgs& a) {
       const double ms = time_step(in, a.iters);
       const bool graph = r->stats().graph_steps > g0;
       double dev_ms = 0.0;
+      std::vector<int32_t> counts;
       engine::gpu::StepOutput o;
       o.device_ms = &dev_ms;
+      o.expert_counts = &counts;
       r->step(in, o);
+      int64_t untouched = 0;
+      for (int32_t n : counts) untouched += n == 0;
+      const double touched_share =
+          counts.empty() ? 1.0 : 1.0 - double(untouched) / double(counts.size());
       // Stages: an eager pass with events (the first creates them, the second is timed).
       engine::gpu::StageTimes st;
       o = {};
       o.stages = &st;
       r->step(in, o);
       r->step(in, o);
-      const double bytes = double(r->weight_bytes()) + double(B * L * r->kv_bytes_per_token());
-      const double floor = bytes / (ceil.copy_gbps * 1e9) * 1e3;
+      const double kv = double(B * L * r->kv_bytes_per_token());
+      const double all_floor = (double(r->weight_bytes()) + kv) / (ceil.copy_gbps * 1e9) * 1e3;
+      const double byte_floor =
+          (double(r->weight_bytes()) - double(untouched) * eb + kv) / (ceil.copy_gbps * 1e9) * 1e3;
+      const double flop_floor = double(B) * token_flops(mc, double(L), true) / (ceil.bf16_tflops * 1e12) * 1e3;
+      const double floor = std::max(byte_floor, flop_floor);
       const double host = std::max(0.0, ms - dev_ms) / ms;
-      fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.0f} | {:.3f} | {:.2f} | {} |\n", B, L, ms, dev_ms,
-                 double(B) / ms * 1e3, floor, ms / floor, graph ? "yes" : "eager");
-      nlohmann::json j{{"batch", B},     {"ctx", L},       {"ms_per_step", ms}, {"device_ms", dev_ms},
-                       {"host_share", host}, {"floor_ms", floor}, {"graph", graph}, {"eager_ms", st.total()}};
+      fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.0f} | {:.1f} | {:.3f} | {:.3f} | {:.2f} | {:.3f} | {} |\n", B, L,
+                 ms, dev_ms, double(B) / ms * 1e3, 100.0 * touched_share, byte_floor, flop_floor, ms / floor,
+                 all_floor, graph ? "yes" : "eager");
+      nlohmann::json j{{"batch", B},
+                       {"ctx", L},
+                       {"ms_per_step", ms},
+                       {"device_ms", dev_ms},
+                       {"host_share", host},
+                       {"experts_touched_share", touched_share},
+                       {"byte_floor_ms", byte_floor},
+                       {"flop_floor_ms", flop_floor},
+                       {"floor_ms", floor},
+                       {"all_weights_floor_ms", all_floor},
+                       {"graph", graph},
+                       {"eager_ms", st.total()}};
       stage_table += fmt::format("| {} | {} | {:.3f} |", B, L, st.total());
       for (int i = 0; i < engine::gpu::kNumStepStages; ++i) {
         const double share = st.total() > 0 ? st.ms[i] / st.total() : 0.0;
@@ -166,7 +223,8 @@ int run_bench_step(const BenchStepArgs& a) {
              "it; host % = (graph wall - graph device) / graph wall)\n{}",
              stage_table);
   if (!a.k.empty()) fmt::print("\nK greedy decode steps per launch (decode_greedy): ms per token step\n{}", k_table);
-  fmt::print("\n| prefill P | ms | tok/s |\n|---|---|---|\n");
+  fmt::print("\n| prefill P | ms | tok/s | FLOP floor ms (causal) | byte floor ms (all weights) | x floor |\n"
+             "|---|---|---|---|---|---|\n");
   for (int64_t P : a.prefill) {
     const int64_t per = (P + ps - 1) / ps;
     if (per > r->free_pages()) continue;
@@ -179,8 +237,15 @@ int run_bench_step(const BenchStepArgs& a) {
     in.batch = {1, P, qo, pos.data(), len, pp, pages.data()};
     in.logits_rows = {int32_t(P - 1)};
     const double ms = time_step(in, std::max(1, a.iters / 4));
-    fmt::print("| {} | {:.2f} | {:.0f} |\n", P, ms, double(P) / ms * 1e3);
-    jprefill.push_back({{"tokens", P}, {"ms", ms}});
+    // Causal: token i attends i + 1 positions, the mean (P + 1) / 2; one logits row.
+    const double flops = double(P) * token_flops(mc, double(P + 1) / 2.0, false) + token_flops(mc, 0.0, true) -
+                         token_flops(mc, 0.0, false);
+    const double flop_floor = flops / (ceil.bf16_tflops * 1e12) * 1e3;
+    const double byte_floor =
+        (double(r->weight_bytes()) + double(P * r->kv_bytes_per_token())) / (ceil.copy_gbps * 1e9) * 1e3;
+    fmt::print("| {} | {:.2f} | {:.0f} | {:.2f} | {:.2f} | {:.2f} |\n", P, ms, double(P) / ms * 1e3, flop_floor,
+               byte_floor, ms / std::max(flop_floor, byte_floor));
+    jprefill.push_back({{"tokens", P}, {"ms", ms}, {"flop_floor_ms", flop_floor}, {"byte_floor_ms", byte_floor}});
     r->release_pages(pages);
   }
   if (!a.json.empty()) {
@@ -215,6 +280,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "runner's any-dims kernels everywhere (the start-up line says which each layer takes)")
       ->check(CLI::IsMember({"auto", "own"}))
       ->capture_default_str();
+  app.add_option("--replicate-layers", a->replicate_layers,
+                 "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "
+                 "memory (a 3 dense + 2 MoE checkpoint times as 3 dense + N-3 MoE layers; 0: the checkpoint's)")
+      ->check(CLI::NonNegativeNumber);
   run = [a] {
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
     return run_bench_step(*a);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 
@@ -114,9 +116,10 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
   }
   layers.resize(size_t(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const model::LayerWeights& lw = w.layers[size_t(l)];
+    const int64_t src = layer_src[size_t(l)];
+    const model::LayerWeights& lw = w.layers[size_t(src)];
     DeviceLayer& L = layers[size_t(l)];
-    const std::string P = fmt::format("model.layers.{}.", l);
+    const std::string P = fmt::format("model.layers.{}.", src);
     ld.progress(P + "self_attn");
     L.input_norm = upload_norm(lw.input_norm);
     L.post_norm = upload_norm(lw.post_attention_norm);
@@ -148,7 +151,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
       L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
       continue;
     }
-    MoeLayerWeights mw = ck->load_moe_layer(l);  // owned for this layer only (gate/up globals unified)
+    MoeLayerWeights mw = ck->load_moe_layer(src);  // owned for this layer only (gate/up globals unified)
     const bool shared_fp4 = mw.shared_w13 && mw.shared_w13->is_fp4() && mw.shared_w2->is_fp4();
     if (mw.shared_w13 && (!shared_fp4 || !mw.w13.is_fp4())) {
       L.shared = shared_mlp(mw, P + "mlp.shared_experts", Tm, ld);
@@ -188,6 +191,37 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
   inv_freq = cuda::DeviceBuffer::from(c.rope.inv_freq);
   ld.finish();
   weight_bytes = int64_t(ld.bytes());
+}
+
+size_t GpuRunner::Impl::replicate_layers() {
+  model::MlaModelConfig& c = cfg;
+  layer_src.resize(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) layer_src[size_t(l)] = l;
+  const int64_t N = opt.replicate_layers;
+  if (N <= c.num_layers) return 0;
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.moe_layer[size_t(l)]) moe.push_back(l);
+  FP4MOE_CHECK(!moe.empty(), "--replicate-layers {}: the checkpoint has no MoE layer to copy", N);
+  // Bytes of each checkpoint layer's tensors (the progress bar's total grows by the copies).
+  std::vector<size_t> layer_bytes(size_t(c.num_layers), 0);
+  for (const auto& f : ck->files())
+    for (const TensorInfo& t : f->tensors()) {
+      int64_t l = -1;
+      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) == 1 && l >= 0 && l < c.num_layers)
+        layer_bytes[size_t(l)] += t.nbytes();
+    }
+  size_t extra = 0;
+  const int64_t L0 = c.num_layers;
+  for (int64_t l = L0; l < N; ++l) {
+    const int64_t s = moe[size_t(l - L0) % moe.size()];
+    layer_src.push_back(s);
+    c.moe_layer.push_back(true);
+    c.indexer.push_back(c.indexer[size_t(s)]);
+    extra += layer_bytes[size_t(s)];
+  }
+  c.num_layers = N;
+  return extra;
 }
 
 void GpuRunner::Impl::choose_attention() {
@@ -414,6 +448,11 @@ void GpuRunner::Impl::plan_counters() {
 int64_t GpuRunner::num_moe_layers() const { return impl_->counters.moe_layers; }
 std::vector<int32_t> GpuRunner::moe_layer_ids() const { return impl_->counters.moe_ids; }
 int64_t GpuRunner::num_experts() const { return impl_->counters.experts; }
+int64_t GpuRunner::routed_expert_bytes() const {
+  for (const DeviceLayer& L : impl_->layers)
+    if (L.moe) return int64_t(L.moe->expert_bytes());
+  return 0;
+}
 
 GpuRunner::GpuRunner() : impl_(std::make_unique<Impl>()) {}
 GpuRunner::~GpuRunner() = default;
@@ -442,12 +481,17 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   size_t total = 0;
   for (const auto& f : m.ck->files())
     for (const TensorInfo& t : f->tensors()) total += t.nbytes();
+  const int64_t ck_layers = m.cfg.num_layers;
+  total += m.replicate_layers();
   {
     Loader ld(opt.quiet ? 0 : total);
     m.load_weights(w, ld);
-    m.description = fmt::format("gpu runner: {} ({}), {} layers, hidden {}, vocab {}; {}; uploaded {}", dir,
-                                m.cfg.architecture, m.cfg.num_layers, m.cfg.hidden, m.cfg.vocab, w.summary,
-                                ld.summary());
+    m.description = fmt::format("gpu runner: {} ({}), {} layers{}, hidden {}, vocab {}; {}; uploaded {}", dir,
+                                m.cfg.architecture, m.cfg.num_layers,
+                                m.cfg.num_layers > ck_layers
+                                    ? fmt::format(" ({} in the checkpoint, MoE layers copied)", ck_layers)
+                                    : std::string(),
+                                m.cfg.hidden, m.cfg.vocab, w.summary, ld.summary());
   }
   m.choose_attention();
   m.plan_memory();

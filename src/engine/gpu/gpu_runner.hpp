@@ -63,6 +63,10 @@ struct RunnerOptions {
   int32_t max_decode_steps = 16;      // K of decode_greedy at most
   int32_t max_stop_ids = 16;          // stop ids per request in decode_greedy at most
   AttentionKernels attention_kernels = AttentionKernels::Auto;
+  // Benchmarks only (`bench step --replicate-layers`): > the checkpoint's layer count runs this
+  // many layers, the checkpoint's own followed by copies of its MoE layers in turn, each copy its
+  // own device memory (so a 3 dense + 2 MoE checkpoint times as 3 dense + 10 MoE layers).
+  int64_t replicate_layers = 0;
 };
 
 // One step's host-side description: tokens [T], the batch (core/paged_kv.hpp, host pointers),
@@ -172,6 +176,9 @@ class GpuRunner {
   int64_t num_moe_layers() const;
   std::vector<int32_t> moe_layer_ids() const;
   int64_t num_experts() const;  // routed experts per MoE layer (config().moe.num_experts)
+  // Device bytes of one routed expert (gate_up + down with scales) of an FP4 MoE layer; 0 where
+  // the routed experts are BF16 (benchmarks: the bytes a step touches).
+  int64_t routed_expert_bytes() const;
 
   // Forces eager execution (tests compare graph replay with eager).
   void set_graphs_enabled(bool on);

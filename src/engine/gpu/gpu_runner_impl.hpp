@@ -202,7 +202,11 @@ struct GpuRunner::Impl {
   bool said_eager = false;
 
   ~Impl();
+  // Checkpoint layer of each runner layer (the identity unless opt.replicate_layers).
+  std::vector<int64_t> layer_src;
   void load_weights(const model::ModelWeights& w, Loader& loader);
+  // opt.replicate_layers: extends cfg and layer_src; returns the extra bytes to upload.
+  size_t replicate_layers();
   void plan_memory();
   // Picks the attention kernels (opt.attention_kernels, the dims, the device) and reserves their
   // workspace (before plan_memory: the KV pool takes what is left); sets attention_line.

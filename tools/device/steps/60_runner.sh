@@ -14,7 +14,8 @@
 #      indexer, moe, dense, lm_head, sampling), K = 1/2/4/8 decode steps per launch (ms per token
 #      step), prefill tok/s; JSON in $OUT/runner/bench_step.json;
 #   2. a GLM-5-dims model with few layers (make-synthetic --preset glm5-layer; RUNNER_LAYERS /
-#      RUNNER_DENSE, default 4 / 2 ≈ 16 GB on disk) and `fp4moe generate --backend cuda` on it:
+#      RUNNER_DENSE, default 5 / 3 ≈ 15 GB on disk) and `fp4moe generate --backend cuda` on it;
+#      bench step runs it as RUNNER_REPLICATE (13) layers, 3 dense + 10 MoE, the MoE layers copied:
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
@@ -69,7 +70,7 @@ else
   echo "gpu_attention_test: not built"; rc=1
 fi
 M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
-L=${RUNNER_LAYERS:-4}; D=${RUNNER_DENSE:-2}
+L=${RUNNER_LAYERS:-5}; D=${RUNNER_DENSE:-3}
 if [ ! -f "$M/config.json" ]; then
   t0=$(date +%s)
   timeout 900 build-dev/bin/fp4moe make-synthetic "$M" --preset glm5-layer --layers "$L" --dense-layers "$D" > "$O/make_synthetic.log" 2>&1
@@ -84,7 +85,7 @@ for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p
 done
 t0=$(date +%s)
 timeout 560 build-dev/bin/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
-  ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384 --k 1,2,4,8} \
+  ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384 --k 1,2,4,8 --replicate-layers ${RUNNER_REPLICATE:-13}} \
   > "$O/bench_step.log" 2> "$O/bench_step.err"
 r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
 grep -E '^\||start-up|ceilings|per-stage|K greedy' "$O/bench_step.log"; grep -E 'attention:|memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 6

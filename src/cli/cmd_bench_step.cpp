@@ -136,7 +136,9 @@ int run_bench_step(const BenchStepArgs& a) {
         fmt::print("| {} | {} | skipped: the KV pool holds {} tokens | | | | | |\n", B, L, r->num_pages() * ps);
         continue;
       }
-      std::vector<int32_t> tok(static_cast<size_t>(B), 7), qo, pp{0}, pi, rows;
+      // Distinct tokens per request (identical rows would route alike: 8 experts for any batch).
+      std::vector<int32_t> tok(static_cast<size_t>(B)), qo, pp{0}, pi, rows;
+      for (int64_t b = 0; b < B; ++b) tok[size_t(b)] = int32_t(7 + (b * 7919) % (V - 7));
       std::vector<int32_t> pos(static_cast<size_t>(B), static_cast<int32_t>(L - 1));
       std::vector<int32_t> len(static_cast<size_t>(B), static_cast<int32_t>(L));
       for (int64_t b = 0; b <= B; ++b) qo.push_back(int32_t(b));

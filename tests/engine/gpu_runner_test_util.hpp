@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -110,58 +112,142 @@ inline void expect_bitwise_equal(const std::vector<float>& eager, const std::vec
   }
 }
 
+// One step of one run, kept for the batch-vs-alone comparison: per layer the hidden state entering
+// it ([rows, H]) and its discrete choices (routing, top-k positions), the logits row and token.
+struct StepRecord {
+  model::HiddenStates hidden;
+  engine::gpu::StepChoices choices;
+  std::vector<float> logits;  // [requests, V]
+  std::vector<int32_t> greedy;
+};
+
+// Runs `in` eagerly with hidden states and choices (forces eager; writes the same KV again).
+inline StepRecord record_step(engine::gpu::GpuRunner& gpu, const engine::gpu::StepInput& in) {
+  StepRecord r;
+  engine::gpu::StepOutput o;
+  o.logits = &r.logits;
+  o.greedy = &r.greedy;
+  o.hidden = &r.hidden;
+  o.choices = &r.choices;
+  gpu.step(in, o);
+  return r;
+}
+
+// Rows [a0, a0 + n) of run A's per-row vector `va` (row width w) equal rows [b0, b0 + n) of `vb`.
+template <class T>
+bool same_rows(const std::vector<T>& va, int64_t a0, const std::vector<T>& vb, int64_t b0, int64_t n, int64_t T_a,
+               int64_t T_b) {
+  if (va.empty() || vb.empty()) return va.empty() && vb.empty();
+  const int64_t w = int64_t(va.size()) / T_a;
+  if (int64_t(vb.size()) / T_b != w) return false;
+  return std::equal(va.begin() + a0 * w, va.begin() + (a0 + n) * w, vb.begin() + b0 * w);
+}
+
 // Requests of the given lengths prefilled in ONE step (mixed), then `steps` decode steps together
-// (graphs where the runner has them): each request's logits (rel L2 <= 1e-2) and greedy tokens
-// (where the alone run's top-2 margin > 1e-2) = the request run alone (generate_gpu); both
-// follow the alone run's tokens. Prompts: prompt_of(len, vocab, seed + i). Returns how many of
-// the batched steps replayed a graph.
+// (graphs where the runner has them), against each request run alone (its own prefill and decode
+// steps). Per request and step, layer by layer: while the discrete choices (MoE routing, DSA top-k)
+// of the request's rows are the same as alone, its logits must match (rel L2 <= 1e-2) and so must
+// its greedy token where the alone top-2 margin > 1e-2. A choice that differs is allowed only as a
+// near tie: the hidden state entering that layer must still match (rel L2 <= 1e-2), i.e. rounding
+// (a different kernel split for a different batch) tipped a tie; the request is then not compared
+// further (its cache differs from there) and the case is printed. At least a third of the
+// (request, step) pairs must be compared through the logits. Both runs follow the alone tokens.
+// Prompts: prompt_of(len, vocab, seed + i). Returns how many of the batched steps replayed a graph.
 inline int64_t expect_batch_equals_alone(engine::gpu::GpuRunner& gpu, const std::vector<int64_t>& lens, int64_t steps,
                                       int seed) {
-  const int64_t V = gpu.config().vocab, page = gpu.page_size();
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = 0; i < lens.size(); ++i) prompts.push_back(prompt_of(lens[i], V, int(i) + seed));
-  std::vector<model::GenerateResult> alone;
-  model::GenerateOptions go;
-  go.max_new_tokens = steps + 1;
-  go.keep_logits = true;
-  for (const auto& p : prompts) alone.push_back(engine::gpu::generate_gpu(gpu, p, go));
-
+  const int64_t V = gpu.config().vocab, page = gpu.page_size(), H = gpu.config().hidden;
   const int64_t R = int64_t(lens.size());
-  std::vector<std::vector<int32_t>> tables, seqs = prompts;
-  for (int64_t r = 0; r < R; ++r) tables.push_back(gpu.alloc_pages((lens[size_t(r)] + steps + 1 + page - 1) / page));
-  const int64_t g0 = gpu.stats().graph_steps;
-  for (int64_t s = 0; s <= steps; ++s) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t i = 0; i < R; ++i) prompts.push_back(prompt_of(lens[size_t(i)], V, int(i) + seed));
+  // The batched step's input for the sequences `seqs` at step s (s = 0: whole prompts).
+  struct Built {
     std::vector<int32_t> tok, pos, qo{0}, len, pp{0}, pi, rows;
-    for (int64_t r = 0; r < R; ++r) {
+    engine::gpu::StepInput in;
+  };
+  auto build = [&](const std::vector<std::vector<int32_t>>& seqs, const std::vector<std::vector<int32_t>>& tables,
+                   const std::vector<int64_t>& which, int64_t s, Built& b) {
+    for (int64_t r : which) {
       const auto& q = seqs[size_t(r)];
       const int64_t n = int64_t(q.size()), from = s == 0 ? 0 : n - 1;
-      for (int64_t p = from; p < n; ++p) tok.push_back(q[size_t(p)]), pos.push_back(int32_t(p));
-      qo.push_back(int32_t(tok.size()));
-      rows.push_back(int32_t(tok.size()) - 1);
-      len.push_back(int32_t(n));
-      pi.insert(pi.end(), tables[size_t(r)].begin(), tables[size_t(r)].end());
-      pp.push_back(int32_t(pi.size()));
+      for (int64_t p = from; p < n; ++p) b.tok.push_back(q[size_t(p)]), b.pos.push_back(int32_t(p));
+      b.qo.push_back(int32_t(b.tok.size()));
+      b.rows.push_back(int32_t(b.tok.size()) - 1);
+      b.len.push_back(int32_t(n));
+      b.pi.insert(b.pi.end(), tables[size_t(r)].begin(), tables[size_t(r)].end());
+      b.pp.push_back(int32_t(b.pi.size()));
     }
-    engine::gpu::StepInput in;
-    in.tokens = tok.data();
-    in.batch = {R, int64_t(tok.size()), qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
-    in.logits_rows = rows;
+    const int64_t n = int64_t(which.size());
+    b.in.tokens = b.tok.data();
+    b.in.batch = {n, int64_t(b.tok.size()), b.qo.data(), b.pos.data(), b.len.data(), b.pp.data(), b.pi.data()};
+    b.in.logits_rows = b.rows;
+  };
+  // Alone: each request's own steps, eager, recorded; its greedy tokens are the sequence both follow.
+  std::vector<std::vector<StepRecord>> alone(static_cast<size_t>(R));
+  std::vector<std::vector<int32_t>> seqs = prompts;
+  for (int64_t r = 0; r < R; ++r) {
+    std::vector<std::vector<int32_t>> t(static_cast<size_t>(R));
+    t[size_t(r)] = gpu.alloc_pages((lens[size_t(r)] + steps + 1 + page - 1) / page);
+    for (int64_t s = 0; s <= steps; ++s) {
+      Built b;
+      build(seqs, t, {r}, s, b);
+      alone[size_t(r)].push_back(record_step(gpu, b.in));
+      seqs[size_t(r)].push_back(alone[size_t(r)].back().greedy.at(0));
+    }
+    gpu.release_pages(t[size_t(r)]);
+  }
+  std::vector<std::vector<int32_t>> tables;
+  for (int64_t r = 0; r < R; ++r) tables.push_back(gpu.alloc_pages((lens[size_t(r)] + steps + 1 + page - 1) / page));
+  std::vector<int64_t> all;
+  for (int64_t r = 0; r < R; ++r) all.push_back(r);
+  seqs = prompts;
+  std::vector<bool> diverged(static_cast<size_t>(R), false);
+  int64_t compared = 0, graph_steps = 0;
+  const int L = int(gpu.config().num_layers);
+  for (int64_t s = 0; s <= steps; ++s) {
+    Built b;
+    build(seqs, tables, all, s, b);
     std::vector<float> logits;
     std::vector<int32_t> greedy;
-    gpu.step(in, {&logits, &greedy, nullptr});
+    const int64_t g0 = gpu.stats().graph_steps;
+    gpu.step(b.in, {&logits, &greedy, nullptr});  // the serving path (graphs for decode buckets)
+    graph_steps += gpu.stats().graph_steps - g0;
+    const StepRecord batched = record_step(gpu, b.in);
+    const int64_t Tb = int64_t(b.tok.size());
     for (int64_t r = 0; r < R; ++r) {
-      const auto& a = alone[size_t(r)];
-      const int64_t row = lens[size_t(r)] - 1 + s;  // the alone run's logits row of this position
-      const float* al = a.logits.data() + row * V;
+      const StepRecord& a = alone[size_t(r)][size_t(s)];
+      const int64_t b0 = b.qo[size_t(r)], n = b.qo[size_t(r + 1)] - b0;
+      if (!diverged[size_t(r)]) {
+        for (int l = 0; l < L && !diverged[size_t(r)]; ++l) {
+          const auto& cb = batched.choices;
+          const auto& ca = a.choices;
+          if (same_rows(cb.expert_ids[size_t(l)], b0, ca.expert_ids[size_t(l)], 0, n, Tb, n) &&
+              same_rows(cb.topk_positions[size_t(l)], b0, ca.topk_positions[size_t(l)], 0, n, Tb, n))
+            continue;
+          const double dh = testing_model::rel_l2(batched.hidden[size_t(l)].data() + b0 * H,
+                                                  a.hidden[size_t(l)].data(), size_t(n * H));
+          EXPECT_LE(dh, 1e-2) << "request " << r << " step " << s << ": layer " << l
+                              << "'s choices differ and the hidden state entering it already differs";
+          std::printf("[ info ] request %lld step %lld: layer %d's choices differ from alone (a near tie: the hidden "
+                      "state entering it rel L2 %.2e); not compared further\n",
+                      (long long)r, (long long)s, l, dh);
+          diverged[size_t(r)] = true;
+        }
+      }
+      if (diverged[size_t(r)]) continue;
+      ++compared;
+      const float* al = a.logits.data();
       EXPECT_LE(testing_model::rel_l2(logits.data() + r * V, al, size_t(V)), 1e-2) << "request " << r << " step " << s;
       if (testing_model::top2_margin(al, V) > 1e-2f) {
-        EXPECT_EQ(greedy[size_t(r)], a.tokens[size_t(lens[size_t(r)] + s)]) << "request " << r << " step " << s;
+        EXPECT_EQ(greedy[size_t(r)], a.greedy.at(0)) << "request " << r << " step " << s;
       }
-      seqs[size_t(r)].push_back(a.tokens[size_t(lens[size_t(r)] + s)]);  // both follow the alone run
     }
+    for (int64_t r = 0; r < R; ++r) seqs[size_t(r)].push_back(alone[size_t(r)][size_t(s)].greedy.at(0));
   }
+  std::printf("[ info ] batch vs alone: %lld of %lld (request, step) pairs compared through the logits\n",
+              (long long)compared, (long long)(R * (steps + 1)));
+  EXPECT_GE(3 * compared, R * (steps + 1)) << "too few pairs compared: near ties everywhere?";
   for (const auto& t : tables) gpu.release_pages(t);
-  return gpu.stats().graph_steps - g0;
+  return graph_steps;
 }
 
 }  // namespace fp4moe::testing_gpu_runner

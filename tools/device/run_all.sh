@@ -12,6 +12,8 @@
 #   NO_TESTS=1 bash tools/device/run_all.sh 80_serve_sweep        (issue 17: serve sweep + baseline, < 9 min)
 #   NO_TESTS=1 bash tools/device/run_all.sh ../extra/host_time_baseline  (optional: forward() host
 #                                                  time before / after issue 11, see that script)
+#   BUILD_TARGETS="fp4moe gpu_runner_test" GPU_TEST_LABEL=engine-gpu bash tools/device/run_all.sh
+#                          a quicker call: those targets only, the GPU tests of one label
 # Device call: carry [".carry"] (tools/device/prepare_carry.sh makes it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,12 +24,12 @@ export FP4MOE_PLAN_CACHE=${FP4MOE_PLAN_CACHE:-$OUT/plans.json}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "commit ${FP4MOE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"; date -u; } | tee "$OUT/env.txt"
 t0=$(date +%s)
-bash tools/device/build.sh > "$OUT/build.log" 2>&1
+bash tools/device/build.sh ${BUILD_TARGETS:-} > "$OUT/build.log" 2>&1
 echo "build: rc=$? in $(( $(date +%s) - t0 )) s ($(grep -c 'error' "$OUT/build.log") error lines)"
 grep -E 'error' "$OUT/build.log" | head -n 5
 if [ -z "${NO_TESTS:-}" ]; then
   t0=$(date +%s)
-  (cd build-dev && ctest -L gpu --output-on-failure --timeout 300) > "$OUT/gpu_tests.log" 2>&1
+  (cd build-dev && ctest -L "${GPU_TEST_LABEL:-gpu}" --output-on-failure --timeout 300) > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests: rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/gpu_tests.log")"
   # Counts by folder (label), skips (a GPU test that skipped on the GPU is a failure of the setup).
   for l in cuda tuner cli moe engine; do

@@ -135,7 +135,9 @@ TEST(GpuSampling, DeviceTokensEqualTheHostSchemeOnTheStepsOwnLogits) {
     ASSERT_EQ(sampled.size(), size_t(B));
     for (int64_t r = 0; r < B; ++r) {
       const std::string what = "step " + std::to_string(s) + " request " + std::to_string(r);
-      if (engine::plain_greedy(q.params[size_t(r)])) EXPECT_EQ(sampled[size_t(r)].id, greedy[size_t(r)]) << what;
+      if (engine::plain_greedy(q.params[size_t(r)])) {
+        EXPECT_EQ(sampled[size_t(r)].id, greedy[size_t(r)]) << what;
+      }
       near += expect_scheme_token(sampled[size_t(r)], logits.data() + r * V, V, q, size_t(r), what);
       ++rows;
       const int32_t t = sampled[size_t(r)].id;

@@ -4,21 +4,12 @@
 #include <climits>
 
 #include "core/error.hpp"
+#include "engine/sampling_cpu.hpp"
 
 namespace fp4moe::engine {
 
 cpu::SamplingRowParams row_params(const SamplingParams& p, int32_t top_logprobs) {
-  cpu::SamplingRowParams r;
-  r.temperature = p.greedy() ? 0.0f : p.temperature;
-  r.top_k = p.top_k > 0 ? p.top_k : 0;
-  r.top_p = p.top_p;
-  r.min_p = p.min_p;
-  r.repetition_penalty = p.repetition_penalty;
-  r.presence_penalty = p.presence_penalty;
-  r.frequency_penalty = p.frequency_penalty;
-  r.seed = p.seed;
-  r.logprobs_top_n = top_logprobs < 0 ? -1 : top_logprobs;
-  return r;
+  return row_params(cpu_sampling(p, top_logprobs));  // greedy() -> temperature 0, top_k <= 0 -> 0
 }
 
 cpu::SamplingRowParams row_params(const cpu::SamplingParams& p) {

@@ -6,18 +6,9 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "engine/sampling_cpu.hpp"
+#include "engine/device_sampling.hpp"
 
 namespace fp4moe::engine::gpu {
-
-namespace {
-
-// The device's argmax is the whole answer: no logprobs, no penalties, greedy.
-bool plain_greedy(const SampleSpec& s) {
-  return s.params && s.params->greedy() && !s.params->has_penalties() && s.top_logprobs < 0;
-}
-
-}  // namespace
 
 CudaModelBackend::CudaModelBackend(const CudaModelBackendOptions& options) : opt_(options) {
   runner_ = GpuRunner::load(opt_.model_dir, opt_.runner);
@@ -76,29 +67,34 @@ void CudaModelBackend::report_counts(size_t steps) {
 void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
   FP4MOE_CHECK(kv_ready_, "cuda backend: step before init_kv");
   const int32_t n = batch.num_requests();
-  const StepInput in = view(batch);
+  StepInput in = view(batch);
+  // Plain greedy rows only: the device's argmax is the whole answer; otherwise every sampling
+  // row goes through the device sampler (greedy rows give the argmax there too).
   bool greedy = true;
+  rows_.clear();
   for (int32_t r = 0; r < n; ++r)
-    if (batch.sample[size_t(r)]) greedy = greedy && plain_greedy(batch.sampling[size_t(r)]);
-  const int64_t vocab = runner_->config().vocab;
+    if (batch.sample[size_t(r)]) {
+      rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
+      greedy = greedy && plain_greedy(rows_.back().params);
+    }
   StepOutput so;
-  so.greedy = greedy ? &greedy_ : nullptr;  // the argmax alone, or the logits rows for host sampling
-  so.logits = greedy ? nullptr : &logits_;
+  so.greedy = greedy ? &greedy_ : nullptr;
+  if (!greedy) {
+    in.sampling = rows_;
+    so.sampled = &sampled_;
+  }
   const bool counts = observer_ && runner_->options().count_experts && !moe_layers_.empty();
   so.expert_counts = counts ? &counts_ : nullptr;
   runner_->step(in, so);
   if (counts) report_counts(1);
-  size_t k = 0;
-  for (int32_t r = 0; r < n; ++r) {
-    if (!batch.sample[size_t(r)]) continue;
+  for (size_t k = 0; k < rows_.size(); ++k) {
     if (greedy) {
       GeneratedToken t;
       t.id = greedy_[k];
       out.push_back(std::move(t));
     } else {
-      out.push_back(sample_row_cpu(logits_.data() + k * size_t(vocab), vocab, batch.sampling[size_t(r)]));
+      out.push_back(std::move(sampled_[k]));
     }
-    ++k;
   }
 }
 
@@ -107,9 +103,15 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
   const RunnerOptions& ro = runner_->options();
   bool device = steps >= 1 && steps <= ro.max_decode_steps && int32_t(limits.stop_ids.size()) == n &&
                 int32_t(limits.max_new.size()) == n;
-  for (int32_t r = 0; device && r < n; ++r)
-    device = batch.count(r) == 1 && batch.sample[size_t(r)] && plain_greedy(batch.sampling[size_t(r)]) &&
+  rows_.clear();
+  bool greedy = true;
+  for (int32_t r = 0; device && r < n; ++r) {
+    device = batch.count(r) == 1 && batch.sample[size_t(r)] &&
              int32_t(limits.stop_ids[size_t(r)].size()) <= ro.max_stop_ids;
+    if (!device) break;
+    rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
+    greedy = greedy && plain_greedy(rows_.back().params);
+  }
   if (!device) return Backend::decode(batch, limits, steps, out);  // host loop over step()
   FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
   DecodeInput in;
@@ -120,12 +122,19 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
   in.max_new = limits.max_new.data();
   in.stop_ids = limits.stop_ids;
   const bool counts = observer_ && ro.count_experts && !moe_layers_.empty();
-  runner_->decode_greedy(in, tokens_, produced_, counts ? &counts_ : nullptr);
+  if (greedy) {
+    runner_->decode_greedy(in, tokens_, produced_, counts ? &counts_ : nullptr);
+  } else {
+    in.sampling = rows_;  // K steps of device sampling (draw index = output index, +1 per token)
+    runner_->decode_sampled(in, tokens_, produced_, &sampled_, counts ? &counts_ : nullptr);
+  }
   out.tokens.assign(size_t(n), {});
   for (int32_t r = 0; r < n; ++r)
     for (int32_t j = 0; j < produced_[size_t(r)]; ++j) {
+      const size_t i = size_t(j) * size_t(n) + size_t(r);
       GeneratedToken t;
-      t.id = tokens_[size_t(j) * size_t(n) + size_t(r)];
+      if (!greedy) t = std::move(sampled_[i]);
+      t.id = tokens_[i];
       out.tokens[size_t(r)].push_back(std::move(t));
     }
   // The scheduler counts a step only while some request still produces: steps past the last

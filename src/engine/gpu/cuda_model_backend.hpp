@@ -3,11 +3,14 @@
 // (weights, one workspace for the largest step, then the paged KV pool from
 // --mem-fraction-static / --max-total-tokens) and the engine's page ids address its pool
 // directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
-// penalties) reads back only the device's argmax per row; any other step reads the logits
-// rows back and samples them on the host like the CPU backend (engine/sampling_cpu.hpp).
-// K decode steps per round: when every request is plain greedy, one GpuRunner::decode_greedy
-// call (K graph replays back to back with the next token, positions and stop checks on the
-// device; the host reads the tokens once); otherwise Backend's host loop over step().
+// penalties) reads back only the device's argmax per row; any other step samples every row on
+// the device (cuda/sampling: engine/device_sampling.hpp's rows) and reads back only tokens and
+// logprobs. Seeded draws are the device scheme's (Philox Gumbel-max), not the CPU backend's
+// inverse-CDF draw: a seed reproduces its tokens per backend (src/engine/gpu/README.md).
+// K decode steps per round: when every request has one token and its stop ids fit, one
+// GpuRunner::decode_greedy (all plain greedy) or decode_sampled call (K graph replays back to
+// back with sampling, the next token, positions and stop checks on the device; the host reads
+// the tokens once); otherwise Backend's host loop over step().
 // /metrics' tokens per expert come from the runner's per-layer device counts.
 #pragma once
 
@@ -43,7 +46,8 @@ class CudaModelBackend : public Backend {
   bool kv_ready_ = false;
   // Per-step host buffers (reused).
   std::vector<int32_t> kv_len_, greedy_, counts_, tokens_, produced_;
-  std::vector<float> logits_;
+  std::vector<RowSampling> rows_;         // the step's sampling rows (device form)
+  std::vector<GeneratedToken> sampled_;   // device-sampled tokens
   std::vector<int32_t> moe_layers_;  // layer ids of the runner's count rows
 
   StepInput view(const StepBatch& batch);       // kv_len_ filled; logits rows: each sampling request's last token

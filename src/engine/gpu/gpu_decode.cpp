@@ -1,8 +1,15 @@
-// GpuRunner::decode_greedy: K greedy decode steps per launch. The step metadata goes up once
-// (upload_meta, as for step()), plus the launch's limits (max_new, stop ids); then K times
-// [forward (the bucket's graph replayed, or eager) → greedy_advance(j)] on the stream, the
-// per-expert counts of each step copied aside on the device; the tokens, counts and the last
-// logits come back in one synchronisation.
+// GpuRunner::decode_greedy / decode_sampled: K decode steps per launch. The step metadata goes
+// up once (upload_meta, as for step()), plus the launch's limits (max_new, stop ids) and, when
+// sampled, the rows' sampling parameters and penalty histories (upload_sampling); then K times
+// [forward (the bucket's graph replayed, or eager) → (sample(j) →) greedy_advance(j)] on the
+// stream, the per-expert counts of each step copied aside on the device; the tokens, logprobs,
+// counts and the last logits come back in one synchronisation.
+//
+// The bookkeeping between steps is greedy_advance (gpu_step_kernels.hpp), not cuda/sampling's
+// decode_advance: the runner's forward reads positions, kv_len and page tables (upload_meta's
+// layout) rather than decode_advance's per-row kv_slot, and a finished row must become a dummy
+// on the trash page; greedy_advance does that, and for sampled launches also advances the draw
+// index and appends the token to the penalty history as decode_advance would.
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -11,9 +18,11 @@
 
 namespace fp4moe::engine::gpu {
 
-void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
-                              std::vector<int32_t>* expert_counts, std::vector<float>* last_logits) {
-  Impl& m = *impl_;
+namespace {
+
+void decode_launch(GpuRunner::Impl& m, const DecodeInput& in, bool sampled, std::vector<int32_t>& tokens_out,
+                   std::vector<int32_t>& produced, std::vector<GeneratedToken>* details,
+                   std::vector<int32_t>* expert_counts, std::vector<float>* last_logits) {
   StepCounters& c = m.counters;
   const KvBatchView& b = in.batch;
   const int64_t B = b.num_requests, K = in.steps, ps = m.opt.page_size;
@@ -24,6 +33,8 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
   FP4MOE_CHECK(in.stop_ids.empty() || int64_t(in.stop_ids.size()) == B, "decode: stop ids for {} of {} requests",
                in.stop_ids.size(), B);
   FP4MOE_CHECK(!expert_counts || m.opt.count_experts, "decode: expert counts asked for, but count_experts is off");
+  FP4MOE_CHECK(!sampled || int64_t(in.sampling.size()) == B, "decode: sampling rows for {} of {} requests",
+               in.sampling.size(), B);
   const int64_t limit = std::min<int64_t>(m.opt.max_context, m.cfg.max_position_embeddings);
   for (int64_t r = 0; r < B; ++r) {
     FP4MOE_CHECK(b.qo_indptr[r] == r && b.qo_indptr[r + 1] == r + 1, "decode: request {} has {} tokens (one each)",
@@ -48,6 +59,8 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
   si.batch = b;
   si.logits_rows.resize(size_t(B));
   for (int64_t r = 0; r < B; ++r) si.logits_rows[size_t(r)] = int32_t(r);
+  SampleLaunch sl;
+  if (sampled) sl = m.upload_sampling(in.sampling, K);  // checks the rows before anything runs
   const GraphEntry* g = m.decode_graph(B);
   const int64_t pad = g ? g->bucket : 0;
   m.upload_meta(si, pad);  // validates the batch; the first step's metadata
@@ -77,6 +90,14 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
   a.stop_ids = c.stop_ids();
   a.produced = c.produced();
   a.out = c.out();
+  if (sampled) {
+    a.draw = sl.draw;
+    a.output_len = sl.output_len;
+    a.prompt_len = sl.prompt_len;
+    a.history = sl.history_stride > 0 ? m.s.sample_hist : nullptr;
+    a.history_stride = sl.history_stride;
+    a.done = sl.done;
+  }
   const size_t nc = size_t(c.moe_layers * c.experts);
   int max_ctx = 1;
   for (int64_t r = 0; r < B; ++r) max_ctx = std::max(max_ctx, b.positions[r] + int(K));
@@ -94,6 +115,10 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
     if (expert_counts && nc > 0)
       FP4MOE_CUDA_CHECK(cudaMemcpyAsync(c.step_counts.as<int32_t>() + size_t(j) * nc, c.counts.ptr(), nc * 4,
                                         cudaMemcpyDeviceToDevice, m.stream));
+    if (sampled) {
+      m.run_sample(sl, m.s.logits, j);
+      a.greedy = m.s.sample_out + j * B;  // run_sample's tokens of step j
+    }
     greedy_advance(a, int32_t(j), m.stream);
   }
 
@@ -104,6 +129,7 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
   if (expert_counts && nc > 0)
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(c.counts_host.p, c.step_counts.ptr(), size_t(K) * nc * 4, cudaMemcpyDeviceToHost,
                                       m.stream));
+  if (sampled && details) m.read_sampled(sl, K);
   if (last_logits) {
     last_logits->resize(size_t(B * m.cfg.vocab));
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(last_logits->data(), m.s.logits, last_logits->size() * 4, cudaMemcpyDeviceToHost,
@@ -113,6 +139,24 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
   tokens_out.assign(ho, ho + K * B);
   produced.assign(h, h + B);
   if (expert_counts) expert_counts->assign(c.counts_host.p, c.counts_host.p + size_t(K) * nc);
+  if (sampled && details) {
+    details->clear();
+    for (int64_t j = 0; j < K; ++j)
+      for (int64_t r = 0; r < B; ++r) details->push_back(m.sampled_token(sl, K, j, r));
+  }
+}
+
+}  // namespace
+
+void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
+                              std::vector<int32_t>* expert_counts, std::vector<float>* last_logits) {
+  decode_launch(*impl_, in, false, tokens_out, produced, nullptr, expert_counts, last_logits);
+}
+
+void GpuRunner::decode_sampled(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
+                               std::vector<GeneratedToken>* details, std::vector<int32_t>* expert_counts,
+                               std::vector<float>* last_logits) {
+  decode_launch(*impl_, in, true, tokens_out, produced, details, expert_counts, last_logits);
 }
 
 }  // namespace fp4moe::engine::gpu

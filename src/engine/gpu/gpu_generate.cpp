@@ -1,6 +1,9 @@
 #include "engine/gpu/gpu_generate.hpp"
 
+#include <span>
+
 #include "core/error.hpp"
+#include "engine/device_sampling.hpp"
 
 namespace fp4moe::engine::gpu {
 
@@ -32,6 +35,8 @@ model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>
   res.prompt_tokens = P;
   std::vector<float> logits;
   std::vector<int32_t> argmax;
+  std::vector<GeneratedToken> sampled;
+  const cpu::SamplingRowParams params = row_params(opt.sampling);
   auto run = [&](int64_t p0, int64_t n, model::HiddenStates* hidden) {
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);
@@ -45,21 +50,35 @@ model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>
       in.logits_rows.push_back(int32_t(n - 1));
     }
     StepOutput out;
-    out.logits = (opt.keep_logits || !greedy) ? &logits : nullptr;
+    out.logits = opt.keep_logits ? &logits : nullptr;
     out.greedy = &argmax;
+    if (!greedy && p0 + n == int64_t(res.tokens.size())) {  // the step whose last row gives the next token
+      RowSampling row;
+      row.params = params;
+      row.draw_index = int32_t(res.tokens.size()) - int32_t(P);
+      row.prompt = prompt;
+      row.generated = std::span<const int32_t>(res.tokens).subspan(size_t(P));
+      in.sampling.push_back(row);
+      out.sampled = &sampled;
+    }
     out.hidden = hidden;
     if (choices) out.choices = &choices->emplace_back();
     runner.step(in, out);
     if (opt.keep_logits) res.logits.insert(res.logits.end(), logits.begin(), logits.end());
   };
   model::run_generation(res, V, opt, run, [&](uint64_t step) {
+    cpu::SampledToken s;
     if (greedy) {
-      cpu::SampledToken s;
       s.token = argmax.back();
       return s;
     }
-    const std::vector<int32_t> output(res.tokens.begin() + P, res.tokens.end());
-    return cpu::sample_cpu(logits.data() + logits.size() - size_t(V), V, opt.sampling, prompt, output, step);
+    FP4MOE_CHECK(sampled.size() == 1 && uint64_t(res.tokens.size()) - uint64_t(P) == step,
+                 "generate: device sampling of draw {} missing", step);
+    s.token = sampled[0].id;
+    s.logprob = sampled[0].logprob;
+    for (const TokenLogprob& t : sampled[0].top) s.top.emplace_back(t.id, t.logprob);
+    sampled.clear();
+    return s;
   });
   return res;
 }

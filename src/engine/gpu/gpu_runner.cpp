@@ -345,11 +345,21 @@ void GpuRunner::Impl::plan_memory() {
   const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(T, int(opt.max_context)) : 0;
   take(s.topk_ws, topk_ws);
   take(s.fp4_ws, fp4_ws);
+  // Device sampling (gpu_sample.cpp): max_requests rows, max_decode_steps results per launch.
+  sample_rows = std::max<int64_t>(opt.max_requests, 1);
+  sample_steps = std::max<int64_t>(opt.max_decode_steps, 1);
+  sample_hist_ints = sample_rows * (opt.max_context + sample_steps);
+  const size_t sample_ws = cuda::sampling::sample_workspace_bytes(sample_rows, c.vocab);
+  take(s.sample_ws, sample_ws);
+  take(s.sample_in, size_t(sample_rows) * (sizeof(cpu::SamplingRowParams) + 16));
+  take(s.sample_out, size_t(sample_steps * sample_rows) * (2 + 2 * cpu::kMaxTopLogprobs) * 4);
+  take(s.sample_hist, size_t(sample_hist_ints) * 4);
   workspace = cuda::DeviceBuffer(off);
   for (auto& [p, o] : plan) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
   s.moe_ws_bytes = moe_ws;
   s.router_ws_bytes = router_ws;
   s.topk_ws_bytes = topk_ws;
+  s.sample_ws_bytes = sample_ws;
   FP4MOE_CUDA_CHECK(cudaMemset(workspace.ptr(), 0, workspace.bytes()));  // the MoE / router counters start at 0
   workspace_bytes = int64_t(off);
 
@@ -412,9 +422,9 @@ void GpuRunner::Impl::plan_memory() {
   free_list.clear();
   for (int64_t i = num_pages - 1; i >= 0; --i) free_list.push_back(int32_t(i));
   plan_line = fmt::format(
-      "memory plan: weights {:.2f} GB, workspace {:.2f} GB (max {} tokens/step), KV pool {:.2f} GB = {} tokens "
+      "memory plan: weights {:.2f} GB, workspace {:.2f} GB (max {} tokens/step, device sampling of {} rows), KV pool {:.2f} GB = {} tokens "
       "({} pages of {}, {} B/token, BF16); device {:.1f} GB, --mem-fraction-static {}",
-      double(weight_bytes) / 1e9, double(workspace_bytes) / 1e9, T, double(kv.bytes()) / 1e9,
+      double(weight_bytes) / 1e9, double(workspace_bytes) / 1e9, T, sample_rows, double(kv.bytes()) / 1e9,
       num_pages * opt.page_size, num_pages, opt.page_size, kv_per_token, double(total_b) / 1e9,
       opt.mem_fraction_static);
 }
@@ -496,6 +506,7 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   m.choose_attention();
   m.plan_memory();
   m.plan_counters();
+  m.plan_sampling();
   if (!opt.quiet) fmt::print(stderr, "{}\n{}\n{}\n", m.description, m.attention_line, m.plan_line);
   const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
   if (gmax > 0) m.capture_graphs();

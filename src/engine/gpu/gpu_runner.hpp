@@ -21,10 +21,12 @@
 // device in ONE host→device copy into fixed buffers, so a decode step replays a captured graph
 // (padding rows of a bucket belong to dummy requests whose cache writes go to a page of their
 // own, never to a real request's). Results: logits rows (FP32, host) and/or the greedy token of
-// each row; per-layer hidden states on request (eager only, for the layer-by-layer comparison
+// each row, and/or tokens sampled on the device (cuda/sampling's sample(): StepInput::sampling,
+// per-row parameters, penalties, seeds, logprobs; only tokens and logprobs come back); per-layer hidden states on request (eager only, for the layer-by-layer comparison
 // with the CPU backend); per-expert token counts of every MoE layer (graph or eager); per-stage
 // device times (eager, for bench step). decode_greedy runs K greedy decode steps per launch
-// (the bucket's graph replayed K times, a device kernel advancing the batch in between).
+// (the bucket's graph replayed K times, a device kernel advancing the batch in between);
+// decode_sampled the same with sample() after each replay.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include "core/paged_kv.hpp"
+#include "engine/device_sampling.hpp"
+#include "engine/request.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
 
@@ -75,6 +79,10 @@ struct StepInput {
   const int32_t* tokens = nullptr;
   KvBatchView batch;
   std::vector<int32_t> logits_rows;
+  // Device sampling of the LAST sampling.size() logits rows (row i of it samples logits row
+  // logits_rows.size() - sampling.size() + i), results in StepOutput::sampled; at most
+  // options().max_requests rows. Empty: none.
+  std::vector<RowSampling> sampling;
 };
 
 // The discrete choices of one step, per layer (tests: imposed on the CPU backend through
@@ -90,7 +98,8 @@ struct StepChoices {
 // the stages). Attention includes the norms, MLA projections, RoPE, cache append, the absorbed
 // attention and o_proj with its residual add; indexer = the DSA indexer's key, query, weights,
 // scores and top-k; moe = the MoE layers' router, experts, shared expert and residual adds;
-// dense = dense layers' MLP; lm_head = final norm, row gather and lm_head; sampling = argmax.
+// dense = dense layers' MLP; lm_head = final norm, row gather and lm_head; sampling = argmax
+// (device sampling through StepInput::sampling runs after the timed forward: in device_ms only).
 enum class StepStage : int { Embed, Attention, Indexer, Moe, Dense, LmHead, Sampling };
 inline constexpr int kNumStepStages = 7;
 const char* step_stage_name(StepStage s);  // "embed", "attention", "indexer", "moe", "dense", "lm_head", "sampling"
@@ -110,6 +119,10 @@ struct StepOutput {
   std::vector<int32_t>* expert_counts = nullptr;
   StageTimes* stages = nullptr;            // per-stage device time when set (forces eager)
   double* device_ms = nullptr;             // device time from the metadata upload to the results (cudaEvents)
+  // [sampling rows] the device-sampled tokens of StepInput::sampling (logprob / top filled for
+  // rows with logprobs_top_n >= 0); required with it. `logits` (when set) are read before the
+  // sampler applies penalties in place.
+  std::vector<GeneratedToken>* sampled = nullptr;
 };
 
 // K greedy decode steps in one call (decode_greedy): every request has one token (its last
@@ -122,6 +135,9 @@ struct DecodeInput {
   int32_t steps = 1;                // K, 1 .. options().max_decode_steps
   const int32_t* max_new = nullptr; // [B] >= 1 (null: K each)
   std::vector<std::vector<int32_t>> stop_ids;  // per request (or empty: none), <= options().max_stop_ids each
+  // decode_sampled: per request its device sampling (draw_index = tokens it generated before the
+  // launch; it advances by one per token on the device, and penalised rows' histories grow).
+  std::vector<RowSampling> sampling;
 };
 
 struct RunnerStats {
@@ -171,6 +187,14 @@ class GpuRunner {
   // bad input before launching anything.
   void decode_greedy(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
                      std::vector<int32_t>* expert_counts = nullptr, std::vector<float>* last_logits = nullptr);
+  // decode_greedy with cuda/sampling's sample() instead of the argmax (in.sampling: one row per
+  // request): a request's tokens depend on its own row only (seed, draw index), so they are the
+  // same for any K, alone or batched, graph or eager. details [K x B] step-major (when set): the
+  // token with its logprob / top logprobs for rows that asked (id -1 where tokens_out is -1).
+  // last_logits: a penalised row's are after its penalties (applied in place).
+  void decode_sampled(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
+                      std::vector<GeneratedToken>* details = nullptr, std::vector<int32_t>* expert_counts = nullptr,
+                      std::vector<float>* last_logits = nullptr);
 
   // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
   int64_t num_moe_layers() const;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "cuda/attention/mla_decode.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/routing/router.hpp"
+#include "cuda/sampling/sampling.hpp"
 #include "engine/gpu/gpu_kernels.hpp"
 #include "engine/gpu/gpu_linear.hpp"
 #include "engine/gpu/gpu_loader.hpp"
@@ -102,6 +104,12 @@ struct Scratch {
   void* topk_ws = nullptr;     // the indexer top-k's, rows longer than 16K keys (zeroed once)
   size_t topk_ws_bytes = 0;
   void* fp4_ws = nullptr;      // FP4 linears' GEMM workspace
+  // Device sampling (gpu_sample.cpp) for up to S = max_requests rows and K = max_decode_steps:
+  void* sample_ws = nullptr;   // cuda::sampling::sample's, S rows
+  size_t sample_ws_bytes = 0;
+  uint8_t* sample_in = nullptr;    // one upload of n rows: params [n] then prompt_len, output_len, draw, done [n]
+  int32_t* sample_out = nullptr;   // tokens [K·S], logprob [K·S], top ids [K·S·20], top logprobs [K·S·20]
+  int32_t* sample_hist = nullptr;  // [S · (max_context + K)] penalty token lists (stride per upload)
 };
 
 // Per-step metadata: fixed device buffers filled by one H2D copy from a pinned mirror.
@@ -151,6 +159,16 @@ struct StageMarks {
   ~StageMarks();
 };
 
+// One upload of sampling rows (GpuRunner::Impl::upload_sampling): sample()'s arguments but the
+// logits and outputs, and the device arrays the K-step advance updates.
+struct SampleLaunch {
+  cuda::sampling::SampleArgs args;
+  int64_t n = 0;
+  bool logprobs = false;         // some row wants logprobs
+  int32_t *prompt_len = nullptr, *output_len = nullptr, *draw = nullptr, *done = nullptr;
+  int64_t history_stride = 0;    // 0: no row has penalties (no history)
+};
+
 struct GraphEntry {
   cudaGraphExec_t exec = nullptr;
   int64_t bucket = 0;
@@ -195,6 +213,20 @@ struct GpuRunner::Impl {
   std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;
   const KvBatchView* host_batch = nullptr;  // the step's batch (host), set around an eager forward
   bool prefill_planned = false;             // mla_prefill planned for this forward
+
+  // Device sampling: pinned mirrors of s.sample_in / sample_out / sample_hist (plan_sampling).
+  PinnedInts sample_in_host, sample_out_host, sample_hist_host;
+  int64_t sample_rows = 0, sample_steps = 0, sample_hist_ints = 0;  // S, K, S·(max_context + K)
+  void plan_sampling();
+  // Validates the rows' parameters (one line), packs and uploads them (extra: tokens a K-step
+  // launch appends to penalised histories). Enqueue only.
+  SampleLaunch upload_sampling(std::span<const RowSampling> rows, int64_t extra);
+  // sample() of step j over logits [n, vocab] into the step's slice of s.sample_out.
+  void run_sample(const SampleLaunch& L, float* logits, int64_t j);
+  // Enqueues the copies of K steps' results into sample_out_host; after the synchronisation
+  // sampled_token reads row r of step j.
+  void read_sampled(const SampleLaunch& L, int64_t K);
+  GeneratedToken sampled_token(const SampleLaunch& L, int64_t K, int64_t j, int64_t r) const;
 
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;

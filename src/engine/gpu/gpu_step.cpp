@@ -1,5 +1,5 @@
 // GpuRunner::step: validation, the one metadata upload, eager forward or a decode graph's
-// replay, results back; graph capture per batch-size bucket.
+// replay, device sampling (gpu_sample.cpp), results back; graph capture per batch-size bucket.
 #include <algorithm>
 #include <chrono>
 
@@ -145,6 +145,13 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   // Per-layer results (hidden states, choices) run eager and unpadded.
   const bool per_layer = out.hidden || out.choices;
   const GraphEntry* g = decode && !per_layer ? m.decode_graph(T) : nullptr;
+  // Device sampling: the rows' parameters checked and uploaded first (a bad row throws before
+  // the forward); sample() runs after the logits (and their copy, when asked for).
+  const int64_t ns = int64_t(in.sampling.size());
+  FP4MOE_CHECK(ns == 0 || out.sampled, "step: device sampling rows without StepOutput::sampled");
+  FP4MOE_CHECK(ns <= rows, "step: {} device sampling rows for {} logits rows", ns, rows);
+  SampleLaunch sl;
+  if (ns > 0) sl = m.upload_sampling(in.sampling, 0);
   m.poison_activations();
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_begin, m.stream));
   if (g && m.graphs_enabled && !out.stages) {
@@ -185,6 +192,10 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
     FP4MOE_CUDA_CHECK(
         cudaMemcpyAsync(out.greedy->data(), m.s.greedy, size_t(rows) * 4, cudaMemcpyDeviceToHost, m.stream));
   }
+  if (ns > 0) {
+    m.run_sample(sl, m.s.logits + size_t(rows - ns) * size_t(m.cfg.vocab), 0);
+    m.read_sampled(sl, 1);
+  }
   const StepCounters& c = m.counters;
   const size_t nc = size_t(c.moe_layers * c.experts);
   if (out.expert_counts)
@@ -192,6 +203,10 @@ void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_end, m.stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (out.expert_counts) out.expert_counts->assign(c.counts_host.p, c.counts_host.p + nc);
+  if (ns > 0) {
+    out.sampled->clear();
+    for (int64_t i = 0; i < ns; ++i) out.sampled->push_back(m.sampled_token(sl, 1, 0, i));
+  }
   if (out.device_ms) {
     float ms = 0.0f;
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, m.ev_begin, m.ev_end));

@@ -32,10 +32,18 @@ __global__ void greedy_advance_kernel(GreedyAdvanceArgs a, int32_t j) {
   *out = t;
   const int32_t n = a.produced[r] + 1;
   a.produced[r] = n;
+  if (a.draw) {
+    a.draw[r] += 1;
+    const int32_t o = a.output_len[r];
+    const int64_t at = int64_t(a.prompt_len[r]) + o;
+    if (a.history && at < a.history_stride) a.history[int64_t(r) * a.history_stride + at] = t;
+    a.output_len[r] = o + 1;
+  }
   bool done = n >= a.max_new[r];
   for (int q = 0; q < a.stop_stride; ++q) done = done || a.stop_ids[int64_t(r) * a.stop_stride + q] == t;
   if (done) {
     a.active[r] = 0;
+    if (a.done) a.done[r] = 1;
     a.positions[r] = 0;
     a.kv_len[r] = 1;
     a.page_indices[a.page_indptr[r]] = a.trash_page;

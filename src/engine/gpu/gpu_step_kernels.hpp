@@ -33,9 +33,20 @@ struct GreedyAdvanceArgs {
   const int32_t* stop_ids = nullptr;      // [B, stop_stride]
   int32_t* produced = nullptr;            // [B] tokens produced so far in this launch
   int32_t* out = nullptr;                 // [K, B] step-major; -1 where the request was already finished
+  // Sampled launches (null for greedy ones): a running request's draw index and output count
+  // advance by one, its token goes to history[r · history_stride + prompt_len + output_len]
+  // when that is inside the stride (the rows with penalties: the runner sized it), and done[r]
+  // becomes 1 when it finishes (sample() skips it from then on).
+  int32_t* draw = nullptr;
+  int32_t* output_len = nullptr;
+  const int32_t* prompt_len = nullptr;
+  int32_t* history = nullptr;
+  int64_t history_stride = 0;
+  int32_t* done = nullptr;
 };
 
-// After step j's argmax: a running request r records out[j·B + r] = greedy[r] and produced[r]++;
+// After step j's argmax (or sampled token, in `greedy`): a running request r records
+// out[j·B + r] = greedy[r] and produced[r]++;
 // it finishes on a stop id or produced == max_new (then it is a dummy at position 0 on the trash
 // page: no more cache writes into its own pages, not counted by count_experts); otherwise its
 // token, position and kv_len advance by one. A finished request writes -1.

@@ -5,6 +5,10 @@
 #      compute-sanitizer memcheck;
 #   1b. gpu_decode_test: K greedy decode steps per launch = K single steps bit for bit (K 1/2/4/8,
 #      graphs and eager), max_new / stop ids at step j < K, per-expert counts per MoE layer;
+#   1d. gpu_sampling_test: device sampling in the runner (StepInput::sampling, decode_sampled):
+#      tokens = cpu::sample_scheme_cpu on the step's own logits in a mixed greedy / temperature /
+#      top-k / top-p / min-p / penalties / logprobs batch, K=8 per launch = 8 x K=1 bit for bit
+#      (graphs on and off), max_new / stop ids, alone = batched; one test under memcheck;
 #   1c. gpu_attention_test: the fast attention path (cuda/attention MlaDecodeMma with a device-built
 #      split schedule, cuda/indexer scores) vs the runner's own kernels on make-synthetic
 #      glm5-attn-tiny / deepseek-v3-attn-tiny (per-layer hidden states and logits, graph == eager
@@ -20,7 +24,8 @@
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
 # per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:",
-# "gpu_decode_test: rc=0" (4 passed), "gpu_attention_test: rc=0" (7 passed, none skipped: a skip
+# "gpu_decode_test: rc=0" (4 passed), "gpu_sampling_test: rc=0" (3 passed, its near_tie_rows
+# property small), the memcheck "ERROR SUMMARY: 0 errors" of gpu_sampling_test, "gpu_attention_test: rc=0" (7 passed, none skipped: a skip
 # means the fast path did not run) and its "[ info ]" lines (the attention line per model, steps
 # with identical choices), the "attention:" start-up line of generate / bench step (MlaDecodeMma), the bench's "per-stage" table (shares sum to ~100 %, host %
 # at B=1 < 5 is the issue's target) and "K greedy" table (ms per token step falling with K).
@@ -28,7 +33,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
 O=$OUT/runner
-for t in gpu_runner_test gpu_decode_test gpu_attention_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+for t in gpu_runner_test gpu_decode_test gpu_sampling_test gpu_attention_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
 if [ -z "${RUNNER_SKIP_TESTS:-}" ]; then  # RUNNER_SKIP_TESTS=1: the model part only (2., 3.)
 B=build-dev/bin/gpu_runner_test
@@ -57,6 +62,20 @@ if [ -x "$B" ]; then
 else
   echo "gpu_decode_test: not built"; rc=1
 fi
+B=build-dev/bin/gpu_sampling_test
+if [ -x "$B" ]; then
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" \
+    --gtest_filter='GpuSampling.KStepsPerLaunchEqualKLaunchesOfOneBitForBit' > "$O/gpu_sampling_memcheck.log" 2>&1
+  r=$?; echo "gpu_sampling_test memcheck (one test): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_sampling_memcheck.log" | tail -n 1)"
+  [ $r -eq 0 ] || rc=1
+  timeout 300 "$B" --gtest_output=xml:"$O/gpu_sampling_test.xml" > "$O/gpu_sampling_test.log" 2>&1
+  r=$?; echo "gpu_sampling_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_sampling_test.log" | tr '\n' ' ')"
+  [ $r -eq 0 ] || rc=1
+  grep -E '^\[  FAILED  \]|Failure|Expected|Which is|device [0-9-]+, host|step [0-9]+ request' "$O/gpu_sampling_test.log" | head -n 30
+  grep -oE '(near_tie_rows|compared)="[^"]*"' "$O/gpu_sampling_test.xml" 2>/dev/null | tr '\n' ' '; echo
+else
+  echo "gpu_sampling_test: not built"; rc=1
+fi
 B=build-dev/bin/gpu_attention_test
 if [ -x "$B" ]; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" \
@@ -83,7 +102,7 @@ for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p
   t0=$(date +%s)
   timeout 400 build-dev/bin/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
   r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
-  grep -E 'gpu runner|attention:|memory plan|cuda graphs|prefill:|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
+  grep -E 'gpu runner|attention:|memory plan|cuda graphs|prefill:|decode|tok/s|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
 done
 t0=$(date +%s)
 timeout 560 build-dev/bin/fp4moe bench step --model "$M" --json "$O/bench_step.json" \

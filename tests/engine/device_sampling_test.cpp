@@ -1,0 +1,140 @@
+// engine/device_sampling: the engine's SampleSpec / generate's cpu::SamplingParams as the device
+// sampler's SamplingRowParams (greedy, top-k off, logprobs), and the packing of penalty
+// histories at one stride (only rows with penalties, prompt then output, + the tokens a K-step
+// launch appends). Host code: runs in CI.
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "cpu/sampling_scheme_cpu.hpp"
+#include "engine/device_sampling.hpp"
+
+namespace fp4moe {
+namespace {
+
+using engine::RowSampling;
+
+TEST(DeviceSampling, EngineParamsMapToTheSchemesRowParams) {
+  engine::SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_p = 0.9f;
+  p.top_k = 40;
+  p.min_p = 0.05f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = -0.25f;
+  p.repetition_penalty = 1.2f;
+  p.seed = 0x123456789ull;
+  const cpu::SamplingRowParams r = engine::row_params(p, 5);
+  EXPECT_EQ(r.temperature, 0.7f);
+  EXPECT_EQ(r.top_p, 0.9f);
+  EXPECT_EQ(r.top_k, 40);
+  EXPECT_EQ(r.min_p, 0.05f);
+  EXPECT_EQ(r.presence_penalty, 0.5f);
+  EXPECT_EQ(r.frequency_penalty, -0.25f);
+  EXPECT_EQ(r.repetition_penalty, 1.2f);
+  EXPECT_EQ(r.seed, 0x123456789ull);
+  EXPECT_EQ(r.logprobs_top_n, 5);
+  EXPECT_TRUE(engine::has_penalties(r));
+  EXPECT_FALSE(engine::plain_greedy(r));
+  EXPECT_NO_THROW(cpu::validate_row_params(r));
+
+  // The engine's greedy: temperature <= 0 or top_k == 1; top_k <= 0: off; no logprobs: -1.
+  engine::SamplingParams g;
+  g.temperature = 0.0f;
+  g.top_k = -1;
+  const cpu::SamplingRowParams rg = engine::row_params(g, -1);
+  EXPECT_EQ(rg.temperature, 0.0f);
+  EXPECT_EQ(rg.top_k, 0);
+  EXPECT_EQ(rg.logprobs_top_n, -1);
+  EXPECT_TRUE(engine::plain_greedy(rg));
+  g.temperature = 0.8f;
+  g.top_k = 1;
+  EXPECT_EQ(engine::row_params(g, -1).temperature, 0.0f) << "top_k 1 is greedy";
+  EXPECT_FALSE(engine::plain_greedy(engine::row_params(g, 0))) << "greedy with logprobs needs the sampler";
+  g.repetition_penalty = 1.1f;
+  EXPECT_FALSE(engine::plain_greedy(engine::row_params(g, -1))) << "greedy with a penalty needs the sampler";
+}
+
+TEST(DeviceSampling, GenerateParamsMapToTheSchemesRowParams) {
+  cpu::SamplingParams c;
+  c.temperature = 1.3f;
+  c.top_k = int64_t(1) << 40;  // clamped into int32
+  c.top_p = 0.5f;
+  c.min_p = 0.1f;
+  c.repetition_penalty = 0.9f;
+  c.presence_penalty = 1.0f;
+  c.frequency_penalty = 2.0f;
+  c.seed = 99;
+  c.logprobs_top_n = 20;
+  const cpu::SamplingRowParams r = engine::row_params(c);
+  EXPECT_EQ(r.temperature, 1.3f);
+  EXPECT_EQ(r.top_k, INT32_MAX);
+  EXPECT_EQ(r.top_p, 0.5f);
+  EXPECT_EQ(r.min_p, 0.1f);
+  EXPECT_EQ(r.repetition_penalty, 0.9f);
+  EXPECT_EQ(r.presence_penalty, 1.0f);
+  EXPECT_EQ(r.frequency_penalty, 2.0f);
+  EXPECT_EQ(r.seed, 99u);
+  EXPECT_EQ(r.logprobs_top_n, 20);
+  // The round trip through the scheme's own conversion keeps every knob.
+  const cpu::SamplingParams back = cpu::to_sampling_params(r);
+  EXPECT_EQ(back.temperature, c.temperature);
+  EXPECT_EQ(back.top_p, c.top_p);
+  EXPECT_EQ(back.seed, c.seed);
+  EXPECT_EQ(back.logprobs_top_n, c.logprobs_top_n);
+}
+
+TEST(DeviceSampling, SampleSpecRowKeepsItsDrawIndexAndLists) {
+  engine::SamplingParams p;
+  p.temperature = 0.5f;
+  p.presence_penalty = 0.5f;
+  const std::vector<int32_t> prompt = {1, 2, 3}, gen = {4, 5};
+  engine::SampleSpec s;
+  s.params = &p;
+  s.output_index = 2;
+  s.top_logprobs = 0;
+  s.prompt = prompt;
+  s.generated = gen;
+  const RowSampling r = engine::row_sampling(s);
+  EXPECT_EQ(r.draw_index, 2);
+  EXPECT_EQ(r.params.logprobs_top_n, 0);
+  EXPECT_EQ(r.prompt.data(), prompt.data());
+  EXPECT_EQ(r.generated.size(), 2u);
+  s.params = nullptr;
+  EXPECT_THROW(engine::row_sampling(s), Error);
+}
+
+TEST(DeviceSampling, HistoriesPackAtOneStrideForPenalisedRowsOnly) {
+  const std::vector<int32_t> pa = {10, 11, 12, 13}, ga = {20}, pb = {30, 31}, gb = {40, 41, 42}, pc = {50, 51, 52, 53, 54, 55};
+  std::vector<RowSampling> rows(3);
+  rows[0].params.repetition_penalty = 1.5f;  // penalised: 5 tokens
+  rows[0].prompt = pa, rows[0].generated = ga, rows[0].draw_index = 1;
+  rows[1].params.temperature = 0.7f;         // no penalty: its 9 tokens do not set the stride
+  rows[1].prompt = pc, rows[1].generated = gb, rows[1].draw_index = 3;
+  rows[2].params.frequency_penalty = 0.5f;   // penalised: 5 tokens
+  rows[2].prompt = pb, rows[2].generated = gb, rows[2].draw_index = 7;
+  EXPECT_EQ(engine::history_stride(rows, 0), 5);
+  EXPECT_EQ(engine::history_stride(rows, 8), 13) << "a K-step launch appends K tokens";
+  EXPECT_EQ(engine::history_stride(std::span<const RowSampling>(rows).subspan(1, 1), 8), 0) << "no penalties: none";
+
+  const int64_t stride = engine::history_stride(rows, 2);
+  std::vector<int32_t> pl(3, -9), ol(3, -9), draw(3, -9), hist(size_t(3 * stride), -7);
+  engine::pack_sampling_rows(rows, stride, pl.data(), ol.data(), draw.data(), hist.data());
+  EXPECT_EQ(pl, (std::vector<int32_t>{4, 0, 2}));
+  EXPECT_EQ(ol, (std::vector<int32_t>{1, 3, 3}));
+  EXPECT_EQ(draw, (std::vector<int32_t>{1, 3, 7}));
+  const std::vector<int32_t> want = {10, 11, 12, 13, 20, -7, -7,   // row 0 + 2 free
+                                     -7, -7, -7, -7, -7, -7, -7,   // row 1 untouched
+                                     30, 31, 40, 41, 42, -7, -7};  // row 2 + 2 free
+  EXPECT_EQ(hist, want);
+
+  std::vector<int32_t> small(size_t(3 * 4));
+  EXPECT_THROW(engine::pack_sampling_rows(rows, 4, pl.data(), ol.data(), draw.data(), small.data()), Error)
+      << "a stride shorter than a penalised row's list";
+  rows[1].draw_index = -1;
+  EXPECT_THROW(engine::pack_sampling_rows(rows, stride, pl.data(), ol.data(), draw.data(), hist.data()), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -5,8 +5,8 @@
 // the plain one). Host code only: runs without a GPU, in CPU-only builds too.
 //
 // DISABLED_TimeLoadPaths times the host side of both paths on a real checkpoint:
-//   FP4MOE_TIME_LOAD_DIR=/tmp/glm5 weight_relayout_test --gtest_also_run_disabled_tests \
-//     --gtest_filter='*TimeLoad*'
+//   FP4MOE_TIME_LOAD_DIR=/tmp/glm5 weight_relayout_test --gtest_also_run_disabled_tests
+//     --gtest_filter='*TimeLoad*'    (one command line)
 #include <chrono>
 #include <cstdlib>
 #include <cstring>

@@ -60,7 +60,16 @@ DenseMlp shared_mlp(const MoeLayerWeights& w, const std::string& name, int64_t m
 // shards (re-laid per tile into the loader's pinned staging on their way to the device, no
 // host copy of the layer); the shared expert (one expert) gets an owned copy (the fold and
 // BF16 paths slice it).
-MoeLayerWeights moe_layer_for_upload(const MoeLayerWeights& v) {
+MoeLayerWeights moe_layer_for_upload(const MoeLayerWeights& v, const std::string& name) {
+  if (v.w13.is_view() && v.w13.format == WeightFormat::NVFP4 && v.w13.parts == 2) {
+    int64_t rescaled = 0;
+    for (int64_t e = 0; e < v.w13.num_experts; ++e)
+      rescaled += v.w13.views[size_t(2 * e)].global_scale != v.w13.views[size_t(2 * e + 1)].global_scale;
+    if (rescaled > 0)
+      log_warn("{}: {} of {} experts have different gate/up weight_scale_2; the block scales of the smaller are "
+               "rescaled to the larger (rounded to E4M3)",
+               name, rescaled, v.w13.num_experts);
+  }
   MoeLayerWeights m;
   m.cfg = v.cfg;
   m.router_w = v.router_w;
@@ -181,7 +190,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
       L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
       continue;
     }
-    MoeLayerWeights mw = moe_layer_for_upload(lw.moe);
+    MoeLayerWeights mw = moe_layer_for_upload(lw.moe, P + "mlp.experts");
     const bool shared_fp4 = mw.shared_w13 && mw.shared_w13->is_fp4() && mw.shared_w2->is_fp4();
     if (mw.shared_w13 && (!shared_fp4 || !mw.w13.is_fp4())) {
       L.shared = shared_mlp(mw, P + "mlp.shared_experts", Tm, ld);

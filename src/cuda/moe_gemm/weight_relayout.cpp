@@ -3,6 +3,7 @@
 // scales with one 8-byte broadcast load.
 #include "cuda/moe_gemm/weight_relayout.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -59,6 +60,21 @@ struct Nvfp4ScaleBytes {
   uint8_t operator()(uint8_t c) const { return ok[c] ? b[c] : nvfp4_scale_byte(c); }
 };
 
+// The word bits of register j's two codes (the lo / hi nibble of one packed byte): a word is
+// the OR of its four registers' (fp4_pack_word places every code bit on its own word bit).
+struct WordTable {
+  uint32_t w[4][256] = {};
+  WordTable() {
+    for (int j = 0; j < 4; ++j)
+      for (int b = 0; b < 256; ++b) {
+        uint8_t codes[4][2] = {};
+        codes[j][0] = uint8_t(b & 0xF);
+        codes[j][1] = uint8_t(b >> 4);
+        w[j][b] = sm90::fp4_pack_word(codes);
+      }
+  }
+};
+
 }  // namespace
 
 void check_relayout_sm90(const ExpertStack& w) {
@@ -85,65 +101,74 @@ size_t sm90_row_tile_bytes(int64_t k) { return size_t(k / kBlockK) * kChunkBytes
 void relayout_row_tile_sm90(const Fp4ExpertRows& x, WeightFormat format, int64_t N, int64_t K, int64_t rt,
                             Epilogue epilogue, int64_t e, uint8_t* out) {
   static const Nvfp4ScaleBytes nv_bytes;
+  static const WordTable words;
   const bool mx = format == WeightFormat::MXFP4;
   const int64_t block = mx ? 32 : 16;
   const bool silu = epilogue == Epilogue::SiluMul;
   const int64_t KT = K / kBlockK;
-  for (int cw = 0; cw < 2; ++cw)
-    for (int warp = 0; warp < 4; ++warp)
-      for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane / 4, t = lane % 4;
-        const int64_t rows[2] = {logical_row(silu, N, rt, cw, warp, g, 0), logical_row(silu, N, rt, cw, warp, g, 1)};
-        const uint8_t* prow[2] = {x.packed(rows[0]), x.packed(rows[1])};
-        const uint8_t* srow[2] = {x.raw_scales(rows[0]), x.raw_scales(rows[1])};
-        const bool resc[2] = {x.rescaled(rows[0]), x.rescaled(rows[1])};
-        for (int64_t kt = 0; kt < KT; ++kt) {
-          uint8_t* chunk = out + size_t(kt * kChunkBytes);
-          for (int ks = 0; ks < 4; ++ks) {
-            const int64_t kb = kt * kBlockK + ks * 16;
-            uint8_t sbyte[2];
-            uint8_t flip[2];
-            bool zero[2];
-            for (int h = 0; h < 2; ++h) {
-              uint8_t s = srow[h][kb / block];
-              if (resc[h]) s = x.scale(rows[h], kb / block);  // unified gate/up global (view mode)
-              flip[h] = 0;
-              zero[h] = false;
-              if (mx) {
-                FP4MOE_CHECK(s >= 9 && s <= 135,
-                             "sm90 upload: MXFP4 scale 2^{} (expert {}, row {}) is outside the supported "
-                             "[2^-118, 2^8]",
-                             int(s) - 127, e, rows[h]);
-              } else {
-                FP4MOE_CHECK((s & 0x7F) != 0x7F, "sm90 upload: NaN E4M3 scale (expert {}, row {}, k {})", e, rows[h],
-                             kb);
-                if (s & 0x80) flip[h] = 8;  // negative scale: fold the sign into the codes
-                s &= 0x7F;
-                zero[h] = s == 0;           // zero scale: zero codes (value 0 either way)
-                s = nv_bytes(s);
-              }
-              sbyte[h] = s;
-            }
-            uint8_t* sdst = chunk + kCodeBytes + ((cw * 4 + warp) * 8 + g) * 8 + ks * 2;
-            if (lane % 4 == 0) {
-              sdst[0] = sbyte[0];
-              sdst[1] = sbyte[1];
-            }
-            uint8_t codes[4][2];  // [fragment register][column, column + 1]
-            for (int j = 0; j < 4; ++j) {
-              const int h = j & 1;
-              const int64_t col = kb + 2 * t + (j >= 2 ? 8 : 0);
-              const uint8_t byte = prow[h][col / 2];  // col even: lo, hi
-              uint8_t lo = byte & 0xF, hi = byte >> 4;
-              if (zero[h]) lo = hi = 0;
-              codes[j][0] = uint8_t(lo ^ flip[h]);
-              codes[j][1] = uint8_t(hi ^ flip[h]);
-            }
-            const uint32_t word = sm90::fp4_pack_word(codes);
-            std::memcpy(chunk + (cw * 128 + warp * 32 + lane) * 16 + ks * 4, &word, 4);
+  // The two weight rows of each group of 4 threads (warpgroup, warp, g): lanes g*4 .. g*4+3
+  // share them (and their scales), each taking its own columns.
+  struct Group {
+    int64_t row[2];
+    const uint8_t* packed[2];
+    const uint8_t* scales[2];
+    bool rescaled[2];
+  };
+  std::array<Group, 64> groups;
+  for (int gi = 0; gi < 64; ++gi) {
+    const int cw = gi / 32, warp = gi / 8 % 4, g = gi % 8;
+    Group& G = groups[size_t(gi)];
+    for (int h = 0; h < 2; ++h) {
+      G.row[h] = logical_row(silu, N, rt, cw, warp, g, h);
+      G.packed[h] = x.packed(G.row[h]);
+      G.scales[h] = x.raw_scales(G.row[h]);
+      G.rescaled[h] = x.rescaled(G.row[h]);
+    }
+  }
+  for (int64_t kt = 0; kt < KT; ++kt) {
+    uint8_t* chunk = out + size_t(kt * kChunkBytes);
+    for (int gi = 0; gi < 64; ++gi) {
+      const Group& G = groups[size_t(gi)];
+      // Per K step ks and row h: the chunk's scale byte, and the transform of the row's code
+      // bytes: (byte & keep) ^ flip (zero scale: zero codes; negative: sign folded in).
+      uint8_t keep[4][2], flip[4][2];
+      uint8_t* sdst = chunk + kCodeBytes + gi * 8;  // lane g*4's 8 scale bytes: [ks][h]
+      for (int ks = 0; ks < 4; ++ks) {
+        const int64_t kb = kt * kBlockK + ks * 16;
+        for (int h = 0; h < 2; ++h) {
+          uint8_t s = G.scales[h][kb / block];
+          if (G.rescaled[h]) s = x.scale(G.row[h], kb / block);  // unified gate/up global (view mode)
+          keep[ks][h] = 0xFF;
+          flip[ks][h] = 0;
+          if (mx) {
+            FP4MOE_CHECK(s >= 9 && s <= 135,
+                         "sm90 upload: MXFP4 scale 2^{} (expert {}, row {}) is outside the supported "
+                         "[2^-118, 2^8]",
+                         int(s) - 127, e, G.row[h]);
+          } else {
+            FP4MOE_CHECK((s & 0x7F) != 0x7F, "sm90 upload: NaN E4M3 scale (expert {}, row {}, k {})", e, G.row[h], kb);
+            if (s & 0x80) flip[ks][h] = 0x88;  // negative scale: fold the sign into the codes
+            s &= 0x7F;
+            if (s == 0) keep[ks][h] = 0;       // zero scale: zero codes (value 0 either way)
+            s = nv_bytes(s);
           }
+          sdst[ks * 2 + h] = s;
         }
       }
+      for (int t = 0; t < 4; ++t) {
+        uint8_t* words_out = chunk + (gi * 4 + t) * 16;
+        for (int ks = 0; ks < 4; ++ks) {
+          // Register j holds columns (col, col + 1) = one packed byte of row h = j & 1:
+          // col = kb + 2t (+ 8 for j >= 2).
+          const int64_t c = (kt * kBlockK + ks * 16) / 2 + t;
+          auto code = [&](int h, int64_t at) { return uint8_t((G.packed[h][at] & keep[ks][h]) ^ flip[ks][h]); };
+          const uint32_t word = words.w[0][code(0, c)] | words.w[1][code(1, c)] | words.w[2][code(0, c + 4)] |
+                                words.w[3][code(1, c + 4)];
+          std::memcpy(words_out + ks * 4, &word, 4);
+        }
+      }
+    }
+  }
 }
 
 std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilogue) {

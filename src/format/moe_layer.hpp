@@ -73,6 +73,50 @@ struct ExpertStack {
   }
 };
 
+// Expert e of an FP4 stack, owned or view mode, as the owned stack that
+// Checkpoint::load_moe_layer builds holds it: row r's packed bytes (k/2), its block scales
+// (k/block) and the expert's one global scale. In view mode the parts' globals are unified to
+// the largest (as load_moe_layer does): a part with a smaller global has its block scales
+// multiplied by (g_part / g_max) and re-rounded to E4M3 (scale() applies it). So uploads can
+// stream one expert (or one row) at a time from the mmap'd checkpoint with the bytes of the
+// owned path, without a host copy of the layer.
+class Fp4ExpertRows {
+ public:
+  Fp4ExpertRows(const ExpertStack& s, int64_t e);
+  const uint8_t* packed(int64_t r) const {
+    return packed_[size_t(r / n_part_)] + size_t(r % n_part_) * size_t(k_ / 2);
+  }
+  // Row r's block scales as stored (before the unification).
+  const uint8_t* raw_scales(int64_t r) const {
+    return scales_[size_t(r / n_part_)] + size_t(r % n_part_) * size_t(k_ / block_);
+  }
+  bool rescaled(int64_t r) const { return ratio_[size_t(r / n_part_)] != 1.0f; }
+  // Block scale kb of row r after the unification. A NaN scale (E4M3 0x7F / 0xFF, E8M0 0xFF)
+  // throws fp4moe::Error naming expert, row and block.
+  uint8_t scale(int64_t r, int64_t kb) const {
+    const uint8_t s = raw_scales(r)[kb];
+    const float ratio = ratio_[size_t(r / n_part_)];
+    return ratio == 1.0f && !is_nan(s) ? s : slow_scale(r, kb);
+  }
+  // Writes row r's k/block unified scales to out (checks NaN like scale()).
+  void scales_row(int64_t r, uint8_t* out) const;
+  float global_scale() const { return global_; }
+
+ private:
+  bool is_nan(uint8_t s) const { return nv_ ? (s & 0x7F) == 0x7F : s == 0xFF; }
+  uint8_t slow_scale(int64_t r, int64_t kb) const;
+  int64_t e_ = 0, k_ = 0, n_part_ = 0, block_ = 16;
+  bool nv_ = true;
+  float global_ = 1.0f;
+  std::vector<const uint8_t*> packed_, scales_;
+  std::vector<float> ratio_;
+};
+
+// An owned copy of a stack (view mode: the parts stacked per expert, FP4 globals unified as
+// in Fp4ExpertRows; BF16 parts copied). Owned stacks are returned as they are. Byte-identical
+// to what Checkpoint::load_moe_layer makes from the same tensors.
+ExpertStack owned_expert_stack(const ExpertStack& s);
+
 struct MoeLayerWeights {
   MoeConfig cfg;
   std::vector<float> router_w;     // [E, H] (logits = x · router_wᵀ, FP32)

@@ -159,12 +159,13 @@ class GenericExpertGemm final : public ExpertGemmCommon {
 
 class Sm90ExpertGemm final : public ExpertGemmCommon {
  public:
-  Sm90ExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit, bool w4a4)
+  Sm90ExpertGemm(const Stacks& s, cuda::Epilogue ep, int64_t max_tokens, int rows_per_token, int always_hit, bool w4a4,
+                 cuda::StagedUpload* staging)
       : ExpertGemmCommon(s, ep, max_tokens, rows_per_token, w4a4), always_hit_(always_hit) {
     const std::vector<cuda::TileConfig> cands = cuda::candidate_configs(desc_);
     FP4MOE_CHECK(!cands.empty(), "sm90 expert GEMM: no config for [{}, {}, {}]", desc_.num_experts, n_, k_);
     for (const cuda::TileConfig& c : cands) ws_bytes_ = std::max(ws_bytes_, cuda::workspace_bytes(desc_, c));
-    dev_ = cuda::upload_weights_concat(s, ep);
+    dev_ = cuda::upload_weights_concat(s, ep, nullptr, staging);
     // Every bucket's config, once: bucket b runs min(2^b, max_tokens) tokens at most.
     for (int b = 0; b <= tokens_bucket_index(max_tokens); ++b) {
       const int64_t tokens = std::min<int64_t>(int64_t(1) << b, max_tokens);
@@ -371,7 +372,8 @@ Resolved resolve(MoeGemmPath want, const Stacks& s, cuda::Epilogue ep, int64_t m
 
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const ExpertStack*>& stacks,
                                                       cuda::Epilogue epilogue, int64_t max_tokens, int rows_per_token,
-                                                      int always_hit, MoeGemmPath path, bool w4a4) {
+                                                      int always_hit, MoeGemmPath path, bool w4a4,
+                                                      cuda::StagedUpload* staging) {
   FP4MOE_CHECK(!stacks.empty(), "expert GEMM: no expert stacks");
   int64_t E = 0;
   for (const ExpertStack* s : stacks) {
@@ -389,11 +391,23 @@ std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const Ex
   const Resolved r = resolve(path, stacks, epilogue, max_tokens * rows_per_token, rows_per_token, w4a4);
   const MoeGemmPath p = r.path;
   FP4MOE_CHECK(!(w4a4 && p == MoeGemmPath::Generic), "expert GEMM: W4A4 emulation needs the sm90 or sm1xx path");
-  if (p == MoeGemmPath::Sm1xx)
-    return std::make_unique<Sm1xxExpertGemm>(stacks, epilogue, max_tokens, rows_per_token, always_hit, r.arch, r.configs);
   if (p == MoeGemmPath::Sm90)
-    return std::make_unique<Sm90ExpertGemm>(stacks, epilogue, max_tokens, rows_per_token, always_hit, w4a4);
-  return std::make_unique<GenericExpertGemm>(stacks, epilogue, max_tokens, rows_per_token);
+    return std::make_unique<Sm90ExpertGemm>(stacks, epilogue, max_tokens, rows_per_token, always_hit, w4a4, staging);
+  // The other paths upload the owned layout: view-mode stacks get an owned copy first.
+  std::vector<ExpertStack> owned;
+  owned.reserve(stacks.size());
+  Stacks s;
+  for (const ExpertStack* x : stacks) {
+    if (!x->is_view()) {
+      s.push_back(x);
+      continue;
+    }
+    owned.push_back(owned_expert_stack(*x));
+    s.push_back(&owned.back());
+  }
+  if (p == MoeGemmPath::Sm1xx)
+    return std::make_unique<Sm1xxExpertGemm>(s, epilogue, max_tokens, rows_per_token, always_hit, r.arch, r.configs);
+  return std::make_unique<GenericExpertGemm>(s, epilogue, max_tokens, rows_per_token);
 }
 
 }  // namespace moe

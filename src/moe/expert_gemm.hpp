@@ -27,6 +27,10 @@ const char* moe_gemm_path_name(MoeGemmPath p);  // "auto" | "generic" | "sm90" |
 // "auto" | "generic" | "sm90" | "sm1xx" -> the path; throws fp4moe::Error naming `what` otherwise.
 MoeGemmPath moe_gemm_path_from_name(std::string_view s, std::string_view what);
 
+namespace cuda {
+class StagedUpload;
+}
+
 namespace moe {
 
 // Tokens buckets: bucket b holds T in (2^(b-1), 2^b] (bucket 0: T = 1), the tuner's buckets.
@@ -63,10 +67,13 @@ class ExpertGemmWeights {
 // The config choice per bucket uses them: the tuned plan of the bucket (for a folded set its
 // own entry, else the routed-only problem's), else cuda::default_config from the expected rows
 // per hit routed expert. Throws fp4moe::Error when no GEMM path can run it.
+// Stacks may be owned or view mode (the mmap'd checkpoint): the sm90 path re-lays views per
+// tile straight into `staging`'s pinned buffers (null: a temporary one); the others make an
+// owned copy first (owned_expert_stack).
 std::unique_ptr<ExpertGemmWeights> upload_expert_gemm(const std::vector<const ExpertStack*>& stacks,
                                                       cuda::Epilogue epilogue, int64_t max_tokens, int rows_per_token,
                                                       int always_hit = 0, MoeGemmPath path = MoeGemmPath::Auto,
-                                                      bool w4a4 = false);
+                                                      bool w4a4 = false, cuda::StagedUpload* staging = nullptr);
 
 }  // namespace moe
 }  // namespace fp4moe

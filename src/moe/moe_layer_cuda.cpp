@@ -232,6 +232,8 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
   if (m.has_shared) {
     FP4MOE_CHECK(w.shared_w13 && w.shared_w2, "MoE layer: shared_inter = {} but no shared expert weights",
                  c.shared_inter);
+    FP4MOE_CHECK(!w.shared_w13->is_view() && !w.shared_w2->is_view(),
+                 "MoE layer: the shared expert must be owned (owned_expert_stack), not checkpoint views");
     FP4MOE_CHECK(w.shared_w13->is_fp4() == w.shared_w2->is_fp4(),
                  "MoE layer: shared gate_up is {} but shared down {}: both FP4 or both BF16",
                  weight_format_name(w.shared_w13->format), weight_format_name(w.shared_w2->format));
@@ -264,18 +266,19 @@ MoeLayerCuda::MoeLayerCuda(const MoeLayerWeights& w, const MoeCudaOptions& opt) 
     const moe::SharedPieces pieces = moe::split_shared_expert(w, m.n_sh);
     const int R = int(k + m.n_sh);
     m.w13 = moe::upload_expert_gemm({&w.w13, &pieces.w13}, cuda::Epilogue::SiluMul, Tm, R, int(m.n_sh), opt.gemm,
-                                    opt.w4a4);
+                                    opt.w4a4, opt.staging);
     m.w2 = moe::upload_expert_gemm({&w.w2, &pieces.w2}, cuda::Epilogue::RowScale, Tm, R, int(m.n_sh), opt.gemm,
-                                   opt.w4a4);
+                                   opt.w4a4, opt.staging);
   } else {
-    m.w13 = moe::upload_expert_gemm({&w.w13}, cuda::Epilogue::SiluMul, Tm, int(k), 0, opt.gemm, opt.w4a4);
-    m.w2 = moe::upload_expert_gemm({&w.w2}, cuda::Epilogue::RowScale, Tm, int(k), 0, opt.gemm, opt.w4a4);
+    m.w13 = moe::upload_expert_gemm({&w.w13}, cuda::Epilogue::SiluMul, Tm, int(k), 0, opt.gemm, opt.w4a4, opt.staging);
+    m.w2 = moe::upload_expert_gemm({&w.w2}, cuda::Epilogue::RowScale, Tm, int(k), 0, opt.gemm, opt.w4a4, opt.staging);
   }
   if (shared_bf16) {
     m.sbf16 = std::make_unique<moe::SharedMlpBf16>(*w.shared_w13, *w.shared_w2, Tm);
   } else if (m.separate_shared()) {
-    m.sw13 = moe::upload_expert_gemm({&*w.shared_w13}, cuda::Epilogue::SiluMul, Tm, 1, 0, opt.gemm, opt.w4a4);
-    m.sw2 = moe::upload_expert_gemm({&*w.shared_w2}, cuda::Epilogue::None, Tm, 1, 0, opt.gemm, opt.w4a4);
+    m.sw13 = moe::upload_expert_gemm({&*w.shared_w13}, cuda::Epilogue::SiluMul, Tm, 1, 0, opt.gemm, opt.w4a4,
+                                     opt.staging);
+    m.sw2 = moe::upload_expert_gemm({&*w.shared_w2}, cuda::Epilogue::None, Tm, 1, 0, opt.gemm, opt.w4a4, opt.staging);
   }
   for (int b = 0; b <= moe::tokens_bucket_index(Tm); ++b)
     m.layouts.push_back(m.layout_for(std::min<int64_t>(int64_t(1) << b, Tm)));

@@ -53,6 +53,9 @@ struct MoeCudaOptions {
   MoeGemmPath gemm = MoeGemmPath::Auto;  // grouped GEMM path: Auto by the GPU's arch (env FP4MOE_MOE_GEMM overrides)
   bool w4a4 = false;                // NVFP4 activation emulation on the sm90 path (the sm1xx path is always W4A4)
   bool fold_shared = true;          // fold a compatible shared expert into the routed GEMMs
+  // Pinned staging the weight upload streams through (its threads re-lay the experts; the
+  // loader's, shared by every layer); null: a temporary one per upload.
+  cuda::StagedUpload* staging = nullptr;
 };
 
 // Caller-owned device scratch of a forward: 256-byte aligned, at least workspace_bytes(T)

@@ -19,6 +19,7 @@
 
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/moe_gemm/moe_gemm_types.hpp"
+#include "cuda/moe_gemm/weight_relayout.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe::cuda {
@@ -71,18 +72,22 @@ class DeviceExpertWeights {
   DeviceBuffer storage_;              // tiles, then the globals: `tiles` and `global_scale` point into it
 };
 
-// Re-lays and uploads (synchronous on `stream`). Checks: FP4 format, N % 128 == 0,
-// K % 64 == 0, finite non-negative scales; MXFP4 scales in [2^-118, 2^8].
+class StagedUpload;
+
+// Re-lays and uploads (synchronous: returns when the weights are on the device). Checks: FP4
+// format, N % 128 == 0, K % 64 == 0, finite non-negative scales; MXFP4 scales in [2^-118, 2^8].
+// Stacks may be owned or view mode (the mmap'd checkpoint; gate/up globals unified as
+// Checkpoint::load_moe_layer does, format/moe_layer.hpp's Fp4ExpertRows): the re-layout runs
+// per 128-row tile straight into the pinned staging of `staging` (its threads, its copies
+// overlapped; null: a temporary one), so no host copy of the stack is made.
 DeviceExpertWeights upload_weights(const ExpertStack& w, Epilogue epilogue, cudaStream_t stream = nullptr);
 // Several FP4 stacks of one format and one [N, K] uploaded as ONE weight set whose experts
 // are the stacks' experts in order (e.g. the routed experts, then the shared expert's pieces:
-// moe/shared_fold.hpp). Each stack is re-laid on its own (no concatenated host copy of the
-// checkpoint layout); per-expert global scales stay per expert. Same checks as upload_weights,
-// plus: same format, N and K in every stack.
+// moe/shared_fold.hpp); per-expert global scales stay per expert. Same checks as
+// upload_weights, plus: same format, N and K in every stack.
 DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>& stacks, Epilogue epilogue,
-                                          cudaStream_t stream = nullptr);
-// The host half of upload_weights: the re-laid chunks, [E, N/128, K/64, 4608 B] (same checks).
-std::vector<uint8_t> relayout_weights_sm90(const ExpertStack& w, Epilogue epilogue);
+                                          cudaStream_t stream = nullptr, StagedUpload* staging = nullptr);
+// (The host re-layout alone: relayout_weights_sm90, weight_relayout.hpp.)
 
 // Empty string when `cfg` can run `desc` on a GPU of compute capability `sm` (e.g. 90),
 // else the reason in one line (shapes, shared memory bytes, arch).

@@ -118,18 +118,18 @@ std::vector<uint16_t> linear_to_bf16(const cpu::LinearView& v) {
 
 namespace {
 
-// One E = 1 FP4 stack (owned) of a linear view.
+// One E = 1 FP4 stack of a linear view (view mode: the mmap'd bytes, re-laid on the way up).
 ExpertStack fp4_stack(const cpu::LinearView& v) {
   ExpertStack s;
   s.format = v.format == cpu::LinearFormat::MXFP4 ? WeightFormat::MXFP4 : WeightFormat::NVFP4;
   s.num_experts = 1;
   s.n = v.n;
   s.k = v.k;
-  const auto* p = static_cast<const uint8_t*>(v.packed);
-  const auto* sc = static_cast<const uint8_t*>(v.scales);
-  s.packed.assign(p, p + v.n * v.k / 2);
-  s.scales.assign(sc, sc + v.n * v.k / s.block());
-  s.global_scale = {v.global_scale};
+  ExpertStack::PartView p;
+  p.packed = static_cast<const uint8_t*>(v.packed);
+  p.scales = static_cast<const uint8_t*>(v.scales);
+  p.global_scale = v.global_scale;
+  s.views = {p};
   return s;
 }
 
@@ -147,7 +147,8 @@ GpuLinear::GpuLinear(const cpu::LinearView& v, const std::string& name, int64_t 
   if (fp4 && !bf16_only) {
     try {
       const ExpertStack st = fp4_stack(v);
-      fp4_ = moe::upload_expert_gemm({&st}, cuda::Epilogue::None, max_tokens, 1);
+      fp4_ = moe::upload_expert_gemm({&st}, cuda::Epilogue::None, max_tokens, 1, 0, MoeGemmPath::Auto, false,
+                                     &loader.staging());
       kind = Kind::Fp4;
       bytes = st.weight_bytes_per_expert();
       loader.count(bytes);

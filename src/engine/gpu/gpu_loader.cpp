@@ -3,30 +3,16 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 
 #include <fmt/format.h>
-
-#include "cuda/common/cuda_check.hpp"
 
 namespace fp4moe::engine::gpu {
 
 Loader::Loader(size_t total_bytes) : total_(total_bytes), tty_(isatty(STDERR_FILENO) != 0) {
-  for (int i = 0; i < 2; ++i) {
-    FP4MOE_CUDA_CHECK(cudaMallocHost(&pinned_[i], kChunk));
-    FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
-  }
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   t0_ = std::chrono::steady_clock::now();
 }
 
-Loader::~Loader() {
-  if (stream_) cudaStreamSynchronize(stream_), cudaStreamDestroy(stream_);
-  for (int i = 0; i < 2; ++i) {
-    if (done_[i]) cudaEventDestroy(done_[i]);
-    if (pinned_[i]) cudaFreeHost(pinned_[i]);
-  }
-}
+Loader::~Loader() = default;  // up_ waits for its copies
 
 cuda::DeviceBuffer Loader::upload(const void* host, size_t bytes) {
   cuda::DeviceBuffer d(bytes);
@@ -35,17 +21,7 @@ cuda::DeviceBuffer Loader::upload(const void* host, size_t bytes) {
 }
 
 void Loader::upload_to(void* device, const void* host, size_t bytes) {
-  const auto* src = static_cast<const uint8_t*>(host);
-  auto* dst = static_cast<uint8_t*>(device);
-  for (size_t off = 0, i = 0; off < bytes; off += kChunk, ++i) {
-    const size_t n = std::min(kChunk, bytes - off);
-    const int b = int(i % 2);
-    FP4MOE_CUDA_CHECK(cudaEventSynchronize(done_[b]));  // the copy that last used this buffer is done
-    std::memcpy(pinned_[b], src + off, n);               // pages the shard in
-    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dst + off, pinned_[b], n, cudaMemcpyHostToDevice, stream_));
-    FP4MOE_CUDA_CHECK(cudaEventRecord(done_[b], stream_));
-  }
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  up_.upload(device, host, bytes);
   bytes_ += bytes;
 }
 
@@ -55,7 +31,10 @@ double Loader::seconds() const {
 
 std::string Loader::summary() const {
   const double s = seconds();
-  return fmt::format("{:.2f} GB in {:.1f} s ({:.2f} GB/s)", double(bytes_) / 1e9, s, double(bytes_) / 1e9 / s);
+  return fmt::format("{:.2f} GB in {:.1f} s ({:.2f} GB/s; staging filled on {} threads in {:.1f} s (read + re-layout), "
+                     "waiting for copies {:.1f} s)",
+                     double(bytes_) / 1e9, s, double(bytes_) / 1e9 / s, up_.threads(), up_.fill_seconds(),
+                     up_.wait_seconds());
 }
 
 void Loader::progress(const std::string& what) {
@@ -76,6 +55,7 @@ void Loader::progress(const std::string& what) {
 }
 
 void Loader::finish() {
+  up_.finish();
   if (tty_ && total_ > 0) fmt::print(stderr, "\n");
 }
 

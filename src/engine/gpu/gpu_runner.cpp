@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -54,6 +55,49 @@ DenseMlp shared_mlp(const MoeLayerWeights& w, const std::string& name, int64_t m
   m.up = GpuLinear(part_view(*w.shared_w13, SI, SI), name + ".up_proj", max_tokens, ld, false);
   m.down = GpuLinear(part_view(*w.shared_w2, 0, w.cfg.hidden), name + ".down_proj", max_tokens, ld, false);
   return m;
+}
+
+// A bound MoE layer as MoeLayerCuda takes it: the routed experts stay views of the mmap'd
+// shards (re-laid per tile into the loader's pinned staging on their way to the device, no
+// host copy of the layer); the shared expert (one expert) gets an owned copy (the fold and
+// BF16 paths slice it).
+MoeLayerWeights moe_layer_for_upload(const MoeLayerWeights& v, const std::string& name) {
+  if (v.w13.is_view() && v.w13.format == WeightFormat::NVFP4 && v.w13.parts == 2) {
+    int64_t rescaled = 0;
+    for (int64_t e = 0; e < v.w13.num_experts; ++e)
+      rescaled += v.w13.views[size_t(2 * e)].global_scale != v.w13.views[size_t(2 * e + 1)].global_scale;
+    if (rescaled > 0)
+      log_warn("{}: {} of {} experts have different gate/up weight_scale_2; the block scales of the smaller are "
+               "rescaled to the larger (rounded to E4M3)",
+               name, rescaled, v.w13.num_experts);
+  }
+  for (const std::vector<float>* r : {&v.router_w, &v.router_bias})
+    for (size_t i = 0; i < r->size(); ++i)
+      FP4MOE_CHECK(std::isfinite((*r)[i]), "{}: the router {} has a non-finite value {} at index {}", name,
+                   r == &v.router_w ? "weight" : "correction bias", (*r)[i], i);
+  MoeLayerWeights m;
+  m.cfg = v.cfg;
+  m.router_w = v.router_w;
+  m.router_bias = v.router_bias;
+  m.w13 = v.w13;
+  m.w2 = v.w2;
+  if (v.shared_w13) m.shared_w13 = owned_expert_stack(*v.shared_w13);
+  if (v.shared_w2) m.shared_w2 = owned_expert_stack(*v.shared_w2);
+  return m;
+}
+
+// A BF16 expert stack [E, n, k] (owned or views) to the device through the loader.
+cuda::DeviceBuffer upload_bf16_stack(const ExpertStack& s, Loader& ld) {
+  const size_t bytes = size_t(s.num_experts * s.n * s.k) * 2;
+  if (!s.is_view()) {
+    FP4MOE_CHECK(s.bf16.size() * 2 == bytes, "BF16 experts: {} values for [{}, {}, {}]", s.bf16.size(), s.num_experts,
+                 s.n, s.k);
+    return ld.upload(s.bf16.data(), bytes);
+  }
+  cuda::DeviceBuffer d(bytes);
+  const size_t part = size_t(s.n / s.parts * s.k) * 2;
+  for (size_t i = 0; i < s.views.size(); ++i) ld.upload_to(d.as<uint8_t>() + i * part, s.views[i].bf16, part);
+  return d;
 }
 
 }  // namespace
@@ -151,7 +195,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
       L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
       continue;
     }
-    MoeLayerWeights mw = ck->load_moe_layer(src);  // owned for this layer only (gate/up globals unified)
+    MoeLayerWeights mw = moe_layer_for_upload(lw.moe, P + "mlp.experts");
     const bool shared_fp4 = mw.shared_w13 && mw.shared_w13->is_fp4() && mw.shared_w2->is_fp4();
     if (mw.shared_w13 && (!shared_fp4 || !mw.w13.is_fp4())) {
       L.shared = shared_mlp(mw, P + "mlp.shared_experts", Tm, ld);
@@ -162,6 +206,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
     if (mw.w13.is_fp4()) {
       MoeCudaOptions mo;
       mo.max_tokens = int(Tm);
+      mo.staging = &ld.staging();
       L.moe = std::make_unique<MoeLayerCuda>(mw, mo);
       ld.count(L.moe->expert_bytes() * size_t(mw.cfg.num_experts) + L.moe->shared_bytes() + L.moe->router_bytes());
     } else {
@@ -171,8 +216,8 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
                  "E x the routed FLOPs)");
       said = true;
       DenseExperts d;
-      d.w13 = ld.upload(mw.w13.bf16.data(), mw.w13.bf16.size() * 2);
-      d.w2 = ld.upload(mw.w2.bf16.data(), mw.w2.bf16.size() * 2);
+      d.w13 = upload_bf16_stack(mw.w13, ld);
+      d.w2 = upload_bf16_stack(mw.w2, ld);
       d.router_w = cuda::DeviceBuffer::from(mw.router_w);
       if (!mw.router_bias.empty()) d.router_bias = cuda::DeviceBuffer::from(mw.router_bias);
       d.router = cuda::router_desc_from(mw.cfg);

@@ -23,7 +23,9 @@
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
-# per case in the test log (RecordProperty), "uploaded ... GB/s", "memory plan:", "cuda graphs:",
+# per case in the test log (RecordProperty), "uploaded ... GB/s (...; staging filled on T threads in
+# A s (read + re-layout), waiting for copies B s)" (A vs B: host vs PCIe bound; before the streaming
+# loader 0.72-0.81 GB/s), the TimeLoad lines (host re-layout / copy GB/s), "memory plan:", "cuda graphs:",
 # "gpu_decode_test: rc=0" (4 passed), "gpu_sampling_test: rc=0" (3 passed, its near_tie_rows
 # property small), the memcheck "ERROR SUMMARY: 0 errors" of gpu_sampling_test, "gpu_attention_test: rc=0" (7 passed, none skipped: a skip
 # means the fast path did not run) and its "[ info ]" lines (the attention line per model, steps
@@ -97,6 +99,12 @@ if [ ! -f "$M/config.json" ]; then
   timeout 900 build-dev/bin/fp4moe make-synthetic "$M" --preset glm5-layer --layers "$L" --dense-layers "$D" > "$O/make_synthetic.log" 2>&1
   echo "make-synthetic glm5-layer --layers $L --dense-layers $D: rc=$? in $(( $(date +%s) - t0 )) s, $(du -sh "$M" | cut -f1)"
 fi
+# Host side of loading on this machine's cores (tests/cuda/weight_relayout_test
+# DISABLED_TimeLoadPaths): the MoE experts re-laid per tile from the mmap'd views (the loader's
+# fill work) and the BF16 tensors copied into staging, GB/s each, no GPU involved.
+[ -x build-dev/bin/weight_relayout_test ] || bash tools/device/build.sh weight_relayout_test > "$O/build_weight_relayout_test.log" 2>&1
+FP4MOE_TIME_LOAD_DIR="$M" FP4MOE_TIME_LOAD_OWNED=0 timeout 300 build-dev/bin/weight_relayout_test \
+  --gtest_also_run_disabled_tests --gtest_filter='*TimeLoad*' 2>&1 | grep -E 'host threads|^layer [0-9]+:|^BF16/F32|FAILED'
 P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(${RUNNER_PROMPT:-1024})))")
 for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p 0.9 --seed 1"; do
   t0=$(date +%s)

@@ -298,8 +298,9 @@ class Sweep:
             "workload": {"input_len": a.input_len, "output_len": a.output_len, "range_ratio": 1.0,
                          "prompts": f"max({a.min_prompts}, min({a.prompts_factor} x cap, max(cap, {a.max_prompts})))",
                          "seed": f"{a.seed} + cap", "ignore_eos": True, "request_rate": "inf",
-                         "reduction": f"{a.input_len} in / {a.output_len} out instead of the seed's 1024 / 1024; "
-                                      f"{a.prompts_factor} x cap prompts ({a.prompts_factor} waves; at least "
+                         "reduction": (f"{a.input_len} in / {a.output_len} out instead of the seed's 1024 / 1024; "
+                                       if (a.input_len, a.output_len) != (1024, 1024) else "")
+                                      + f"{a.prompts_factor} x cap prompts ({a.prompts_factor} waves; at least "
                                       f"{a.min_prompts}; one wave of cap prompts where {a.prompts_factor} x cap > "
                                       f"{a.max_prompts}), to fit the device budget"},
             "fp4moe": {"backend": a.backend, "caps": ints(a.caps), "steps": ints(a.steps),

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Tables, plots and the plain-words section of issue 17's serve sweep, from its summary.json.
 
-    bench/serve_sweep_report.py OUT/serve_sweep/summary.json [--out-dir DIR] [--no-plots]
-                                [--moe-table FILE.json]
+    bench/serve_sweep_report.py OUT/serve_sweep/summary.json [MORE/summary.json ...] [--out-dir DIR]
+                                [--no-plots] [--moe-table FILE.json]
+
+Several summaries (one sweep split over device calls: the same model and workload) are merged
+into one: a cell measured in a later call replaces one that an earlier call skipped; a cell
+measured twice keeps its first measurement, and the report lists the repeat beside it.
 
 Writes DIR/serve_sweep.md (printed too) and, with matplotlib, DIR/serve_sweep_heatmap.png
 (output tok/s over cap x K) and DIR/serve_sweep_tokens_per_expert.png (output tok/s against the
@@ -118,6 +122,43 @@ def fmt(v, spec=".0f", none="–"):
     return format(v, spec)
 
 
+def merge_summaries(summaries):
+    """One summary from several runs of the same sweep (same model and workload)."""
+    first = summaries[0]
+    out = dict(first, servers=list(first.get("servers", [])), cells=[], repeats=[],
+               runs=[{"started_utc": x.get("started_utc", ""), "env": x.get("env", "")} for x in summaries])
+    key_w = lambda x: (x["workload"]["input_len"], x["workload"]["output_len"])  # noqa: E731
+    for x in summaries[1:]:
+        if x["model"] != first["model"] or key_w(x) != key_w(first):
+            raise ValueError(f"summaries of different sweeps: model {x['model']} / {first['model']}, "
+                             f"workload {key_w(x)} / {key_w(first)}")
+        out["servers"] += x.get("servers", [])
+    fp_caps, fp_steps, t_caps, t_steps, any_torch = [], [], [], [], False
+    for x in summaries:
+        fp_caps += [c for c in x["fp4moe"]["caps"] if c not in fp_caps]
+        fp_steps += [k for k in x["fp4moe"]["steps"] if k not in fp_steps]
+        if x.get("torch"):
+            any_torch = True
+            t_caps += [c for c in x["torch"]["caps"] if c not in t_caps]
+            t_steps += [k for k in x["torch"]["steps"] if k not in t_steps]
+    out["fp4moe"] = dict(first["fp4moe"], caps=sorted(fp_caps), steps=fp_steps)
+    if any_torch:
+        base = first.get("torch") or next(x["torch"] for x in summaries if x.get("torch"))
+        out["torch"] = dict(base, caps=sorted(t_caps), steps=sorted(t_steps))
+    where = {}
+    for x in summaries:
+        for c in x["cells"]:
+            k = (c["server"], c["steps"], c["cap"])
+            if k not in where:
+                where[k] = len(out["cells"])
+                out["cells"].append(c)
+            elif out_tps(c) and not out_tps(out["cells"][where[k]]):
+                out["cells"][where[k]] = c
+            elif out_tps(c):
+                out["repeats"].append(c)
+    return out
+
+
 def cell_index(cells):
     return {(c["server"], c["steps"], c["cap"]): c for c in cells}
 
@@ -126,8 +167,10 @@ def out_tps(c):
     return c["bench"]["output_throughput"] if c and c.get("status") == "ok" else None
 
 
-def estimate(c, model, table):
-    """Per-cell estimates from the step histogram and the MoE layer table; None without them."""
+def estimate(c, model, table, host_ms=0.0):
+    """Per-cell estimates from the step histogram and the MoE layer table; None without them.
+    host_ms: the host's work per model step (host_round_estimate's r / K), kept out of the
+    per-layer rest and counted once per whole-model step."""
     m = c.get("metrics") or {}
     hist, steps = m.get("step_tokens_hist"), m.get("steps")
     if c.get("status") != "ok" or not hist or not steps:
@@ -137,19 +180,46 @@ def estimate(c, model, table):
     buckets = bucket_tokens(hist)
     moe_ms = sum(n * M * interp_loglog(table["tokens"], table["ms"], t) for t, n in buckets)
     head = lm_head_ms(m.get("mean_step_requests") or c["cap"], model)
-    rest_layer_ms = (dur_ms - moe_ms - steps * head) / (steps * L)
+    rest_layer_ms = (dur_ms - moe_ms - steps * (head + host_ms)) / (steps * L)
     g, n = GLM5, glm5_numbers()
     # Whole model: each of the 8 GPUs runs this cell's requests (attention, dense parts, per
     # layer as measured here); the experts of a layer see all 8 GPUs' tokens (8 x this cell's
     # step tokens), split over the 8 GPUs.
     moe8_ms = sum(s * interp_loglog(table["tokens"], table["ms"], GPUS * t) / GPUS for t, s in buckets) / steps
-    step78_ms = g["layers"] * rest_layer_ms + n["moe_layers"] * moe8_ms + head
+    step78_ms = g["layers"] * rest_layer_ms + n["moe_layers"] * moe8_ms + head + host_ms
     out = c["bench"]["total_output_tokens"]
     return dict(step_ms=dur_ms / steps, moe_share=moe_ms / dur_ms, head_ms=head, rest_layer_ms=rest_layer_ms,
-                moe8_ms=moe8_ms,
+                moe8_ms=moe8_ms, host_ms=host_ms,
                 step78_ms=step78_ms, out_per_step=out / steps,
                 tps8=GPUS * out / steps / (step78_ms / 1000) if step78_ms > 0 else None,
                 requests8=GPUS * c["cap"], fits=c["cap"] <= n["max_req_per_gpu"])
+
+
+def host_round_estimate(idx, cap, steps):
+    """Per-round host work at a cap, from the same cap at the smallest and largest K: a round costs
+    K device steps + r of host work that K does not repeat, so ms/step = g + r / K and
+    r = (t(K_lo) - t(K_hi)) / (1/K_lo - 1/K_hi). None without both cells or when t does not fall."""
+    lo, hi = min(steps), max(steps)
+    a, b = idx.get(("fp4moe", lo, cap)), idx.get(("fp4moe", hi, cap))
+    if lo == hi or not (out_tps(a) and out_tps(b)):
+        return None
+    ta, tb = (1000 * c["bench"]["duration"] / c["metrics"]["steps"] for c in (a, b))
+    r = (ta - tb) / (1 / lo - 1 / hi)
+    if r <= 0:
+        return None
+    running = a.get("max_running") or cap
+    return {"round_ms": r, "per_request_us": 1000 * r / running,
+            "share": {k: (r / k) / (1000 * c["bench"]["duration"] / c["metrics"]["steps"])
+                      for k in steps for c in [idx.get(("fp4moe", k, cap))] if out_tps(c)}}
+
+
+def reduction(w):
+    """What differs from the seed's workload (1K in / 1K out, enough prompts to saturate)."""
+    lens = (w["input_len"], w["output_len"])
+    note = ("" if lens == (SEED_IN, SEED_OUT) else
+            f"**Reduced**: {lens[0]} in / {lens[1]} out instead of the seed's {SEED_IN} / {SEED_OUT}. ")
+    return note + ("Prompts: as few as fill the cap, to fit the device budget (request rate inf: each cell starts "
+                   "with its whole running set, then drains).")
 
 
 def tables(s, table):
@@ -163,7 +233,7 @@ def tables(s, table):
     lines += [f"Model: {model['layers']} layers ({model['dense_layers']} dense + {model['moe_layers']} MoE), "
               f"{model['experts']} experts top-{model['top_k']}, hidden {model['hidden']}, vocab {model['vocab']}. "
               f"Workload: random ids, {w['input_len']} in / {w['output_len']} out (ignore_eos), prompts per cell "
-              f"{w['prompts']}, request rate {w['request_rate']}, max concurrency = the cap. **Reduced**: {w['reduction']}.",
+              f"{w['prompts']}, request rate {w['request_rate']}, max concurrency = the cap. " + reduction(w),
               f"fp4moe: `--backend {s['fp4moe']['backend']}` {s['fp4moe']['serve_args']}; one server per K started "
               f"with cap {s['fp4moe']['server_cap']}, the cell's cap applied by {s['fp4moe']['cap_applied_by']}. "
               f"Environment: {s.get('env', '')}. Tokenizer: {s.get('tokenizer', '')}.", ""]
@@ -199,7 +269,7 @@ def tables(s, table):
                 f"{fmt(e and e['step_ms'], '.2f')} | {fmt(e and 100 * e['moe_share'], '.0f')} % | {fmt(tt)} | "
                 f"{fmt(b['output_throughput'] / tt if tt else None, '.2f')}× |")
     lines.append("")
-    if s.get("torch"):
+    for torch_k in (s["torch"]["steps"] if s.get("torch") else []):
         lines.append(f"### Side by side at K = {torch_k} (the same client, prompts and model; × = fp4moe / torch: "
                      "above 1 is better for tok/s, below 1 for TTFT and TPOT)")
         lines.append("")
@@ -209,6 +279,8 @@ def tables(s, table):
         lines.append("|" + "---|" * 15)
         for cap in s["torch"]["caps"]:
             t, c = idx.get(("torch", torch_k, cap)), idx.get(("fp4moe", torch_k, cap))
+            if not t:
+                continue
             best = max((idx.get(("fp4moe", k, cap)) for k in steps), key=lambda x: out_tps(x) or -1, default=None)
             tt, ct, bt = out_tps(t), out_tps(c), out_tps(best)
             tb, cb = (t or {}).get("bench") if tt else None, (c or {}).get("bench") if ct else None
@@ -222,6 +294,11 @@ def tables(s, table):
                 f"{fmt(c and c.get('metrics', {}).get('tokens_per_expert_mean'), '.2f')} | "
                 f"{fmt(t and t.get('metrics', {}).get('tokens_per_expert_mean'), '.2f')} | "
                 f"{best['steps'] if bt else '–'} | {fmt(bt)} | {r(bt, tt)} |")
+        lines.append("")
+    if s.get("repeats"):
+        lines.append("Measured twice (the tables keep the first): " + "; ".join(
+            f"{c['server']} K={c['steps']} cap {c['cap']}: {out_tps(idx[(c['server'], c['steps'], c['cap'])]):.0f} "
+            f"then {out_tps(c):.0f} output tok/s" for c in s["repeats"]) + ".")
         lines.append("")
     off = [c for c in cells if abs(((c.get("metrics") or {}).get("per_expert_vs_steps") or 1.0) - 1.0) > 0.01]
     if off:
@@ -353,17 +430,22 @@ def plain_words(s, table):
                      f"{fmt((estimate(b, model, table) or {}).get('moe_share', None) and 100 * estimate(b, model, table)['moe_share'], '.0f')} %.")
     else:
         lines.append(f"- At K={steps[0]} output tok/s still grows by ≥ 15 % at every cap step measured.")
+    per_req = s["workload"]["input_len"] + s["workload"]["output_len"]
+    seed_note = (f"; at the seed's 1K + 1K it would be {(SEED_IN + SEED_OUT) / per_req:.0f}× that"
+                 if per_req < SEED_IN + SEED_OUT else "")
     lines.append(
         f"- **KV memory**: the largest KV use seen in any fp4moe cell is "
         f"{100 * max(c.get('max_kv_usage', 0) for c in ok):.0f} % of the pool at {s['workload']['input_len']} + "
-        f"{s['workload']['output_len']} tokens per request; at the seed's 1K + 1K it would be "
-        f"{(SEED_IN + SEED_OUT) / (s['workload']['input_len'] + s['workload']['output_len']):.0f}× that, so on one GPU "
-        f"the running set stops at the pool, not the cap, once cap × 2K tokens exceed it.")
+        f"{s['workload']['output_len']} tokens per request{seed_note}: this {model['layers']}-layer model never "
+        f"fills the pool; the whole model's {GLM5['layers']} layers would (see the extrapolation), and there the "
+        f"running set stops at the pool, not the cap.")
     lines.append(
         f"- **Attention** grows with running requests × context: the time outside the MoE layers per layer per step "
         f"(estimated) goes from {fmt((estimate(lo[1], model, table) or {}).get('rest_layer_ms'), '.3f') if lo else '–'} ms "
         f"at cap {lo[0] if lo else '–'} to {fmt((estimate(k1[-1][1], model, table) or {}).get('rest_layer_ms'), '.3f') if k1 else '–'} ms "
-        f"at cap {k1[-1][0] if k1 else '–'} (K={steps[0]}); at 1K / 1K contexts it would be larger still.")
+        f"at cap {k1[-1][0] if k1 else '–'} (K={steps[0]})"
+        + ("; at 1K / 1K contexts it would be larger still." if per_req < SEED_IN + SEED_OUT else
+           " (it holds the host's per-round work too: see below)."))
     lines.append(
         f"- **The MoE GEMM moves from bandwidth- to compute-bound** at about {n['crossover_t']:.0f} tokens per step = "
         f"{n['crossover_tpe']:.0f} tokens per expert: one MoE layer's weights, {n['moe_layer_b'] / 1e9:.2f} GB "
@@ -380,10 +462,30 @@ def plain_words(s, table):
             ks.append(f"cap {cap}: {out_tps(b) / out_tps(a):.2f}×")
     if ks and len(steps) > 1:
         lines.append(f"- **K (decode steps per round)**: K={steps[-1]} over K={steps[0]}: " + ", ".join(ks)
-                     + ". K saves the scheduler's round trip per step (host time), which matters most where the "
-                       "step itself is short (small caps).")
-    lines.append("- Not separated here: the host's share of a step (the runner reports no per-stage times); the MoE "
-                 f"share is an estimate from the MoE layer times of `{table['source']}` at this cell's step sizes.")
+                     + ". A round does the scheduler's host work once (batch, pages, sampling rows, the reply to "
+                       "every request) and then K device steps; K divides that work by K. It grows with the running "
+                       "set, so K pays most where the set is large.")
+    hosts = [(cap, host_round_estimate(idx, cap, steps)) for cap in caps]
+    hosts = [(cap, h) for cap, h in hosts if h]
+    if hosts:
+        lines += ["- **Host work per round (estimated from K)**: with ms/step = g + r / K at one cap, the cells at "
+                  f"K={steps[0]} and K={steps[-1]} give r, the round's host work that K does not repeat: "
+                  + ", ".join(f"cap {cap}: {h['round_ms']:.2f} ms = {h['per_request_us']:.1f} µs per running request"
+                              for cap, h in hosts) + ". Shares of the step time, MoE (from the MoE layer table) / host "
+                  "(from r) / the rest (attention, dense MLP, lm_head, sampling, prefill):", "",
+                  "| K | cap | ms / step | MoE % (est.) | host % (est.) | rest % |", "|---|---|---|---|---|---|"]
+        for k in steps:
+            for cap, h in hosts:
+                c = idx.get(("fp4moe", k, cap))
+                e = estimate(c, model, table) if c else None
+                if not e or k not in h["share"]:
+                    continue
+                moe, host = 100 * e["moe_share"], 100 * h["share"][k]
+                lines.append(f"| {k} | {cap} | {e['step_ms']:.2f} | {moe:.0f} | {host:.0f} | {100 - moe - host:.0f} |")
+        lines.append("")
+    lines.append("- The MoE share is an estimate from the MoE layer times of "
+                 f"`{table['source']}` at this cell's step sizes; the host share assumes the round's host work does "
+                 "not overlap the device steps (the server reports no per-stage times).")
     lines.append("")
     return lines
 
@@ -392,6 +494,12 @@ def extrapolation(s, table):
     idx = cell_index(s["cells"])
     caps, steps = s["fp4moe"]["caps"], sorted(s["fp4moe"]["steps"])
     model, n, g = s["model"], glm5_numbers(), GLM5
+    host = {cap: host_round_estimate(idx, cap, steps) for cap in caps}
+
+    def est(k, cap):
+        c = idx.get(("fp4moe", k, cap))
+        h = host.get(cap)
+        return estimate(c, model, table, h["round_ms"] / k if h else 0.0) if c else None
     lines = ["### Whole model (78 layers, 8 GPUs): an extrapolation, NOT a measurement", ""]
     if not is_glm5(model):
         lines += ["(This model is not at GLM-5 dims: the rows below are arithmetic only.)", ""]
@@ -406,10 +514,12 @@ def extrapolation(s, table):
              "- MoE time in the cell (est.) = Σ_steps M × t_moe(T_step);",
              "- lm_head per step h (est.) = max(vocab × hidden × 2 B / copy BW, 2 × R × hidden × vocab / BF16 peak), "
              "R = mean requests per step;",
-             "- rest per layer per step r = (d − MoE time − s × h) / (s × L) (attention, dense MLP, norms, and a 1/L "
-             "share of embedding, sampling and host: an over-estimate per layer; measured at this run's short contexts, "
-             "so an under-estimate of attention at 1K + 1K);",
-             f"- whole-model step = {g['layers']} × r + {n['moe_layers']} × mean_steps[t_moe({GPUS} × T_step) / {GPUS}] + h;",
+             "- host per step u (est.) = the round's host work / K (see above; 0 where it was not estimated);",
+             "- rest per layer per step r = (d − MoE time − s × (h + u)) / (s × L) (attention, dense MLP, norms, and a "
+             "1/L share of embedding and sampling: an over-estimate per layer"
+             + ("; measured at this run's short contexts, so an under-estimate of attention at 1K + 1K);"
+                if s["workload"]["input_len"] + s["workload"]["output_len"] < SEED_IN + SEED_OUT else ");"),
+             f"- whole-model step = {g['layers']} × r + {n['moe_layers']} × mean_steps[t_moe({GPUS} × T_step) / {GPUS}] + h + u;",
              f"- whole-model output tok/s = {GPUS} × o / s / step.",
              f"- KV at the seed's {SEED_IN} + {SEED_OUT} tokens: per GPU {g['layers']} layers × "
              f"{n['kv_token_layer_b']} B per token-layer (BF16 latent 576 × 2 + FP8 indexer key 128 + scale 4) × 2048 = "
@@ -419,27 +529,25 @@ def extrapolation(s, table):
              f"for KV = **{n['max_req_per_gpu']} requests per GPU, {GPUS * n['max_req_per_gpu']} in all** "
              "(workspaces not counted).", "",
              "| K | cap per GPU | requests in all | measured tok/s (this model) | ms / step measured | lm_head ms (est.) | "
-             "rest per layer ms | whole-model MoE ms / layer-step | whole-model step ms | whole-model tok/s (8 GPUs) | "
+             "host ms / step (est.) | rest per layer ms | whole-model MoE ms / layer-step | whole-model step ms | whole-model tok/s (8 GPUs) | "
              "KV fits at 1K+1K |",
-             "|" + "---|" * 11]
+             "|" + "---|" * 12]
     for k in steps:
         for cap in caps:
-            c = idx.get(("fp4moe", k, cap))
-            e = estimate(c, model, table) if c else None
+            c, e = idx.get(("fp4moe", k, cap)), est(k, cap)
             if not e:
                 continue
             lines.append(f"| {k} | {cap} | {e['requests8']} | {out_tps(c):.0f} | {e['step_ms']:.2f} | {e['head_ms']:.2f} | "
-                         f"{e['rest_layer_ms']:.3f} | {e['moe8_ms']:.3f} | {e['step78_ms']:.1f} | "
+                         f"{e['host_ms']:.2f} | {e['rest_layer_ms']:.3f} | {e['moe8_ms']:.3f} | {e['step78_ms']:.1f} | "
                          f"{fmt(e['tps8'])} | {'yes' if e['fits'] else 'no'} |")
-    ex = [(k, cap, estimate(idx.get(("fp4moe", k, cap)), model, table)) for k in steps for cap in caps
-          if idx.get(("fp4moe", k, cap))]
+    ex = [(k, cap, est(k, cap)) for k in steps for cap in caps]
     ex = [(k, cap, e) for k, cap, e in ex if e]
     fitting = [x for x in ex if x[2]["fits"]]
     if ex:
         k, cap, e = max(fitting or ex, key=lambda x: x[2]["tps8"] or 0)
         which = "the largest row whose KV fits at 1K + 1K" if fitting else "the largest row; none fits the KV at 1K + 1K"
         lines += ["", f"Worked example ({which}, K={k}, cap {cap}): {g['layers']} × {e['rest_layer_ms']:.3f} + "
-                      f"{n['moe_layers']} × {e['moe8_ms']:.3f} + {e['head_ms']:.2f} = {e['step78_ms']:.1f} ms per step; {GPUS} × "
+                      f"{n['moe_layers']} × {e['moe8_ms']:.3f} + {e['head_ms']:.2f} + {e['host_ms']:.2f} = {e['step78_ms']:.1f} ms per step; {GPUS} × "
                       f"{e['out_per_step']:.1f} output tokens per step / {e['step78_ms']:.1f} ms = {e['tps8']:.0f} tok/s."]
     lines += ["", "For scale, the seed's system (GLM-5-NVFP4, 8 Blackwell GPUs, SGLang): ~880 output tok/s by default, "
                   "~3,740 with cap 2048 and K = 8 (issue 17)."]
@@ -449,6 +557,9 @@ def extrapolation(s, table):
 
 def report(s, table):
     lines = [f"## Serve sweep (issue 17), {s.get('started_utc', '')}", ""]
+    if len(s.get("runs", [])) > 1:
+        lines += [f"Merged from {len(s['runs'])} runs of the same sweep (one per device call): "
+                  + "; ".join(f"{r['started_utc']} ({r['env']})" for r in s["runs"]) + ".", ""]
     lines += tables(s, table)
     lines += ["MoE layer time used for the estimates (" + table["source"] + "): "
               + ", ".join(f"T={t}: {ms} ms" for t, ms in zip(table["tokens"], table["ms"])), ""]
@@ -459,22 +570,29 @@ def report(s, table):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("summary", help="summary.json of bench/serve_sweep.py")
+    p.add_argument("summary", nargs="+", help="summary.json of bench/serve_sweep.py (several: merged)")
     p.add_argument("--out-dir", default="", help="default: the summary's folder")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--moe-table", default="", help='JSON {"tokens": [...], "ms": [...], "source": "..."}')
     a = p.parse_args(argv)
+    loaded = []
+    for path in a.summary:
+        try:
+            with open(path) as f:
+                loaded.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print(f"serve_sweep_report: {path}: {e}", file=sys.stderr)
+            return 1
     try:
-        with open(a.summary) as f:
-            s = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"serve_sweep_report: {a.summary}: {e}", file=sys.stderr)
+        s = merge_summaries(loaded) if len(loaded) > 1 else loaded[0]
+    except (KeyError, ValueError) as e:
+        print(f"serve_sweep_report: {e}", file=sys.stderr)
         return 1
     table = MOE_TABLE
     if a.moe_table:
         with open(a.moe_table) as f:
             table = dict(MOE_TABLE, **json.load(f))
-    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary))
+    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary[0]))
     os.makedirs(out_dir, exist_ok=True)
     md = report(s, table)
     if not a.no_plots:

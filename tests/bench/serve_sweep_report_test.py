@@ -142,6 +142,39 @@ class Report(unittest.TestCase):
         self.assertIn("64 in / 64 out instead of the seed's 1024 / 1024", md)
         self.assertIn("Growth stops" if "Growth stops" in md else "still grows", md)
 
+    def test_merged_runs_replace_skipped_cells_and_list_repeats(self):
+        a, b = fake_summary(), fake_summary()
+        b["started_utc"] = "2026-12-03T18:00:00Z"
+        b["fp4moe"]["steps"], b["torch"]["steps"] = [2], [8]
+        b["cells"] = [fake_cell("fp4moe", 2, 2048, 5000.0), fake_cell("fp4moe", 8, 16, 123.0),
+                      fake_cell("torch", 8, 16, 77.0)]
+        m = rep.merge_summaries([a, b])
+        idx = rep.cell_index(m["cells"])
+        self.assertEqual(idx[("fp4moe", 2, 2048)]["status"], "ok")  # skipped in a, measured in b
+        self.assertEqual(rep.out_tps(idx[("fp4moe", 8, 16)]), rep.out_tps(rep.cell_index(a["cells"])[("fp4moe", 8, 16)]))
+        self.assertEqual([rep.out_tps(c) for c in m["repeats"]], [123.0])
+        self.assertEqual(m["torch"]["steps"], [1, 8])
+        self.assertEqual(len(m["runs"]), 2)
+        md = rep.report(m, rep.MOE_TABLE)
+        self.assertIn("Side by side at K = 8", md)
+        self.assertIn("then 123 output tok/s", md)
+        b["workload"] = dict(b["workload"], output_len=1024)
+        with self.assertRaises(ValueError):
+            rep.merge_summaries([a, b])
+
+    def test_host_round_work_follows_from_the_smallest_and_largest_k(self):
+        s = fake_summary()
+        idx = rep.cell_index(s["cells"])
+        t = {k: 1000 * idx[("fp4moe", k, 256)]["bench"]["duration"] / idx[("fp4moe", k, 256)]["metrics"]["steps"]
+             for k in STEPS}
+        h = rep.host_round_estimate(idx, 256, STEPS)
+        r = (t[1] - t[8]) / (1 - 1 / 8)
+        self.assertAlmostEqual(h["round_ms"], r)
+        self.assertAlmostEqual(h["per_request_us"], 1000 * r / 256)
+        self.assertAlmostEqual(h["share"][1], r / t[1])
+        self.assertAlmostEqual(h["share"][8], r / 8 / t[8])
+        self.assertIsNone(rep.host_round_estimate(idx, 256, [1]))
+
     def test_counts_that_disagree_with_the_steps_are_flagged(self):
         s = fake_summary()
         s["cells"][0]["metrics"]["per_expert_vs_steps"] = 0.5

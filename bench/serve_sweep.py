@@ -184,6 +184,13 @@ def metric_deltas(kind, m0, m1, top_k, experts):
          "prefill_computed_tokens": d("fp4moe_prefill_computed_tokens_total"),
          "mean_step_requests": ratio(d("fp4moe_step_batch_requests_sum"), d("fp4moe_step_batch_requests_count")),
          "mean_step_tokens": ratio(step_tokens, step_count)}
+    # The engine thread's busy time and the backend calls inside it (servers since 2026-12-04):
+    # busy - backend is the host work of the rounds (scheduling, handing events to HTTP threads).
+    if "fp4moe_engine_busy_seconds_total" in m1:
+        busy, backend = d("fp4moe_engine_busy_seconds_total"), d("fp4moe_engine_backend_seconds_total")
+        r.update({"busy_seconds": busy, "backend_seconds": backend,
+                  "host_share_measured": ratio(busy - backend, busy),
+                  "host_us_per_round": ratio(1e6 * (busy - backend), r["rounds"])})
     # From the step sizes alone (every token goes to top_k of the experts): the same number when
     # the backend reports its counts; the only one when it does not (moe_gemms = 0).
     # Model steps by size (tokens), per histogram bucket: {upper bound: steps} (not cumulative).

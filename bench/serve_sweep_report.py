@@ -473,7 +473,8 @@ def plain_words(s, table):
                   + ", ".join(f"cap {cap}: {h['round_ms']:.2f} ms = {h['per_request_us']:.1f} µs per running request"
                               for cap, h in hosts) + ". Shares of the step time, MoE (from the MoE layer table) / host "
                   "(from r) / the rest (attention, dense MLP, lm_head, sampling, prefill):", "",
-                  "| K | cap | ms / step | MoE % (est.) | host % (est.) | rest % |", "|---|---|---|---|---|---|"]
+                  "| K | cap | ms / step | MoE % (est.) | host % (est.) | rest % | host % (measured: engine busy − backend) |",
+                  "|---|---|---|---|---|---|---|"]
         for k in steps:
             for cap, h in hosts:
                 c = idx.get(("fp4moe", k, cap))
@@ -481,11 +482,14 @@ def plain_words(s, table):
                 if not e or k not in h["share"]:
                     continue
                 moe, host = 100 * e["moe_share"], 100 * h["share"][k]
-                lines.append(f"| {k} | {cap} | {e['step_ms']:.2f} | {moe:.0f} | {host:.0f} | {100 - moe - host:.0f} |")
+                measured = (c.get("metrics") or {}).get("host_share_measured")
+                lines.append(f"| {k} | {cap} | {e['step_ms']:.2f} | {moe:.0f} | {host:.0f} | {100 - moe - host:.0f} | "
+                             f"{fmt(measured and 100 * measured, '.0f', 'not counted by this server')} |")
         lines.append("")
     lines.append("- The MoE share is an estimate from the MoE layer times of "
-                 f"`{table['source']}` at this cell's step sizes; the host share assumes the round's host work does "
-                 "not overlap the device steps (the server reports no per-stage times).")
+                 f"`{table['source']}` at this cell's step sizes; the host share (est.) assumes the round's host work does "
+                 "not overlap the device steps; the measured one is the engine thread's busy time minus its backend "
+                 "calls (`fp4moe_engine_busy_seconds_total`, `fp4moe_engine_backend_seconds_total`).")
     lines.append("")
     return lines
 

@@ -118,6 +118,7 @@ void Engine::publish() {
   const SchedulerStats s = scheduler_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   static_cast<SchedulerStats&>(published_) = s;
+  published_.busy_seconds = busy_seconds_;
 }
 
 void Engine::log_interval() {
@@ -175,6 +176,7 @@ void Engine::loop() {
       abort_why = abort_all_;
       abort_requested_ = false;
     }
+    const auto iteration_start = std::chrono::steady_clock::now();
     for (auto& in : incoming) {
       routes_[in.id] = {std::move(in.channel), in.index};
       const int32_t prompt_tokens = int32_t(in.spec.prompt.size());
@@ -232,6 +234,8 @@ void Engine::loop() {
       busy_before = false;
     }
     deliver();
+    if (busy_before)
+      busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - iteration_start).count();
   }
 }
 

@@ -48,6 +48,9 @@ struct EngineOptions {
 
 struct EngineStats : SchedulerStats {
   int32_t queued = 0;  // waiting in the scheduler plus handed over and not yet seen by the engine thread
+  // Wall time of the engine thread's busy iterations: admitting, the round (backend_seconds
+  // included) and handing its events to the HTTP threads. busy - backend = the host's share.
+  double busy_seconds = 0;
 };
 
 class Engine {
@@ -119,6 +122,7 @@ class Engine {
   std::chrono::steady_clock::time_point last_log_;
   SchedulerStats last_log_stats_;
   int64_t rounds_since_log_ = 0;
+  double busy_seconds_ = 0;  // engine thread; published with the scheduler's stats
   std::thread thread_;
 };
 

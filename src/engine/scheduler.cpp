@@ -1,6 +1,7 @@
 #include "engine/scheduler.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.hpp"
 
@@ -254,7 +255,9 @@ void Scheduler::run_round(const EventSink& sink) {
       limits.stop_ids.push_back(std::move(stops));
     }
     DecodeOutput out;
+    const auto t0 = std::chrono::steady_clock::now();
     backend_.decode(batch_, limits, steps, out);
+    totals_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     FP4MOE_CHECK(out.tokens.size() == rows.size(), "backend decode returned {} rows for {}", out.tokens.size(), rows.size());
     int32_t longest = 0;
     for (size_t k = 0; k < rows.size(); ++k) {
@@ -273,7 +276,9 @@ void Scheduler::run_round(const EventSink& sink) {
       }
   } else {
     std::vector<GeneratedToken> sampled;
+    const auto t0 = std::chrono::steady_clock::now();
     backend_.step(batch_, sampled);
+    totals_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (StepObserver* o = backend_.observer()) o->on_step(batch_.num_requests(), batch_.num_tokens());
     size_t next = 0;
     for (size_t k = 0; k < rows.size(); ++k) {

@@ -55,6 +55,7 @@ struct SchedulerStats {
   int64_t retractions = 0;
   int64_t finished = 0;
   int64_t aborted = 0;
+  double backend_seconds = 0;  // wall time inside Backend::step / decode (the model, with the backend's own host work)
 };
 
 // Receives each request's events of a round (at most one per request and round).

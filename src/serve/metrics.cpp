@@ -83,6 +83,9 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   auto counter = [&](const char* name, const char* help, uint64_t v) {
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
   };
+  auto seconds = [&](const char* name, const char* help, double v) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {:.6f}\n", name, help, name, name, v);
+  };
   auto gauge = [&](const char* name, const char* help, double v) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
   };
@@ -102,6 +105,12 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   counter("fp4moe_retractions_total", "Requests retracted for lack of KV pages and requeued.", uint64_t(s.retractions));
   counter("fp4moe_engine_rounds_total", "Scheduling rounds.", uint64_t(s.rounds));
   counter("fp4moe_engine_steps_total", "Model steps (a K-step decode round counts K).", uint64_t(s.steps));
+  seconds("fp4moe_engine_busy_seconds_total",
+          "Wall time of the engine thread's busy iterations (admission, the round, handing events to HTTP threads).",
+          s.busy_seconds);
+  seconds("fp4moe_engine_backend_seconds_total",
+          "Wall time inside the backend's step / decode calls; busy minus this is the engine's host work.",
+          s.backend_seconds);
   counter("fp4moe_moe_gemms_total", "Grouped MoE GEMMs the backend reported.", moe_gemms_);
   {
     std::lock_guard<std::mutex> lock(errors_mu_);

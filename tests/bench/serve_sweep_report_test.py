@@ -219,6 +219,18 @@ class SweepMetrics(unittest.TestCase):
         self.assertEqual(d["step_tokens_hist"], {"64": 0, "128": 15, "+Inf": 5})
         self.assertAlmostEqual(d["per_expert_vs_steps"], (20480 / 5120) / (2560 * 8 / (20 * 256)))
 
+    def test_host_share_is_busy_minus_backend_over_busy(self):
+        extra0 = "fp4moe_engine_busy_seconds_total 1.5\nfp4moe_engine_backend_seconds_total 1.0\nfp4moe_engine_rounds_total 10\n"
+        extra1 = "fp4moe_engine_busy_seconds_total 5.5\nfp4moe_engine_backend_seconds_total 4.0\nfp4moe_engine_rounds_total 30\n"
+        m0 = serve_sweep.parse_prometheus(self.BEFORE + extra0)
+        m1 = serve_sweep.parse_prometheus(self.AFTER + extra1)
+        d = serve_sweep.metric_deltas("fp4moe", m0, m1, 8, 256)
+        self.assertAlmostEqual(d["host_share_measured"], (4.0 - 3.0) / 4.0)
+        self.assertAlmostEqual(d["host_us_per_round"], 1e6 * 1.0 / 20)
+        old = serve_sweep.metric_deltas("fp4moe", serve_sweep.parse_prometheus(self.BEFORE),
+                                        serve_sweep.parse_prometheus(self.AFTER), 8, 256)
+        self.assertNotIn("host_share_measured", old)  # a server without the counters
+
     def test_without_per_expert_counts_the_steps_give_the_mean(self):
         m0 = serve_sweep.parse_prometheus(self.BEFORE.replace("fp4moe_moe_expert", "x_"))
         m1 = serve_sweep.parse_prometheus(self.AFTER.replace("fp4moe_moe_expert", "x_"))

@@ -34,6 +34,8 @@ TEST(Metrics, RenderCarriesEngineGaugesAndTheExpertHook) {
   st.pages_total = 10;
   st.pages_used = 3;
   st.pages_free = 7;
+  st.busy_seconds = 2.5;
+  st.backend_seconds = 1.25;
   const std::string out = m.render(st, true);
   for (const char* line : {"fp4moe_requests_total 1\n", "fp4moe_request_finished_total{finished_reason=\"abort\"} 1\n",
                            "fp4moe_prompt_tokens_total 10\n", "fp4moe_cached_prompt_tokens_total 4\n",
@@ -44,6 +46,7 @@ TEST(Metrics, RenderCarriesEngineGaugesAndTheExpertHook) {
                            "fp4moe_moe_expert_tokens_bucket{le=\"0\"} 2\n", "fp4moe_moe_expert_tokens_sum 8\n",
                            "fp4moe_moe_tokens_per_expert_mean 2\n", "fp4moe_moe_tokens_per_active_expert_mean 4\n",
                            "fp4moe_step_batch_requests_bucket{le=\"2\"} 0\n", "fp4moe_step_batch_requests_bucket{le=\"4\"} 1\n",
-                           "fp4moe_step_batch_tokens_sum 17\n"})
+                           "fp4moe_step_batch_tokens_sum 17\n", "fp4moe_engine_busy_seconds_total 2.500000\n",
+                           "fp4moe_engine_backend_seconds_total 1.250000\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line;
 }

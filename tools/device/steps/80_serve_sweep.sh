@@ -18,6 +18,10 @@
 #    Last, with the budget left: `serve --backend fake` (no model time) at the largest cap, the
 #    HTTP + scheduler path's own ceiling (SWEEP_FAKE_CEILING=0 skips it).
 # 3. bench/serve_sweep_report.py: the markdown table (printed: run_all's summary shows it).
+#    A sweep that needs more than one call (1K / 1K: ~25 min for every fp4moe cell and the
+#    baseline at caps 16 / 64; 2026-12-04 ran it in four calls with SWEEP_STEPS / SWEEP_CAPS /
+#    SWEEP_TORCH_* per call, SWEEP_PROMPTS_FACTOR=1 SWEEP_MIN_PROMPTS=16) is reported here after
+#    the calls: bench/serve_sweep_report.py A/summary.json B/summary.json ... merges them.
 #
 # The reduction (the device budget is ~30 min of GPU for the whole session): the seed runs
 # 1K in / 1K out with enough prompts to saturate; the default here is SWEEP_IN=64 in /

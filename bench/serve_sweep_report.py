@@ -167,6 +167,11 @@ def out_tps(c):
     return c["bench"]["output_throughput"] if c and c.get("status") == "ok" else None
 
 
+def step_ms(c):
+    """A measured cell's wall time per model step (duration / the server's step count)."""
+    return 1000 * c["bench"]["duration"] / c["metrics"]["steps"]
+
+
 def estimate(c, model, table, host_ms=0.0):
     """Per-cell estimates from the step histogram and the MoE layer table; None without them.
     host_ms: the host's work per model step (host_round_estimate's r / K), kept out of the
@@ -188,7 +193,7 @@ def estimate(c, model, table, host_ms=0.0):
     moe8_ms = sum(s * interp_loglog(table["tokens"], table["ms"], GPUS * t) / GPUS for t, s in buckets) / steps
     step78_ms = g["layers"] * rest_layer_ms + n["moe_layers"] * moe8_ms + head + host_ms
     out = c["bench"]["total_output_tokens"]
-    return dict(step_ms=dur_ms / steps, moe_share=moe_ms / dur_ms, head_ms=head, rest_layer_ms=rest_layer_ms,
+    return dict(step_ms=step_ms(c), moe_share=moe_ms / dur_ms, head_ms=head, rest_layer_ms=rest_layer_ms,
                 moe8_ms=moe8_ms, host_ms=host_ms,
                 step78_ms=step78_ms, out_per_step=out / steps,
                 tps8=GPUS * out / steps / (step78_ms / 1000) if step78_ms > 0 else None,
@@ -203,14 +208,13 @@ def host_round_estimate(idx, cap, steps):
     a, b = idx.get(("fp4moe", lo, cap)), idx.get(("fp4moe", hi, cap))
     if lo == hi or not (out_tps(a) and out_tps(b)):
         return None
-    ta, tb = (1000 * c["bench"]["duration"] / c["metrics"]["steps"] for c in (a, b))
-    r = (ta - tb) / (1 / lo - 1 / hi)
+    r = (step_ms(a) - step_ms(b)) / (1 / lo - 1 / hi)
     if r <= 0:
         return None
     running = a.get("max_running") or cap
     return {"round_ms": r, "per_request_us": 1000 * r / running,
-            "share": {k: (r / k) / (1000 * c["bench"]["duration"] / c["metrics"]["steps"])
-                      for k in steps for c in [idx.get(("fp4moe", k, cap))] if out_tps(c)}}
+            "share": {k: r / k / step_ms(idx[("fp4moe", k, cap)])
+                      for k in steps if out_tps(idx.get(("fp4moe", k, cap)))}}
 
 
 def reduction(w):

@@ -75,14 +75,9 @@ MoeLayerWeights moe_layer_for_upload(const MoeLayerWeights& v, const std::string
     for (size_t i = 0; i < r->size(); ++i)
       FP4MOE_CHECK(std::isfinite((*r)[i]), "{}: the router {} has a non-finite value {} at index {}", name,
                    r == &v.router_w ? "weight" : "correction bias", (*r)[i], i);
-  MoeLayerWeights m;
-  m.cfg = v.cfg;
-  m.router_w = v.router_w;
-  m.router_bias = v.router_bias;
-  m.w13 = v.w13;
-  m.w2 = v.w2;
-  if (v.shared_w13) m.shared_w13 = owned_expert_stack(*v.shared_w13);
-  if (v.shared_w2) m.shared_w2 = owned_expert_stack(*v.shared_w2);
+  MoeLayerWeights m = v;
+  if (m.shared_w13) m.shared_w13 = owned_expert_stack(*v.shared_w13);
+  if (m.shared_w2) m.shared_w2 = owned_expert_stack(*v.shared_w2);
   return m;
 }
 

@@ -63,6 +63,10 @@ class Layer:
     router_bias: torch.Tensor = None  # F32 [E]
     experts_gate_up_t: torch.Tensor = None  # [E, H, 2I] (a transposed view of [E, 2I, H])
     experts_down_t: torch.Tensor = None  # [E, I, H]
+    # kv_b_proj widened to take the whole latent [ckv | k_rope] and give per head [k_nope | k_rope | v]
+    # in one GEMM: [heads * (nope + rope + v), kv_lora + rope]; the k_rope rows hold an identity, exact
+    # in BF16 (1 x value + 0s). Saves the torch.cat that built K, which was ~half the step's GPU time.
+    kv_b_wide: torch.Tensor = None
 
 
 class KvPool:
@@ -177,6 +181,7 @@ class GlmModel:
                 kv_a=lin(f"{a}.kv_a_proj_with_mqa"), kv_a_norm=vec(f"{a}.kv_a_layernorm.weight"),
                 kv_b=lin(f"{a}.kv_b_proj"), o=lin(f"{a}.o_proj"),
                 mlp_gate_up=torch.cat((lin(f"{mlp}.gate_proj"), lin(f"{mlp}.up_proj"))), mlp_down=lin(f"{mlp}.down_proj"))
+            layer.kv_b_wide = self.widen_kv_b(layer.kv_b)
             if not cfg.dense_layers[l]:
                 layer.router = ckpt.vector(f"{p}.mlp.gate.weight", torch.float32, self.device)
                 layer.router_bias = ckpt.vector(f"{p}.mlp.gate.e_score_correction_bias", torch.float32, self.device)
@@ -192,8 +197,22 @@ class GlmModel:
             self.layers.append(layer)
             if progress:
                 progress(l + 1, cfg.layers)
+        # Decode attention pads every request's context to a multiple of this (masked): SDPA's cuDNN
+        # backend builds a plan per new shape, which cost ~25 ms per layer per step while the
+        # context grew by one token each step (the padded shape changes once every decode_pad steps).
+        self.decode_pad = 64
         self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.rope, 2, dtype=torch.float32) / cfg.rope))
         self.inv_freq = self.inv_freq.to(self.device)
+
+    def widen_kv_b(self, kv_b: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        nope, rope, v = cfg.nope, cfg.rope, cfg.v_dim
+        src = kv_b.view(cfg.heads, nope + v, cfg.kv_lora)
+        w = torch.zeros(cfg.heads, nope + rope + v, cfg.kv_lora + rope, dtype=kv_b.dtype, device=kv_b.device)
+        w[:, :nope, :cfg.kv_lora] = src[:, :nope]
+        w[:, nope:nope + rope, cfg.kv_lora:] = torch.eye(rope, dtype=kv_b.dtype, device=kv_b.device)
+        w[:, nope + rope:, :cfg.kv_lora] = src[:, nope:]
+        return w.view(-1, cfg.kv_lora + rope)
 
     # -- the step ---------------------------------------------------------------------------
     def forward(self, b: StepBatch, kv: KvPool, attn_chunk_tokens: int = 1 << 16, logit_rows=None) -> torch.Tensor:
@@ -221,14 +240,15 @@ class GlmModel:
         prefills = [(slice(first, first + length),
                      kv.slots(torch.tensor(row, device=dev), b.positions[first:first + length])[None])
                     for first, length, row in b.prefills]
-        chunks, lens, start = [], b.decode_lens, 0
+        pad, most = self.decode_pad, kv.max_pages_per_row * kv.page_size  # padding stays in the page table
+        chunks, lens, start = [], [min(-(-n // pad) * pad, most) for n in b.decode_lens], 0
         while start < len(lens):
             end, longest = start, 0
             while end < len(lens) and (end == start or max(longest, lens[end]) * (end + 1 - start) <= chunk_tokens):
                 longest = max(longest, lens[end])
                 end += 1
             pos = torch.arange(longest, device=dev)
-            mask = pos[None, :] < torch.tensor(lens[start:end], device=dev)[:, None]
+            mask = pos[None, :] < torch.tensor(b.decode_lens[start:end], device=dev)[:, None]
             chunks.append((b.decode_index[start:end], kv.slots(b.decode_rows[start:end, None], pos[None, :]),
                            mask[:, None, None, :]))
             start = end
@@ -271,10 +291,8 @@ class GlmModel:
         """Latents [B, T, kv_lora + rope] -> K [B, heads, T, nope + rope], V [B, heads, T, v]."""
         cfg = self.cfg
         B, T = ctx.shape[:2]
-        kvb = (ctx[..., :cfg.kv_lora] @ layer.kv_b.t()).view(B, T, cfg.heads, cfg.nope + cfg.v_dim).transpose(1, 2)
-        k_rope = ctx[..., cfg.kv_lora:][:, None].expand(B, cfg.heads, T, cfg.rope)
-        k = torch.cat((kvb[..., :cfg.nope], k_rope), dim=-1)
-        return k, kvb[..., cfg.nope:]
+        kv = (ctx @ layer.kv_b_wide.t()).view(B, T, cfg.heads, cfg.nope + cfg.rope + cfg.v_dim).transpose(1, 2)
+        return kv[..., :cfg.nope + cfg.rope], kv[..., cfg.nope + cfg.rope:]
 
     def mlp(self, layer, h):
         gu = h @ layer.mlp_gate_up.t()

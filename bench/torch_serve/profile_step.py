@@ -71,15 +71,27 @@ def main(argv=None):
             batch = make_batch([(r, C, [7]) for r in rows], dev)
             for _ in range(2):
                 decode_step(model, kv, batch, a.attn_chunk_tokens)
-            times = []
-            for _ in range(a.steps):
-                sync()
-                t = time.perf_counter()
-                decode_step(model, kv, batch, a.attn_chunk_tokens)
-                times.append(time.perf_counter() - t)
-            ms = 1e3 * statistics.median(times)
+
+            def timed(contexts, pad):
+                """Median ms of decode steps at these contexts (each request one token)."""
+                model.decode_pad, times = pad, []
+                for c in contexts:
+                    b = batch if c == C else make_batch([(r, c, [7]) for r in rows], dev)
+                    sync()
+                    t = time.perf_counter()
+                    decode_step(model, kv, b, a.attn_chunk_tokens)
+                    times.append(time.perf_counter() - t)
+                model.decode_pad = 64
+                return 1e3 * statistics.median(times)
+            ms = timed([C] * a.steps, 64)
             print(f"{mode} B={B} C={C}: {ms:.2f} ms per decode step (median of {a.steps}), "
                   f"{B / ms * 1e3:.0f} tok/s at K=1 without the server", flush=True)
+            # As in the server, the context grows by one token per step: a new attention shape each
+            # step unless it is padded. Contexts below C (their pages hold the same random latents).
+            grow = list(range(C - 2 * a.steps, C - a.steps))
+            for pad in (64, 1):
+                print(f"{mode} B={B} C={C}: growing context, decode_pad {pad}: {timed(grow, pad):.2f} ms per step",
+                      flush=True)
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 decode_step(model, kv, batch, a.attn_chunk_tokens)
             avg = prof.key_averages()

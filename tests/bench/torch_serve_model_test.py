@@ -144,6 +144,32 @@ class BatchingTest(unittest.TestCase):
                      teacher_forced_logits(m, self.tokens[5:47], 40)[-1]]
         self.assertLess(row_rel_err(mixed, torch.stack(alone)), 1e-5)
 
+    def test_one_gemm_expansion_equals_kv_b_proj_then_the_shared_rope_key(self):
+        m, cfg = self.model, self.model.cfg
+        layer = m.layers[0]
+        ctx = torch.randn(2, 5, cfg.kv_lora + cfg.rope, generator=torch.Generator().manual_seed(3))
+        k, v = m.expand(layer, ctx)
+        kvb = (ctx[..., :cfg.kv_lora] @ layer.kv_b.t()).view(2, 5, cfg.heads, cfg.nope + cfg.v_dim).transpose(1, 2)
+        self.assertEqual(k.shape, (2, cfg.heads, 5, cfg.nope + cfg.rope))
+        torch.testing.assert_close(k[..., :cfg.nope], kvb[..., :cfg.nope], rtol=1e-5, atol=1e-5)
+        self.assertTrue(torch.equal(k[..., cfg.nope:], ctx[:, None, :, cfg.kv_lora:].expand(2, cfg.heads, 5, cfg.rope)))
+        torch.testing.assert_close(v, kvb[..., cfg.nope:], rtol=1e-5, atol=1e-5)
+
+    def test_decode_padding_changes_no_logit(self):
+        m, P = self.model, 40
+        kv = self.pool("latent", rows=2)
+        row = kv.acquire(100)[0]
+        with torch.inference_mode():
+            m.forward(make_batch([(row, 0, self.tokens[:P])], "cpu"), kv)
+            step = make_batch([(row, P, [self.tokens[P]])], "cpu")
+            padded = m.forward(step, kv)  # context 41 padded to 64
+            m.decode_pad = 1
+            try:
+                exact = m.forward(step, kv)
+            finally:
+                m.decode_pad = 64
+        self.assertLess(row_rel_err(padded, exact), 1e-6)
+
     def test_engine_runs_golden_prompts_to_golden_tokens_among_others(self):
         self.each_kv_mode(self.check_engine)
 

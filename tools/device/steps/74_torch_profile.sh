@@ -21,5 +21,5 @@ fi
 timeout ${TP_TIMEOUT_S:-300} python3 bench/torch_serve/profile_step.py --model "$MODEL" --batch "${TP_BATCH:-16,64,256}" \
   --context "${TP_CONTEXT:-1536}" --kv-cache "${TP_KV:-latent,expanded}" --steps "${TP_STEPS:-3}" 2>&1 | tee "$O/profile.log"
 rc=${PIPESTATUS[0]}
-grep -E 'ms per decode step|GPU time in' "$O/profile.log" | sed 's/^/| /'
+grep -E 'ms per decode step|ms per step|GPU time in|skipped' "$O/profile.log" | sed 's/^/| /'
 exit $rc

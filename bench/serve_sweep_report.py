@@ -7,6 +7,9 @@
 Several summaries (one sweep split over device calls: the same model and workload) are merged
 into one: a cell measured in a later call replaces one that an earlier call skipped; a cell
 measured twice keeps its first measurement, and the report lists the repeat beside it.
+PATH:SERVER[,SERVER] takes only those servers' cells from that summary (e.g. `old.json:fp4moe`
+when a later call re-measured a changed baseline). Each baseline cell keeps the server
+arguments of its own call (e.g. its --kv-cache), which the side-by-side tables print.
 
 Writes DIR/serve_sweep.md (printed too) and, with matplotlib, DIR/serve_sweep_heatmap.png
 (output tok/s over cap x K) and DIR/serve_sweep_tokens_per_expert.png (output tok/s against the
@@ -148,6 +151,8 @@ def merge_summaries(summaries):
     where = {}
     for x in summaries:
         for c in x["cells"]:
+            if c["server"] == "torch" and x.get("torch"):
+                c.setdefault("server_args", x["torch"].get("args", ""))
             k = (c["server"], c["steps"], c["cap"])
             if k not in where:
                 where[k] = len(out["cells"])
@@ -281,6 +286,7 @@ def tables(s, table):
                      "fp4moe TPOT median ms | torch | × | fp4moe tokens / expert | torch tokens / expert | "
                      "fp4moe best K | its tok/s | × torch |")
         lines.append("|" + "---|" * 15)
+        args = {}
         for cap in s["torch"]["caps"]:
             t, c = idx.get(("torch", torch_k, cap)), idx.get(("fp4moe", torch_k, cap))
             if not t:
@@ -290,6 +296,7 @@ def tables(s, table):
             tb, cb = (t or {}).get("bench") if tt else None, (c or {}).get("bench") if ct else None
             r = lambda a, b: fmt(a / b if a and b else None, ".2f")  # noqa: E731
             tstat = "" if tt else f" ({(t or {}).get('status', 'not run')}: {(t or {}).get('reason', '')})"
+            args.setdefault(t.get("server_args") or "(defaults)", []).append(str(cap))
             lines.append(
                 f"| {cap} | {fmt(ct)} | {fmt(tt)}{tstat} | {r(ct, tt)} | {fmt(cb and cb['median_ttft_ms'])} | "
                 f"{fmt(tb and tb['median_ttft_ms'])} | {r(cb and cb['median_ttft_ms'], tb and tb['median_ttft_ms'])} | "
@@ -299,6 +306,9 @@ def tables(s, table):
                 f"{fmt(t and t.get('metrics', {}).get('tokens_per_expert_mean'), '.2f')} | "
                 f"{best['steps'] if bt else '–'} | {fmt(bt)} | {r(bt, tt)} |")
         lines.append("")
+        if len(args) > 1 or "(defaults)" not in args:
+            lines.append("Baseline server arguments: " + "; ".join(f"caps {', '.join(c)}: `{a}`" for a, c in args.items()) + ".")
+            lines.append("")
     if s.get("repeats"):
         lines.append("Measured twice (the tables keep the first): " + "; ".join(
             f"{c['server']} K={c['steps']} cap {c['cap']}: {out_tps(idx[(c['server'], c['steps'], c['cap'])]):.0f} "
@@ -578,16 +588,26 @@ def report(s, table):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("summary", nargs="+", help="summary.json of bench/serve_sweep.py (several: merged)")
+    p.add_argument("summary", nargs="+",
+                   help="summary.json of bench/serve_sweep.py (several: merged); PATH:SERVER[,SERVER] keeps only those servers' cells")
     p.add_argument("--out-dir", default="", help="default: the summary's folder")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--moe-table", default="", help='JSON {"tokens": [...], "ms": [...], "source": "..."}')
     a = p.parse_args(argv)
     loaded = []
-    for path in a.summary:
+    for arg in a.summary:
+        path, only = arg, None
+        if not os.path.exists(arg) and ":" in arg:
+            path, names = arg.rsplit(":", 1)
+            only = set(names.split(","))
         try:
             with open(path) as f:
-                loaded.append(json.load(f))
+                x = json.load(f)
+            if only is not None:
+                x["cells"] = [c for c in x["cells"] if c["server"] in only]
+                if "torch" not in only:
+                    x["torch"] = None
+            loaded.append(x)
         except (OSError, ValueError) as e:
             print(f"serve_sweep_report: {path}: {e}", file=sys.stderr)
             return 1
@@ -600,7 +620,7 @@ def main(argv=None):
     if a.moe_table:
         with open(a.moe_table) as f:
             table = dict(MOE_TABLE, **json.load(f))
-    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary[0]))
+    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary[0].rsplit(":", 1)[0] if not os.path.exists(a.summary[0]) else a.summary[0]))
     os.makedirs(out_dir, exist_ok=True)
     md = report(s, table)
     if not a.no_plots:

@@ -162,6 +162,30 @@ class Report(unittest.TestCase):
         with self.assertRaises(ValueError):
             rep.merge_summaries([a, b])
 
+    def test_a_server_filter_drops_that_runs_other_cells_and_keeps_each_baselines_args(self):
+        a, b = fake_summary(), fake_summary()
+        a["torch"]["args"], b["torch"]["args"] = "--kv-cache latent", "--kv-cache expanded"
+        b["cells"] = [fake_cell("torch", 1, 16, 555.0)]
+        b["torch"]["caps"] = [16]
+        with tempfile.TemporaryDirectory() as d:
+            pa, pb = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+            for path, x in ((pa, a), (pb, b)):
+                with open(path, "w") as f:
+                    json.dump(x, f)
+            with open(os.devnull, "w") as null:
+                old, sys.stdout = sys.stdout, null
+                try:
+                    self.assertEqual(rep.main([pa + ":fp4moe,fake", pb, "--out-dir", d, "--no-plots"]), 0)
+                finally:
+                    sys.stdout = old
+            with open(os.path.join(d, "serve_sweep.md")) as f:
+                md = f.read()
+        side = [r for r in md.splitlines() if r.startswith("| ") and len(r.split("|")) == 17 and r[2].isdigit()]
+        self.assertEqual(len(side), 1)  # a's baseline cells are gone; b's cap 16 only
+        self.assertIn("| 555 |", side[0])
+        self.assertIn("caps 16: `--kv-cache expanded`", md)
+        self.assertNotIn("then 555", md)  # not a repeat of a's dropped cell
+
     def test_host_round_work_follows_from_the_smallest_and_largest_k(self):
         s = fake_summary()
         idx = rep.cell_index(s["cells"])

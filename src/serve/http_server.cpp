@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "serve/http_task_queue.hpp"
+
 namespace fp4moe::serve {
 namespace {
 
@@ -139,8 +141,9 @@ HttpServer::HttpServer(HttpLimits limits) : limits_(limits) {
   set_read_timeout(limits_.request_timeout_s, 0);
   set_write_timeout(limits_.write_timeout_s, 0);
   set_keep_alive_timeout(limits_.idle_timeout_s);
-  const int threads = limits_.threads;
-  new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  // Threads start as connections need them (http_task_queue.hpp says why not all at once).
+  const size_t threads = size_t(std::max(limits_.threads, 1));
+  new_task_queue = [threads] { return new GrowingThreadPool(threads, std::min<size_t>(threads, 8), std::chrono::seconds(30)); };
   // A refused request (its body unread) closes its connection: say so in the headers.
   set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
     if (t_connection && t_connection->close_after) {

@@ -17,7 +17,7 @@ struct HttpLimits {
   int idle_timeout_s = 5;      // wait for the next request on a kept-alive connection
   int write_timeout_s = 30;    // a client that takes no bytes for this long is dropped
   int max_requests_per_connection = 1000;
-  int threads = 128;           // connections served at once (streams hold one each)
+  int threads = 128;           // connections served at once (streams hold one each); started as needed
 };
 
 class HttpServer : public httplib::Server {

@@ -391,8 +391,8 @@ void GpuRunner::Impl::plan_memory() {
   sample_hist_ints = sample_rows * (opt.max_context + sample_steps);
   const size_t sample_ws = cuda::sampling::sample_workspace_bytes(sample_rows, c.vocab);
   take(s.sample_ws, sample_ws);
-  take(s.sample_in, size_t(sample_rows) * (sizeof(cpu::SamplingRowParams) + 16));
-  take(s.sample_out, size_t(sample_steps * sample_rows) * (2 + 2 * cpu::kMaxTopLogprobs) * 4);
+  take(s.sample_in, sample_in_bytes(sample_rows));
+  take(s.sample_out, sample_out_ints(sample_steps, sample_rows) * 4);
   take(s.sample_hist, size_t(sample_hist_ints) * 4);
   workspace = cuda::DeviceBuffer(off);
   for (auto& [p, o] : plan) *p = static_cast<uint8_t*>(workspace.ptr()) + o;

@@ -217,6 +217,11 @@ struct GpuRunner::Impl {
   // Device sampling: pinned mirrors of s.sample_in / sample_out / sample_hist (plan_sampling).
   PinnedInts sample_in_host, sample_out_host, sample_hist_host;
   int64_t sample_rows = 0, sample_steps = 0, sample_hist_ints = 0;  // S, K, S·(max_context + K)
+  // Sizes of s.sample_in (bytes: per row the parameters and 4 ints) and s.sample_out (ints: per
+  // step and row a token, a logprob and the top logprobs' ids and values); plan_memory and
+  // plan_sampling both use them.
+  static size_t sample_in_bytes(int64_t rows);
+  static size_t sample_out_ints(int64_t steps, int64_t rows);
   void plan_sampling();
   // Validates the rows' parameters (one line), packs and uploads them (extra: tokens a K-step
   // launch appends to penalised histories). Enqueue only.

@@ -20,9 +20,15 @@ constexpr size_t kRowInBytes = sizeof(SamplingRowParams) + 4 * sizeof(int32_t); 
 static_assert(sizeof(SamplingRowParams) % 8 == 0);
 }  // namespace
 
+size_t GpuRunner::Impl::sample_in_bytes(int64_t rows) { return size_t(rows) * kRowInBytes; }
+
+size_t GpuRunner::Impl::sample_out_ints(int64_t steps, int64_t rows) {
+  return size_t(steps * rows) * (2 + 2 * kMaxTopLogprobs);
+}
+
 void GpuRunner::Impl::plan_sampling() {
-  sample_in_host.alloc(size_t(sample_rows) * kRowInBytes / 4);
-  sample_out_host.alloc(size_t(sample_steps * sample_rows) * (2 + 2 * kMaxTopLogprobs));
+  sample_in_host.alloc(sample_in_bytes(sample_rows) / 4);
+  sample_out_host.alloc(sample_out_ints(sample_steps, sample_rows));
   sample_hist_host.alloc(size_t(sample_hist_ints));
 }
 

@@ -64,16 +64,19 @@ DeviceExpertWeights upload_weights_concat(const std::vector<const ExpertStack*>&
   StagedUpload& up = staging ? *staging : own.emplace();
   int64_t e0 = 0;
   for (const ExpertStack* s : stacks) {
-    if (!mx)
-      for (int64_t e = 0; e < s->num_experts; ++e) {
-        const float g = Fp4ExpertRows(*s, e).global_scale();
-        FP4MOE_CHECK(std::isfinite(g), "sm90 upload: expert {} global scale is not finite", e0 + e);
-        d.global_scale_host[size_t(e0 + e)] = g;
-      }
+    std::vector<Fp4ExpertRows> rows;  // once per expert, read by every tile's item
+    rows.reserve(size_t(s->num_experts));
+    for (int64_t e = 0; e < s->num_experts; ++e) {
+      rows.emplace_back(*s, e);
+      if (mx) continue;
+      const float g = rows.back().global_scale();
+      FP4MOE_CHECK(std::isfinite(g), "sm90 upload: expert {} global scale is not finite", e0 + e);
+      d.global_scale_host[size_t(e0 + e)] = g;
+    }
     // Items: (expert, 128-row tile), in device order.
     up.upload_items(d.tiles + size_t(e0) * per_expert, tile, s->num_experts * RT, [&](int64_t i, uint8_t* out) {
       const int64_t e = i / RT;
-      relayout_row_tile_sm90(Fp4ExpertRows(*s, e), s->format, N, K, i % RT, epilogue, e0 + e, out);
+      relayout_row_tile_sm90(rows[size_t(e)], s->format, N, K, i % RT, epilogue, e0 + e, out);
     });
     e0 += s->num_experts;
   }

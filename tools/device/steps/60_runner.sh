@@ -37,60 +37,35 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
 O=$OUT/runner
 for t in gpu_runner_test gpu_decode_test gpu_sampling_test gpu_attention_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
+# run_test NAME MEMCHECK_FILTER|- TIMEOUT_S PATTERN [EXCLUDE]: one gtest case under compute-sanitizer
+# memcheck (unless -), then the whole test with XML; prints rc, the gtest summary, and the log lines
+# matching PATTERN (less EXCLUDE). Sets rc=1 on any failure.
+run_test() {
+  local name=$1 filter=$2 limit=$3 pattern=$4 exclude=${5:-^$} B=build-dev/bin/$1 r
+  if [ ! -x "$B" ]; then echo "$name: not built"; rc=1; return; fi
+  if [ "$filter" != - ]; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter="$filter" > "$O/${name}_memcheck.log" 2>&1
+    r=$?; echo "$name memcheck ($filter): rc=$r $(grep -E 'ERROR SUMMARY' "$O/${name}_memcheck.log" | tail -n 1)"
+    [ $r -eq 0 ] || rc=1
+  fi
+  timeout "$limit" "$B" --gtest_output=xml:"$O/$name.xml" > "$O/$name.log" 2>&1
+  r=$?; echo "$name: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$name.log" | tr '\n' ' ')"
+  [ $r -eq 0 ] || rc=1
+  grep -E "$pattern" "$O/$name.log" | grep -vE "$exclude" | head -n 40
+}
 if [ -z "${RUNNER_SKIP_TESTS:-}" ]; then  # RUNNER_SKIP_TESTS=1: the model part only (2., 3.)
-B=build-dev/bin/gpu_runner_test
-if [ -x "$B" ]; then
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter='Tiny/GpuVsCpu.*glm5_tiny_sparse_nvfp4_all*' \
-    > "$O/gpu_runner_memcheck.log" 2>&1
-  r=$?; echo "gpu_runner_test memcheck (one case): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_runner_memcheck.log" | tail -n 1)"
-  [ $r -eq 0 ] || rc=1
-  timeout 400 "$B" --gtest_output=xml:"$O/gpu_runner_test.xml" > "$O/gpu_runner_test.log" 2>&1
-  r=$?; echo "gpu_runner_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_runner_test.log" | tr '\n' ' ')"
-  [ $r -eq 0 ] || rc=1
-  grep -E '^\[  FAILED  \]|Failure|rel L2|diverges|GPU router chose' "$O/gpu_runner_test.log" | grep -v '^\[ info \]' | head -n 30
+  run_test gpu_runner_test 'Tiny/GpuVsCpu.*glm5_tiny_sparse_nvfp4_all*' 400 \
+    '^\[  FAILED  \]|Failure|rel L2|diverges|GPU router chose' '^\[ info \]'
   # Against the CPU alone (not asserted; near-ties): per-layer hidden states, the worst tokens of the
   # first layer off with their experts vs the CPU's own and its router margin.
-  grep -E '^\[ RUN|^\[ info \]' "$O/gpu_runner_test.log" | head -n 80
+  grep -E '^\[ RUN|^\[ info \]' "$O/gpu_runner_test.log" 2>/dev/null | head -n 80
   grep -oE 'logits_rel_l2(_cpu_alone)?="[^"]*"|testcase name="[^"]*"' "$O/gpu_runner_test.xml" 2>/dev/null | paste - - - | head -n 12
-else
-  echo "gpu_runner_test: not built"; rc=1
-fi
-B=build-dev/bin/gpu_decode_test
-if [ -x "$B" ]; then
-  timeout 300 "$B" > "$O/gpu_decode_test.log" 2>&1
-  r=$?; echo "gpu_decode_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_decode_test.log" | tr '\n' ' ')"
-  [ $r -eq 0 ] || rc=1
-  grep -E '^\[  FAILED  \]|Failure|Expected|Which is|step [0-9]+ request' "$O/gpu_decode_test.log" | head -n 30
-else
-  echo "gpu_decode_test: not built"; rc=1
-fi
-B=build-dev/bin/gpu_sampling_test
-if [ -x "$B" ]; then
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" \
-    --gtest_filter='GpuSampling.KStepsPerLaunchEqualKLaunchesOfOneBitForBit' > "$O/gpu_sampling_memcheck.log" 2>&1
-  r=$?; echo "gpu_sampling_test memcheck (one test): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_sampling_memcheck.log" | tail -n 1)"
-  [ $r -eq 0 ] || rc=1
-  timeout 300 "$B" --gtest_output=xml:"$O/gpu_sampling_test.xml" > "$O/gpu_sampling_test.log" 2>&1
-  r=$?; echo "gpu_sampling_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_sampling_test.log" | tr '\n' ' ')"
-  [ $r -eq 0 ] || rc=1
-  grep -E '^\[  FAILED  \]|Failure|Expected|Which is|device [0-9-]+, host|step [0-9]+ request' "$O/gpu_sampling_test.log" | head -n 30
+  run_test gpu_decode_test - 300 '^\[  FAILED  \]|Failure|Expected|Which is|step [0-9]+ request'
+  run_test gpu_sampling_test 'GpuSampling.KStepsPerLaunchEqualKLaunchesOfOneBitForBit' 300 \
+    '^\[  FAILED  \]|Failure|Expected|Which is|device [0-9-]+, host|step [0-9]+ request'
   grep -oE '(near_tie_rows|compared)="[^"]*"' "$O/gpu_sampling_test.xml" 2>/dev/null | tr '\n' ' '; echo
-else
-  echo "gpu_sampling_test: not built"; rc=1
-fi
-B=build-dev/bin/gpu_attention_test
-if [ -x "$B" ]; then
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" \
-    --gtest_filter='RealAttentionDims/FastAttention.GraphReplayEqualsEagerBitForBit/glm5_attn_tiny' > "$O/gpu_attention_memcheck.log" 2>&1
-  r=$?; echo "gpu_attention_test memcheck (one case): rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_attention_memcheck.log" | tail -n 1)"
-  [ $r -eq 0 ] || rc=1
-  timeout 400 "$B" > "$O/gpu_attention_test.log" 2>&1
-  r=$?; echo "gpu_attention_test: rc=$r $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/gpu_attention_test.log" | tr '\n' ' ')"
-  [ $r -eq 0 ] || rc=1
-  grep -E '^\[  FAILED  \]|^\[ info \]|Failure|Expected|Which is|hidden state|logits' "$O/gpu_attention_test.log" | head -n 40
-else
-  echo "gpu_attention_test: not built"; rc=1
-fi
+  run_test gpu_attention_test 'RealAttentionDims/FastAttention.GraphReplayEqualsEagerBitForBit/glm5_attn_tiny' 400 \
+    '^\[  FAILED  \]|^\[ info \]|Failure|Expected|Which is|hidden state|logits'
 fi
 M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
 L=${RUNNER_LAYERS:-5}; D=${RUNNER_DENSE:-3}

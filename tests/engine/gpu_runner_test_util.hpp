@@ -72,6 +72,15 @@ struct Decoding {
     const int64_t B = int64_t(tok.size());
     return {B, B, qo.data(), pos.data(), len.data(), pp.data(), pi.data()};
   }
+  // One decode step of every request, a logits row each, these sampling rows.
+  engine::gpu::StepInput step(std::vector<engine::RowSampling> sampling) const {
+    engine::gpu::StepInput in;
+    in.tokens = tok.data();
+    in.batch = batch();
+    for (size_t r = 0; r < tok.size(); ++r) in.logits_rows.push_back(int32_t(r));
+    in.sampling = std::move(sampling);
+    return in;
+  }
   void release(engine::gpu::GpuRunner& g) {
     for (const auto& t : tables) g.release_pages(t);
   }

@@ -119,11 +119,7 @@ TEST(GpuSampling, DeviceTokensEqualTheHostSchemeOnTheStepsOwnLogits) {
   Requests q(lens, V);
   int near = 0, rows = 0;
   for (int64_t s = 0; s < steps; ++s) {
-    StepInput in;
-    in.tokens = d.tok.data();
-    in.batch = d.batch();
-    for (int64_t r = 0; r < B; ++r) in.logits_rows.push_back(int32_t(r));
-    in.sampling = q.rows();
+    const StepInput in = d.step(q.rows());
     std::vector<float> logits;
     std::vector<int32_t> greedy;
     std::vector<GeneratedToken> sampled;
@@ -149,11 +145,7 @@ TEST(GpuSampling, DeviceTokensEqualTheHostSchemeOnTheStepsOwnLogits) {
   RecordProperty("near_tie_rows", near);
   EXPECT_LE(near * 50, rows) << near << " near-tie rows of " << rows << " (<= 2 %)";
   // The last row alone as a step's only sampling row (the last logits row of the step).
-  StepInput in;
-  in.tokens = d.tok.data();
-  in.batch = d.batch();
-  for (int64_t r = 0; r < B; ++r) in.logits_rows.push_back(int32_t(r));
-  in.sampling = {q.rows().back()};
+  const StepInput in = d.step({q.rows().back()});
   std::vector<float> logits;
   std::vector<GeneratedToken> sampled;
   StepOutput o;
@@ -255,11 +247,7 @@ TEST(GpuSampling, ARequestSampledAloneGetsItsBatchedToken) {
   const int64_t B = int64_t(lens.size());
   Decoding d = prefill(*gpu, lens, 2);
   const Requests q(lens, V);
-  StepInput in;
-  in.tokens = d.tok.data();
-  in.batch = d.batch();
-  for (int64_t r = 0; r < B; ++r) in.logits_rows.push_back(int32_t(r));
-  in.sampling = q.rows();
+  const StepInput in = d.step(q.rows());
   std::vector<GeneratedToken> batched;
   StepOutput o;
   o.sampled = &batched;

@@ -236,6 +236,11 @@ LayerWeights bind_layer(Binder& b, const MlaModelConfig& c, int64_t l, IndexerKi
     const Linear g = b.matrix(M + "gate.weight", E, H, "router");
     m.router_w.resize(size_t(E * H));
     for (int64_t e = 0; e < E; ++e) cpu::linear_row_cpu(g.w, e, m.router_w.data() + e * H);
+    // A non-finite router weight would route every token by NaN comparisons: refused, as the
+    // correction bias is (vec()) and as Checkpoint::load_moe_layer does.
+    for (size_t i = 0; i < m.router_w.size(); ++i)
+      FP4MOE_CHECK(std::isfinite(m.router_w[i]), "{}: router '{}gate.weight' has a non-finite value {} at row {}, column {}",
+                   b.dir(), M, m.router_w[i], int64_t(i) / H, int64_t(i) % H);
   }
   if (b.has(M + "gate.e_score_correction_bias")) {
     m.router_bias = b.vec(M + "gate.e_score_correction_bias", E, "correction bias");

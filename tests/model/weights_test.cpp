@@ -133,3 +133,55 @@ TEST(Weights, Mxfp4CheckpointEqualsItsDequantizedBf16Copy) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_LE(testing_model::rel_l2(a.logits.data(), b.logits.data(), a.logits.size()), 1e-5);
 }
+
+// A non-finite router weight is refused at load with one line naming the tensor, on every
+// backend (the binder checks it; the correction bias was already checked).
+TEST(Weights, NonFiniteRouterWeightIsRefusedAtLoad) {
+  TempDir t("weights_router_nan");
+  const auto dir = t.path / "glm5-tiny";
+  const Result r = run_binary(t.path, "make-synthetic " + dir.string() + " --preset glm5-tiny");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string name;
+  {
+    model::ModelOptions o;
+    o.threads = 2;
+    const auto m = model::Model::load(dir.string(), o);
+    name = "model.layers." + std::to_string(m->config().num_layers - 1) + ".mlp.gate.weight";
+  }
+  bool poked = false;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    uint64_t at = 0;
+    DType dtype = DType::F32;
+    {
+      const auto f = SafetensorsFile::open(e.path().string());
+      const TensorInfo* ti = f->find(name);
+      if (!ti) continue;
+      at = f->data_offset() + ti->begin + 2 * (ti->dtype == DType::F32 ? 4 : 2);  // the third value
+      dtype = ti->dtype;
+    }
+    ASSERT_TRUE(dtype == DType::BF16 || dtype == DType::F32);
+    std::fstream out(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(std::streamoff(at));
+    const float inf = INFINITY;
+    const uint16_t inf16 = 0x7F80;
+    if (dtype == DType::F32) {
+      out.write(reinterpret_cast<const char*>(&inf), 4);
+    } else {
+      out.write(reinterpret_cast<const char*>(&inf16), 2);
+    }
+    poked = true;
+  }
+  ASSERT_TRUE(poked) << name << " not found";
+  model::ModelOptions o;
+  o.threads = 2;
+  try {
+    model::Model::load(dir.string(), o);
+    FAIL() << "a checkpoint with an infinite router weight loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("router '" + name.substr(0, name.size() - std::string("gate.weight").size()) +
+                                         "gate.weight' has a non-finite value inf at row 0, column 2"),
+              std::string::npos)
+        << e.what();
+  }
+}

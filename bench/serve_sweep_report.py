@@ -151,8 +151,6 @@ def merge_summaries(summaries):
     where = {}
     for x in summaries:
         for c in x["cells"]:
-            if c["server"] == "torch" and x.get("torch"):
-                c.setdefault("server_args", x["torch"].get("args", ""))
             k = (c["server"], c["steps"], c["cap"])
             if k not in where:
                 where[k] = len(out["cells"])
@@ -586,6 +584,25 @@ def report(s, table):
     return "\n".join(lines) + "\n"
 
 
+def load_summary(arg):
+    """(path, summary) from PATH or PATH:SERVER[,SERVER] (only those servers' cells). Each baseline
+    cell records its call's server arguments (server_args), which the side-by-side tables print."""
+    path, only = arg, None
+    if not os.path.exists(arg) and ":" in arg:
+        path, names = arg.rsplit(":", 1)
+        only = set(names.split(","))
+    with open(path) as f:
+        x = json.load(f)
+    if only is not None:
+        x["cells"] = [c for c in x["cells"] if c["server"] in only]
+        if "torch" not in only:
+            x["torch"] = None
+    for c in x["cells"]:
+        if c["server"] == "torch" and x.get("torch"):
+            c.setdefault("server_args", x["torch"].get("args", ""))
+    return path, x
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("summary", nargs="+",
@@ -594,23 +611,15 @@ def main(argv=None):
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--moe-table", default="", help='JSON {"tokens": [...], "ms": [...], "source": "..."}')
     a = p.parse_args(argv)
-    loaded = []
+    paths, loaded = [], []
     for arg in a.summary:
-        path, only = arg, None
-        if not os.path.exists(arg) and ":" in arg:
-            path, names = arg.rsplit(":", 1)
-            only = set(names.split(","))
         try:
-            with open(path) as f:
-                x = json.load(f)
-            if only is not None:
-                x["cells"] = [c for c in x["cells"] if c["server"] in only]
-                if "torch" not in only:
-                    x["torch"] = None
-            loaded.append(x)
+            path, x = load_summary(arg)
         except (OSError, ValueError) as e:
-            print(f"serve_sweep_report: {path}: {e}", file=sys.stderr)
+            print(f"serve_sweep_report: {arg}: {e}", file=sys.stderr)
             return 1
+        paths.append(path)
+        loaded.append(x)
     try:
         s = merge_summaries(loaded) if len(loaded) > 1 else loaded[0]
     except (KeyError, ValueError) as e:
@@ -620,7 +629,7 @@ def main(argv=None):
     if a.moe_table:
         with open(a.moe_table) as f:
             table = dict(MOE_TABLE, **json.load(f))
-    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.summary[0].rsplit(":", 1)[0] if not os.path.exists(a.summary[0]) else a.summary[0]))
+    out_dir = a.out_dir or os.path.dirname(os.path.abspath(paths[0]))
     os.makedirs(out_dir, exist_ok=True)
     md = report(s, table)
     if not a.no_plots:

@@ -11,7 +11,7 @@ GrowingThreadPool::GrowingThreadPool(size_t max_threads, size_t min_threads, std
 
 GrowingThreadPool::~GrowingThreadPool() { shutdown(); }
 
-void GrowingThreadPool::join_finished_locked(std::list<Worker>& out) {
+void GrowingThreadPool::take_finished_locked(std::list<Worker>& out) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     auto next = std::next(it);
     if (it->done) out.splice(out.end(), workers_, it);
@@ -24,7 +24,7 @@ void GrowingThreadPool::enqueue(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(std::move(fn));
-    join_finished_locked(finished);
+    take_finished_locked(finished);
     // A new thread when every live one is busy (or already claimed by a queued job).
     if (!shutdown_ && idle_ < jobs_.size() && alive_ < max_) {
       Worker& w = workers_.emplace_back();

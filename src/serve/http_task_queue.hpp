@@ -41,7 +41,7 @@ class GrowingThreadPool : public httplib::TaskQueue {
     bool done = false;  // set by the thread as it leaves: join it at the next start or shutdown
   };
   void run(Worker* self);
-  void join_finished_locked(std::list<Worker>& out);
+  void take_finished_locked(std::list<Worker>& out);  // moves exited workers to out, joined outside the lock
 
   const size_t max_, min_;
   const std::chrono::milliseconds idle_exit_;

@@ -234,7 +234,7 @@ def tables(s, table):
     model = s["model"]
     caps = s["fp4moe"]["caps"]
     steps = sorted(s["fp4moe"]["steps"])
-    torch_k = (s.get("torch") or {}).get("steps", [1])[0] if s.get("torch") else None
+    torch_steps = sorted((s.get("torch") or {}).get("steps", []))
     lines = []
     w = s["workload"]
     lines += [f"Model: {model['layers']} layers ({model['dense_layers']} dense + {model['moe_layers']} MoE), "
@@ -253,18 +253,21 @@ def tables(s, table):
     lines.append("")
     lines.append("| K | cap | prompts | status | output tok/s | total tok/s | TTFT mean / median / p99 ms | "
                  "TPOT mean / median / p99 ms | failed | max running | tokens / expert | tokens / active expert | "
-                 "mean step tokens | ms / step | MoE share (est.) | torch tok/s (K=1) | × torch |")
+                 "mean step tokens | ms / step | MoE share (est.) | torch tok/s (its K) | × torch |")
     lines.append("|" + "---|" * 17)
     for k in steps:
         for cap in caps:
             c = idx.get(("fp4moe", k, cap))
             if not c:
                 continue
-            t = idx.get(("torch", torch_k, cap)) if torch_k else None
+            # The baseline at the same K where it ran there, else at its lowest K at this cap.
+            tk = next((j for j in [k] + torch_steps if idx.get(("torch", j, cap))), None)
+            t = idx.get(("torch", tk, cap)) if tk else None
             tt = out_tps(t)
+            tcell = f"{fmt(tt)} (K={tk})" if tt else "–"
             if c["status"] != "ok":
                 lines.append(f"| {k} | {cap} | {c.get('num_prompts', '–')} | {c['status']}: {c.get('reason', '')} |"
-                             + " |" * 11 + f" {fmt(tt)} | – |")
+                             + " |" * 11 + f" {tcell} | – |")
                 continue
             b, m, e = c["bench"], c.get("metrics", {}), estimate(c, model, table)
             lines.append(
@@ -273,7 +276,7 @@ def tables(s, table):
                 f"{b['mean_tpot_ms']:.2f} / {b['median_tpot_ms']:.2f} / {b['p99_tpot_ms']:.2f} | {b['failed']} | "
                 f"{c.get('max_running', '–')} | {fmt(m.get('tokens_per_expert_mean'), '.2f')} | "
                 f"{fmt(m.get('tokens_per_active_expert_mean'), '.2f')} | {fmt(m.get('mean_step_tokens'), '.0f')} | "
-                f"{fmt(e and e['step_ms'], '.2f')} | {fmt(e and 100 * e['moe_share'], '.0f')} % | {fmt(tt)} | "
+                f"{fmt(e and e['step_ms'], '.2f')} | {fmt(e and 100 * e['moe_share'], '.0f')} % | {tcell} | "
                 f"{fmt(b['output_throughput'] / tt if tt else None, '.2f')}× |")
     lines.append("")
     for torch_k in (s["torch"]["steps"] if s.get("torch") else []):

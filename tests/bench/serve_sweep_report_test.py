@@ -129,7 +129,9 @@ class Report(unittest.TestCase):
         # K=1 cap 256: fp4moe 100 x 16 x 1.05 = 1680, torch 25 x 16 = 400: 4.20x.
         row = next(r for r in every if r.startswith("| 1 | 256 |"))
         self.assertIn("| 1680 |", row)
-        self.assertIn("| 400 | 4.20× |", row)
+        self.assertIn("| 400 (K=1) | 4.20× |", row)
+        # The baseline ran at K=1 only: a K=8 row compares against it and says so.
+        self.assertIn("| 400 (K=1) |", next(r for r in every if r.startswith("| 8 | 256 |")))
         side = [r for r in rows if len(r.split("|")) == 17]  # side by side: 15 columns
         self.assertEqual(len(side), 5)
         self.assertTrue(side[2].startswith("| 256 | 1680 | 400 | 4.20 |"), side[2])

@@ -3,6 +3,10 @@
 // A page is free at count 0. Whoever puts a page id into a page table holds one reference:
 // a running request for each page of its table, the prefix cache for each page it indexes.
 // The pool knows nothing about what a page holds (the backend owns the KV memory).
+//
+// The prefix cache marks the pages it indexes (set_indexed); the pool keeps the count of marked
+// pages that nobody else references (count 1), so "pages the cache could free" costs O(1)
+// instead of a walk of the whole tree on every scheduling round.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +31,16 @@ class PagePool {
 
   int32_t ref_count(int32_t page) const;
 
+  // Marks / unmarks a page (holding a reference) as indexed by the prefix cache.
+  void set_indexed(int32_t page, bool indexed);
+  bool indexed(int32_t page) const;
+  // Indexed pages whose only reference is the index's own.
+  int32_t num_indexed_sole() const { return indexed_sole_; }
+
  private:
   std::vector<int32_t> refs_;
+  std::vector<uint8_t> indexed_;
+  int32_t indexed_sole_ = 0;
   std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
 };
 

@@ -53,6 +53,7 @@ void RadixCache::insert(std::span<const int32_t> tokens, int32_t n_pages, std::v
       child->page = pages[size_t(i)];
       child->parent = node;
       pool_.retain(child->page);
+      pool_.set_indexed(child->page, true);
       it = node->children.emplace(std::move(key), std::move(child)).first;
       it->second->key = &it->first;
       ++num_nodes_;
@@ -82,6 +83,7 @@ int32_t RadixCache::evict(int32_t n) {
     Node* x = std::get<2>(leaves.top());
     leaves.pop();
     Node* parent = x->parent;
+    pool_.set_indexed(x->page, false);
     pool_.release(x->page);
     parent->children.erase(parent->children.find(*x->key));  // destroys x
     --num_nodes_;
@@ -102,7 +104,9 @@ void RadixCache::for_each_page(const std::function<void(int32_t)>& fn) const {
   }
 }
 
-int32_t RadixCache::num_evictable() const {
+int32_t RadixCache::num_evictable() const { return pool_.num_indexed_sole(); }
+
+int32_t RadixCache::count_evictable_by_walk() const {
   int32_t n = 0;
   std::vector<const Node*> stack{root_.get()};
   while (!stack.empty()) {

@@ -41,8 +41,10 @@ class RadixCache {
   int32_t num_nodes() const { return num_nodes_; }
   // Calls fn(page) for every page the tree indexes.
   void for_each_page(const std::function<void(int32_t)>& fn) const;
-  // Pages only the tree references (what evict could free).
+  // Pages only the tree references (what evict could free): O(1), kept by the pool.
   int32_t num_evictable() const;
+  // The same count by walking the tree (check_invariants and tests).
+  int32_t count_evictable_by_walk() const;
 
  private:
   struct Node;

@@ -129,3 +129,43 @@ TEST(RadixCache, NeverEvictsPagesARequestHolds) {
   EXPECT_EQ(cache.evict_all(), 2);
   EXPECT_EQ(pool.num_free(), 4);
 }
+
+// num_evictable() is kept by the pool in O(1); over random requests (shared prefixes, matches,
+// inserts, finishes, evictions) it must equal the walk of the tree after every operation.
+TEST(RadixCache, EvictableCountMatchesTheTreeWalkOverRandomRequests) {
+  const int32_t page = 2;
+  PagePool pool(64);
+  RadixCache cache(pool, page);
+  std::vector<std::vector<int32_t>> live;  // page tables of running requests
+  uint64_t rng = 12345;
+  auto next = [&rng](uint32_t n) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return uint32_t(rng >> 33) % n;
+  };
+  for (int op = 0; op < 2000; ++op) {
+    if (live.size() < 6 && next(3) != 0) {  // a new request: 1..5 pages from a small alphabet
+      std::vector<int32_t> tokens(size_t(page) * (1 + next(5)));
+      for (auto& t : tokens) t = int32_t(next(2));
+      std::vector<int32_t> pages;
+      const int32_t matched = cache.match(tokens, int32_t(tokens.size()) / page, pages);
+      const int32_t need = int32_t(tokens.size()) / page - matched;
+      if (pool.num_free() < need) cache.evict(need - pool.num_free());
+      if (!pool.allocate(need, pages)) {
+        pool.release(pages);
+        continue;
+      }
+      cache.insert(tokens, int32_t(tokens.size()) / page, pages);
+      live.push_back(std::move(pages));
+    } else if (!live.empty()) {  // a request finishes
+      const size_t i = next(uint32_t(live.size()));
+      pool.release(live[i]);
+      live.erase(live.begin() + int64_t(i));
+    }
+    if (next(10) == 0) cache.evict(int32_t(next(4)));
+    ASSERT_EQ(cache.num_evictable(), cache.count_evictable_by_walk()) << "after operation " << op;
+  }
+  for (auto& p : live) pool.release(p);
+  EXPECT_EQ(cache.num_evictable(), cache.num_nodes());
+  cache.evict_all();
+  EXPECT_EQ(pool.num_free(), 64);
+}

@@ -1,5 +1,7 @@
 #include "engine/engine.hpp"
 
+#include "engine/event_courier.hpp"
+
 #include <random>
 
 #include "core/error.hpp"
@@ -30,6 +32,7 @@ Engine::Engine(SchedulerConfig config, Backend& backend, EngineOptions options)
   published_.pages_total = config_.num_pages;
   published_.pages_free = config_.num_pages;
   last_log_ = std::chrono::steady_clock::now();
+  courier_ = std::make_unique<EventCourier>();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -98,6 +101,7 @@ void Engine::shutdown() {
   accepting_ = false;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (courier_) courier_->stop();  // after the engine thread: its last events are delivered
 }
 
 EngineStats Engine::stats() const {
@@ -139,21 +143,24 @@ void Engine::log_interval() {
 void Engine::loop() {
   // Events are delivered after the stats are published, so a client that sees its finish
   // also sees its pages freed in stats().
+  // The routes are resolved here (a finish drops its route and counts as finished before its
+  // event is seen); the courier thread wakes the HTTP threads.
   std::vector<std::pair<uint64_t, OutputEvent>> events;
+  std::vector<EventCourier::Parcel> parcels;
   const EventSink sink = [&events](uint64_t id, OutputEvent&& ev) { events.emplace_back(id, std::move(ev)); };
   auto deliver = [&] {
     publish();
     for (auto& [id, ev] : events) {
       auto it = routes_.find(id);
       if (it == routes_.end()) continue;
-      const Route route = it->second;
-      if (ev.finished) {
+      parcels.push_back({it->second.channel, it->second.index, std::move(ev)});
+      if (parcels.back().event.finished) {
         routes_.erase(it);
         --unfinished_;
       }
-      route.channel->push(route.index, std::move(ev));
     }
     events.clear();
+    courier_->send(parcels);
   };
   std::vector<Incoming> incoming;
   std::vector<uint64_t> cancels;

@@ -41,6 +41,8 @@ class OutputChannel {
   std::deque<Item> items_;
 };
 
+class EventCourier;
+
 struct EngineOptions {
   int32_t max_queued = -1;          // --max-queued-requests; -1: unlimited
   int32_t log_interval_rounds = 40; // one log line per this many busy rounds; 0: none
@@ -49,7 +51,7 @@ struct EngineOptions {
 struct EngineStats : SchedulerStats {
   int32_t queued = 0;  // waiting in the scheduler plus handed over and not yet seen by the engine thread
   // Wall time of the engine thread's busy iterations: admitting, the round (backend_seconds
-  // included) and handing its events to the HTTP threads. busy - backend = the host's share.
+  // included) and handing its events to the courier thread. busy - backend = the host's share.
   double busy_seconds = 0;
 };
 
@@ -123,6 +125,7 @@ class Engine {
   SchedulerStats last_log_stats_;
   int64_t rounds_since_log_ = 0;
   double busy_seconds_ = 0;  // engine thread; published with the scheduler's stats
+  std::unique_ptr<EventCourier> courier_;  // pushes each round's events into their channels
   std::thread thread_;
 };
 

@@ -4,6 +4,7 @@
 // contexts 1, page-size multiples +-1, 100K beside 1, page sizes 1 / 16 / 64 with pages out of
 // order, 64 and 128 heads (ours); sparse with top-k >= context equals dense; poisoned outputs;
 // bad input (page out of range, unsupported heads, misplaced tokens, prefill chunks for ours).
+// MlaSm90::run_device (the schedule built on the device) eagerly and replayed from a CUDA graph.
 #include <gtest/gtest.h>
 
 #include "cpu/attention/indexer_cpu.hpp"
@@ -46,7 +47,9 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
   return r;
 }
 
-enum class Impl { FlashInfer, Mma };
+// FlashInferDevice: MlaSm90::run_device (the schedule built on the device); FlashInferGraph: the
+// same captured in a CUDA graph and replayed.
+enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph };
 
 // Dense when slots is null; else sparse over slots [T, k] (device page table of page_size 1).
 // Outputs poisoned (NaN) before the run.
@@ -73,6 +76,40 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
   if (impl == Impl::Mma) {
     at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
     go(mla);
+  } else if (impl == Impl::FlashInferDevice || impl == Impl::FlashInferGraph) {
+    const KvBatchView b = c.batch();
+    DeviceArray<int32_t> len(std::vector<int32_t>(b.kv_len, b.kv_len + b.num_requests));
+    DeviceArray<int32_t> indptr(std::vector<int32_t>(b.page_indptr, b.page_indptr + b.num_requests + 1));
+    DeviceArray<int32_t> pos(std::vector<int32_t>(b.positions, b.positions + b.num_tokens));
+    at::MlaDeviceRows rows;
+    rows.tokens = int(T);
+    if (slots) {
+      rows.positions = pos.ptr;
+      rows.top_k = k;
+      rows.max_keys = int(std::min<int64_t>(c.max_ctx(), k));
+    } else {
+      rows.kv_len = len.ptr;
+      rows.page_indptr = indptr.ptr;
+      rows.page_size = c.page_size;
+      rows.max_keys = int(c.max_ctx());
+    }
+    at::MlaSm90 mla({q.heads, kSmScale, c.elem});
+    mla.reserve_device(int(T));
+    if (impl == Impl::FlashInferDevice) {
+      mla.run_device(a, rows, nullptr);
+    } else {
+      cudaStream_t s = nullptr;
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ge = nullptr;
+      EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess);
+      EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+      mla.run_device(a, rows, s);
+      EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+      EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
+    }
   } else {
     at::MlaSm90 mla({q.heads, kSmScale, c.elem});
     go(mla);
@@ -173,6 +210,45 @@ TEST(MlaAttention, SparseWithTopKAtLeastContextEqualsDense) {
   // The same keys in the same order; the split schedule may differ, so BF16-output rounding.
   EXPECT_LT(worst_row_rel_error(sparse.out, dense.out, kCkvDim), 5e-3);
   EXPECT_LT(worst_lse_error(sparse.lse, dense.lse), 1e-3);
+}
+
+// ---- MlaSm90::run_device: FlashInfer's kernel over the schedule built on the device --------------
+
+TEST(MlaAttentionTiny, DeviceScheduledDecodeMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    for (Impl i : {Impl::FlashInferDevice, Impl::FlashInferGraph}) check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, e, 60, i);
+}
+
+TEST(MlaAttention, DeviceScheduledDecodeEveryPageSizeAndLengths1And100K) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, e, 61 + uint64_t(ps), Impl::FlashInferDevice);
+    check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, e, 62, Impl::FlashInferGraph);
+  }
+  std::vector<RequestShape> many;  // 300 rows: one split each
+  for (int r = 0; r < 300; ++r) many.push_back({1 + (r * 37) % 3000, 1});
+  check_dense(many, 64, KvElem::BF16, 63, Impl::FlashInferDevice);
+}
+
+TEST(MlaAttention, DeviceScheduledSparseMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 64, Impl::FlashInferDevice);
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3})
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 65, Impl::FlashInferGraph);
+}
+
+TEST(MlaAttentionErrors, RunDeviceWithoutReserveOrWithMoreRowsIsAnError) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  at::MlaSm90 mla({kHeads, kSmScale, KvElem::BF16});
+  at::MlaRunArgs a;
+  at::MlaDeviceRows rows;
+  rows.tokens = 4;
+  EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);
+  mla.reserve_device(2);
+  EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);
+  at::MlaSm90 heads128({128, kSmScale, KvElem::BF16});
+  EXPECT_THROW(heads128.reserve_device(4), Error);
 }
 
 // ---- MlaDecodeMma (our decode kernel; tests/cuda/mla_decode_emu_test.cpp runs it on the CPU) --

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
+#include "cuda/attention/mla_fi_schedule_launch.hpp"
 
 #if defined(FP4MOE_HAVE_FLASHINFER)
 #include "cuda/attention/sm90_mla_flashinfer.hpp"
@@ -60,6 +61,8 @@ MlaSm90::~MlaSm90() {
   cudaFreeHost(pinned_);
   cudaFree(int_ws_);
   cudaFree(float_ws_);
+  cudaFree(dev_int_ws_);
+  cudaFree(dev_float_ws_);
 }
 
 void check_prefill_batch(const KvBatchView& b, int64_t page_size, int64_t num_pages) {
@@ -138,14 +141,19 @@ void MlaSm90::plan_impl(const std::vector<int32_t>& q_indptr, const std::vector<
 #endif
 }
 
+void MlaSm90::check_run_args(const MlaRunArgs& a, const char* who) const {
+  const KvLayerView& L = a.layer;
+  FP4MOE_CHECK(L.elem == desc_.kv_elem, "MLA {}: cache is {}, planned for {}", who, kv_elem_name(L.elem),
+               kv_elem_name(desc_.kv_elem));
+  FP4MOE_CHECK(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim, "MLA {}: ckv/kpe dims {}/{} (the kernel is built for {}/{})",
+               who, L.ckv_dim, L.kpe_dim, kCkvDim, kKpeDim);
+  FP4MOE_CHECK(a.q_nope && a.q_pe && L.ckv && L.kpe && a.kv_indices && a.out, "MLA {}: a required pointer is null", who);
+}
+
 void MlaSm90::run(const MlaRunArgs& a, cudaStream_t stream) const {
   FP4MOE_CHECK(planned_, "MLA run: plan() first");
+  check_run_args(a, "run");
   const KvLayerView& L = a.layer;
-  FP4MOE_CHECK(L.elem == desc_.kv_elem, "MLA run: cache is {}, planned for {}", kv_elem_name(L.elem),
-               kv_elem_name(desc_.kv_elem));
-  FP4MOE_CHECK(L.ckv_dim == kCkvDim && L.kpe_dim == kKpeDim, "MLA run: ckv/kpe dims {}/{} (the kernel is built for {}/{})",
-               L.ckv_dim, L.kpe_dim, kCkvDim, kKpeDim);
-  FP4MOE_CHECK(a.q_nope && a.q_pe && L.ckv && L.kpe && a.kv_indices && a.out, "MLA run: a required pointer is null");
   FP4MOE_CHECK(sparse_ || L.page_size == page_size_, "MLA run: page_size {} (planned {})", L.page_size, page_size_);
 #if defined(FP4MOE_HAVE_FLASHINFER)
   flashinfer_glue::Launch l{&plan_info_, float_ws_, int_ws_, desc_.num_heads, desc_.sm_scale,
@@ -156,6 +164,64 @@ void MlaSm90::run(const MlaRunArgs& a, cudaStream_t stream) const {
   FP4MOE_CUDA_CHECK_LAUNCH();
 #else
   (void)stream;
+#endif
+}
+
+// ---- device-scheduled decode (graph-capturable) ----
+// The schedule's arrays live at fixed offsets of dev_int_ws_ (fi_sched::layout for
+// max(dev_rows_, 2 x SMs) items), the partials in dev_float_ws_ laid out as MLAPlan's (2 x SMs
+// x 64 BF16 rows of 512, then their LSE): every split run has rows x splits <= 2 x SMs.
+
+int MlaSm90::device_splits(int rows, int max_keys) const { return fi_sched::splits_for(rows, max_keys, num_sm_); }
+
+void MlaSm90::reserve_device(int max_rows) {
+  FP4MOE_CHECK(max_rows >= 1, "MLA reserve_device: {} rows", max_rows);
+  FP4MOE_CHECK(desc_.num_heads == fi_sched::kRowsPerToken,
+               "MLA run_device: {} heads (its schedule packs {} heads, one 64-row tile, per query token)",
+               desc_.num_heads, fi_sched::kRowsPerToken);
+  if (max_rows <= dev_rows_) return;
+  const fi_sched::Layout l = fi_sched::layout(std::max(max_rows, 2 * num_sm_), num_sm_);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // earlier device runs may still read the old buffers
+  cudaFree(dev_int_ws_), cudaFree(dev_float_ws_);
+  dev_int_ws_ = dev_float_ws_ = nullptr;
+  dev_rows_ = 0;
+  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_int_ws_, size_t(l.bytes)));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_float_ws_, float_bytes_));
+  const int64_t partial_rows = int64_t(2) * num_sm_ * 64;
+  dev_info_ = {1,           num_sm_,       l.q_indptr, l.kv_indptr,  l.partial_indptr, l.merge_start,
+               l.merge_end, l.merge_p_start, l.merge_p_end, l.merge_stride, l.q_len,      l.kv_len,
+               l.q_start,   l.kv_start,    l.kv_end,   l.work_indptr, 0,                partial_rows * kCkvDim * 2};
+  dev_rows_ = max_rows;
+}
+
+void MlaSm90::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const {
+  FP4MOE_CHECK(rows.tokens >= 1 && rows.tokens <= dev_rows_, "MLA run_device: {} rows (reserve_device reserved {})",
+               rows.tokens, dev_rows_);
+  const bool sparse = rows.top_k > 0;
+  FP4MOE_CHECK(sparse ? rows.positions != nullptr : (rows.kv_len && rows.page_indptr),
+               "MLA run_device: the rows' device arrays are null");
+  FP4MOE_CHECK(sparse || (rows.page_size >= 1 && rows.page_size == a.layer.page_size),
+               "MLA run_device: page_size {} (the layer's {})", rows.page_size, a.layer.page_size);
+  check_run_args(a, "run_device");
+  fi_sched::Params p;
+  p.kv_len = rows.kv_len;
+  p.page_indptr = rows.page_indptr;
+  p.positions = rows.positions;
+  p.top_k = sparse ? rows.top_k : 0;
+  p.rows = rows.tokens;
+  p.splits = device_splits(rows.tokens, sparse ? std::min(rows.max_keys, rows.top_k) : rows.max_keys);
+  p.ctas = num_sm_;
+  p.ws = static_cast<unsigned char*>(dev_int_ws_);
+  p.l = fi_sched::layout(std::max(dev_rows_, 2 * num_sm_), num_sm_);
+  FP4MOE_CHECK(p.splits == 1 || p.rows * p.splits <= 2 * num_sm_, "MLA run_device: split grid");
+  FP4MOE_CUDA_CHECK(fi_sched::launch(p, stream));
+#if defined(FP4MOE_HAVE_FLASHINFER)
+  flashinfer_glue::Launch l{&dev_info_, dev_float_ws_, dev_int_ws_, desc_.num_heads, desc_.sm_scale,
+                            sparse ? 1 : int(rows.page_size)};
+  const cudaError_t st = desc_.kv_elem == KvElem::BF16 ? flashinfer_glue::run_bf16(l, a, stream)
+                                                       : flashinfer_glue::run_fp8(l, a, stream);
+  FP4MOE_CUDA_CHECK(st);
+  FP4MOE_CUDA_CHECK_LAUNCH();
 #endif
 }
 

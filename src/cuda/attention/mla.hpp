@@ -53,6 +53,22 @@ struct MlaRunArgs {
   float* lse = nullptr;           // optional [tokens, heads] FP32, natural log
 };
 
+// The rows of a device-scheduled run (MlaSm90::run_device, MlaDecodeMma::run_device), all
+// arrays in DEVICE memory.
+struct MlaDeviceRows {
+  int tokens = 0;    // query rows; dense: row t = request t (one new token each, at kv_len - 1)
+  int max_keys = 0;  // >= every row's key count: sizes the split grid (not read for correctness)
+  // dense (top_k == 0): row t's keys are positions [0, kv_len[t]) through the page table at
+  // kv_indices + page_indptr[t] (pages of page_size, a power of two)
+  const int32_t* kv_len = nullptr;
+  const int32_t* page_indptr = nullptr;
+  int64_t page_size = 0;
+  // sparse (top_k > 0): row t's keys are the first min(top_k, positions[t] + 1) cache slots of
+  // kv_indices[t * top_k ..] (indexer::top_k's out_slot)
+  const int32_t* positions = nullptr;
+  int top_k = 0;
+};
+
 // Planner + workspace for one MlaDesc on the current device. plan() is host work (the split /
 // load-balance schedule) plus one async H2D copy of the schedule; run() enqueues one
 // cooperative launch. One object per concurrently used plan (the layers of one step share
@@ -74,6 +90,16 @@ class MlaSm90 {
 
   void run(const MlaRunArgs& a, cudaStream_t stream) const;
 
+  // Graph-capturable decode (64 heads, one query token per row): no host plan. run_device()
+  // enqueues a kernel that writes FlashInfer's schedule from the rows' DEVICE arrays
+  // (cuda/attention/mla_fi_schedule.hpp: a fixed split count per row, chosen from rows.tokens
+  // and rows.max_keys alone), then the same FlashInfer kernel as run(). Its own workspace,
+  // allocated once by reserve_device() (never during a capture); independent of plan()/run().
+  void reserve_device(int max_rows);
+  void run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const;
+  // The split count run_device uses for `rows` rows of at most max_keys keys.
+  int device_splits(int rows, int max_keys) const;
+
   bool planned_sparse() const { return sparse_; }
   int planned_tokens() const { return tokens_; }
   int planned_works() const { return works_; }
@@ -88,6 +114,7 @@ class MlaSm90 {
  private:
   void plan_impl(const std::vector<int32_t>& q_indptr, const std::vector<int32_t>& kv_indptr,
                  const std::vector<int32_t>& kv_len, cudaStream_t stream);
+  void check_run_args(const MlaRunArgs& a, const char* who) const;
   MlaDesc desc_;
   int num_sm_ = 0;
   void* float_ws_ = nullptr;
@@ -98,6 +125,12 @@ class MlaSm90 {
   std::vector<int64_t> plan_info_;
   int tokens_ = 0, works_ = 0, page_size_ = 0, top_k_ = 0;
   bool planned_ = false, sparse_ = false;
+  // run_device's schedule (int) and partial O / LSE (float) workspaces, and its plan vector
+  // (FlashInfer's MLAPlanInfo order: grid, then the arrays' offsets; fixed by reserve_device)
+  void* dev_int_ws_ = nullptr;
+  void* dev_float_ws_ = nullptr;
+  std::vector<int64_t> dev_info_;
+  int dev_rows_ = 0;
 };
 
 // Host checks shared by the planners: the batch is valid for the pool (validate_kv_batch), has

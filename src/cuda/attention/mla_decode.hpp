@@ -24,21 +24,6 @@ namespace fp4moe::cuda::attention {
 // type, shared memory per block: ~217 KB, so not sm_120's 99 KB).
 std::string mla_decode_can_implement(const MlaDesc& d);
 
-// The rows of a device-scheduled run (MlaDecodeMma::run_device), all arrays in DEVICE memory.
-struct MlaDeviceRows {
-  int tokens = 0;    // query rows; dense: row t = request t (one new token each, at kv_len - 1)
-  int max_keys = 0;  // >= every row's key count: sizes the split grid (not read for correctness)
-  // dense (top_k == 0): row t's keys are positions [0, kv_len[t]) through the page table at
-  // kv_indices + page_indptr[t] (pages of page_size, a power of two)
-  const int32_t* kv_len = nullptr;
-  const int32_t* page_indptr = nullptr;
-  int64_t page_size = 0;
-  // sparse (top_k > 0): row t's keys are the first min(top_k, positions[t] + 1) cache slots of
-  // kv_indices[t * top_k ..] (indexer::top_k's out_slot)
-  const int32_t* positions = nullptr;
-  int top_k = 0;
-};
-
 class MlaDecodeMma {
  public:
   explicit MlaDecodeMma(const MlaDesc& desc);

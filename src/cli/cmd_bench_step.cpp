@@ -92,8 +92,7 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
   ro.cuda_graph_max_bs = max_b;
-  ro.attention_kernels =
-      a.attention_kernels == "own" ? engine::gpu::AttentionKernels::Own : engine::gpu::AttentionKernels::Auto;
+  ro.attention_kernels = engine::gpu::parse_attention_kernels(a.attention_kernels);
   ro.replicate_layers = a.replicate_layers;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::gpu::GpuRunner::load(a.model, ro);
@@ -279,8 +278,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--attention-kernels", a->attention_kernels,
                  "auto: cuda/attention's MlaDecodeMma (+ cuda/indexer's scores) where the dims allow; own: the "
-                 "runner's any-dims kernels everywhere (the start-up line says which each layer takes)")
-      ->check(CLI::IsMember({"auto", "own"}))
+                 "runner's any-dims kernels everywhere; flashinfer-decode: as auto, decode and top-k rows on "
+                 "FlashInfer's SM90 MLA over a device-built schedule (the start-up line says which each layer takes)")
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode"}))
       ->capture_default_str();
   app.add_option("--replicate-layers", a->replicate_layers,
                  "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "

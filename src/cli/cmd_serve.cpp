@@ -34,6 +34,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-queued-requests", o->max_queued_requests, "Waiting requests at most; more get 429 (default: no limit)")
       ->check(CLI::Range(0, 1 << 30));
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "No prefix reuse");
+  app.add_option("--attention-kernels", o->attention_kernels,
+                 "--backend cuda: auto (our MLA decode kernel) | own (the runner's any-dims kernels) | "
+                 "flashinfer-decode (decode and top-k rows on FlashInfer's SM90 MLA, device-built schedule)")
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode"}))
+      ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
       ->capture_default_str();
   app.add_flag("--log-requests", o->log_requests, "Log every request");

@@ -88,6 +88,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     if (o.mem_fraction_static > 0.0) r.mem_fraction_static = o.mem_fraction_static;
     r.max_total_tokens = o.max_total_tokens;
     r.cuda_graph_max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : -1;  // 0: up to --max-running-requests
+    r.attention_kernels = engine::gpu::parse_attention_kernels(o.attention_kernels);
     return std::make_unique<engine::gpu::CudaModelBackend>(c);
 #else
     FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA; --backend cpu runs the model on the host");

@@ -17,6 +17,8 @@
 //     from 1 to 200 in one bucket, split and unsplit rows);
 //   - a batch of requests of lengths 3, 40 and 180 (decode graphs captured for max_context 256,
 //     so most rows are far shorter than the captured grid) = each request alone.
+// The same with RunnerOptions::attention_kernels = FlashInferDecode (parameters "+fi", sm_90,
+// 64 heads): decode and top-k rows on FlashInfer's kernel over MlaSm90::run_device's schedule.
 // Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -30,6 +32,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli_run_helpers.hpp"
+#include "cuda/attention/mla.hpp"
 #include "engine/gpu/gpu_generate.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
@@ -80,9 +83,20 @@ RunnerOptions options(AttentionKernels k) {
   return o;
 }
 
-// Loads the preset with the fast path; skips when this GPU cannot run it (the line says why).
-std::unique_ptr<GpuRunner> load_fast(const std::string& preset) {
-  auto g = GpuRunner::load(synthetic_dir(preset), options(AttentionKernels::Auto));
+// A test parameter: "<model>" (Auto: MlaDecodeMma) or "<model>+fi" (FlashInferDecode: FlashInfer's
+// kernel over the device-built schedule, sm_90 and 64 heads).
+std::string model_of(const std::string& param) { return param.substr(0, param.find('+')); }
+bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
+
+// Loads the model with the fast path; null when this GPU cannot run it (the line says why).
+std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
+  if (flashinfer_of(param)) {
+    if (cuda::attention::current_device_sm() != 90) return nullptr;
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::FlashInferDecode));
+    EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
+    return g;
+  }
+  auto g = GpuRunner::load(synthetic_dir(param), options(AttentionKernels::Auto));
   if (!g->fast_attention()) return nullptr;
   return g;
 }
@@ -119,7 +133,7 @@ TEST_P(FastAttention, MatchesOwnKernelsPerLayerOverPrefillAndDecodeGraphsAndEage
   FP4MOE_SKIP_WITHOUT_GPU();
   auto fast = load_fast(GetParam());
   if (!fast) GTEST_SKIP() << "the fast attention path does not run on this GPU";
-  auto own = GpuRunner::load(synthetic_dir(GetParam()), options(AttentionKernels::Own));
+  auto own = GpuRunner::load(synthetic_dir(model_of(GetParam())), options(AttentionKernels::Own));
   const int64_t V = fast->config().vocab, NL = fast->config().num_layers, n = 100, steps = 16;
   std::vector<int32_t> seq = prompt_of(n, V, 11);
   const std::vector<int32_t> tf = fast->alloc_pages((n + steps + kPage - 1) / kPage),
@@ -230,11 +244,12 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
-                         ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64"),
+                         ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64",
+                                           "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi"),
                          [](const auto& i) {
                            std::string s = i.param;
                            for (char& ch : s)
-                             if (ch == '-' || ch == '@') ch = '_';
+                             if (ch == '-' || ch == '@' || ch == '+') ch = '_';
                            return s;
                          });
 

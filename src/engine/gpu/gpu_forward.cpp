@@ -163,7 +163,11 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
     rows.page_size = opt.page_size;
     rows.max_keys = max_ctx;
   }
-  mla_fast->run_device(a, rows, stream);
+  if (mla_fi_decode) {
+    mla_fi_decode->run_device(a, rows, stream);
+  } else {
+    mla_fast->run_device(a, rows, stream);
+  }
 }
 
 // MlaSm90 takes the step when: it exists (sm_90, FlashInfer, heads a power of two <= 128), the

@@ -93,6 +93,13 @@ cuda::DeviceBuffer upload_bf16_stack(const ExpertStack& s, Loader& ld) {
 
 }  // namespace
 
+AttentionKernels parse_attention_kernels(const std::string& name) {
+  if (name == "auto") return AttentionKernels::Auto;
+  if (name == "own") return AttentionKernels::Own;
+  if (name == "flashinfer-decode") return AttentionKernels::FlashInferDecode;
+  FP4MOE_FAIL("--attention-kernels must be auto, own or flashinfer-decode (got '{}')", name);
+}
+
 std::vector<int64_t> graph_buckets(int64_t max_bs) {
   std::vector<int64_t> b;
   for (int64_t x : {1, 2, 4}) b.push_back(x);
@@ -279,6 +286,13 @@ void GpuRunner::Impl::choose_attention() {
       mla_fast = std::make_unique<at::MlaDecodeMma>(d);
       mla_fast->reserve_device(int(opt.max_tokens));
     }
+    if (opt.attention_kernels == AttentionKernels::FlashInferDecode) {
+      std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
+      if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
+      FP4MOE_CHECK(fi_why.empty(), "--attention-kernels flashinfer-decode: {}", fi_why);
+      mla_fi_decode = std::make_unique<at::MlaSm90>(d);
+      mla_fi_decode->reserve_device(int(opt.max_tokens));
+    }
     bool dense_layer = false;
     for (int64_t l = 0; l < c.num_layers; ++l)
       dense_layer |= !layers[size_t(l)].has_indexer && c.indexer[size_t(l)] != model::IndexerKind::Shared;
@@ -302,7 +316,9 @@ void GpuRunner::Impl::choose_attention() {
     attention_line = fmt::format("attention: every layer on {}: {}", own, why);
     return;
   }
-  const std::string fast = "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
+  const std::string fast =
+      mla_fi_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
+                    : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
   attention_line = "attention:";
   if (!dense.empty())
     attention_line += fmt::format(

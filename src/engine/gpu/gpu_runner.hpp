@@ -49,8 +49,14 @@ namespace fp4moe::engine::gpu {
 //         memory per block), with cuda/indexer's mma scores (32 index heads x 128) and, on
 //         sm_90, FlashInfer's MlaSm90 for dense-attention layers' eager prefill / mixed steps;
 //         the runner's own any-dims kernels elsewhere;
+//   FlashInferDecode: as Auto, but decode steps and DSA top-k rows run FlashInfer's SM90 MLA
+//         kernel over a schedule built on the device (MlaSm90::run_device; sm_90, 64 heads),
+//         the faster kernel at B >= 16 in `bench attention`; opt-in until measured in the runner;
 //   Own:  the runner's own kernels everywhere (tests compare the two).
-enum class AttentionKernels : int { Auto, Own };
+enum class AttentionKernels : int { Auto, Own, FlashInferDecode };
+
+// "auto" | "own" | "flashinfer-decode" (the CLI's --attention-kernels); an Error otherwise.
+AttentionKernels parse_attention_kernels(const std::string& name);
 
 struct RunnerOptions {
   int64_t max_tokens = 4096;          // the largest step (tokens); sizes the workspace

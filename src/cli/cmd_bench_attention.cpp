@@ -4,7 +4,8 @@
 //   decode  batch x context: dense MLA (FlashInfer's SM90 kernel via MlaSm90, and our
 //           MlaDecodeMma), and for context > top-k the sparse path: indexer scores -> top-k ->
 //           sparse MLA over the selected slots (both kernels); each stage timed alone and the
-//           three back to back (with the faster sparse MLA);
+//           three back to back (with the faster sparse MLA); both kernels also through
+//           run_device (the schedule built on the device: the runner's graph-captured path, "-dev");
 //   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
 //           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
 //   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random
@@ -244,12 +245,16 @@ class Bench {
     const std::string kv = std::string(kv_elem_name(elem));
     const double eb = double(kv_elem_size(elem));
     at::MlaSm90 dense({kHeads, kSmScale, elem}), sparse({kHeads, kSmScale, elem});
+    // The runner's decode path: the schedule built on the device (run_device), for both kernels.
+    at::MlaSm90 dense_dev({kHeads, kSmScale, elem});
+    dense_dev.reserve_device(maxB);
     const at::MlaDesc desc{kHeads, kSmScale, elem};
     const std::string ours_why = at::mla_decode_can_implement(desc);
     std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse;
     if (ours_why.empty()) {
       ours_dense = std::make_unique<at::MlaDecodeMma>(desc);
       ours_sparse = std::make_unique<at::MlaDecodeMma>(desc);
+      ours_dense->reserve_device(maxB);
     } else {
       std::printf("| decode | %s | ours-mma | skipped: %s\n", kv.c_str(), ours_why.c_str());
     }
@@ -291,6 +296,27 @@ class Bench {
                                 ours_dense->planned_items(), ours_dense->planned_partials());
           report(ro);
         }
+        // run_device: the schedule kernel + the attention kernel, as the runner's decode graphs run them.
+        at::MlaDeviceRows rows;
+        rows.tokens = B;
+        rows.max_keys = L;
+        rows.kv_len = db.v.kv_len;
+        rows.page_indptr = db.v.page_indptr;
+        rows.page_size = ps;
+        auto dev_row = [&](const char* impl, const std::function<void()>& fn, const std::string& note) {
+          Row rd{"decode", kv, impl, B, L};
+          rd.bytes = r.bytes;
+          rd.flops = r.flops;
+          rd.us = time_us(fn);
+          rd.floor_us = r.floor_us;
+          rd.note = fmt::format("{:.2f}x flashinfer's planned time; {}", rd.us / r.us, note);
+          report(rd);
+        };
+        dev_row("flashinfer-sm90-dev", [&] { dense_dev.run_device(a, rows, s_); },
+                fmt::format("{} splits per row", dense_dev.device_splits(B, L)));
+        if (ours_dense)
+          dev_row("ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
+                  fmt::format("{} splits per row", ours_dense->device_splits(B, L)));
         if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
@@ -330,6 +356,22 @@ class Bench {
           report(rso);
           use_ours = rso.us < rs.us;
         }
+        at::MlaDeviceRows srows;  // the runner's sparse rows: device-built schedules
+        srows.tokens = B;
+        srows.max_keys = std::min(L, opt_.top_k);
+        srows.positions = db.v.positions;
+        srows.top_k = opt_.top_k;
+        auto sdev_row = [&](const char* impl, const std::function<void()>& fn) {
+          Row rd{"sparse-mla", kv, impl, B, L};
+          rd.bytes = rs.bytes;
+          rd.flops = rs.flops;
+          rd.us = time_us(fn);
+          rd.floor_us = rs.floor_us;
+          rd.note = fmt::format("{:.2f}x flashinfer's planned time", rd.us / rs.us);
+          report(rd);
+        };
+        sdev_row("flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); });
+        if (ours_dense) sdev_row("ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); });
         Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};
         rall.bytes = key_bytes + rs.bytes;
         rall.us = time_us([&] {

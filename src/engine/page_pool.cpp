@@ -26,7 +26,10 @@ bool PagePool::allocate(int32_t n, std::vector<int32_t>& out) {
 
 void PagePool::retain(int32_t page) {
   FP4MOE_CHECK(page >= 0 && page < num_pages() && refs_[size_t(page)] > 0, "retain of free or bad page {}", page);
-  if (++refs_[size_t(page)] == 2 && indexed_[size_t(page)]) --indexed_sole_;
+  if (++refs_[size_t(page)] == 2 && indexed_[size_t(page)]) {
+    --indexed_sole_;
+    if (on_sole_) on_sole_(page);
+  }
 }
 
 void PagePool::release(int32_t page) {
@@ -34,7 +37,10 @@ void PagePool::release(int32_t page) {
   const bool idx = indexed_[size_t(page)] != 0;
   FP4MOE_CHECK(!idx || refs_[size_t(page)] > 1, "page {} freed while the prefix cache indexes it", page);
   const int32_t left = --refs_[size_t(page)];
-  if (idx && left == 1) ++indexed_sole_;
+  if (idx && left == 1) {
+    ++indexed_sole_;
+    if (on_sole_) on_sole_(page);
+  }
   if (left == 0) free_.push_back(page);
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -36,11 +37,15 @@ class PagePool {
   bool indexed(int32_t page) const;
   // Indexed pages whose only reference is the index's own.
   int32_t num_indexed_sole() const { return indexed_sole_; }
+  // Called with an indexed page whenever retain / release makes the index its only holder or
+  // ends that (the prefix cache keeps its evictable leaves with it); null: none.
+  void set_sole_listener(std::function<void(int32_t)> fn) { on_sole_ = std::move(fn); }
 
  private:
   std::vector<int32_t> refs_;
   std::vector<uint8_t> indexed_;
   int32_t indexed_sole_ = 0;
+  std::function<void(int32_t)> on_sole_;
   std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
 };
 

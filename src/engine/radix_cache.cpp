@@ -1,6 +1,5 @@
 #include "engine/radix_cache.hpp"
 
-#include <queue>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -13,14 +12,33 @@ struct RadixCache::Node {
   uint64_t last_use = 0;
   std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;  // keyed by the page's tokens
   const std::vector<int32_t>* key = nullptr;                       // this node's key in its parent
+  bool in_lru = false;
+  uint64_t lru_stamp = 0;  // last_use when it entered lru_
 };
 
 RadixCache::RadixCache(PagePool& pool, int32_t page_size)
     : pool_(pool), page_size_(page_size), root_(std::make_unique<Node>()) {
   FP4MOE_CHECK(page_size > 0, "page size must be positive (got {})", page_size);
+  node_of_page_.assign(size_t(pool.num_pages()), nullptr);
+  pool_.set_sole_listener([this](int32_t page) {
+    if (Node* x = node_of_page_[size_t(page)]) refresh(x);
+  });
 }
 
-RadixCache::~RadixCache() = default;
+RadixCache::~RadixCache() { pool_.set_sole_listener(nullptr); }
+
+void RadixCache::refresh(Node* x) {
+  const bool want = x != root_.get() && x->children.empty() && pool_.ref_count(x->page) == 1;
+  if (x->in_lru && (!want || x->lru_stamp != x->last_use)) {
+    lru_.erase({x->lru_stamp, x->page, x});
+    x->in_lru = false;
+  }
+  if (want && !x->in_lru) {
+    lru_.emplace(x->last_use, x->page, x);
+    x->in_lru = true;
+    x->lru_stamp = x->last_use;
+  }
+}
 
 int32_t RadixCache::match(std::span<const int32_t> tokens, int32_t max_pages, std::vector<int32_t>& pages) {
   const int32_t limit = std::min<int64_t>(max_pages, int64_t(tokens.size()) / page_size_);
@@ -56,7 +74,9 @@ void RadixCache::insert(std::span<const int32_t> tokens, int32_t n_pages, std::v
       pool_.set_indexed(child->page, true);
       it = node->children.emplace(std::move(key), std::move(child)).first;
       it->second->key = &it->first;
+      node_of_page_[size_t(it->second->page)] = it->second.get();
       ++num_nodes_;
+      if (node != root_.get()) refresh(node);  // no longer a leaf
     } else if (it->second->page != pages[size_t(i)]) {
       pool_.retain(it->second->page);
       pool_.release(pages[size_t(i)]);
@@ -64,32 +84,25 @@ void RadixCache::insert(std::span<const int32_t> tokens, int32_t n_pages, std::v
     }
     node = it->second.get();
     node->last_use = now;
+    refresh(node);
   }
 }
 
 int32_t RadixCache::evict(int32_t n) {
-  using Entry = std::tuple<uint64_t, int32_t, Node*>;  // (last use, page, node): oldest first
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> leaves;
-  std::vector<Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    Node* x = stack.back();
-    stack.pop_back();
-    for (auto& [k, c] : x->children) stack.push_back(c.get());
-    if (x != root_.get() && x->children.empty() && pool_.ref_count(x->page) == 1)
-      leaves.emplace(x->last_use, x->page, x);
-  }
   int32_t freed = 0;
-  while (freed < n && !leaves.empty()) {
-    Node* x = std::get<2>(leaves.top());
-    leaves.pop();
+  while (freed < n && !lru_.empty()) {
+    Node* x = std::get<2>(*lru_.begin());
+    lru_.erase(lru_.begin());
+    x->in_lru = false;
     Node* parent = x->parent;
-    pool_.set_indexed(x->page, false);
-    pool_.release(x->page);
+    const int32_t page = x->page;
+    node_of_page_[size_t(page)] = nullptr;
+    pool_.set_indexed(page, false);
+    pool_.release(page);
     parent->children.erase(parent->children.find(*x->key));  // destroys x
     --num_nodes_;
     ++freed;
-    if (parent != root_.get() && parent->children.empty() && pool_.ref_count(parent->page) == 1)
-      leaves.emplace(parent->last_use, parent->page, parent);
+    if (parent != root_.get()) refresh(parent);  // a leaf now, perhaps evictable
   }
   return freed;
 }
@@ -114,6 +127,18 @@ int32_t RadixCache::count_evictable_by_walk() const {
     stack.pop_back();
     for (auto& [k, c] : x->children) stack.push_back(c.get());
     if (x != root_.get() && pool_.ref_count(x->page) == 1) ++n;
+  }
+  return n;
+}
+
+int32_t RadixCache::count_evictable_leaves_by_walk() const {
+  int32_t n = 0;
+  std::vector<const Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    const Node* x = stack.back();
+    stack.pop_back();
+    for (auto& [k, c] : x->children) stack.push_back(c.get());
+    if (x != root_.get() && x->children.empty() && pool_.ref_count(x->page) == 1) ++n;
   }
   return n;
 }

@@ -5,13 +5,19 @@
 // its own reference on each page of it, so a node whose page count is 1 is referenced by
 // nobody but the tree; because page tables are prefixes, its whole subtree is then
 // unreferenced too. Eviction frees such pages leaf first, least recently used first.
+//
+// The leaves only the tree references are kept in LRU order as they change (the pool reports
+// every indexed page whose count moves to or from 1), so evict() takes them from the front
+// instead of walking the tree: an allocation under a full pool costs O(log n), not O(n).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "engine/page_pool.hpp"
@@ -45,12 +51,20 @@ class RadixCache {
   int32_t num_evictable() const;
   // The same count by walking the tree (check_invariants and tests).
   int32_t count_evictable_by_walk() const;
+  // Leaves evict() can take now (kept as they change), and the same by walking the tree.
+  int32_t num_evictable_leaves() const { return int32_t(lru_.size()); }
+  int32_t count_evictable_leaves_by_walk() const;
 
  private:
   struct Node;
+  // Puts x into, or takes it out of, lru_ to match whether it is evictable now (a leaf whose
+  // page only the tree holds), keyed by its current last use.
+  void refresh(Node* x);
   PagePool& pool_;
   int32_t page_size_;
   std::unique_ptr<Node> root_;
+  std::vector<Node*> node_of_page_;                         // indexed page -> its node
+  std::set<std::tuple<uint64_t, int32_t, Node*>> lru_;      // (last use, page, node): evictable leaves
   int32_t num_nodes_ = 0;
   uint64_t clock_ = 0;
 };

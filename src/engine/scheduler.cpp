@@ -393,9 +393,13 @@ void Scheduler::check_invariants() const {
   int32_t indexed = 0;
   for (int32_t p = 0; p < cfg_.num_pages; ++p) indexed += pool_.indexed(p);
   FP4MOE_CHECK(indexed == cache_.num_nodes(), "{} pages marked indexed, {} cache nodes", indexed, cache_.num_nodes());
-  if (cfg_.radix_cache)
+  if (cfg_.radix_cache) {
     FP4MOE_CHECK(cache_.num_evictable() == cache_.count_evictable_by_walk(), "{} evictable pages counted, {} in the tree",
                  cache_.num_evictable(), cache_.count_evictable_by_walk());
+    FP4MOE_CHECK(cache_.num_evictable_leaves() == cache_.count_evictable_leaves_by_walk(),
+                 "{} evictable leaves kept, {} in the tree", cache_.num_evictable_leaves(),
+                 cache_.count_evictable_leaves_by_walk());
+  }
 }
 
 }  // namespace fp4moe::engine

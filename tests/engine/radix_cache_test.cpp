@@ -130,9 +130,10 @@ TEST(RadixCache, NeverEvictsPagesARequestHolds) {
   EXPECT_EQ(pool.num_free(), 4);
 }
 
-// num_evictable() is kept by the pool in O(1); over random requests (shared prefixes, matches,
-// inserts, finishes, evictions) it must equal the walk of the tree after every operation.
-TEST(RadixCache, EvictableCountMatchesTheTreeWalkOverRandomRequests) {
+// num_evictable() (kept by the pool) and the evictable leaves (kept in LRU order by the cache)
+// over random requests (shared prefixes, matches, inserts, finishes, evictions): both equal the
+// walk of the tree after every operation.
+TEST(RadixCache, EvictableCountsMatchTheTreeWalkOverRandomRequests) {
   const int32_t page = 2;
   PagePool pool(64);
   RadixCache cache(pool, page);
@@ -163,6 +164,7 @@ TEST(RadixCache, EvictableCountMatchesTheTreeWalkOverRandomRequests) {
     }
     if (next(10) == 0) cache.evict(int32_t(next(4)));
     ASSERT_EQ(cache.num_evictable(), cache.count_evictable_by_walk()) << "after operation " << op;
+    ASSERT_EQ(cache.num_evictable_leaves(), cache.count_evictable_leaves_by_walk()) << "after operation " << op;
   }
   for (auto& p : live) pool.release(p);
   EXPECT_EQ(cache.num_evictable(), cache.num_nodes());

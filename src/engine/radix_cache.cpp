@@ -76,7 +76,7 @@ void RadixCache::insert(std::span<const int32_t> tokens, int32_t n_pages, std::v
       it->second->key = &it->first;
       node_of_page_[size_t(it->second->page)] = it->second.get();
       ++num_nodes_;
-      if (node != root_.get()) refresh(node);  // no longer a leaf
+      refresh(node);  // no longer a leaf
     } else if (it->second->page != pages[size_t(i)]) {
       pool_.retain(it->second->page);
       pool_.release(pages[size_t(i)]);
@@ -102,7 +102,7 @@ int32_t RadixCache::evict(int32_t n) {
     parent->children.erase(parent->children.find(*x->key));  // destroys x
     --num_nodes_;
     ++freed;
-    if (parent != root_.get()) refresh(parent);  // a leaf now, perhaps evictable
+    refresh(parent);  // a leaf now, perhaps evictable
   }
   return freed;
 }
@@ -119,26 +119,18 @@ void RadixCache::for_each_page(const std::function<void(int32_t)>& fn) const {
 
 int32_t RadixCache::num_evictable() const { return pool_.num_indexed_sole(); }
 
-int32_t RadixCache::count_evictable_by_walk() const {
-  int32_t n = 0;
-  std::vector<const Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    const Node* x = stack.back();
-    stack.pop_back();
-    for (auto& [k, c] : x->children) stack.push_back(c.get());
-    if (x != root_.get() && pool_.ref_count(x->page) == 1) ++n;
-  }
-  return n;
-}
+int32_t RadixCache::count_evictable_by_walk() const { return count_sole_by_walk(false); }
 
-int32_t RadixCache::count_evictable_leaves_by_walk() const {
+int32_t RadixCache::count_evictable_leaves_by_walk() const { return count_sole_by_walk(true); }
+
+int32_t RadixCache::count_sole_by_walk(bool leaves_only) const {
   int32_t n = 0;
   std::vector<const Node*> stack{root_.get()};
   while (!stack.empty()) {
     const Node* x = stack.back();
     stack.pop_back();
     for (auto& [k, c] : x->children) stack.push_back(c.get());
-    if (x != root_.get() && x->children.empty() && pool_.ref_count(x->page) == 1) ++n;
+    if (x != root_.get() && (!leaves_only || x->children.empty()) && pool_.ref_count(x->page) == 1) ++n;
   }
   return n;
 }

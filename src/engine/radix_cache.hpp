@@ -57,9 +57,11 @@ class RadixCache {
 
  private:
   struct Node;
-  // Puts x into, or takes it out of, lru_ to match whether it is evictable now (a leaf whose
-  // page only the tree holds), keyed by its current last use.
+  // Puts x into, or takes it out of, lru_ to match whether it is evictable now (a leaf, not the
+  // root, whose page only the tree holds), keyed by its current last use.
   void refresh(Node* x);
+  // Nodes whose page only the tree holds (leaves only, or all), by walking the tree.
+  int32_t count_sole_by_walk(bool leaves_only) const;
   PagePool& pool_;
   int32_t page_size_;
   std::unique_ptr<Node> root_;

@@ -303,20 +303,20 @@ class Bench {
         rows.kv_len = db.v.kv_len;
         rows.page_indptr = db.v.page_indptr;
         rows.page_size = ps;
-        auto dev_row = [&](const char* impl, const std::function<void()>& fn, const std::string& note) {
-          Row rd{"decode", kv, impl, B, L};
-          rd.bytes = r.bytes;
-          rd.flops = r.flops;
+        // A run_device row beside `planned` (FlashInfer's host-planned row of the same stage).
+        auto dev_row = [&](const Row& planned, const char* impl, const std::function<void()>& fn,
+                           const std::string& note) {
+          Row rd = planned;
+          rd.path = impl;
           rd.us = time_us(fn);
-          rd.floor_us = r.floor_us;
-          rd.note = fmt::format("{:.2f}x flashinfer's planned time; {}", rd.us / r.us, note);
+          rd.note = fmt::format("{:.2f}x flashinfer's planned time{}", rd.us / planned.us, note);
           report(rd);
         };
-        dev_row("flashinfer-sm90-dev", [&] { dense_dev.run_device(a, rows, s_); },
-                fmt::format("{} splits per row", dense_dev.device_splits(B, L)));
+        dev_row(r, "flashinfer-sm90-dev", [&] { dense_dev.run_device(a, rows, s_); },
+                fmt::format("; {} splits per row", dense_dev.device_splits(B, L)));
         if (ours_dense)
-          dev_row("ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
-                  fmt::format("{} splits per row", ours_dense->device_splits(B, L)));
+          dev_row(r, "ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
+                  fmt::format("; {} splits per row", ours_dense->device_splits(B, L)));
         if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
@@ -361,17 +361,8 @@ class Bench {
         srows.max_keys = std::min(L, opt_.top_k);
         srows.positions = db.v.positions;
         srows.top_k = opt_.top_k;
-        auto sdev_row = [&](const char* impl, const std::function<void()>& fn) {
-          Row rd{"sparse-mla", kv, impl, B, L};
-          rd.bytes = rs.bytes;
-          rd.flops = rs.flops;
-          rd.us = time_us(fn);
-          rd.floor_us = rs.floor_us;
-          rd.note = fmt::format("{:.2f}x flashinfer's planned time", rd.us / rs.us);
-          report(rd);
-        };
-        sdev_row("flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); });
-        if (ours_dense) sdev_row("ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); });
+        dev_row(rs, "flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); }, "");
+        if (ours_dense) dev_row(rs, "ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); }, "");
         Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};
         rall.bytes = key_bytes + rs.bytes;
         rall.us = time_us([&] {

@@ -40,7 +40,7 @@ std::string mla_can_implement(const MlaDesc& d, int sm) {
 size_t MlaSm90::float_workspace_bytes(int num_sm) {
   // MLAPlan: partial O (BF16) and partial LSE for 2 x clusters x cluster_tile_q rows, where
   // clusters x cluster_tile_q = num_sm x 64 for both cluster sizes; plus alignment slack.
-  const size_t rows = size_t(2) * size_t(num_sm) * 64;
+  const size_t rows = partial_rows(num_sm);
   return rows * kCkvDim * 2 + rows * 4 + 256;
 }
 
@@ -155,15 +155,19 @@ void MlaSm90::run(const MlaRunArgs& a, cudaStream_t stream) const {
   check_run_args(a, "run");
   const KvLayerView& L = a.layer;
   FP4MOE_CHECK(sparse_ || L.page_size == page_size_, "MLA run: page_size {} (planned {})", L.page_size, page_size_);
+  launch(plan_info_, float_ws_, int_ws_, sparse_ ? 1 : int(L.page_size), a, stream);
+}
+
+void MlaSm90::launch(const std::vector<int64_t>& info, void* float_ws, void* int_ws, int page_size, const MlaRunArgs& a,
+                     cudaStream_t stream) const {
 #if defined(FP4MOE_HAVE_FLASHINFER)
-  flashinfer_glue::Launch l{&plan_info_, float_ws_, int_ws_, desc_.num_heads, desc_.sm_scale,
-                            sparse_ ? 1 : int(L.page_size)};
+  flashinfer_glue::Launch l{&info, float_ws, int_ws, desc_.num_heads, desc_.sm_scale, page_size};
   const cudaError_t st = desc_.kv_elem == KvElem::BF16 ? flashinfer_glue::run_bf16(l, a, stream)
                                                        : flashinfer_glue::run_fp8(l, a, stream);
   FP4MOE_CUDA_CHECK(st);
   FP4MOE_CUDA_CHECK_LAUNCH();
 #else
-  (void)stream;
+  (void)info, (void)float_ws, (void)int_ws, (void)page_size, (void)a, (void)stream;
 #endif
 }
 
@@ -187,10 +191,10 @@ void MlaSm90::reserve_device(int max_rows) {
   dev_rows_ = 0;
   FP4MOE_CUDA_CHECK(cudaMalloc(&dev_int_ws_, size_t(l.bytes)));
   FP4MOE_CUDA_CHECK(cudaMalloc(&dev_float_ws_, float_bytes_));
-  const int64_t partial_rows = int64_t(2) * num_sm_ * 64;
-  dev_info_ = {1,           num_sm_,       l.q_indptr, l.kv_indptr,  l.partial_indptr, l.merge_start,
-               l.merge_end, l.merge_p_start, l.merge_p_end, l.merge_stride, l.q_len,      l.kv_len,
-               l.q_start,   l.kv_start,    l.kv_end,   l.work_indptr, 0,                partial_rows * kCkvDim * 2};
+  dev_info_ = {1,           num_sm_,         l.q_indptr,    l.kv_indptr,    l.partial_indptr, l.merge_start,
+               l.merge_end, l.merge_p_start, l.merge_p_end, l.merge_stride, l.q_len,          l.kv_len,
+               l.q_start,   l.kv_start,      l.kv_end,      l.work_indptr,  0,                int64_t(partial_rows(num_sm_)) * kCkvDim * 2};
+  dev_layout_ = l;
   dev_rows_ = max_rows;
 }
 
@@ -212,17 +216,10 @@ void MlaSm90::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStr
   p.splits = device_splits(rows.tokens, sparse ? std::min(rows.max_keys, rows.top_k) : rows.max_keys);
   p.ctas = num_sm_;
   p.ws = static_cast<unsigned char*>(dev_int_ws_);
-  p.l = fi_sched::layout(std::max(dev_rows_, 2 * num_sm_), num_sm_);
+  p.l = dev_layout_;
   FP4MOE_CHECK(p.splits == 1 || p.rows * p.splits <= 2 * num_sm_, "MLA run_device: split grid");
   FP4MOE_CUDA_CHECK(fi_sched::launch(p, stream));
-#if defined(FP4MOE_HAVE_FLASHINFER)
-  flashinfer_glue::Launch l{&dev_info_, dev_float_ws_, dev_int_ws_, desc_.num_heads, desc_.sm_scale,
-                            sparse ? 1 : int(rows.page_size)};
-  const cudaError_t st = desc_.kv_elem == KvElem::BF16 ? flashinfer_glue::run_bf16(l, a, stream)
-                                                       : flashinfer_glue::run_fp8(l, a, stream);
-  FP4MOE_CUDA_CHECK(st);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-#endif
+  launch(dev_info_, dev_float_ws_, dev_int_ws_, sparse ? 1 : int(rows.page_size), a, stream);
 }
 
 }  // namespace fp4moe::cuda::attention

@@ -26,6 +26,7 @@
 
 #include "core/paged_kv.hpp"
 #include "cuda/attention/kv_dims.hpp"
+#include "cuda/attention/mla_fi_schedule.hpp"
 
 namespace fp4moe::cuda::attention {
 
@@ -106,6 +107,8 @@ class MlaSm90 {
   const MlaDesc& desc() const { return desc_; }
   // Device bytes of the float workspace (partial O / LSE of split KV).
   static size_t float_workspace_bytes(int num_sm);
+  // Its partial rows: 2 x clusters x cluster_tile_q = 2 x SMs x 64 (MLAPlan's and run_device's).
+  static size_t partial_rows(int num_sm) { return size_t(2) * size_t(num_sm) * 64; }
   static constexpr size_t kIntWorkspaceBytes = size_t(1) << 20;
   // FlashInfer's schedule holds at most this many work items and does not check; plan()
   // refuses batches that could exceed it (split a long prefill into query chunks).
@@ -115,6 +118,9 @@ class MlaSm90 {
   void plan_impl(const std::vector<int32_t>& q_indptr, const std::vector<int32_t>& kv_indptr,
                  const std::vector<int32_t>& kv_len, cudaStream_t stream);
   void check_run_args(const MlaRunArgs& a, const char* who) const;
+  // The FlashInfer kernel over a schedule (plan vector, workspaces), as run() and run_device() share it.
+  void launch(const std::vector<int64_t>& info, void* float_ws, void* int_ws, int page_size, const MlaRunArgs& a,
+              cudaStream_t stream) const;
   MlaDesc desc_;
   int num_sm_ = 0;
   void* float_ws_ = nullptr;
@@ -130,6 +136,7 @@ class MlaSm90 {
   void* dev_int_ws_ = nullptr;
   void* dev_float_ws_ = nullptr;
   std::vector<int64_t> dev_info_;
+  fi_sched::Layout dev_layout_{};
   int dev_rows_ = 0;
 };
 

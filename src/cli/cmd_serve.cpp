@@ -35,9 +35,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::Range(0, 1 << 30));
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "No prefix reuse");
   app.add_option("--attention-kernels", o->attention_kernels,
-                 "--backend cuda: auto (our MLA decode kernel) | own (the runner's any-dims kernels) | "
-                 "flashinfer-decode (decode and top-k rows on FlashInfer's SM90 MLA, device-built schedule)")
-      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode"}))
+                 "--backend cuda: auto (decode and top-k rows on FlashInfer's SM90 MLA over a device-built "
+                 "schedule on sm_90 with 64 heads, else our MlaDecodeMma) | flashinfer-decode (that, or an error) | "
+                 "mma-decode (always MlaDecodeMma) | own (the runner's any-dims kernels)")
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode"}))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
       ->capture_default_str();

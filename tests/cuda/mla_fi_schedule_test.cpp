@@ -174,11 +174,27 @@ TEST(MlaFiSchedule, ForcedSplitsLeaveEmptyItemsAlignedAtZero) {
     }
 }
 
-TEST(MlaFiSchedule, SplitCountFillsTheGridWithinThePartialBuffer) {
-  EXPECT_EQ(fs::splits_for(1, 1024, 132), 16);    // 16 tiles of 64 keys
-  EXPECT_EQ(fs::splits_for(1, 128 * 1024, 132), 264);
-  EXPECT_EQ(fs::splits_for(16, 8192, 132), 16);   // 256 items, about two per CTA
-  EXPECT_EQ(fs::splits_for(132, 8192, 132), 2);
+TEST(MlaFiSchedule, SplitCountGivesAboutOneChunkPerCtaLikeMlaPlan) {
+  // rows x keys / ctas rounded up to MLAPlan's chunk (64 here at the least / 128 / 192 / 256 k)
+  EXPECT_EQ(fs::chunk_keys_for(1, 1024, 132), 64);  // 8 keys per CTA
+  EXPECT_EQ(fs::splits_for(1, 1024, 132), 16);
+  EXPECT_EQ(fs::chunk_keys_for(16, 1024, 132), 256);  // 125 keys per CTA
+  EXPECT_EQ(fs::splits_for(16, 1024, 132), 4);
+  EXPECT_EQ(fs::chunk_keys_for(1, 8192, 132), 192);  // 63
+  EXPECT_EQ(fs::splits_for(1, 8192, 132), 43);
+  EXPECT_EQ(fs::splits_for(1, 32768, 132), 128);        // 249 -> 256 keys per split
+  EXPECT_EQ(fs::splits_for(1, 128 * 1024, 132), 128);   // 993 -> 1024
+  EXPECT_EQ(fs::splits_for(16, 2048, 132), 8);          // DSA top-k rows: 249 -> 256
+  EXPECT_EQ(fs::splits_for(16, 8192, 132), 8);          // 993 -> 1024
+  EXPECT_EQ(fs::splits_for(64, 8192, 132), 2);          // 3972 -> 4096
+  EXPECT_EQ(fs::splits_for(132, 8192, 132), 1);
   EXPECT_EQ(fs::splits_for(133, 8192, 132), 1);
   EXPECT_EQ(fs::splits_for(4, 1, 132), 1);
+  for (int rows : {1, 2, 5, 16, 64, 100, 132, 200, 2048})
+    for (int keys : {1, 63, 64, 65, 1000, 2048, 4096, 8192, 131072}) {
+      const int s = fs::splits_for(rows, keys, 132), chunk = fs::chunk_keys_for(rows, keys, 132);
+      EXPECT_EQ(chunk % fs::kTileKeys, 0) << rows << " x " << keys;
+      if (s > 1) EXPECT_LE(int64_t(rows) * s, 2 * 132) << rows << " x " << keys;  // the partial buffer
+      EXPECT_GE(int64_t(s) * chunk, keys) << rows << " x " << keys;                // covered
+    }
 }

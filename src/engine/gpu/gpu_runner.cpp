@@ -97,7 +97,8 @@ AttentionKernels parse_attention_kernels(const std::string& name) {
   if (name == "auto") return AttentionKernels::Auto;
   if (name == "own") return AttentionKernels::Own;
   if (name == "flashinfer-decode") return AttentionKernels::FlashInferDecode;
-  FP4MOE_FAIL("--attention-kernels must be auto, own or flashinfer-decode (got '{}')", name);
+  if (name == "mma-decode") return AttentionKernels::MmaDecode;
+  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode or mma-decode (got '{}')", name);
 }
 
 std::vector<int64_t> graph_buckets(int64_t max_bs) {
@@ -286,10 +287,14 @@ void GpuRunner::Impl::choose_attention() {
       mla_fast = std::make_unique<at::MlaDecodeMma>(d);
       mla_fast->reserve_device(int(opt.max_tokens));
     }
-    if (opt.attention_kernels == AttentionKernels::FlashInferDecode) {
-      std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
-      if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
+    // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
+    // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
+    // FlashInferDecode (an error where it cannot run), never under MmaDecode.
+    std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
+    if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
+    if (opt.attention_kernels == AttentionKernels::FlashInferDecode)
       FP4MOE_CHECK(fi_why.empty(), "--attention-kernels flashinfer-decode: {}", fi_why);
+    if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode) {
       mla_fi_decode = std::make_unique<at::MlaSm90>(d);
       mla_fi_decode->reserve_device(int(opt.max_tokens));
     }

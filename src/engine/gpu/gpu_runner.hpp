@@ -43,19 +43,19 @@
 namespace fp4moe::engine::gpu {
 
 // Which kernels run the absorbed MLA attention (the README's "what runs where").
-//   Auto: cuda/attention's MlaDecodeMma (mma.sync, split schedule built on the device, so
-//         graph-capturable) for decode steps and for DSA top-k rows where the dims allow
-//         (kv_lora_rank 512, qk_rope 64, heads a multiple of 64, sm_89+ with ~199 KB of shared
-//         memory per block), with cuda/indexer's mma scores (32 index heads x 128) and, on
-//         sm_90, FlashInfer's MlaSm90 for dense-attention layers' eager prefill / mixed steps;
-//         the runner's own any-dims kernels elsewhere;
-//   FlashInferDecode: as Auto, but decode steps and DSA top-k rows run FlashInfer's SM90 MLA
-//         kernel over a schedule built on the device (MlaSm90::run_device; sm_90, 64 heads),
-//         the faster kernel at B >= 16 in `bench attention`; opt-in until measured in the runner;
-//   Own:  the runner's own kernels everywhere (tests compare the two).
-enum class AttentionKernels : int { Auto, Own, FlashInferDecode };
+//   Auto: on sm_90 with 64 heads, FlashInfer's SM90 MLA kernel over a schedule built on the
+//         device (MlaSm90::run_device, graph-capturable) for decode steps and DSA top-k rows;
+//         elsewhere cuda/attention's MlaDecodeMma (mma.sync, its own device-built split
+//         schedule) where the dims allow (kv_lora_rank 512, qk_rope 64, heads a multiple of 64,
+//         sm_89+ with ~199 KB of shared memory per block); with cuda/indexer's mma scores (32
+//         index heads x 128) and, on sm_90, FlashInfer's MlaSm90 for dense-attention layers'
+//         eager prefill / mixed steps; the runner's own any-dims kernels elsewhere;
+//   FlashInferDecode: as Auto, an error where FlashInfer's decode cannot run;
+//   MmaDecode: as Auto, but decode steps and top-k rows always on MlaDecodeMma;
+//   Own:  the runner's own kernels everywhere (tests compare them with the others).
+enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode };
 
-// "auto" | "own" | "flashinfer-decode" (the CLI's --attention-kernels); an Error otherwise.
+// "auto" | "own" | "flashinfer-decode" | "mma-decode" (the CLI's --attention-kernels); an Error otherwise.
 AttentionKernels parse_attention_kernels(const std::string& name);
 
 struct RunnerOptions {

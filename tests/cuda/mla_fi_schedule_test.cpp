@@ -174,7 +174,7 @@ TEST(MlaFiSchedule, ForcedSplitsLeaveEmptyItemsAlignedAtZero) {
     }
 }
 
-TEST(MlaFiSchedule, SplitCountGivesAboutOneChunkPerCtaLikeMlaPlan) {
+TEST(MlaFiSchedule, SplitCountGivesMlaPlanChunksWithinOneWave) {
   // rows x keys / ctas rounded up to MLAPlan's chunk (64 here at the least / 128 / 192 / 256 k)
   EXPECT_EQ(fs::chunk_keys_for(1, 1024, 132), 64);  // 8 keys per CTA
   EXPECT_EQ(fs::splits_for(1, 1024, 132), 16);
@@ -184,6 +184,8 @@ TEST(MlaFiSchedule, SplitCountGivesAboutOneChunkPerCtaLikeMlaPlan) {
   EXPECT_EQ(fs::splits_for(1, 8192, 132), 43);
   EXPECT_EQ(fs::splits_for(1, 32768, 132), 128);        // 249 -> 256 keys per split
   EXPECT_EQ(fs::splits_for(1, 128 * 1024, 132), 128);   // 993 -> 1024
+  EXPECT_EQ(fs::splits_for(16, 128 * 1024, 132), 8);    // 9 chunks of 16128, capped at one wave
+  EXPECT_EQ(fs::splits_for(64, 32768, 132), 2);         // 3 chunks of 16128, capped
   EXPECT_EQ(fs::splits_for(16, 2048, 132), 8);          // DSA top-k rows: 249 -> 256
   EXPECT_EQ(fs::splits_for(16, 8192, 132), 8);          // 993 -> 1024
   EXPECT_EQ(fs::splits_for(64, 8192, 132), 2);          // 3972 -> 4096
@@ -194,7 +196,7 @@ TEST(MlaFiSchedule, SplitCountGivesAboutOneChunkPerCtaLikeMlaPlan) {
     for (int keys : {1, 63, 64, 65, 1000, 2048, 4096, 8192, 131072}) {
       const int s = fs::splits_for(rows, keys, 132), chunk = fs::chunk_keys_for(rows, keys, 132);
       EXPECT_EQ(chunk % fs::kTileKeys, 0) << rows << " x " << keys;
-      if (s > 1) EXPECT_LE(int64_t(rows) * s, 2 * 132) << rows << " x " << keys;  // the partial buffer
-      EXPECT_GE(int64_t(s) * chunk, keys) << rows << " x " << keys;                // covered
+      if (s > 1) EXPECT_LE(int64_t(rows) * s, 132) << rows << " x " << keys;  // one wave
+      EXPECT_LE(s, (keys + fs::kTileKeys - 1) / fs::kTileKeys) << rows << " x " << keys;  // a tile each
     }
 }

@@ -71,11 +71,13 @@ inline Layout layout(int max_items, int ctas) {
 // The split count for rows of at most max_keys keys on ctas CTAs, sized like FlashInfer's MLAPlan:
 // the keys per CTA if the rows' keys were spread evenly (rows x max_keys / ctas) rounded up to a
 // chunk of 64 / 128 / 192 / a multiple of 256 keys (MLAPlan's kv_len_limit, at least one 64-key
-// tile here), then as many splits as that chunk takes to cover max_keys. So about one item per
-// CTA: rows x splits <= ctas + rows, within the partial buffer (2 x ctas x 64 rows, as MLAPlan's)
-// for rows <= ctas, and one split from rows >= ctas. (Splitting finer, about two items per CTA,
-// measured 1.3-1.9x slower on the H200: every item pays the kernel's Q load and prologue, and
-// the merge reads every split's partial rows.)
+// tile here), as many splits as that chunk takes to cover max_keys, but at most one item per
+// CTA (rows x splits <= ctas; so within the partial buffer of 2 x ctas x 64 rows, as MLAPlan's).
+// Our items of one row are equal and dealt round-robin, so a few items past the CTA count would
+// be a second wave; MLAPlan balances unequal pieces with a heap instead. Measured on the H200
+// (bench attention): about two items per CTA ran 1.3-1.9x slower at B 1-16 (each item pays the
+// kernel's Q load and prologue, the merge reads every split's partial rows), 9 splits at B 16
+// (144 items) 1.47x slower at 128K than 8.
 inline int chunk_keys_for(int rows, int max_keys, int ctas) {
   const int64_t r = rows > 0 ? rows : 1, k = max_keys > 0 ? max_keys : 1, c = ctas > 0 ? ctas : 1;
   const int64_t per_cta = (r * k + c - 1) / c;
@@ -87,8 +89,8 @@ inline int splits_for(int rows, int max_keys, int ctas) {
   const int64_t k = max_keys > 0 ? max_keys : 1;
   const int64_t chunk = chunk_keys_for(rows, max_keys, ctas);
   int64_t s = (k + chunk - 1) / chunk;
-  const int64_t by_buffer = 2 * int64_t(ctas > 0 ? ctas : 1) / (rows > 0 ? rows : 1);
-  if (s > by_buffer) s = by_buffer;
+  const int64_t one_wave = int64_t(ctas > 0 ? ctas : 1) / (rows > 0 ? rows : 1);
+  if (s > one_wave) s = one_wave;
   return s > 1 ? int(s) : 1;
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Turns the JSON of `fp4moe bench attention --json` into the markdown tables of
-bench/RESULTS.md.   python3 bench/attention_tables.py bench_attention.json"""
+bench/RESULTS.md, and with --plot PNG a chart of decode time per path against FlashInfer's
+host-planned time (BF16 cache, dense and sparse).
+    python3 bench/attention_tables.py bench_attention.json [--plot out.png]"""
+import argparse
 import json
-import sys
 
 
 def fmt_us(x):
@@ -68,5 +70,38 @@ def main(path):
         print()
 
 
+def plot(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in json.load(open(path))["results"] if r["kv"] == "bf16"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for ax, kind, base in ((axes[0], "decode", "flashinfer-sm90"), (axes[1], "sparse-mla", "flashinfer-sm90-ps1")):
+        mine = [r for r in rows if r["kind"] == kind]
+        points = sorted({(r["batch"], r["ctx"]) for r in mine})
+        planned = {(r["batch"], r["ctx"]): r["us"] for r in mine if r["path"] == base}
+        paths = [p for p in dict.fromkeys(r["path"] for r in mine) if p != base]
+        width = 0.8 / max(len(paths), 1)
+        for i, p in enumerate(paths):
+            us = {(r["batch"], r["ctx"]): r["us"] for r in mine if r["path"] == p}
+            xs = [j + i * width for j, k in enumerate(points) if k in us and k in planned]
+            ys = [us[k] / planned[k] for k in points if k in us and k in planned]
+            ax.bar(xs, ys, width, label=p)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(points))])
+        ax.set_xticklabels([f"B{b}\n{l // 1024}K" for b, l in points], fontsize=7)
+        ax.set_ylabel(f"time / {base} (host-planned)")
+        ax.set_title(f"{kind}, BF16 KV: lower is faster")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json")
+    ap.add_argument("--plot", help="write the decode chart to this PNG")
+    a = ap.parse_args()
+    main(a.json)
+    if a.plot:
+        plot(a.json, a.plot)

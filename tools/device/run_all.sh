@@ -15,6 +15,10 @@
 #   BUILD_TARGETS="fp4moe gpu_runner_test" GPU_TEST_LABEL=engine-gpu bash tools/device/run_all.sh
 #                          a quicker call: those targets only, the GPU tests of one label
 # Device call: carry [".carry"] (tools/device/prepare_carry.sh makes it).
+# Without the build (~4 min of device time saved per cold machine): binaries built here, carried.
+#   here:   bash tools/device/pack_prebuilt.sh mla_attention_test     (writes .pre/)
+#   device: carry [".pre"]; source tools/device/prebuilt_env.sh && bash tools/device/steps/80_serve_sweep.sh
+#           (80_serve_sweep and 50_attention use $PRE_BIN; a test: (cd /tmp && $PRE_BIN/mla_attention_test))
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"; export OUT

@@ -14,12 +14,14 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/attention"
 O=$OUT/attention
 TESTS="kv_append_test indexer_test mla_attention_test mla_prefill_expanded_test"
-for t in $TESTS fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+# Binaries: build-dev/bin, or $PRE_BIN when prebuilt ones were carried (tools/device/prebuilt_env.sh).
+D=${PRE_BIN:-build-dev/bin}
+for t in $TESTS fp4moe; do [ -x "$D/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
 rc=0
 PARTS=${ATTN_PARTS:-all}
 [ "$PARTS" = bench ] && TESTS=""
 for t in $TESTS; do
-  B=build-dev/bin/$t
+  B=$D/$t
   [ -x "$B" ] || { echo "$t: not built"; rc=1; continue; }
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter='*Tiny*' > "$O/${t}_memcheck.log" 2>&1
   r=$?; echo "$t memcheck (tiny): rc=$r $(grep -E 'ERROR SUMMARY' "$O/${t}_memcheck.log" | tail -n 1)"; [ $r -eq 0 ] || rc=1
@@ -28,22 +30,22 @@ for t in $TESTS; do
   grep -E '^\[  FAILED  \]' "$O/${t}.log" | head -n 20
 done
 if [ "$PARTS" != bench ]; then
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/indexer_test --gtest_filter='IndexerTiny.*' \
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $D/indexer_test --gtest_filter='IndexerTiny.*' \
     > "$O/indexer_racecheck.log" 2>&1
   r=$?; echo "indexer racecheck (tiny): rc=$r $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/indexer_racecheck.log" | tail -n 1)"
   [ $r -eq 0 ] || rc=1
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-dev/bin/mla_attention_test \
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $D/mla_attention_test \
     --gtest_filter='MlaDecodeMmaTiny.*' > "$O/mla_decode_racecheck.log" 2>&1
   r=$?; echo "mla decode (mma) racecheck (tiny): rc=$r $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$O/mla_decode_racecheck.log" | tail -n 1)"
   [ $r -eq 0 ] || rc=1
 fi
 grep -h "FP8 selection keeps" "$O/indexer_test.log" 2>/dev/null | head -n 4
 if command -v cuobjdump >/dev/null; then
-  echo "indexer score kernels' SASS: $(cuobjdump --dump-sass build-dev/bin/fp4moe 2>/dev/null |
+  echo "indexer score kernels' SASS: $(cuobjdump --dump-sass $D/fp4moe 2>/dev/null |
     awk '/Function :/{f = ($0 ~ /index_score_kernel/)} f && /MMA/{n++} END{print n+0}') tensor-core (MMA) instructions"
 fi
 [ "$PARTS" = tests ] && exit $rc
 export FP4MOE_COMMIT=${FP4MOE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-timeout 480 build-dev/bin/fp4moe bench attention --json "$O/bench_attention.json" ${ATTN_BENCH_ARGS:-} 2>&1 | tee "$O/bench_attention.log"
+timeout 480 $D/fp4moe bench attention --json "$O/bench_attention.json" ${ATTN_BENCH_ARGS:-} 2>&1 | tee "$O/bench_attention.log"
 r=${PIPESTATUS[0]}; echo "bench attention: rc=$r"; [ $r -eq 0 ] || rc=1
 exit $rc

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs binaries built HERE (build/, Release, sm_90a in them: the default arch list) into .pre/
+# for a device call that skips the ~4-minute build on the GPU machine: name ".pre" in the
+# call's carry list, then on the device
+#     source tools/device/prebuilt_env.sh && bash tools/device/steps/80_serve_sweep.sh
+# (or run a carried test binary: "$PRE_BIN/mla_attention_test"). Each binary travels gzipped
+# (fp4moe: ~50 MB -> ~14 MB; the carry limit is 64 MiB in all), with the shared libraries the GPU
+# machine lacks (text/'s PCRE2 and utf8proc, cpp-httplib and what it needs).
+#   bash tools/device/pack_prebuilt.sh [test_binary ...]     fp4moe always
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rm -rf .pre && mkdir -p .pre/lib
+for b in fp4moe "$@"; do
+  [ -x "build/bin/$b" ] || { echo "pack_prebuilt: build/bin/$b is not built (cmake --build build --target $b)" >&2; exit 1; }
+  gzip -c "build/bin/$b" > ".pre/$b.gz"
+done
+# The shared libraries fp4moe links that are not CUDA's or the C / C++ runtime's.
+ldd build/bin/fp4moe | awk '/=> \// {print $3}' |
+  grep -E 'libpcre2|libutf8proc|libcpp-httplib|libssl|libcrypto|libbrotli' | while read -r l; do cp -L "$l" .pre/lib/; done
+git rev-parse --short HEAD > .pre/COMMIT
+pwd > .pre/SOURCE_DIR  # the test binaries' compiled-in FP4MOE_SOURCE_DIR (FP4MOE_BINARY_DIR = it/build)
+git diff --quiet HEAD -- src tests CMakeLists.txt || echo "pack_prebuilt: note: src / tests differ from HEAD ($(cat .pre/COMMIT))" >&2
+du -sh .pre | awk '{print "pack_prebuilt: .pre is " $1}'

@@ -40,13 +40,16 @@ def main(path):
             keys = sorted({(r["batch"], r["ctx"]) for r in sp})
             for b, l in keys:
                 here = [r for r in sp if r["batch"] == b and r["ctx"] == l]
-                get = {r["kind"]: r for r in here}
-                ix, tk, al = get.get("indexer"), get.get("topk"), get.get("sparse-decode")
+                get = {r["kind"]: r for r in here if r["kind"] != "topk"}
+                tks = {r["path"]: r for r in here if r["kind"] == "topk"}
+                ix, tk, al = get.get("indexer"), tks.get("ours-radix"), get.get("sparse-decode")
+                wide = tks.get("ours-radix-wide")
                 mls = [r for r in here if r["kind"] == "sparse-mla"]
                 if not (ix and tk and al and mls):
                     continue
                 ml = ", ".join(f"{fmt_us(m['us'])} ({m['path']})" for m in mls)
-                print(f"| {b} | {l} | {fmt_us(ix['us'])} ({ix['x_floor']:.2f}×) | {fmt_us(tk['us'])} | "
+                tk_us = fmt_us(tk["us"]) + (f" (wide slices: {fmt_us(wide['us'])})" if wide else "")
+                print(f"| {b} | {l} | {fmt_us(ix['us'])} ({ix['x_floor']:.2f}×) | {tk_us} | "
                       f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | "
                       f"{al['note'].replace('vs dense ', '')} |")
             print()

@@ -264,7 +264,9 @@ class Bench {
         qi8(size_t(maxB) * at::kIndexHeads * at::kIndexDim), w(size_t(maxB) * at::kIndexHeads * 4),
         w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
         sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
-    const size_t topk_ws_bytes = ix::top_k_workspace_bytes(maxB, maxL);
+    size_t topk_ws_bytes = 0;  // the default 4K slices and every wider one ("ours-radix-wide")
+    for (int slice = 4096; slice <= 65536; slice += 4096)
+      topk_ws_bytes = std::max(topk_ws_bytes, ix::top_k_workspace_bytes(maxB, maxL, slice));
     DeviceMem topk_ws(topk_ws_bytes);
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));  // once: the kernels leave it zeroed
     bench::fill_random_bf16(q_nope.ptr(), size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
@@ -338,6 +340,17 @@ class Bench {
         rt.us = time_us([&] { sel.run_topk(s_); });
         rt.floor_us = copy_floor_us(rt.bytes);
         report(rt);
+        // Wider slices for many long rows (top_k_slice_keys), beside the default 4K; same selection.
+        if (const int wide = ix::top_k_slice_keys(B, L); L > 16384 && wide != 4096) {
+          ix::TopKArgs wide_args = sel.topk;
+          wide_args.slice_keys = wide;
+          Row rw{"topk", kv, "ours-radix-wide", B, L};
+          rw.bytes = rt.bytes;
+          rw.us = time_us([&] { ix::top_k(wide_args, s_); });
+          rw.floor_us = rt.floor_us;
+          rw.note = fmt::format("{} keys per CTA; {:.2f}x ours-radix's time", wide, rw.us / rt.us);
+          report(rw);
+        }
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
         rs.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;
         rs.flops = 2.0 * B * kHeads * double(opt_.top_k) * (at::kCkvDim + at::kKpeDim + at::kCkvDim);

@@ -100,12 +100,12 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
 // Outputs poisoned (-7) first; run twice on one workspace (the kernels must leave it zeroed),
 // the second result returned after checking it equals the first.
 std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
-                              std::vector<int32_t>* slots) {
+                              std::vector<int32_t>* slots, int slice_keys = 0) {
   DeviceBatch db(c);
   DeviceArray<float> s(scores);
   const std::vector<int32_t> poison(size_t(c.tokens() * k), -7);
   DeviceArray<int32_t> pos(poison), slot(poison);
-  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx());
+  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx(), slice_keys);
   DeviceArray<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
   FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
   ix::TopKArgs a;
@@ -119,6 +119,7 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   a.page_size = c.page_size;
   a.workspace = ws.ptr;
   a.workspace_bytes = ws_bytes;
+  a.slice_keys = slice_keys;
   ix::top_k(a, nullptr);
   const auto first = pos.download();
   ix::top_k(a, nullptr);
@@ -251,7 +252,7 @@ TEST(Indexer, TopKIdenticalToCpuK2048) {
 // (resolved at the first digit, candidates with a position cut among equal keys, streamed
 // when the k-th key's bin is too large); tests/cuda/topk_radix_emu_test.cpp runs the same
 // kernels on the CPU.
-void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed) {
+void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed, int slice_keys = 0) {
   PagedCase c = make_paged_case(shapes, 16, KvElem::BF16, KvElem::BF16, seed, /*fill=*/false);
   const int64_t stride = c.max_ctx() + 1;
   const int k = 2048;
@@ -272,8 +273,8 @@ void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed
       for (int64_t j = 0; j < n; ++j) r[j] = float(int(g() % 3));
   }
   std::vector<int32_t> slots;
-  const auto got = gpu_topk(c, s, stride, k, &slots);
-  ASSERT_EQ(got, cpu_topk(c, s, stride, k));
+  const auto got = gpu_topk(c, s, stride, k, &slots, slice_keys);
+  ASSERT_EQ(got, cpu_topk(c, s, stride, k)) << "slice_keys " << slice_keys;
   const KvBatchView b = c.batch();
   for (int64_t t = 0; t < c.tokens(); ++t)
     for (int i = 0; i < k; ++i) {
@@ -292,6 +293,21 @@ TEST(Indexer, TopKLongRowPathsIdenticalToCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
   // the last long row: 3 values over 40000 keys (> 8192 in the top bin: streamed); 16384 / 16385: the boundary
   check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82);
+}
+
+// Wider slices (TopKArgs::slice_keys, what top_k_slice_keys picks for many long rows): the same
+// rows, one CTA per 8K / 12K / 64K keys (12K: slices that do not divide the rows).
+TEST(IndexerTiny, TopKLongRowPathsIdenticalToCpuWithWideSlices) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int slice : {8192, 12288, 65536})
+    check_topk_long_rows({{16385, 1}, {17000, 1}, {17000, 1}, {17000, 1}, {3000, 1}}, 80, slice);
+}
+
+TEST(Indexer, TopKLongRowPathsIdenticalToCpuWithWideSlices) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int slice : {12288, 32768, 65536})
+    check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82,
+                         slice);
 }
 
 TEST(Indexer, PipelineSelectsCpuSetWhereScoresAreSeparated) {
@@ -386,6 +402,25 @@ TEST(IndexerErrors, TopKLongRowsWithoutWorkspaceIsAnError) {
   EXPECT_THROW(ix::top_k(a, nullptr), Error);  // no workspace
   a.max_ctx = 20001;
   EXPECT_THROW(ix::top_k(a, nullptr), Error);  // score rows shorter than max_ctx
+}
+
+TEST(IndexerErrors, TopKSliceNotAMultipleOf4096IsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{20000, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
+  DeviceBatch db(c);
+  DeviceArray<float> s(20000);
+  DeviceArray<int32_t> out(2048);
+  ix::TopKArgs a;
+  a.scores = s.ptr;
+  a.score_stride = 20000;
+  a.batch = db.view();
+  a.max_ctx = 20000;
+  a.out_pos = out.ptr;
+  a.top_k = 2048;
+  for (int bad : {1000, 4097, 2 * 65536}) {
+    a.slice_keys = bad;
+    EXPECT_THROW(ix::top_k(a, nullptr), Error) << bad;
+  }
 }
 
 }  // namespace

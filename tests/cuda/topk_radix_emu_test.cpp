@@ -56,7 +56,7 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
   return s;
 }
 
-void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed) {
+void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys) {
   std::mt19937_64 g(seed);
   // One request per row (q_len 1 at the end of its context), pages shuffled.
   std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
@@ -85,7 +85,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed)
   cpu::indexer_topk_cpu(b, scores.data(), stride, k, want.data());
 
   std::vector<int32_t> out_pos(size_t(T * k), -7), out_slot(size_t(T * k), -7);
-  const tk::Layout l = tk::workspace_layout(T, max_ctx);
+  const tk::Layout l = tk::workspace_layout(T, max_ctx, slice_keys);
   std::vector<unsigned char> ws(l.total + 16, 0);
   tk::Params p{};
   p.scores = scores.data();
@@ -100,6 +100,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed)
   p.out_slot = out_slot.data();
   p.page_shift = __builtin_ctz(unsigned(page_size));
   p.max_ctx = max_ctx;
+  p.slice_keys = slice_keys;
   if (l.total) tk::bind_workspace(p, ws.data(), l);
   const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(T));
   for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
@@ -112,7 +113,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed)
     for (int64_t t = 0; t < T; ++t) {
       const std::vector<int32_t> got(out_pos.begin() + t * k, out_pos.begin() + (t + 1) * k),
           exp(want.begin() + t * k, want.begin() + (t + 1) * k);
-      ASSERT_EQ(got, exp) << "row " << t << " ctx " << rows[size_t(t)].ctx << " fill " << int(rows[size_t(t)].fill)
+      ASSERT_EQ(got, exp) << "slice " << slice_keys << " row " << t << " ctx " << rows[size_t(t)].ctx << " fill " << int(rows[size_t(t)].fill)
                           << " call " << call;
       for (int i = 0; i < k; ++i) {
         const int32_t q = exp[size_t(i)];
@@ -147,6 +148,36 @@ TEST(TopKRadixEmu, LongRowsMatchCpuOnEveryPath) {
             {40000, Fill::TiesAtCut},     // more slices
             {3000, Fill::Random}},        // a one-CTA row in the same batch
            2048, 16, 2);
+}
+
+// Wider slices (TopKArgs::slice_keys): 8K / 12K (not dividing the rows) / 64K keys per CTA, the
+// long rows' paths again (one slice per row at 64K).
+TEST(TopKRadixEmu, LongRowsMatchCpuWithWideSlices) {
+  for (int slice : {8192, 12288, tk::kMaxSliceKeys})
+    run_case({{16385, Fill::Random},
+              {20000, Fill::ExactTopBin},
+              {18000, Fill::TiesAtCut},
+              {30000, Fill::FewTies},
+              {17000, Fill::FewUlps},
+              {40000, Fill::TiesAtCut},
+              {3000, Fill::Random}},
+             2048, 16, 4, slice);
+}
+
+TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {
+  EXPECT_EQ(tk::slice_keys_for(1, 131072, 264), 4096);      // 32 CTAs: plenty of room
+  EXPECT_EQ(tk::slice_keys_for(8, 131072, 264), 4096);      // 256
+  EXPECT_EQ(tk::slice_keys_for(64, 131072, 264), 32768);    // 4 slices: 256 CTAs
+  EXPECT_EQ(tk::slice_keys_for(256, 32768, 264), 32768);    // 1 slice per row: 256
+  EXPECT_EQ(tk::slice_keys_for(256, 131072, 264), 65536);   // capped: 512 CTAs
+  EXPECT_EQ(tk::slice_keys_for(64, 32768, 264), 8192);      // 4 slices: 256
+  for (int64_t rows : {1, 7, 64, 100, 256, 1000})
+    for (int ctx : {16385, 40000, 131072, 1 << 20}) {
+      const int s = tk::slice_keys_for(rows, ctx, 264);
+      EXPECT_TRUE(tk::slice_keys_valid(s)) << rows << " x " << ctx;
+      if (s < tk::kMaxSliceKeys) EXPECT_LE(rows * ((ctx + s - 1) / s), 264) << rows << " x " << ctx;
+      if (s > tk::kSliceKeys) EXPECT_GT(rows * ((ctx + s - tk::kSliceKeys - 1) / (s - tk::kSliceKeys)), 264);
+    }
 }
 
 TEST(TopKRadixEmu, SmallKMatchesCpu) {

@@ -1,6 +1,6 @@
 // Top-k of each indexer row by radix select (the kernels and their design: topk_radix.cuh).
 // Rows of <= 16K keys take one CTA and one launch; longer rows three launches of one CTA per
-// 4K-key slice, with a workspace (top_k_workspace_bytes). Compiled for every arch in
+// slice of TopKArgs::slice_keys keys (4K by default), with a workspace (top_k_workspace_bytes). Compiled for every arch in
 // CMAKE_CUDA_ARCHITECTURES: plain CUDA, <= 81 KB of shared memory per CTA.
 #include "cuda/indexer/topk_radix.cuh"
 
@@ -25,7 +25,17 @@ void allow_smem(DeviceOnce& opt_in, Kernel k, size_t bytes) {
 
 }  // namespace
 
-size_t top_k_workspace_bytes(int64_t rows, int max_ctx) { return topk::workspace_layout(rows, max_ctx).total; }
+namespace {
+int slice_or_default(int slice_keys) { return slice_keys > 0 ? slice_keys : topk::kSliceKeys; }
+}  // namespace
+
+size_t top_k_workspace_bytes(int64_t rows, int max_ctx, int slice_keys) {
+  return topk::workspace_layout(rows, max_ctx, slice_or_default(slice_keys)).total;
+}
+
+int top_k_slice_keys(int64_t rows, int max_ctx) {
+  return topk::slice_keys_for(rows, max_ctx, 2 * int(current_device().sm_count));
+}
 
 void top_k(const TopKArgs& a, cudaStream_t stream) {
   const KvBatchView& b = a.batch;
@@ -42,11 +52,14 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(b.num_tokens >= 0 && b.num_tokens <= 65535 && b.num_requests >= 1, "{}",
           "indexer top-k: " + std::to_string(b.num_tokens) + " rows (at most 65535 per call) / " +
               std::to_string(b.num_requests) + " requests");
+  const int slice = slice_or_default(a.slice_keys);
+  FP4MOE_CHECK(topk::slice_keys_valid(slice), "indexer top-k: slice_keys {} is not a multiple of {} in [{}, {}]", slice,
+               topk::kSliceKeys, topk::kSliceKeys, topk::kMaxSliceKeys);
   if (b.num_tokens == 0) return;
-  const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx);
+  const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx, slice);
   FP4MOE_CHECK(l.total == 0 || (a.workspace && a.workspace_bytes >= l.total), "{}",
           "indexer top-k: rows of up to " + std::to_string(a.max_ctx) + " keys need a workspace of " +
-              std::to_string(l.total) + " bytes (top_k_workspace_bytes), zeroed once; got " +
+              std::to_string(l.total) + " bytes (top_k_workspace_bytes with its slice_keys), zeroed once; got " +
               std::to_string(a.workspace ? a.workspace_bytes : 0));
   topk::Params p{};
   p.scores = a.scores;
@@ -61,6 +74,7 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   p.out_slot = a.out_slot;
   p.page_shift = a.out_slot ? attention::log2_exact(a.page_size) : 0;
   p.max_ctx = a.max_ctx;
+  p.slice_keys = slice;
   if (l.total != 0) topk::bind_workspace(p, a.workspace, l);
   const size_t smem0 = topk::pass0_smem_bytes(a.max_ctx), smem1 = topk::collect_smem_bytes();
   const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(b.num_tokens));

@@ -7,7 +7,8 @@
 // Rows of <= kRowKeys keys: one CTA (topk_pass0_kernel, slice 0) loads the row into shared
 // memory once, finds T with <= 3 histogram passes (12 + 11 + 9 bits, stopping when the bin
 // of the k-th key is taken whole) and writes the selection in one ordered pass.
-// Longer rows: one CTA per slice of kSliceKeys keys in three kernels, each CTA counting its
+// Longer rows: one CTA per slice of p.slice_keys keys (kSliceKeys = 4K by default; a multiple of
+// it up to kMaxSliceKeys) in three kernels, each CTA counting its
 // arrival per row so that the row's last CTA finishes the row's step (no grid sync):
 //   pass0   12-bit histogram of the slice into the row's global histogram; the last CTA
 //           finds the bin of the k-th key (and resets the histogram);
@@ -31,8 +32,8 @@ namespace fp4moe::cuda::indexer::topk {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in shared memory)
-constexpr int kSliceKeys = 4096;                        // longer rows: keys per CTA
-constexpr int kSliceSteps = kSliceKeys / kThreads;      // 4 keys per thread, 32 per warp step
+constexpr int kSliceKeys = 4096;                        // longer rows: keys per CTA (default, and the unit)
+constexpr int kMaxSliceKeys = 16 * kSliceKeys;          // 64K keys per CTA: 64 per thread
 constexpr int kBins0 = 4096;                            // first digit: key bits [31:20]
 constexpr int kCandCap = 8192;                          // candidates resolved in shared memory
 constexpr int kPosBits = 22;                            // positions < 2^22 (the tie cut's radix)
@@ -64,6 +65,7 @@ struct Params {
   int32_t* out_slot;
   int page_shift;
   int max_ctx;
+  int slice_keys = kSliceKeys;  // rows longer than kRowKeys: keys per CTA (a multiple of kSliceKeys)
   // Workspace (rows longer than kRowKeys): per row a RowState, a kBins0 histogram, kCandCap
   // candidates (key, position) and bitmap_words words of selection bits.
   RowState* state;
@@ -80,17 +82,30 @@ struct Layout {
   size_t state = 0, hist = 0, cand = 0, bitmap = 0, total = 0;  // byte offsets, size
 };
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-inline Layout workspace_layout(int64_t rows, int max_ctx) {
+inline Layout workspace_layout(int64_t rows, int max_ctx, int slice_keys = kSliceKeys) {
   Layout l;
   if (max_ctx <= kRowKeys) return l;
-  l.slices = (max_ctx + kSliceKeys - 1) / kSliceKeys;
-  l.bitmap_words = l.slices * (kSliceKeys / 32);
+  l.slices = (max_ctx + slice_keys - 1) / slice_keys;
+  l.bitmap_words = l.slices * (slice_keys / 32);
   const size_t r = size_t(rows);
   l.hist = align256(r * sizeof(RowState));
   l.cand = l.hist + align256(r * kBins0 * sizeof(int32_t));
   l.bitmap = l.cand + align256(r * kCandCap * 2 * sizeof(uint32_t));
   l.total = l.bitmap + align256(r * size_t(l.bitmap_words) * sizeof(uint32_t));
   return l;
+}
+// Wider slices for many long rows: the smallest multiple of kSliceKeys that keeps rows x slices
+// within `ctas` CTAs (two per SM is the occupancy at 1024 threads), at most kMaxSliceKeys. Each
+// CTA pays a fixed cost (a 4K-bin histogram cleared and flushed, an arrival fence, three
+// launches' tails); 4K-key slices make B 256 / 128K 8,192 CTAs per kernel.
+inline int slice_keys_for(int64_t rows, int max_ctx, int ctas) {
+  int slice = kSliceKeys;
+  const int64_t r = rows > 0 ? rows : 1, c = ctas > 0 ? ctas : 1;
+  while (slice < kMaxSliceKeys && r * ((max_ctx + slice - 1) / slice) > c) slice += kSliceKeys;
+  return slice;
+}
+inline bool slice_keys_valid(int slice_keys) {
+  return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
 }
 inline size_t pass0_smem_bytes(int max_ctx) {
   const int row_keys = max_ctx < kRowKeys ? max_ctx : kRowKeys;
@@ -282,13 +297,14 @@ __global__ void __launch_bounds__(kThreads) topk_pass0_kernel(const Params p) {
     select_row_in_smem(p, row, ctx, s, keys, hist, scratch);
     return;
   }
-  const int slices = (ctx + kSliceKeys - 1) / kSliceKeys;
+  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
   if (int(blockIdx.x) >= slices) return;
   for (int b = tid; b < kBins0; b += kThreads) hist[b] = 0;
   __syncthreads();
-  const int base = int(blockIdx.x) * kSliceKeys + warp * (kSliceKeys / kWarps);
-#pragma unroll
-  for (int j = 0; j < kSliceSteps; ++j) {
+  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
+  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
+#pragma unroll 4
+  for (int j = 0; j < steps; ++j) {
     const int i = base + j * 32 + lane;
     const int digit = i < ctx ? int(order_key(s[i]) >> 20) : -1;
     const unsigned peers = __match_any_sync(prims::kFullMask, digit);
@@ -359,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) topk_collect_kernel(const Params p) 
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
   if (ctx <= kRowKeys) return;
-  const int slices = (ctx + kSliceKeys - 1) / kSliceKeys;
+  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
   if (int(blockIdx.x) >= slices) return;
   RowState& st = p.state[row];
   if (st.resolved) return;
@@ -377,9 +393,10 @@ __global__ void __launch_bounds__(kThreads) topk_collect_kernel(const Params p) 
   }
   uint2* cand = p.cand + int64_t(row) * kCandCap;
   const uint32_t bin0 = uint32_t(st.bin0);
-  const int base = int(blockIdx.x) * kSliceKeys + warp * (kSliceKeys / kWarps);
-#pragma unroll
-  for (int j = 0; j < kSliceSteps; ++j) {
+  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
+  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
+#pragma unroll 4
+  for (int j = 0; j < steps; ++j) {
     const int i = base + j * 32 + lane;
     const uint32_t key = i < ctx ? order_key(s[i]) : 0u;
     const bool in = i < ctx && (key >> 20) == bin0;
@@ -414,16 +431,17 @@ __global__ void __launch_bounds__(kThreads) topk_emit_kernel(const Params p) {
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
   if (ctx <= kRowKeys) return;
-  const int slices = (ctx + kSliceKeys - 1) / kSliceKeys;
+  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
   if (int(blockIdx.x) >= slices) return;
   RowState& st = p.state[row];
   const uint32_t mask = st.mask, t = st.t;
   const int p_cut = st.p_cut;
   const float* s = p.scores + int64_t(row) * p.score_stride;
   uint32_t* bits = p.bitmap + int64_t(row) * p.bitmap_words;
-  const int base = int(blockIdx.x) * kSliceKeys + warp * (kSliceKeys / kWarps);
-#pragma unroll
-  for (int j = 0; j < kSliceSteps; ++j) {
+  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
+  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
+#pragma unroll 4
+  for (int j = 0; j < steps; ++j) {
     const int i = base + j * 32 + lane;
     const uint32_t km = i < ctx ? order_key(s[i]) & mask : 0u;
     const bool take = i < ctx && (km > t || (km == t && i <= p_cut));

@@ -196,7 +196,9 @@ TEST(MlaFiSchedule, SplitCountGivesMlaPlanChunksWithinOneWave) {
     for (int keys : {1, 63, 64, 65, 1000, 2048, 4096, 8192, 131072}) {
       const int s = fs::splits_for(rows, keys, 132), chunk = fs::chunk_keys_for(rows, keys, 132);
       EXPECT_EQ(chunk % fs::kTileKeys, 0) << rows << " x " << keys;
-      if (s > 1) EXPECT_LE(int64_t(rows) * s, 132) << rows << " x " << keys;  // one wave
+      if (s > 1) {
+        EXPECT_LE(int64_t(rows) * s, 132) << rows << " x " << keys;  // one wave
+      }
       EXPECT_LE(s, (keys + fs::kTileKeys - 1) / fs::kTileKeys) << rows << " x " << keys;  // a tile each
     }
 }

@@ -175,8 +175,12 @@ TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {
     for (int ctx : {16385, 40000, 131072, 1 << 20}) {
       const int s = tk::slice_keys_for(rows, ctx, 264);
       EXPECT_TRUE(tk::slice_keys_valid(s)) << rows << " x " << ctx;
-      if (s < tk::kMaxSliceKeys) EXPECT_LE(rows * ((ctx + s - 1) / s), 264) << rows << " x " << ctx;
-      if (s > tk::kSliceKeys) EXPECT_GT(rows * ((ctx + s - tk::kSliceKeys - 1) / (s - tk::kSliceKeys)), 264);
+      if (s < tk::kMaxSliceKeys) {
+        EXPECT_LE(rows * ((ctx + s - 1) / s), 264) << rows << " x " << ctx;
+      }
+      if (s > tk::kSliceKeys) {  // the next smaller slice would not fit
+        EXPECT_GT(rows * ((ctx + s - tk::kSliceKeys - 1) / (s - tk::kSliceKeys)), 264) << rows << " x " << ctx;
+      }
     }
 }
 

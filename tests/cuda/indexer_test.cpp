@@ -368,58 +368,49 @@ TEST(IndexerErrors, UnsupportedHeadCountIsAnError) {
   EXPECT_EQ(ix::indexer_can_implement(32, 128), "");
 }
 
+// One request of ctx keys, its scores (stride keys) and out_n output entries on the device, and
+// top-k args over them (no workspace); the args point into the members, so it stays in place.
+struct OneRowTopK {
+  PagedCase c;
+  DeviceBatch db;
+  DeviceArray<float> s;
+  DeviceArray<int32_t> out;
+  ix::TopKArgs a;
+  OneRowTopK(int ctx, int64_t stride, size_t out_n, int k)
+      : c(make_paged_case({{ctx, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false)), db(c), s(size_t(stride)), out(out_n) {
+    a.scores = s.ptr;
+    a.score_stride = stride;
+    a.batch = db.view();
+    a.max_ctx = ctx;
+    a.out_pos = out.ptr;
+    a.top_k = k;
+  }
+  OneRowTopK(const OneRowTopK&) = delete;
+  OneRowTopK& operator=(const OneRowTopK&) = delete;
+};
+
 TEST(IndexerErrors, TopKOutsideRangeIsAnError) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  PagedCase c = make_paged_case({{10, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
-  DeviceBatch db(c);
-  DeviceArray<float> s(16);
-  DeviceArray<int32_t> out(size_t(ix::kMaxTopK + 1));
-  ix::TopKArgs a;
-  a.scores = s.ptr;
-  a.score_stride = 16;
-  a.batch = db.view();
-  a.max_ctx = 10;
-  a.out_pos = out.ptr;
-  a.top_k = ix::kMaxTopK + 1;
-  EXPECT_THROW(ix::top_k(a, nullptr), Error);
-  a.top_k = 0;
-  EXPECT_THROW(ix::top_k(a, nullptr), Error);
+  OneRowTopK t(10, 16, size_t(ix::kMaxTopK + 1), ix::kMaxTopK + 1);
+  EXPECT_THROW(ix::top_k(t.a, nullptr), Error);
+  t.a.top_k = 0;
+  EXPECT_THROW(ix::top_k(t.a, nullptr), Error);
 }
 
 TEST(IndexerErrors, TopKLongRowsWithoutWorkspaceIsAnError) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  PagedCase c = make_paged_case({{20000, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
-  DeviceBatch db(c);
-  DeviceArray<float> s(20000);
-  DeviceArray<int32_t> out(2048);
-  ix::TopKArgs a;
-  a.scores = s.ptr;
-  a.score_stride = 20000;
-  a.batch = db.view();
-  a.max_ctx = 20000;
-  a.out_pos = out.ptr;
-  a.top_k = 2048;
-  EXPECT_THROW(ix::top_k(a, nullptr), Error);  // no workspace
-  a.max_ctx = 20001;
-  EXPECT_THROW(ix::top_k(a, nullptr), Error);  // score rows shorter than max_ctx
+  OneRowTopK t(20000, 20000, 2048, 2048);
+  EXPECT_THROW(ix::top_k(t.a, nullptr), Error);  // no workspace
+  t.a.max_ctx = 20001;
+  EXPECT_THROW(ix::top_k(t.a, nullptr), Error);  // score rows shorter than max_ctx
 }
 
 TEST(IndexerErrors, TopKSliceNotAMultipleOf4096IsAnError) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  PagedCase c = make_paged_case({{20000, 1}}, 64, KvElem::BF16, KvElem::BF16, 1, false);
-  DeviceBatch db(c);
-  DeviceArray<float> s(20000);
-  DeviceArray<int32_t> out(2048);
-  ix::TopKArgs a;
-  a.scores = s.ptr;
-  a.score_stride = 20000;
-  a.batch = db.view();
-  a.max_ctx = 20000;
-  a.out_pos = out.ptr;
-  a.top_k = 2048;
+  OneRowTopK t(20000, 20000, 2048, 2048);
   for (int bad : {1000, 4097, 2 * 65536}) {
-    a.slice_keys = bad;
-    EXPECT_THROW(ix::top_k(a, nullptr), Error) << bad;
+    t.a.slice_keys = bad;
+    EXPECT_THROW(ix::top_k(t.a, nullptr), Error) << bad;
   }
 }
 

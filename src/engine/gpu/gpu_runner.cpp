@@ -283,10 +283,7 @@ void GpuRunner::Impl::choose_attention() {
     d.sm_scale = float(c.softmax_scale);
     d.kv_elem = KvElem::BF16;
     why = at::mla_decode_can_implement(d);
-    if (why.empty()) {
-      mla_fast = std::make_unique<at::MlaDecodeMma>(d);
-      mla_fast->reserve_device(int(opt.max_tokens));
-    }
+    if (why.empty()) mla_fast = std::make_unique<at::MlaDecodeMma>(d);
     // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
     // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
     // FlashInferDecode (an error where it cannot run), never under MmaDecode.
@@ -297,6 +294,8 @@ void GpuRunner::Impl::choose_attention() {
     if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode) {
       mla_fi_decode = std::make_unique<at::MlaSm90>(d);
       mla_fi_decode->reserve_device(int(opt.max_tokens));
+    } else if (mla_fast) {  // decode and top-k rows on MlaDecodeMma: its workspace only then
+      mla_fast->reserve_device(int(opt.max_tokens));
     }
     bool dense_layer = false;
     for (int64_t l = 0; l < c.num_layers; ++l)

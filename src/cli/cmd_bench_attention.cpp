@@ -264,9 +264,7 @@ class Bench {
         qi8(size_t(maxB) * at::kIndexHeads * at::kIndexDim), w(size_t(maxB) * at::kIndexHeads * 4),
         w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
         sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
-    size_t topk_ws_bytes = 0;  // the default 4K slices and every wider one ("ours-radix-wide")
-    for (int slice = 4096; slice <= 65536; slice += 4096)
-      topk_ws_bytes = std::max(topk_ws_bytes, ix::top_k_workspace_bytes(maxB, maxL, slice));
+    const size_t topk_ws_bytes = ix::top_k_workspace_bytes(maxB, maxL);  // any slice_keys ("ours-radix-wide")
     DeviceMem topk_ws(topk_ws_bytes);
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));  // once: the kernels leave it zeroed
     bench::fill_random_bf16(q_nope.ptr(), size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);

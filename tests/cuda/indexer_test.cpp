@@ -18,6 +18,7 @@
 #include "format/codecs.hpp"
 #include "cuda/attention_test_util.hpp"
 #include "cuda/indexer/indexer.hpp"
+#include "cuda/indexer/topk_sample.hpp"
 
 namespace fp4moe::test {
 namespace {
@@ -105,7 +106,7 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   DeviceArray<float> s(scores);
   const std::vector<int32_t> poison(size_t(c.tokens() * k), -7);
   DeviceArray<int32_t> pos(poison), slot(poison);
-  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx(), slice_keys);
+  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx());
   DeviceArray<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
   FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
   ix::TopKArgs a;
@@ -249,8 +250,9 @@ TEST(Indexer, TopKIdenticalToCpuK2048) {
 }
 
 // Rows across the one-CTA / multi-CTA boundary and every path of the long-row kernels
-// (resolved at the first digit, candidates with a position cut among equal keys, streamed
-// when the k-th key's bin is too large); tests/cuda/topk_radix_emu_test.cpp runs the same
+// (candidates resolved at the first digit, with a position cut among equal keys; streamed
+// when the candidates overflow, or when the sampled lines alone score high and the sample's
+// threshold admits fewer than k keys); tests/cuda/topk_radix_emu_test.cpp runs the same
 // kernels on the CPU.
 void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed, int slice_keys = 0) {
   PagedCase c = make_paged_case(shapes, 16, KvElem::BF16, KvElem::BF16, seed, /*fill=*/false);
@@ -264,13 +266,18 @@ void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed
     float* r = &s[size_t(t * stride)];
     for (int64_t j = 0; j < n; ++j) r[j] = u(g);
     if (n <= 16384) continue;  // one-CTA rows: random
-    const int64_t kind = t % 4;
+    const int64_t kind = t % 5;
     if (kind == 1)  // exactly k keys in the top first-digit bin
       for (int i = 0; i < k; ++i) r[(int64_t(i) * 7919) % n] = 100.0f + float(i % 5) * 0.5f;
     if (kind == 2)  // k / 2 winners, then 2000 equal keys across the cut
       for (int i = 0; i < k / 2 + 2000; ++i) r[(int64_t(i) * 7919) % n] = i < k / 2 ? 50.0f : 10.0f;
     if (kind == 3)  // 3 values: ~n / 3 equal keys at the top (> 8192: more than the candidate list holds)
       for (int64_t j = 0; j < n; ++j) r[j] = float(int(g() % 3));
+    if (kind == 4) {  // exactly the sampled lines score high: fewer than k candidates
+      const int sstride = ix::topk::sample_stride(int(n));
+      for (int gi = 0; int64_t(gi) * sstride * 32 < n; ++gi)
+        for (int64_t j = int64_t(ix::topk::sample_line(gi, sstride)) * 32, e = j + 32; j < e && j < n; ++j) r[j] += 20.0f;
+    }
   }
   std::vector<int32_t> slots;
   const auto got = gpu_topk(c, s, stride, k, &slots, slice_keys);
@@ -291,7 +298,7 @@ TEST(IndexerTiny, TopKLongRowPathsIdenticalToCpu) {
 
 TEST(Indexer, TopKLongRowPathsIdenticalToCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  // the last long row: 3 values over 40000 keys (> 8192 in the top bin: streamed); 16384 / 16385: the boundary
+  // 40000: 3 values (> 8192 candidates: streamed); 16385: the sampled lines high (streamed); 16384 / 16385: the boundary
   check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82);
 }
 

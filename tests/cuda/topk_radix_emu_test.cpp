@@ -1,8 +1,9 @@
 // The radix top-k's kernels (cuda/indexer/topk_radix.cuh) run on the CPU through the CUDA
 // emulator (tests/cuda/emu), against the CPU op (cpu/attention/indexer_cpu.hpp): identical
 // positions and slots on every path — dense rows, one-CTA rows (16K boundary), long rows
-// resolved at the first digit, from the candidate list (with a position cut among equal keys)
-// and by streaming the row (too many candidates); NaN / -inf / signed zeros; small k.
+// resolved among the candidates above the sampled threshold (at the first digit, or with a
+// position cut among equal keys), and by streaming the row when the sample missed (too many
+// candidates, or fewer than k); NaN / -inf / signed zeros; small k.
 // Needs no GPU (runs in CI); indexer_test runs the same cases on the device.
 #define FP4MOE_CUDA_EMU 1
 #include "cuda/emu/cuda_emu.hpp"
@@ -22,7 +23,7 @@ namespace {
 
 namespace tk = cuda::indexer::topk;
 
-enum class Fill { Random, Ties, FewTies, Specials, ExactTopBin, TiesAtCut, Ulps, FewUlps };
+enum class Fill { Random, Ties, FewTies, Specials, ExactTopBin, TiesAtCut, Ulps, FewUlps, HotRun, SampleHot };
 
 struct Row {
   int ctx;
@@ -53,6 +54,16 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
     for (int i = 0; i < k; ++i) s[size_t((int64_t(i) * 7919) % n)] = 100.0f + float(i % 5) * 0.5f;
   if (f == Fill::TiesAtCut)  // k / 2 clear winners, then 2000 equal keys across the cut
     for (int i = 0; i < k / 2 + 2000; ++i) s[size_t((int64_t(i) * 7919) % n)] = i < k / 2 ? 50.0f : 10.0f;
+  if (f == Fill::HotRun)  // 3000 consecutive high scores (a passage the query attends to)
+    for (int i = n / 3; i < n / 3 + 3000 && i < n; ++i) s[size_t(i)] += 20.0f;
+  if (f == Fill::SampleHot) {  // exactly the sampled lines score high: the sample's threshold
+    const int stride = tk::sample_stride(n);  // admits fewer than k keys, the row is streamed
+    for (int g = 0; g * stride < (n + 31) / 32; ++g)
+      for (int j = 0; j < 32; ++j) {
+        const int64_t i = int64_t(tk::sample_line(g, stride)) * 32 + j;
+        if (i < n) s[size_t(i)] += 20.0f;
+      }
+  }
   return s;
 }
 
@@ -105,11 +116,9 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(T));
   for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
     std::fill(out_pos.begin(), out_pos.end(), -7);
-    emu::launch(grid, dim3(tk::kThreads), tk::pass0_smem_bytes(max_ctx), tk::topk_pass0_kernel, p);
-    if (l.total) {
-      emu::launch(grid, dim3(tk::kThreads), tk::collect_smem_bytes(), tk::topk_collect_kernel, p);
-      emu::launch(grid, dim3(tk::kThreads), 0, tk::topk_emit_kernel, p);
-    }
+    emu::launch(dim3(1, unsigned(T)), dim3(tk::kThreads), tk::select_smem_bytes(max_ctx), tk::topk_select_or_sample_kernel,
+                p);
+    if (l.total) emu::launch(grid, dim3(tk::kThreads), tk::gather_smem_bytes(), tk::topk_gather_kernel, p);
     for (int64_t t = 0; t < T; ++t) {
       const std::vector<int32_t> got(out_pos.begin() + t * k, out_pos.begin() + (t + 1) * k),
           exp(want.begin() + t * k, want.begin() + (t + 1) * k);
@@ -123,8 +132,8 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
     }
     if (l.total) {
       for (int64_t t = 0; t < T; ++t) {
-        ASSERT_EQ(p.state[t].arrive[0] | p.state[t].arrive[1] | p.state[t].arrive[2] | p.state[t].cand_n, 0u);
-        for (int i = 0; i < tk::kBins0; ++i) ASSERT_EQ(p.hist0[t * tk::kBins0 + i], 0);
+        ASSERT_EQ(p.state[t].arrive | p.state[t].cand_n, 0u);
+        for (int64_t i = 0; i < l.bitmap_words; ++i) ASSERT_EQ(p.bitmap[t * l.bitmap_words + i], 0u);
       }
     }
   }
@@ -138,14 +147,16 @@ TEST(TopKRadixEmu, OneCtaRowsMatchCpu) {
 
 TEST(TopKRadixEmu, LongRowsMatchCpuOnEveryPath) {
   run_case({{16385, Fill::Random},        // candidates, T unique
-            {20000, Fill::ExactTopBin},   // resolved by the first digit
+            {20000, Fill::ExactTopBin},   // candidates, resolved by the first digit
             {18000, Fill::TiesAtCut},     // candidates, position cut among 2000 equal keys
             {17000, Fill::Ties},          // candidates: ~2400 equal keys, position cut
-            {30000, Fill::FewTies},       // ~10000 > kCandCap keys in the k-th key's bin: streamed
+            {30000, Fill::FewTies},       // ~10000 > kCandCap keys equal to the threshold: streamed
             {17000, Fill::Specials},      // NaN, +-inf, signed zeros
             {17000, Fill::Ulps},          // ~12700 keys within 16 ulps: streamed, every digit needed
             {17000, Fill::FewUlps},       // ~5100 keys within 16 ulps: candidates, every digit needed
             {40000, Fill::TiesAtCut},     // more slices
+            {70000, Fill::HotRun},        // a run of high scores: candidates
+            {70000, Fill::SampleHot},     // fewer than k keys above the threshold: streamed
             {3000, Fill::Random}},        // a one-CTA row in the same batch
            2048, 16, 2);
 }
@@ -160,6 +171,7 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithWideSlices) {
               {30000, Fill::FewTies},
               {17000, Fill::FewUlps},
               {40000, Fill::TiesAtCut},
+              {70000, Fill::SampleHot},
               {3000, Fill::Random}},
              2048, 16, 4, slice);
 }
@@ -182,6 +194,21 @@ TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {
         EXPECT_GT(rows * ((ctx + s - tk::kSliceKeys - 1) / (s - tk::kSliceKeys)), 264) << rows << " x " << ctx;
       }
     }
+}
+
+TEST(TopKRadixEmu, SampleTakesOneLineOfEachStrideWithinTheRow) {
+  for (int ctx : {16385, 40000, 131072, 1 << 22}) {
+    const int stride = tk::sample_stride(ctx), lines = (ctx + 31) / 32;
+    EXPECT_LE((lines + stride - 1) / stride, tk::kSampleLines) << ctx;
+    for (int g = 0; g * stride < lines; ++g) {
+      const int line = tk::sample_line(g, stride);
+      EXPECT_GE(line, g * stride) << ctx;
+      EXPECT_LT(line, (g + 1) * stride) << ctx;
+    }
+  }
+  // The threshold's rank: above the sample's expected share of the top k.
+  EXPECT_EQ(tk::sample_rank(2048, 16), 128 + 45 + 16);
+  EXPECT_GT(tk::sample_rank(7, 16), 7 / 16);
 }
 
 TEST(TopKRadixEmu, SmallKMatchesCpu) {

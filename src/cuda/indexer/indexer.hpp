@@ -66,27 +66,28 @@ struct TopKArgs {
   // sparse MLA (MlaSm90::plan_sparse, page_size 1). Null to skip.
   int32_t* out_slot = nullptr;
   int64_t page_size = attention::kDefaultPageSize;  // with out_slot
-  // Device scratch for rows longer than 16K keys: top_k_workspace_bytes(T, max_ctx, slice_keys)
-  // bytes (0 when max_ctx <= 16384), zeroed once after allocation (the kernels leave it zeroed).
+  // Device scratch for rows longer than 16K keys: top_k_workspace_bytes(T, max_ctx) bytes (0 when
+  // max_ctx <= 16384), zeroed once after allocation (the kernels leave it zeroed).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // Rows longer than 16K keys: keys per CTA, a multiple of 4096 up to 65536; 0 = 4096.
+  // Rows longer than 16K keys: keys per gather CTA, a multiple of 4096 up to 65536; 0 = 4096.
   // top_k_slice_keys(T, max_ctx) is the wider choice for many long rows (measured side by side
-  // in `bench attention`'s top-k rows; 4096 stays the default until it wins there).
+  // in `bench attention`'s top-k rows).
   int slice_keys = 0;
 };
 
 inline constexpr int kMaxTopKContext = 1 << 22;  // positions < 4M
 
-size_t top_k_workspace_bytes(int64_t rows, int max_ctx, int slice_keys = 0);
+size_t top_k_workspace_bytes(int64_t rows, int max_ctx);
 // The smallest multiple of 4096 keys per CTA that keeps rows x slices within two CTAs per SM of
 // the current device (at most 65536).
 int top_k_slice_keys(int64_t rows, int max_ctx);
 
 // Radix select (cuda/indexer/topk_radix.cuh): rows of <= 16K keys in one CTA each (keys read
-// once into shared memory, <= 3 histogram passes, one ordered write); longer rows in CTAs of
-// 4K keys (TopKArgs::slice_keys) over three launches (histogram, candidates of the k-th key's
-// bin, ordered write).
+// once into shared memory, <= 3 histogram passes, one ordered write); longer rows in two
+// launches: a candidate threshold from a sample of the row (one CTA per row), then CTAs of 4K
+// keys (TopKArgs::slice_keys) gathering the keys above it, the row's last one selecting among
+// them and writing the selection in order.
 // At most 65535 rows per call.
 void top_k(const TopKArgs& a, cudaStream_t stream);
 

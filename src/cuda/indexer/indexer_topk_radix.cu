@@ -1,5 +1,5 @@
 // Top-k of each indexer row by radix select (the kernels and their design: topk_radix.cuh).
-// Rows of <= 16K keys take one CTA and one launch; longer rows three launches of one CTA per
+// Rows of <= 16K keys take one CTA and one launch; longer rows a second launch of one CTA per
 // slice of TopKArgs::slice_keys keys (4K by default), with a workspace (top_k_workspace_bytes). Compiled for every arch in
 // CMAKE_CUDA_ARCHITECTURES: plain CUDA, <= 81 KB of shared memory per CTA.
 #include "cuda/indexer/topk_radix.cuh"
@@ -29,9 +29,7 @@ namespace {
 int slice_or_default(int slice_keys) { return slice_keys > 0 ? slice_keys : topk::kSliceKeys; }
 }  // namespace
 
-size_t top_k_workspace_bytes(int64_t rows, int max_ctx, int slice_keys) {
-  return topk::workspace_layout(rows, max_ctx, slice_or_default(slice_keys)).total;
-}
+size_t top_k_workspace_bytes(int64_t rows, int max_ctx) { return topk::workspace_layout(rows, max_ctx).total; }
 
 int top_k_slice_keys(int64_t rows, int max_ctx) {
   return topk::slice_keys_for(rows, max_ctx, 2 * int(current_device().sm_count));
@@ -59,7 +57,7 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx, slice);
   FP4MOE_CHECK(l.total == 0 || (a.workspace && a.workspace_bytes >= l.total), "{}",
           "indexer top-k: rows of up to " + std::to_string(a.max_ctx) + " keys need a workspace of " +
-              std::to_string(l.total) + " bytes (top_k_workspace_bytes with its slice_keys), zeroed once; got " +
+              std::to_string(l.total) + " bytes (top_k_workspace_bytes), zeroed once; got " +
               std::to_string(a.workspace ? a.workspace_bytes : 0));
   topk::Params p{};
   p.scores = a.scores;
@@ -76,17 +74,14 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   p.max_ctx = a.max_ctx;
   p.slice_keys = slice;
   if (l.total != 0) topk::bind_workspace(p, a.workspace, l);
-  const size_t smem0 = topk::pass0_smem_bytes(a.max_ctx), smem1 = topk::collect_smem_bytes();
-  const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(b.num_tokens));
-  static DeviceOnce pass0_opt_in, collect_opt_in;
-  allow_smem(pass0_opt_in, topk::topk_pass0_kernel, smem0);
-  topk::topk_pass0_kernel<<<grid, topk::kThreads, smem0, stream>>>(p);
+  const size_t smem0 = topk::select_smem_bytes(a.max_ctx), smem1 = topk::gather_smem_bytes();
+  static DeviceOnce select_opt_in, gather_opt_in;
+  allow_smem(select_opt_in, topk::topk_select_or_sample_kernel, smem0);
+  topk::topk_select_or_sample_kernel<<<dim3(1, unsigned(b.num_tokens)), topk::kThreads, smem0, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
   if (l.total == 0) return;
-  allow_smem(collect_opt_in, topk::topk_collect_kernel, smem1);
-  topk::topk_collect_kernel<<<grid, topk::kThreads, smem1, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  topk::topk_emit_kernel<<<grid, topk::kThreads, 0, stream>>>(p);
+  allow_smem(gather_opt_in, topk::topk_gather_kernel, smem1);
+  topk::topk_gather_kernel<<<dim3(unsigned(l.slices), unsigned(b.num_tokens)), topk::kThreads, smem1, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,35 +4,40 @@
 //     keys above T, and of the keys equal to T the lowest positions (up to k in all),
 // written as ascending positions (and cache slots), -1 padded when the row has <= k keys.
 //
-// Rows of <= kRowKeys keys: one CTA (topk_pass0_kernel, slice 0) loads the row into shared
-// memory once, finds T with <= 3 histogram passes (12 + 11 + 9 bits, stopping when the bin
-// of the k-th key is taken whole) and writes the selection in one ordered pass.
-// Longer rows: one CTA per slice of p.slice_keys keys (kSliceKeys = 4K by default; a multiple of
-// it up to kMaxSliceKeys) in three kernels, each CTA counting its
-// arrival per row so that the row's last CTA finishes the row's step (no grid sync):
-//   pass0   12-bit histogram of the slice into the row's global histogram; the last CTA
-//           finds the bin of the k-th key (and resets the histogram);
-//   collect the keys of that bin (in practice a few thousand) are appended to the row's
-//           candidate list; the last CTA resolves T and the position cut among equal keys
-//           on them in shared memory (more than kCandCap: CTA 0 resolves by streaming the
-//           row instead);
-//   emit    each CTA marks its slice's selected keys in the row's bitmap; the last CTA
-//           writes the set bits in order.
-// The workspace is zeroed once by the caller; every kernel leaves its counters at zero.
+// Two launches:
+//   select_or_sample  one CTA per row. A row of <= kRowKeys keys is loaded into shared memory
+//           once, T found by <= 3 histogram passes (12 + 11 + 9 bits, stopping when the bin of
+//           the k-th key is taken whole) and the selection written in one ordered pass: done.
+//           A longer row: the CTA reads a sample (one line of 32 keys out of every `stride`,
+//           <= kSampleLines lines) and sets the row's candidate threshold t0 to the sample's
+//           r-th largest key, r = the sample's expected share of the top k plus four standard
+//           deviations plus 16 (~1.2-1.5 k keys of the row lie above it on unstructured data).
+//   gather  one CTA per slice of p.slice_keys keys of the long rows: the keys >= t0 are staged
+//           in shared memory and appended to the row's candidate list (one global atomic per
+//           CTA). The row's last CTA (arrival counter, no grid sync) resolves T and the position
+//           cut among equal keys on the candidates in shared memory, marks the selection in the
+//           row's bitmap and writes its set bits in order. When the sample missed (fewer than k
+//           candidates, or more than kCandCap: heavy ties, scores shaped against the sample) that
+//           CTA selects by streaming the whole row instead: correct, slower.
+// Each score of a long row is read once (plus the 1/stride sample), with a compare and a warp
+// vote per key: no per-key histogram over the whole row.
+// The workspace is zeroed once by the caller; every kernel leaves it zeroed.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
 #include "cuda/attention/kv_device.cuh"
+#include "cuda/indexer/topk_sample.hpp"
 
 namespace fp4moe::cuda::indexer::topk {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in shared memory)
-constexpr int kSliceKeys = 4096;                        // longer rows: keys per CTA (default, and the unit)
+constexpr int kSliceKeys = 4096;                        // longer rows: keys per gather CTA (default, and the unit)
 constexpr int kMaxSliceKeys = 16 * kSliceKeys;          // 64K keys per CTA: 64 per thread
 constexpr int kBins0 = 4096;                            // first digit: key bits [31:20]
 constexpr int kCandCap = 8192;                          // candidates resolved in shared memory
@@ -41,14 +46,12 @@ constexpr uint32_t kPosMax = (1u << kPosBits) - 1;
 constexpr int kScratchInts = 64;
 constexpr int kNoCut = 0x7fffffff;
 
-// Per row, in the workspace. arrive[] and cand_n are zero between calls.
+// Per row, in the workspace. arrive and cand_n are zero between calls.
 struct RowState {
-  uint32_t arrive[3];
-  uint32_t cand_n;
-  int32_t bin0, need, bin_count, resolved;  // from pass0: the k-th key's bin, keys still needed from it
-  uint32_t mask, t;                         // the rule: (key & mask) > t, or == t and pos <= p_cut
-  int32_t p_cut;
-  int32_t pad[5];
+  uint32_t arrive;  // gather CTAs of the row done
+  uint32_t cand_n;  // candidates appended (may exceed kCandCap: then the row is streamed)
+  uint32_t t0;      // candidate threshold (an order key), from the sample
+  uint32_t pad[13];
 };
 static_assert(sizeof(RowState) == 64, "");
 
@@ -65,11 +68,10 @@ struct Params {
   int32_t* out_slot;
   int page_shift;
   int max_ctx;
-  int slice_keys = kSliceKeys;  // rows longer than kRowKeys: keys per CTA (a multiple of kSliceKeys)
-  // Workspace (rows longer than kRowKeys): per row a RowState, a kBins0 histogram, kCandCap
-  // candidates (key, position) and bitmap_words words of selection bits.
+  int slice_keys = kSliceKeys;  // rows longer than kRowKeys: keys per gather CTA (a multiple of kSliceKeys)
+  // Workspace (rows longer than kRowKeys): per row a RowState, kCandCap candidates
+  // (key, position) and bitmap_words words of selection bits.
   RowState* state;
-  int32_t* hist0;
   uint2* cand;
   uint32_t* bitmap;
   int64_t bitmap_words;
@@ -79,25 +81,24 @@ struct Params {
 // max_ctx <= kRowKeys: one launch, no workspace), and each kernel's dynamic shared memory.
 struct Layout {
   int64_t slices = 0, bitmap_words = 0;
-  size_t state = 0, hist = 0, cand = 0, bitmap = 0, total = 0;  // byte offsets, size
+  size_t state = 0, cand = 0, bitmap = 0, total = 0;  // byte offsets, size
 };
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 inline Layout workspace_layout(int64_t rows, int max_ctx, int slice_keys = kSliceKeys) {
   Layout l;
   if (max_ctx <= kRowKeys) return l;
   l.slices = (max_ctx + slice_keys - 1) / slice_keys;
-  l.bitmap_words = l.slices * (slice_keys / 32);
+  l.bitmap_words = (int64_t(max_ctx) + 31) / 32;
   const size_t r = size_t(rows);
-  l.hist = align256(r * sizeof(RowState));
-  l.cand = l.hist + align256(r * kBins0 * sizeof(int32_t));
+  l.cand = align256(r * sizeof(RowState));
   l.bitmap = l.cand + align256(r * kCandCap * 2 * sizeof(uint32_t));
   l.total = l.bitmap + align256(r * size_t(l.bitmap_words) * sizeof(uint32_t));
   return l;
 }
 // Wider slices for many long rows: the smallest multiple of kSliceKeys that keeps rows x slices
 // within `ctas` CTAs (two per SM is the occupancy at 1024 threads), at most kMaxSliceKeys. Each
-// CTA pays a fixed cost (a 4K-bin histogram cleared and flushed, an arrival fence, three
-// launches' tails); 4K-key slices make B 256 / 128K 8,192 CTAs per kernel.
+// gather CTA pays a fixed cost (its launch, staging, one global atomic, an arrival fence), which
+// 4K-key slices pay 8,192 times per launch at B 256 / 128K.
 inline int slice_keys_for(int64_t rows, int max_ctx, int ctas) {
   int slice = kSliceKeys;
   const int64_t r = rows > 0 ? rows : 1, c = ctas > 0 ? ctas : 1;
@@ -107,19 +108,25 @@ inline int slice_keys_for(int64_t rows, int max_ctx, int ctas) {
 inline bool slice_keys_valid(int slice_keys) {
   return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
 }
-inline size_t pass0_smem_bytes(int max_ctx) {
-  const int row_keys = max_ctx < kRowKeys ? max_ctx : kRowKeys;
+inline size_t select_smem_bytes(int max_ctx) {
+  const int row_keys = max_ctx < kRowKeys ? max_ctx : kRowKeys;  // long rows: the sample, <= 8K keys
   return (kBins0 + kScratchInts) * sizeof(int) + size_t(row_keys) * sizeof(uint32_t);
 }
-inline size_t collect_smem_bytes() { return (2048 + kScratchInts) * sizeof(int) + kCandCap * 2 * sizeof(uint32_t); }
+inline size_t gather_smem_bytes() { return (kBins0 + kScratchInts) * sizeof(int) + kCandCap * 2 * sizeof(uint32_t); }
 // Points p's workspace arrays into ws (layout l).
 inline void bind_workspace(Params& p, void* ws, const Layout& l) {
   auto* b = static_cast<unsigned char*>(ws);
   p.state = reinterpret_cast<RowState*>(b + l.state);
-  p.hist0 = reinterpret_cast<int32_t*>(b + l.hist);
   p.cand = reinterpret_cast<uint2*>(b + l.cand);
   p.bitmap = reinterpret_cast<uint32_t*>(b + l.bitmap);
   p.bitmap_words = l.bitmap_words;
+}
+
+// The sample rank whose key is the candidate threshold: the sample holds ~k / stride of the
+// row's top k; four standard deviations (binomial, ~sqrt of that) and 16 on top.
+__host__ __device__ inline int sample_rank(int k, int stride) {
+  const float m = float(k) / float(stride);
+  return int(m + 4.0f * sqrtf(m)) + 16;
 }
 
 // Kernels and helpers: internal linkage (the emulator tests compile this header too, and a
@@ -215,17 +222,16 @@ __device__ __forceinline__ bool radix_pass(Get get, int n, int shift, Sel& sel, 
   return take_bin<kBins>(hist, shift, sel, scratch);
 }
 
-// A whole row of ctx (> k) keys in shared memory: T by up to three passes, then the ordered
-// selection. keys: ctx shared uint32, hist: kBins0 shared ints.
-__device__ __forceinline__ void select_row_in_smem(const Params& p, int row, int ctx, const float* s, uint32_t* keys,
-                                                   int* hist, int* scratch) {
-  const int tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
+// A row of ctx (> k) keys, key_at(i) its i-th order key: T by up to three passes, then the
+// ordered selection (ties at T: the lowest positions, by the order of the pass). hist: kBins0
+// shared ints. key_at reads shared memory (one-CTA rows) or the scores (a streamed long row).
+template <typename KeyAt>
+__device__ __forceinline__ void select_row(const Params& p, int row, int ctx, KeyAt key_at, int* hist, int* scratch) {
+  const int lane = prims::lane_id(), warp = prims::warp_id();
   const int32_t* pages = row_pages(p, row);
-  for (int i = tid; i < ctx; i += kThreads) keys[i] = order_key(s[i]);
-  __syncthreads();
   Sel sel{0u, 0u, p.top_k};
   auto get = [&](int i, uint32_t& key) {
-    key = keys[i];
+    key = key_at(i);
     return true;
   };
   if (!radix_pass<kBins0>(get, ctx, 20, sel, hist, scratch))
@@ -237,7 +243,7 @@ __device__ __forceinline__ void select_row_in_smem(const Params& p, int row, int
   int gt_w = 0, eq_w = 0;
   for (int j = 0; j < chunk; j += 32) {
     const int i = w0 + j + lane;
-    const uint32_t km = i < ctx ? keys[i] & sel.mask : 0u;
+    const uint32_t km = i < ctx ? key_at(i) & sel.mask : 0u;
     gt_w += __popc(__ballot_sync(prims::kFullMask, i < ctx && km > sel.prefix));
     eq_w += __popc(__ballot_sync(prims::kFullMask, i < ctx && km == sel.prefix));
   }
@@ -250,7 +256,7 @@ __device__ __forceinline__ void select_row_in_smem(const Params& p, int row, int
   int eq_seen = eq_base;
   for (int j = 0; j < chunk; j += 32) {
     const int i = w0 + j + lane;
-    const uint32_t km = i < ctx ? keys[i] & sel.mask : 0u;
+    const uint32_t km = i < ctx ? key_at(i) & sel.mask : 0u;
     const bool eq = i < ctx && km == sel.prefix;
     const unsigned eqb = __ballot_sync(prims::kFullMask, eq);
     const bool take = (i < ctx && km > sel.prefix) || (eq && eq_seen + __popc(eqb & prims::lanemask_lt()) < sel.need);
@@ -279,8 +285,9 @@ __device__ __forceinline__ bool last_to_arrive(uint32_t* counter, uint32_t expec
   return last;
 }
 
-// Dynamic shared memory: [hist0 kBins0 ints][scratch kScratchInts ints][row keys].
-__global__ void __launch_bounds__(kThreads) topk_pass0_kernel(const Params p) {
+// Dynamic shared memory: [hist kBins0 ints][scratch kScratchInts ints][row keys or the sample].
+// Grid (1, rows).
+__global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const Params p) {
   FP4MOE_DYNAMIC_SMEM(int, hist);
   int* scratch = hist + kBins0;
   uint32_t* keys = reinterpret_cast<uint32_t*>(scratch + kScratchInts);
@@ -288,70 +295,62 @@ __global__ void __launch_bounds__(kThreads) topk_pass0_kernel(const Params p) {
   const int ctx = row_ctx(p, row);
   const float* s = p.scores + int64_t(row) * p.score_stride;
   if (ctx <= kRowKeys) {
-    if (blockIdx.x != 0) return;
     if (ctx <= p.top_k) {  // dense: every position, then -1 padding
       const int32_t* pages = row_pages(p, row);
       for (int i = tid; i < p.top_k; i += kThreads) emit(p, pages, row, i, i < ctx ? i : -1);
       return;
     }
-    select_row_in_smem(p, row, ctx, s, keys, hist, scratch);
+    for (int i = tid; i < ctx; i += kThreads) keys[i] = order_key(s[i]);
+    __syncthreads();
+    select_row(p, row, ctx, [&](int i) { return keys[i]; }, hist, scratch);
     return;
   }
-  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
-  if (int(blockIdx.x) >= slices) return;
-  for (int b = tid; b < kBins0; b += kThreads) hist[b] = 0;
-  __syncthreads();
-  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
-  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
-#pragma unroll 4
-  for (int j = 0; j < steps; ++j) {
-    const int i = base + j * 32 + lane;
-    const int digit = i < ctx ? int(order_key(s[i]) >> 20) : -1;
-    const unsigned peers = __match_any_sync(prims::kFullMask, digit);
-    if (digit >= 0 && lane == __ffs(int(peers)) - 1) atomicAdd(&hist[digit], __popc(peers));
+  // A long row: its sample (warp w: lines w, w + 32, ...; loads first, all in flight), then t0.
+  constexpr int kPer = kSampleLines / kWarps;
+  const int stride = sample_stride(ctx), groups = ((ctx + 31) / 32 + stride - 1) / stride;
+  uint32_t v[kPer];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int g = warp + q * kWarps, i = sample_line(g, stride) * 32 + lane;
+    v[q] = g < groups && i < ctx ? order_key(s[i]) : 0u;  // past the row: key 0, the lowest
   }
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (warp + q * kWarps < groups) keys[(warp + q * kWarps) * 32 + lane] = v[q];
   __syncthreads();
-  int* g_hist = p.hist0 + int64_t(row) * kBins0;
-  for (int b = tid; b < kBins0; b += kThreads)
-    if (hist[b] != 0) atomicAdd(&g_hist[b], hist[b]);
-  RowState& st = p.state[row];
-  if (!last_to_arrive(&st.arrive[0], uint32_t(slices), scratch)) return;
-  for (int b = tid; b < kBins0; b += kThreads) {
-    hist[b] = __ldcg(&g_hist[b]);
-    g_hist[b] = 0;
-  }
-  __syncthreads();
-  Sel sel{0u, 0u, p.top_k};
-  const bool whole = take_bin<kBins0>(hist, 20, sel, scratch);
-  if (tid == 0) {
-    st.bin0 = int32_t(sel.prefix >> 20);
-    st.need = sel.need;
-    st.bin_count = hist[sel.prefix >> 20];
-    st.resolved = whole;
-    st.mask = sel.mask;
-    st.t = sel.prefix;
-    st.p_cut = kNoCut;
-  }
+  const int n = groups * 32, r = sample_rank(p.top_k, stride);
+  Sel sel{0u, 0u, r < n ? r : n};
+  auto get = [&](int i, uint32_t& key) {
+    key = keys[i];
+    return true;
+  };
+  if (!radix_pass<kBins0>(get, n, 20, sel, hist, scratch))
+    if (!radix_pass<2048>(get, n, 9, sel, hist, scratch)) radix_pass<512>(get, n, 0, sel, hist, scratch);
+  if (tid == 0) p.state[row].t0 = sel.prefix;  // the bin's lowest key when a bin was taken whole
 }
 
-// T and the position cut of a long row from the keys of its pass-0 bin: get(i, key, pos) over
-// n items (false: not a key of the row). hist: 2048 shared ints. Writes the rule into st.
-template <typename Get>
-__device__ __forceinline__ void resolve_rule(Get get, int n, RowState& st, int* hist, int* scratch) {
-  Sel sel{uint32_t(st.bin0) << 20, 0xfff00000u, st.need};
-  auto key_of = [&](int i, uint32_t& key) {
-    int pos = 0;
-    return get(i, key, pos);
+// The selection rule resolved on n candidates (key, position) in shared memory, need of them
+// wanted: (key & mask) > t, or == t and position <= p_cut. hist: kBins0 shared ints.
+struct Rule {
+  uint32_t mask, t;
+  int p_cut;
+};
+__device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const int32_t* cpos, int n, int need,
+                                                   int* hist, int* scratch) {
+  Sel sel{0u, 0u, need};
+  auto get = [&](int i, uint32_t& key) {
+    key = ckey[i];
+    return true;
   };
-  bool whole = radix_pass<2048>(key_of, n, 9, sel, hist, scratch);
-  if (!whole) whole = radix_pass<512>(key_of, n, 0, sel, hist, scratch);
+  bool whole = radix_pass<kBins0>(get, n, 20, sel, hist, scratch);
+  if (!whole) whole = radix_pass<2048>(get, n, 9, sel, hist, scratch);
+  if (!whole) whole = radix_pass<512>(get, n, 0, sel, hist, scratch);
   int p_cut = kNoCut;
   if (!whole) {  // sel.need of the keys equal to T (sel.prefix, all 32 bits): the lowest positions
     const uint32_t t = sel.prefix;
     auto pos_key = [&](int i, uint32_t& key) {
-      int pos = 0;
-      if (!get(i, key, pos) || key != t) return false;
-      key = kPosMax - uint32_t(pos);  // the largest of these = the lowest positions
+      if (ckey[i] != t) return false;
+      key = kPosMax - uint32_t(cpos[i]);  // the largest of these = the lowest positions
       return true;
     };
     Sel ps{0u, 0u, sel.need};
@@ -359,96 +358,13 @@ __device__ __forceinline__ void resolve_rule(Get get, int n, RowState& st, int* 
     radix_pass<2048>(pos_key, n, 0, ps, hist, scratch);
     p_cut = int(kPosMax - ps.prefix);
   }
-  if (threadIdx.x == 0) {
-    st.mask = sel.mask;
-    st.t = sel.prefix;
-    st.p_cut = p_cut;
-  }
+  return Rule{sel.mask, sel.prefix, p_cut};
 }
 
-// Dynamic shared memory: [hist 2048 ints][scratch kScratchInts ints][keys kCandCap][pos kCandCap].
-__global__ void __launch_bounds__(kThreads) topk_collect_kernel(const Params p) {
-  FP4MOE_DYNAMIC_SMEM(int, hist);
-  int* scratch = hist + 2048;
-  uint32_t* ckey = reinterpret_cast<uint32_t*>(scratch + kScratchInts);
-  int32_t* cpos = reinterpret_cast<int32_t*>(ckey + kCandCap);
-  const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
-  const int ctx = row_ctx(p, row);
-  if (ctx <= kRowKeys) return;
-  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
-  if (int(blockIdx.x) >= slices) return;
-  RowState& st = p.state[row];
-  if (st.resolved) return;
-  const float* s = p.scores + int64_t(row) * p.score_stride;
-  if (st.bin_count > kCandCap) {  // too many for shared memory: CTA 0 streams the row
-    if (blockIdx.x != 0) return;
-    resolve_rule(
-        [&](int i, uint32_t& key, int& pos) {
-          key = order_key(s[i]);
-          pos = i;
-          return true;
-        },
-        ctx, st, hist, scratch);
-    return;
-  }
-  uint2* cand = p.cand + int64_t(row) * kCandCap;
-  const uint32_t bin0 = uint32_t(st.bin0);
-  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
-  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
-#pragma unroll 4
-  for (int j = 0; j < steps; ++j) {
-    const int i = base + j * 32 + lane;
-    const uint32_t key = i < ctx ? order_key(s[i]) : 0u;
-    const bool in = i < ctx && (key >> 20) == bin0;
-    const unsigned b = __ballot_sync(prims::kFullMask, in);
-    uint32_t at = 0;
-    if (lane == 0 && b != 0u) at = atomicAdd(&st.cand_n, uint32_t(__popc(b)));
-    at = __shfl_sync(prims::kFullMask, at, 0) + uint32_t(__popc(b & prims::lanemask_lt()));
-    if (in && at < uint32_t(kCandCap)) cand[at] = uint2{key, uint32_t(i)};
-  }
-  if (!last_to_arrive(&st.arrive[1], uint32_t(slices), scratch)) return;
-  const uint32_t n_all = __ldcg(&st.cand_n);
-  const int n = int(n_all < uint32_t(kCandCap) ? n_all : uint32_t(kCandCap));
-  for (int i = tid; i < n; i += kThreads) {
-    const uint2 c = __ldcg(&cand[i]);
-    ckey[i] = c.x;
-    cpos[i] = int32_t(c.y);
-  }
-  __syncthreads();
-  if (tid == 0) st.cand_n = 0u;
-  resolve_rule(
-      [&](int i, uint32_t& key, int& pos) {
-        key = ckey[i];
-        pos = cpos[i];
-        return true;
-      },
-      n, st, hist, scratch);
-}
-
-// Static shared memory only.
-__global__ void __launch_bounds__(kThreads) topk_emit_kernel(const Params p) {
-  __shared__ int scratch[kScratchInts];
-  const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
-  const int ctx = row_ctx(p, row);
-  if (ctx <= kRowKeys) return;
-  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
-  if (int(blockIdx.x) >= slices) return;
-  RowState& st = p.state[row];
-  const uint32_t mask = st.mask, t = st.t;
-  const int p_cut = st.p_cut;
-  const float* s = p.scores + int64_t(row) * p.score_stride;
-  uint32_t* bits = p.bitmap + int64_t(row) * p.bitmap_words;
-  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
-  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
-#pragma unroll 4
-  for (int j = 0; j < steps; ++j) {
-    const int i = base + j * 32 + lane;
-    const uint32_t km = i < ctx ? order_key(s[i]) & mask : 0u;
-    const bool take = i < ctx && (km > t || (km == t && i <= p_cut));
-    const unsigned b = __ballot_sync(prims::kFullMask, take);
-    if (lane == 0) bits[(base + j * 32) >> 5] = b;
-  }
-  if (!last_to_arrive(&st.arrive[2], uint32_t(slices), scratch)) return;
+// The set bits of a row's bitmap (ctx bits) written in order as the row's selection; the
+// words are left zero.
+__device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, uint32_t* bits, int* scratch) {
+  const int tid = int(threadIdx.x);
   const int32_t* pages = row_pages(p, row);
   const int words = (ctx + 31) / 32;
   const int per = (words + kThreads - 1) / kThreads;
@@ -459,6 +375,7 @@ __global__ void __launch_bounds__(kThreads) topk_emit_kernel(const Params p) {
   int out = prims::block_exclusive_sum<kThreads>(cnt, total, scratch);
   for (int w = w0; w < w1; ++w) {
     uint32_t b = __ldcg(&bits[w]);
+    bits[w] = 0u;
     while (b != 0u) {
       const int bit = __ffs(int(b)) - 1;
       if (out < p.top_k) emit(p, pages, row, out, w * 32 + bit);
@@ -467,6 +384,76 @@ __global__ void __launch_bounds__(kThreads) topk_emit_kernel(const Params p) {
     }
   }
   for (int i = total + tid; i < p.top_k; i += kThreads) emit(p, pages, row, i, -1);  // (never: ctx > k)
+}
+
+// Dynamic shared memory: [hist kBins0 ints][scratch kScratchInts ints][keys kCandCap][pos kCandCap].
+// Grid (slices, rows).
+__global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
+  FP4MOE_DYNAMIC_SMEM(int, hist);
+  int* scratch = hist + kBins0;
+  uint32_t* ckey = reinterpret_cast<uint32_t*>(scratch + kScratchInts);
+  int32_t* cpos = reinterpret_cast<int32_t*>(ckey + kCandCap);
+  const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
+  const int ctx = row_ctx(p, row);
+  if (ctx <= kRowKeys) return;
+  const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
+  if (int(blockIdx.x) >= slices) return;
+  RowState& st = p.state[row];
+  const uint32_t t0 = st.t0;
+  const float* s = p.scores + int64_t(row) * p.score_stride;
+  uint2* cand = p.cand + int64_t(row) * kCandCap;
+  if (tid == 0) scratch[46] = 0;
+  __syncthreads();
+  // This slice's keys >= t0, staged in shared memory (a shared counter per warp step).
+  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
+  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
+#pragma unroll 4
+  for (int j = 0; j < steps; ++j) {
+    const int i = base + j * 32 + lane;
+    const uint32_t key = i < ctx ? order_key(s[i]) : 0u;
+    const bool in = i < ctx && key >= t0;
+    const unsigned b = __ballot_sync(prims::kFullMask, in);
+    int at = 0;
+    if (lane == 0 && b != 0u) at = atomicAdd(&scratch[46], __popc(b));
+    at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
+    if (in && at < kCandCap) {
+      ckey[at] = key;
+      cpos[at] = i;
+    }
+  }
+  __syncthreads();
+  const int n_local = scratch[46];
+  if (n_local > 0) {  // one global atomic per CTA, then the staged candidates copied out
+    if (tid == 0) scratch[47] = int(atomicAdd(&st.cand_n, uint32_t(n_local)));
+    __syncthreads();
+    const int at0 = scratch[47], m = n_local < kCandCap ? n_local : kCandCap;
+    for (int j = tid; j < m && at0 + j < kCandCap; j += kThreads) cand[at0 + j] = uint2{ckey[j], uint32_t(cpos[j])};
+  }
+  if (!last_to_arrive(&st.arrive, uint32_t(slices), scratch)) return;
+  const uint32_t n_all = __ldcg(&st.cand_n);
+  __syncthreads();
+  if (tid == 0) st.cand_n = 0u;
+  if (n_all < uint32_t(p.top_k) || n_all > uint32_t(kCandCap)) {  // the sample missed: stream the row
+    select_row(p, row, ctx, [&](int i) { return order_key(s[i]); }, hist, scratch);
+    return;
+  }
+  const int n = int(n_all);
+  for (int i = tid; i < n; i += kThreads) {
+    const uint2 c = __ldcg(&cand[i]);
+    ckey[i] = c.x;
+    cpos[i] = int32_t(c.y);
+  }
+  __syncthreads();
+  const Rule rule = resolve_candidates(ckey, cpos, n, p.top_k, hist, scratch);
+  uint32_t* bits = p.bitmap + int64_t(row) * p.bitmap_words;
+  for (int i = tid; i < n; i += kThreads) {
+    const uint32_t km = ckey[i] & rule.mask;
+    const int pos = cpos[i];
+    if (km > rule.t || (km == rule.t && pos <= rule.p_cut)) atomicOr(&bits[pos >> 5], 1u << (pos & 31));
+  }
+  __threadfence_block();
+  __syncthreads();
+  emit_bitmap(p, row, ctx, bits, scratch);
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ struct RowState {
   uint32_t pad[13];
 };
 static_assert(sizeof(RowState) == 64, "");
+static_assert(kSliceKeys % (4 * kThreads) == 0, "gather: slices of whole 4-step batches");
 
 struct Params {
   const float* scores;
@@ -404,21 +405,31 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   uint2* cand = p.cand + int64_t(row) * kCandCap;
   if (tid == 0) scratch[46] = 0;
   __syncthreads();
-  // This slice's keys >= t0, staged in shared memory (a shared counter per warp step).
+  // This slice's keys >= t0, staged in shared memory (a shared counter per warp step). Warp w
+  // owns slice_keys / 32 consecutive keys, 32 per step; four steps' loads are issued together.
   const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
-  const int steps = p.slice_keys / kThreads;  // 32 keys per warp step
-#pragma unroll 4
-  for (int j = 0; j < steps; ++j) {
-    const int i = base + j * 32 + lane;
-    const uint32_t key = i < ctx ? order_key(s[i]) : 0u;
-    const bool in = i < ctx && key >= t0;
-    const unsigned b = __ballot_sync(prims::kFullMask, in);
-    int at = 0;
-    if (lane == 0 && b != 0u) at = atomicAdd(&scratch[46], __popc(b));
-    at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
-    if (in && at < kCandCap) {
-      ckey[at] = key;
-      cpos[at] = i;
+  const int steps = p.slice_keys / kThreads;  // a multiple of 4
+  for (int j0 = 0; j0 < steps; j0 += 4) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = base + (j0 + u) * 32 + lane;
+      v[u] = i < ctx ? s[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = base + (j0 + u) * 32 + lane;
+      const uint32_t key = order_key(v[u]);
+      const bool in = i < ctx && key >= t0;
+      const unsigned b = __ballot_sync(prims::kFullMask, in);
+      if (b == 0u) continue;  // warp-uniform: most steps of a long row
+      int at = 0;
+      if (lane == 0) at = atomicAdd(&scratch[46], __popc(b));
+      at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
+      if (in && at < kCandCap) {
+        ckey[at] = key;
+        cpos[at] = i;
+      }
     }
   }
   __syncthreads();

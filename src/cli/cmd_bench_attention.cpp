@@ -233,6 +233,12 @@ class Bench {
   }
   int failures() const { return failures_; }
   double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
+  // Rows longer than 16K keys: how many the last top-k call streamed (its sample missed).
+  std::string sample_note(const ix::TopKArgs& a) {
+    const ix::TopKSampleStats st = ix::top_k_sample_stats(a, s_);
+    if (st.long_rows == 0) return "";
+    return fmt::format("streamed {}/{} rows; median {} candidates", st.streamed, st.long_rows, st.median_candidates);
+  }
 
   void decode(KvElem elem) {
     const int maxB = *std::max_element(opt_.batches.begin(), opt_.batches.end());
@@ -337,6 +343,7 @@ class Bench {
         rt.bytes = double(B) * L * 4;
         rt.us = time_us([&] { sel.run_topk(s_); });
         rt.floor_us = copy_floor_us(rt.bytes);
+        rt.note = sample_note(sel.topk);
         report(rt);
         // Wider slices for many long rows (top_k_slice_keys), beside the default 4K; same selection.
         if (const int wide = ix::top_k_slice_keys(B, L); L > 16384 && wide != 4096) {
@@ -346,7 +353,8 @@ class Bench {
           rw.bytes = rt.bytes;
           rw.us = time_us([&] { ix::top_k(wide_args, s_); });
           rw.floor_us = rt.floor_us;
-          rw.note = fmt::format("{} keys per CTA; {:.2f}x ours-radix's time", wide, rw.us / rt.us);
+          rw.note = fmt::format("{} keys per CTA; {:.2f}x ours-radix's time; {}", wide, rw.us / rt.us,
+                                sample_note(wide_args));
           report(rw);
         }
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
@@ -555,9 +563,9 @@ class Bench {
                                            sc.as<float>(), k, dst.as<int32_t>(), nullptr, topk_ws, topk_ws_bytes);
       sel.run_indexer(s_);
       sel.run_topk(s_);
+      return sample_note(sel.topk);
     };
-    select(L16, pos32);
-    select(L8, pos8);
+    const std::string note32 = select(L16, pos32), note8 = select(L8, pos8);
     std::vector<int32_t> a(size_t(B) * k), b8(size_t(B) * k);
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), pos32.ptr(), a.size() * 4, cudaMemcpyDeviceToHost, s_));
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b8.data(), pos8.ptr(), b8.size() * 4, cudaMemcpyDeviceToHost, s_));
@@ -574,10 +582,11 @@ class Bench {
       identical += common == k;
     }
     const char* name = model_like ? "model-like" : "random";
-    std::printf("| fp8-vs-fp32 selection | %s | rows %d | ctx %d | mean overlap %.2f %% | min %.2f %% | identical sets %d/%d |\n",
-                name, B, L, 100 * sum / B, 100 * min_overlap, identical, B);
+    std::printf("| fp8-vs-fp32 selection | %s | rows %d | ctx %d | mean overlap %.2f %% | min %.2f %% | identical sets %d/%d | "
+                "top-k: BF16 %s, FP8 %s |\n",
+                name, B, L, 100 * sum / B, 100 * min_overlap, identical, B, note32.c_str(), note8.c_str());
     out.push_back({{"data", name}, {"rows", B}, {"ctx", L}, {"top_k", k}, {"mean_overlap", sum / B},
-                   {"min_overlap", min_overlap}, {"identical_rows", identical}});
+                   {"min_overlap", min_overlap}, {"identical_rows", identical}, {"topk_bf16", note32}, {"topk_fp8", note8}});
   }
 
   void report(Row& r) {

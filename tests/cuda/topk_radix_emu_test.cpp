@@ -132,6 +132,16 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
     }
     if (l.total) {
       for (int64_t t = 0; t < T; ++t) {
+        // The path taken (last_n: the candidate count): the sample holds on unstructured rows
+        // and misses, by design, on the rows built against it.
+        const Fill f = rows[size_t(t)].fill;
+        const uint32_t n = p.state[t].last_n;
+        const bool streamed = n < uint32_t(k) || n > uint32_t(tk::kCandCap);
+        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::Random || f == Fill::HotRun || f == Fill::TiesAtCut ||
+                                                   f == Fill::ExactTopBin))
+          EXPECT_FALSE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
+        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::SampleHot || f == Fill::FewTies))
+          EXPECT_TRUE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
         ASSERT_EQ(p.state[t].arrive | p.state[t].cand_n, 0u);
         for (int64_t i = 0; i < l.bitmap_words; ++i) ASSERT_EQ(p.bitmap[t * l.bitmap_words + i], 0u);
       }
@@ -172,6 +182,7 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithWideSlices) {
               {17000, Fill::FewUlps},
               {40000, Fill::TiesAtCut},
               {70000, Fill::SampleHot},
+              {131072, Fill::HotRun},
               {3000, Fill::Random}},
              2048, 16, 4, slice);
 }

@@ -91,4 +91,13 @@ int top_k_slice_keys(int64_t rows, int max_ctx);
 // At most 65535 rows per call.
 void top_k(const TopKArgs& a, cudaStream_t stream);
 
+// Diagnostics (benchmarks, tests; synchronizes the stream): how many rows longer than 16K keys
+// the last top_k call with these args selected by streaming the whole row (its sample missed:
+// fewer than top_k or more than 8192 candidates), and the median candidate count of those rows.
+struct TopKSampleStats {
+  int long_rows = 0, streamed = 0;
+  int median_candidates = 0;
+};
+TopKSampleStats top_k_sample_stats(const TopKArgs& a, cudaStream_t stream);
+
 }  // namespace fp4moe::cuda::indexer

@@ -4,7 +4,9 @@
 // CMAKE_CUDA_ARCHITECTURES: plain CUDA, <= 81 KB of shared memory per CTA.
 #include "cuda/indexer/topk_radix.cuh"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
@@ -83,6 +85,31 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   allow_smem(gather_opt_in, topk::topk_gather_kernel, smem1);
   topk::topk_gather_kernel<<<dim3(unsigned(l.slices), unsigned(b.num_tokens)), topk::kThreads, smem1, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+TopKSampleStats top_k_sample_stats(const TopKArgs& a, cudaStream_t stream) {
+  TopKSampleStats st;
+  const int64_t rows = a.batch.num_tokens;
+  if (a.max_ctx <= topk::kRowKeys || rows <= 0 || !a.workspace) return st;
+  std::vector<topk::RowState> state(static_cast<size_t>(rows));
+  std::vector<int32_t> pos(static_cast<size_t>(rows));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(state.data(), a.workspace, state.size() * sizeof(topk::RowState),
+                                    cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(pos.data(), a.batch.positions, pos.size() * 4, cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint32_t> n;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (std::min(pos[size_t(r)] + 1, a.max_ctx) <= topk::kRowKeys) continue;
+    const uint32_t c = state[size_t(r)].last_n;
+    ++st.long_rows;
+    st.streamed += c < uint32_t(a.top_k) || c > uint32_t(topk::kCandCap);
+    n.push_back(c);
+  }
+  if (!n.empty()) {
+    std::nth_element(n.begin(), n.begin() + n.size() / 2, n.end());
+    st.median_candidates = int(n[n.size() / 2]);
+  }
+  return st;
 }
 
 }  // namespace fp4moe::cuda::indexer

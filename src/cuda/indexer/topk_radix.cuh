@@ -51,7 +51,8 @@ struct RowState {
   uint32_t arrive;  // gather CTAs of the row done
   uint32_t cand_n;  // candidates appended (may exceed kCandCap: then the row is streamed)
   uint32_t t0;      // candidate threshold (an order key), from the sample
-  uint32_t pad[13];
+  uint32_t last_n;  // the last call's candidate count (diagnostics: k..kCandCap = not streamed)
+  uint32_t pad[12];
 };
 static_assert(sizeof(RowState) == 64, "");
 static_assert(kSliceKeys % (4 * kThreads) == 0, "gather: slices of whole 4-step batches");
@@ -443,7 +444,10 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   if (!last_to_arrive(&st.arrive, uint32_t(slices), scratch)) return;
   const uint32_t n_all = __ldcg(&st.cand_n);
   __syncthreads();
-  if (tid == 0) st.cand_n = 0u;
+  if (tid == 0) {
+    st.cand_n = 0u;
+    st.last_n = n_all;
+  }
   if (n_all < uint32_t(p.top_k) || n_all > uint32_t(kCandCap)) {  // the sample missed: stream the row
     select_row(p, row, ctx, [&](int i) { return order_key(s[i]); }, hist, scratch);
     return;

@@ -43,12 +43,13 @@ def main(path):
                 get = {r["kind"]: r for r in here if r["kind"] != "topk"}
                 tks = {r["path"]: r for r in here if r["kind"] == "topk"}
                 ix, tk, al = get.get("indexer"), tks.get("ours-radix"), get.get("sparse-decode")
-                wide = tks.get("ours-radix-wide")
+                wide, fi = tks.get("ours-radix-wide"), tks.get("flashinfer-topk")
                 mls = [r for r in here if r["kind"] == "sparse-mla"]
                 if not (ix and tk and al and mls):
                     continue
                 ml = ", ".join(f"{fmt_us(m['us'])} ({m['path']})" for m in mls)
-                tk_us = fmt_us(tk["us"]) + (f" (wide slices: {fmt_us(wide['us'])})" if wide else "")
+                tk_us = fmt_us(tk["us"]) + (f" (wide slices: {fmt_us(wide['us'])})" if wide else "") + \
+                    (f" (FlashInfer: {fmt_us(fi['us'])})" if fi else "")
                 print(f"| {b} | {l} | {fmt_us(ix['us'])} ({ix['x_floor']:.2f}×) | {tk_us} | "
                       f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | "
                       f"{al['note'].replace('vs dense ', '')} |")

@@ -46,6 +46,7 @@
 #include "cuda/common/device.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/indexer/indexer.hpp"
+#include "cuda/indexer/topk_flashinfer.hpp"
 #endif
 
 namespace fp4moe::cli {
@@ -233,6 +234,50 @@ class Bench {
   }
   int failures() const { return failures_; }
   double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
+  // FlashInfer's DSA top-k on the same scores (the baseline of ours, `ours` its row): time, and in
+  // how many rows it selects the same set as ours did last (as sets: its order differs).
+  void flashinfer_topk_row(const Selection& sel, const KvBatchView& b, const Row& ours, int64_t page_size) {
+#if defined(FP4MOE_HAVE_FLASHINFER)
+    const int64_t B = b.num_tokens, k = sel.topk.top_k;
+    ix::FlashInferTopKArgs fa;
+    fa.scores = sel.topk.scores;
+    fa.score_stride = sel.topk.score_stride;
+    fa.rows = B;
+    fa.lengths = b.kv_len;          // decode rows: one token per request, all its keys
+    fa.page_starts = b.page_indptr;  // the first B entries
+    fa.page_indices = b.page_indices;
+    fa.page_size = int(page_size);
+    fa.max_ctx = sel.topk.max_ctx;
+    fa.top_k = int(k);
+    if (const std::string why = ix::flashinfer_top_k_can_implement(fa); !why.empty()) {
+      std::printf("| topk | %s | flashinfer-topk | skipped: %s\n", ours.kv.c_str(), why.c_str());
+      return;
+    }
+    DeviceMem pos(size_t(B * k) * 4), slot(size_t(B * k) * 4), ws(ix::flashinfer_top_k_workspace_bytes());
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(ws.ptr(), 0, ix::flashinfer_top_k_workspace_bytes(), s_));
+    fa.out_pos = pos.as<int32_t>();
+    fa.out_slot = slot.as<int32_t>();
+    fa.workspace = ws.ptr();
+    fa.workspace_bytes = ix::flashinfer_top_k_workspace_bytes();
+    Row rf = ours;
+    rf.path = "flashinfer-topk";
+    rf.us = time_us([&] { ix::flashinfer_top_k(fa, s_); });
+    std::vector<int32_t> a(size_t(B * k)), f(size_t(B * k));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(a.data(), sel.topk.out_pos, a.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(f.data(), pos.ptr(), f.size() * 4, cudaMemcpyDeviceToHost, s_));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    int same = 0;
+    for (int64_t r = 0; r < B; ++r) {
+      std::sort(f.begin() + r * k, f.begin() + (r + 1) * k);
+      same += std::equal(a.begin() + r * k, a.begin() + (r + 1) * k, f.begin() + r * k);
+    }
+    rf.note = fmt::format("{:.2f}x ours-radix's time; the same set as ours in {}/{} rows", rf.us / ours.us, same, B);
+    report(rf);
+#else
+    (void)sel, (void)b, (void)ours, (void)page_size;
+#endif
+  }
+
   // Rows longer than 16K keys: how many the last top-k call streamed (its sample missed).
   std::string sample_note(const ix::TopKArgs& a) {
     const ix::TopKSampleStats st = ix::top_k_sample_stats(a, s_);
@@ -357,6 +402,7 @@ class Bench {
                                 sample_note(wide_args));
           report(rw);
         }
+        flashinfer_topk_row(sel, db.v, rt, ps);
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
         rs.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;
         rs.flops = 2.0 * B * kHeads * double(opt_.top_k) * (at::kCkvDim + at::kKpeDim + at::kCkvDim);

@@ -13,11 +13,13 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <string>
 
 #include "cpu/attention/indexer_cpu.hpp"
 #include "format/codecs.hpp"
 #include "cuda/attention_test_util.hpp"
 #include "cuda/indexer/indexer.hpp"
+#include "cuda/indexer/topk_flashinfer.hpp"
 #include "cuda/indexer/topk_sample.hpp"
 
 namespace fp4moe::test {
@@ -316,6 +318,59 @@ TEST(Indexer, TopKLongRowPathsIdenticalToCpuWithWideSlices) {
     check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82,
                          slice);
 }
+
+#if defined(FP4MOE_HAVE_FLASHINFER)
+// FlashInfer's DSA top-k through our wrapper (topk_flashinfer.hpp; `bench attention`'s baseline):
+// per decode row the CPU's set (random scores: no ties at the cut; its order is its own), each
+// position's cache slot through the shuffled page table, -1 padding for a row of <= k keys.
+TEST(Indexer, FlashInferTopKSelectsTheCpuSetWithItsSlots) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int k = 2048;
+  PagedCase c = make_paged_case({{40000, 1}, {131072, 1}, {20000, 1}, {3000, 1}, {1000, 1}}, 64, KvElem::BF16,
+                                KvElem::BF16, 95, /*fill=*/false);
+  const int64_t stride = c.max_ctx() + 4;
+  std::mt19937_64 g(96);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  std::vector<float> s(size_t(c.tokens() * stride), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int64_t j = 0; j <= c.positions[size_t(t)]; ++j) s[size_t(t * stride + j)] = u(g);
+  DeviceBatch db(c);
+  DeviceArray<float> ds(s);
+  const std::vector<int32_t> poison(size_t(c.tokens() * k), -7);
+  DeviceArray<int32_t> pos(poison), slot(poison);
+  DeviceArray<uint8_t> ws(ix::flashinfer_top_k_workspace_bytes());
+  FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ix::flashinfer_top_k_workspace_bytes()));
+  ix::FlashInferTopKArgs a;
+  a.scores = ds.ptr;
+  a.score_stride = stride;
+  a.rows = c.tokens();
+  a.lengths = db.view().kv_len;  // one token per request
+  a.page_starts = db.view().page_indptr;
+  a.page_indices = db.view().page_indices;
+  a.page_size = int(c.page_size);
+  a.max_ctx = c.max_ctx();
+  a.top_k = k;
+  a.out_pos = pos.ptr;
+  a.out_slot = slot.ptr;
+  a.workspace = ws.ptr;
+  a.workspace_bytes = ix::flashinfer_top_k_workspace_bytes();
+  if (const std::string why = ix::flashinfer_top_k_can_implement(a); !why.empty()) GTEST_SKIP() << why;
+  ix::flashinfer_top_k(a, nullptr);
+  const auto got_pos = pos.download(), got_slot = slot.download(), want = cpu_topk(c, s, stride, k);
+  const KvBatchView b = c.batch();
+  for (int64_t t = 0; t < c.tokens(); ++t) {
+    std::vector<int32_t> gp(got_pos.begin() + t * k, got_pos.begin() + (t + 1) * k),
+        wp(want.begin() + t * k, want.begin() + (t + 1) * k);
+    for (int i = 0; i < k; ++i) {
+      const int32_t p = gp[size_t(i)];
+      ASSERT_EQ(got_slot[size_t(t * k + i)], p < 0 ? -1 : int32_t(kv_slot(b, c.page_size, t, p))) << "row " << t;
+    }
+    std::sort(gp.begin(), gp.end());
+    std::sort(wp.begin(), wp.end());
+    EXPECT_EQ(gp, wp) << "row " << t << " (" << c.positions[size_t(t)] + 1 << " keys)";
+  }
+}
+#endif
 
 TEST(Indexer, PipelineSelectsCpuSetWhereScoresAreSeparated) {
   FP4MOE_SKIP_WITHOUT_GPU();

@@ -8,7 +8,9 @@
 //   the same at 64 heads  (make-synthetic --heads 64): dense decode, and on sm_90 the prefill
 //                         steps on FlashInfer's MlaSm90 (enabled for 64 heads only).
 // Checked:
-//   - the path taken: fast at these dims, own for the tiny goldens' dims and when forced;
+//   - the path taken: fast at these dims, own for the tiny goldens' dims and when forced (the
+//     fast path writes GLM-5's index keys with cuda/indexer's fused LayerNorm + RoPE + append,
+//     so the per-layer comparison below covers it against the runner's unfused kernels);
 //   - per layer hidden states and logits, fast vs own, over a 100-token prefill + 16 decode
 //     steps (eager with per-layer outputs, then the same decode step replayed from its graph),
 //     within a bound derived from BF16 rounding (below), wherever both runs made the same
@@ -116,6 +118,11 @@ TEST(GpuAttentionPath, AutoPicksFlashInferOnSm90With64HeadsElseMmaOwnForTinyDims
     const bool fi = cuda::attention::current_device_sm() == 90 && fast->config().num_heads == 64;
     EXPECT_NE(fast->attention_line().find(fi ? "MlaSm90::run_device" : "MlaDecodeMma"), std::string::npos)
         << fast->attention_line();
+    const model::MlaModelConfig& mc = fast->config();
+    if (mc.index_n_heads == 32 && mc.index_head_dim == 128) {  // GLM-5's indexer: the fused index-key write
+      EXPECT_NE(fast->attention_line().find("fused LayerNorm + RoPE + cache write"), std::string::npos)
+          << fast->attention_line();
+    }
     if (fast->config().num_heads != 64) {  // FlashInfer's prefill is enabled for 64 heads only
       EXPECT_EQ(fast->attention_line().find("MlaSm90, causal"), std::string::npos) << fast->attention_line();
     }

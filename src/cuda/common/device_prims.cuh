@@ -8,6 +8,9 @@
 
 #if defined(FP4MOE_CUDA_EMU)
 #include "cuda/emu/cuda_emu.hpp"
+#include "format/codecs.hpp"
+#else
+#include <cuda_fp8.h>
 #endif
 
 namespace fp4moe::cuda::prims {
@@ -116,6 +119,15 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
 #endif
 }
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t h16) { return __uint_as_float(h16 << 16); }
+// float -> E4M3 code, round to nearest even, saturating to +-448 (NaN -> 0x7F): the
+// `__nv_fp8_e4m3(float)` conversion on the device, format/codecs.hpp's e4m3_from_float here.
+__device__ __forceinline__ uint32_t float_to_e4m3_bits(float x) {
+#if defined(FP4MOE_CUDA_EMU)
+  return ::fp4moe::e4m3_from_float(x);
+#else
+  return uint32_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+#endif
+}
 // Two E4M3 codes (bits 0-7 -> low half, 8-15 -> high half) to two exact FP16 values (sm_89+).
 __device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint32_t codes) {
 #if defined(FP4MOE_CUDA_EMU)

@@ -91,6 +91,29 @@ int top_k_slice_keys(int64_t rows, int max_ctx);
 // At most 65535 rows per call.
 void top_k(const TopKArgs& a, cudaStream_t stream);
 
+// The indexer key of each new token, in one launch (index_key_prep.cuh): LayerNorm (weight,
+// bias, eps) over its 128 dims, RoPE on the first rope_dim (interleaved pairs or halves; angle
+// inv_freq[i] * position in FP32, cos / sin * attn_factor), then the write into its slot of
+// layer.index_k (BF16, or E4M3 of x / index_scale). FP32 throughout, one rounding at the write
+// (the CPU model's order). Replaces a LayerNorm launch, a RoPE launch and the index part of the
+// cache append. Slots outside the pool are skipped, not written.
+struct IndexKeyPrepArgs {
+  const void* k = nullptr;  // [T, k_stride] BF16: the wk projection of the new tokens
+  int64_t k_stride = 128;
+  const float* ln_w = nullptr;  // [128]
+  const float* ln_b = nullptr;  // [128]
+  float eps = 1e-6f;
+  int rope_dim = 64;
+  bool interleaved = true;
+  const float* inv_freq = nullptr;  // [rope_dim / 2]
+  float attn_factor = 1.0f;
+  KvLayerView layer;  // index_k, index_dim 128, index_elem BF16 or FP8_E4M3 (index_scale)
+  KvBatchView batch;  // device: qo_indptr, positions, page_indptr, page_indices
+};
+// Empty when it can run (128 dims, rope_dim even and <= 128, a multiple of 8 for halves), else why not.
+std::string index_key_prep_can_implement(int64_t dim, int rope_dim, bool interleaved);
+void index_key_prep(const IndexKeyPrepArgs& a, cudaStream_t stream);
+
 // Diagnostics (benchmarks, tests; synchronizes the stream): how many rows longer than 16K keys
 // the last top_k call with these args selected by streaming the whole row (its sample missed:
 // fewer than top_k or more than 8192 candidates), and the median candidate count of those rows.

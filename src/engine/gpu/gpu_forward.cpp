@@ -70,11 +70,26 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
   if (L.has_indexer) {
     mark(StepStage::Indexer);
     L.wk.run(s.h, T, s.ik, false, x);
-    layer_norm(s.ik, T, D, L.k_norm.wp(), L.k_norm.bp(), 1e-6f, s.ik, stream);
-    rope(s.ik, T, 1, D, 0, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+    if (fast_index_key) {  // LayerNorm + RoPE + the write into the cache, one launch
+      cuda::indexer::IndexKeyPrepArgs ka;
+      ka.k = s.ik;
+      ka.k_stride = D;
+      ka.ln_w = L.k_norm.wp();
+      ka.ln_b = L.k_norm.bp();
+      ka.rope_dim = Rd;
+      ka.interleaved = idx_il;
+      ka.inv_freq = inv_freq.as<float>();
+      ka.attn_factor = af;
+      ka.layer = kvl;
+      ka.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+      cuda::indexer::index_key_prep(ka, stream);
+    } else {
+      layer_norm(s.ik, T, D, L.k_norm.wp(), L.k_norm.bp(), 1e-6f, s.ik, stream);
+      rope(s.ik, T, 1, D, 0, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+    }
     mark(StepStage::Attention);
   }
-  kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer ? s.ik : nullptr, stream);
+  kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer && !fast_index_key ? s.ik : nullptr, stream);
 
   // Top-k: this layer's indexer, or the previous full layer's (still in s.topk_slot).
   const int32_t* topk = nullptr;

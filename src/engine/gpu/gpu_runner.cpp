@@ -315,6 +315,10 @@ void GpuRunner::Impl::choose_attention() {
   }
   fast_indexer = mla_fast && c.has_indexer() &&
                  cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
+  fast_index_key = fast_indexer && cuda::indexer::index_key_prep_can_implement(
+                                       c.index_head_dim, int(c.qk_rope_dim),
+                                       c.index_rope == model::RopeLayout::Interleaved)
+                                       .empty();
   const std::string own = "the runner's own kernels (one CTA per token x head, FP32)";
   if (!mla_fast) {
     attention_line = fmt::format("attention: every layer on {}: {}", own, why);
@@ -332,7 +336,9 @@ void GpuRunner::Impl::choose_attention() {
   if (!dsa.empty())
     attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {};", dsa, c.index_topk, fast);
   if (c.has_indexer())
-    attention_line += fmt::format(" indexer scores on {}, top-k on cuda/indexer's radix top-k",
+    attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",
+                                  fast_index_key ? "by cuda/indexer's fused LayerNorm + RoPE + cache write"
+                                                 : "by the runner's LayerNorm, RoPE and append kernels",
                                   fast_indexer ? "cuda/indexer's mma kernel" : "the runner's own kernel");
   if (attention_line.back() == ';') attention_line.pop_back();
 }

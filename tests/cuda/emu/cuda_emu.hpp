@@ -246,6 +246,7 @@ inline uint64_t peer(int src_lane, int word) { return warp().slot[src_lane & 31]
 
 inline void __syncthreads() { emu::block_sync(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
+inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division, as on the device
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 

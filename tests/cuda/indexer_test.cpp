@@ -182,6 +182,52 @@ TEST(Indexer, ScoresMatchCpuAtContext100K) {
   EXPECT_LT(worst_score_error(c, g, cpu_scores(c, q_used.data(), w_used.data(), stride), stride), 1e-4);
 }
 
+// The query's interleaved RoPE and the BF16 head weights fused into the score kernel
+// (IndexerScoreArgs::q_rope_*, w_bf16): against the CPU scores of the host-rotated query (each
+// pair rotated in FP32 and rounded to BF16, as a RoPE launch stores it) and the weights
+// bf16 -> FP32 x scale. Tolerance 1e-3 (not 1e-4): the device's cosf / sinf may differ from the
+// host's by an ulp, which can move a rotated value by one BF16 step.
+TEST(Indexer, ScoresWithTheQueryRopeAndBf16WeightsFusedMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{5000, 1}, {1, 1}, {777, 3}, {40000, 1}}, 64, KvElem::BF16, KvElem::BF16, 33);
+  const int64_t T = c.tokens(), stride = c.max_ctx();
+  const int rope_dim = 64;
+  const float af = 1.1f, w_scale = 1.0f / std::sqrt(32.0f);
+  std::vector<float> inv_freq;
+  for (int i = 0; i < rope_dim / 2; ++i) inv_freq.push_back(float(1.0 / std::pow(10000.0, 2.0 * i / rope_dim)));
+  const Bf16Data q = random_bf16(size_t(T) * kIndexHeads * kIndexDim, 34);
+  const Bf16Data wb = random_bf16(size_t(T) * kIndexHeads, 35);
+  std::vector<float> q_rot = q.f, w_used(wb.f.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < kIndexHeads; ++h)
+      for (int i = 0; i < rope_dim / 2; ++i) {
+        float* v = &q_rot[size_t((t * kIndexHeads + h) * kIndexDim + 2 * i)];
+        const float a = inv_freq[size_t(i)] * float(c.positions[size_t(t)]);
+        const float co = std::cos(a) * af, sn = std::sin(a) * af, x0 = v[0], x1 = v[1];
+        v[0] = round_to_bf16(x0 * co - x1 * sn);
+        v[1] = round_to_bf16(x1 * co + x0 * sn);
+      }
+  for (size_t i = 0; i < w_used.size(); ++i) w_used[i] = wb.f[i] * w_scale;
+  DeviceCache dc(c);
+  DeviceBatch db(c);
+  DeviceArray<uint16_t> dq(q.bits), dw(wb.bits);
+  DeviceArray<float> dfreq(inv_freq), scores(size_t(T * stride));
+  ix::IndexerScoreArgs a;
+  a.q = dq.ptr;
+  a.w_bf16 = dw.ptr;
+  a.w_bf16_scale = w_scale;
+  a.q_rope_inv_freq = dfreq.ptr;
+  a.q_rope_dim = rope_dim;
+  a.q_rope_attn_factor = af;
+  a.layer = dc.L;
+  a.batch = db.view();
+  a.max_ctx = c.max_ctx();
+  a.scores = scores.ptr;
+  a.score_stride = stride;
+  ix::index_scores(a, nullptr);
+  EXPECT_LT(worst_score_error(c, scores.download(), cpu_scores(c, q_rot.data(), w_used.data(), stride), stride), 1e-3);
+}
+
 // Scores with many exact ties (few distinct values), NaN and -inf entries.
 std::vector<float> tie_heavy_scores(const PagedCase& c, int64_t stride, uint64_t seed) {
   std::mt19937_64 g(seed);

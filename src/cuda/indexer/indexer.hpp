@@ -43,6 +43,16 @@ struct IndexerScoreArgs {
   int max_ctx = 0;           // host: >= positions[t] + 1 for every t (sizes the grid)
   float* scores = nullptr;   // [T, score_stride] FP32; columns > positions[t] are not written
   int64_t score_stride = 0;  // >= max_ctx
+  // Optional, BF16 queries: their RoPE applied as they are loaded instead of by a launch before:
+  // the first q_rope_dim dims of each head in interleaved pairs (2i, 2i + 1), angle
+  // q_rope_inv_freq[i] * positions[t] in FP32, cos / sin * q_rope_attn_factor, each rotated pair
+  // rounded to BF16 (what a separate RoPE launch would store). 0: q is used as given.
+  const float* q_rope_inv_freq = nullptr;
+  int q_rope_dim = 0;
+  float q_rope_attn_factor = 1.0f;
+  // Optional: the head weights as BF16 [T, 32] times w_bf16_scale (then w is not read).
+  const void* w_bf16 = nullptr;
+  float w_bf16_scale = 1.0f;
 };
 
 // "" when the GPU indexer supports these dims (32 heads x 128), else why not.

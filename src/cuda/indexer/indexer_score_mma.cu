@@ -5,7 +5,9 @@
 // each warp multiplies 32 keys (two M = 16 tiles) against all 32 heads, then applies
 // ReLU, the head weights and the quad reduction in registers and writes one FP32 per key.
 // BF16: mma m16n8k16 (8 K-steps); FP8 E4M3: mma m16n8k32 (4 K-steps; the per-array key scale
-// and d^-1/2 fold into one factor).
+// and d^-1/2 fold into one factor). Optionally (BF16) the query's interleaved RoPE is applied to
+// its fragments as they are loaded, and the head weights read as BF16 times a scale: the
+// runner's two launches before the scores, fused.
 // Compiled for every arch in CMAKE_CUDA_ARCHITECTURES (sm_90a, sm_100a, sm_120a).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -83,7 +85,22 @@ struct ScoreParams {
   int page_shift;          // log2(page_size)
   int tiles_per_cta;       // key tiles of 128 per CTA
   float scale;             // d^-1/2 (times index_scale for FP8)
+  // Optional (BF16 queries): RoPE on the first rope_dim dims of each head, interleaved pairs,
+  // applied to the query fragments as they are loaded.
+  const float* rope_inv_freq;
+  int rope_dim;
+  float rope_attn_factor;
+  const uint16_t* w_bf16;  // optional: BF16 head weights [T, 32] times w_scale (instead of w)
+  float w_scale;
 };
+
+// An interleaved RoPE pair packed as two BF16 (low: dim 2i, high: dim 2i + 1), rotated in FP32
+// and rounded back: the runner's RoPE launch's arithmetic.
+__device__ __forceinline__ uint32_t rotate_bf16_pair(uint32_t v, float c, float sn) {
+  const float x0 = __uint_as_float(v << 16), x1 = __uint_as_float(v & 0xffff0000u);
+  const __nv_bfloat16 y0 = __float2bfloat16(x0 * c - x1 * sn), y1 = __float2bfloat16(x1 * c + x0 * sn);
+  return uint32_t(__bfloat16_as_ushort(y0)) | (uint32_t(__bfloat16_as_ushort(y1)) << 16);
+}
 
 template <bool kFp8, int kStages>
 __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams p) {
@@ -133,8 +150,28 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
         qf[nt][ks][0] = *reinterpret_cast<const uint32_t*>(qh + off);
         qf[nt][ks][1] = *reinterpret_cast<const uint32_t*>(qh + off + 16);
       }
-      wr[nt][0] = p.w[row * kIndexHeads + nt * 8 + t * 2] * p.scale;
-      wr[nt][1] = p.w[row * kIndexHeads + nt * 8 + t * 2 + 1] * p.scale;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int h = row * kIndexHeads + nt * 8 + t * 2 + j;
+        wr[nt][j] = (p.w_bf16 ? __uint_as_float(uint32_t(p.w_bf16[h]) << 16) * p.w_scale : p.w[h]) * p.scale;
+      }
+    }
+    if constexpr (!kFp8) {
+      if (p.rope_dim > 0) {  // register r of k-step ks holds dims ks * 16 + 2t + 8r (+1): pair i = that / 2
+        const float pos = float(p.positions[row]);
+#pragma unroll
+        for (int ks = 0; ks < T::kKSteps; ++ks)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int d = ks * 16 + t * 2 + r * 8;
+            if (d < p.rope_dim) {
+              const float a = p.rope_inv_freq[d / 2] * pos;
+              const float c = cosf(a) * p.rope_attn_factor, sn = sinf(a) * p.rope_attn_factor;
+#pragma unroll
+              for (int nt = 0; nt < kNTiles; ++nt) qf[nt][ks][r] = rotate_bf16_pair(qf[nt][ks][r], c, sn);
+            }
+          }
+      }
     }
   }
   float* out = p.scores + int64_t(row) * p.score_stride;
@@ -245,6 +282,11 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   p.page_shift = attention::log2_exact(a.layer.page_size);
   p.tiles_per_cta = tiles_per_cta;
   p.scale = 1.0f / sqrtf(float(kIndexDim)) * (kFp8 ? a.layer.index_scale : 1.0f);
+  p.rope_inv_freq = a.q_rope_inv_freq;
+  p.rope_dim = a.q_rope_dim;
+  p.rope_attn_factor = a.q_rope_attn_factor;
+  p.w_bf16 = static_cast<const uint16_t*>(a.w_bf16);
+  p.w_scale = a.w_bf16_scale;
   const dim3 grid(unsigned(a.batch.num_tokens), unsigned((key_tiles + tiles_per_cta - 1) / tiles_per_cta));
   index_score_kernel<kFp8, kStages><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
@@ -262,8 +304,13 @@ std::string indexer_can_implement(int64_t num_heads, int64_t head_dim) {
 void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   const KvLayerView& L = a.layer;
   const KvBatchView& b = a.batch;
-  FP4MOE_CHECK(a.q && a.w && L.index_k && a.scores && b.qo_indptr && b.positions && b.page_indptr && b.page_indices, "{}",
-          "indexer scores: a required pointer is null");
+  FP4MOE_CHECK(a.q && (a.w || a.w_bf16) && L.index_k && a.scores && b.qo_indptr && b.positions && b.page_indptr &&
+                   b.page_indices,
+               "{}", "indexer scores: a required pointer is null");
+  FP4MOE_CHECK(a.q_rope_dim == 0 || (L.index_elem == KvElem::BF16 && a.q_rope_inv_freq && a.q_rope_dim > 0 &&
+                                     a.q_rope_dim <= kIndexDim && a.q_rope_dim % 2 == 0),
+               "indexer scores: the fused query RoPE takes BF16 queries and an even rope_dim <= 128 (got {})",
+               a.q_rope_dim);
   const std::string why = indexer_can_implement(kIndexHeads, L.index_dim);
   FP4MOE_CHECK(why.empty(), "{}", why);
   FP4MOE_CHECK(L.index_elem == KvElem::BF16 || L.index_elem == KvElem::FP8_E4M3, "{}",

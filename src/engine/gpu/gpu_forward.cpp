@@ -96,13 +96,23 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
   if (L.has_indexer) {
     mark(StepStage::Indexer);
     L.wq_b.run(s.qa, T, s.iq, false, x);
-    rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
+    // The mma scores rotate interleaved query pairs and read the BF16 head weights themselves.
+    const bool fused_q = fast_indexer && idx_il;
+    if (!fused_q)
+      rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
     L.weights_proj.run(s.h, T, s.iw16, false, x);
-    bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, 1.0f / std::sqrt(float(HI)), stream);
+    const float w_scale = 1.0f / std::sqrt(float(HI));
+    if (!fast_indexer) bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, w_scale, stream);
     if (fast_indexer) {  // cuda/indexer's mma scores (32 heads x 128; device metadata only)
       cuda::indexer::IndexerScoreArgs ia;
       ia.q = s.iq;
-      ia.w = s.iw;
+      ia.w_bf16 = s.iw16;
+      ia.w_bf16_scale = w_scale;
+      if (fused_q) {
+        ia.q_rope_inv_freq = inv_freq.as<float>();
+        ia.q_rope_dim = Rd;
+        ia.q_rope_attn_factor = af;
+      }
       ia.layer = kvl;
       ia.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
       ia.max_ctx = max_ctx;

@@ -40,9 +40,10 @@ def main(path):
             keys = sorted({(r["batch"], r["ctx"]) for r in sp})
             for b, l in keys:
                 here = [r for r in sp if r["batch"] == b and r["ctx"] == l]
-                get = {r["kind"]: r for r in here if r["kind"] != "topk"}
+                get = {r["kind"]: r for r in here if r["kind"] not in ("topk", "indexer")}
                 tks = {r["path"]: r for r in here if r["kind"] == "topk"}
-                ix, tk, al = get.get("indexer"), tks.get("ours-radix"), get.get("sparse-decode")
+                ixs = {r["path"]: r for r in here if r["kind"] == "indexer"}
+                ix, tk, al = ixs.get("ours-mma"), tks.get("ours-radix"), get.get("sparse-decode")
                 wide, fi = tks.get("ours-radix-wide"), tks.get("flashinfer-topk")
                 mls = [r for r in here if r["kind"] == "sparse-mla"]
                 if not (ix and tk and al and mls):

@@ -234,6 +234,28 @@ class Bench {
   }
   int failures() const { return failures_; }
   double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
+  // The score kernel with the runner's query RoPE (interleaved, 64 dims, GLM-5's frequencies)
+  // and BF16 head weights fused into it, beside the plain scores (`plain` its row): what the
+  // fused prologue costs a CTA.
+  void fused_query_row(const Selection& sel, const Row& plain) {
+    std::vector<float> inv_freq(32);
+    for (int i = 0; i < 32; ++i) inv_freq[size_t(i)] = float(1.0 / std::pow(10000.0, 2.0 * i / 64));
+    DeviceMem freq(inv_freq.size() * 4), w16(size_t(plain.batch) * ix::kIndexHeads * 2);
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(freq.ptr(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice, s_));
+    bench::fill_random_bf16(w16.ptr(), size_t(plain.batch) * ix::kIndexHeads, 36, 0.3f, s_);
+    ix::IndexerScoreArgs a = sel.score;
+    a.w = nullptr;
+    a.w_bf16 = w16.ptr();
+    a.w_bf16_scale = 1.0f / std::sqrt(float(ix::kIndexHeads));
+    a.q_rope_inv_freq = freq.as<float>();
+    a.q_rope_dim = 64;
+    Row r = plain;
+    r.path = "ours-mma+fused-q";
+    r.us = time_us([&] { ix::index_scores(a, s_); });
+    r.note = fmt::format("{:.2f}x the plain scores' time (query RoPE + BF16 weights in the prologue)", r.us / plain.us);
+    report(r);
+  }
+
   // FlashInfer's DSA top-k on the same scores (the baseline of ours, `ours` its row): time, and in
   // how many rows it selects the same set as ours did last (as sets: its order differs).
   void flashinfer_topk_row(const Selection& sel, const KvBatchView& b, const Row& ours, int64_t page_size) {
@@ -384,6 +406,7 @@ class Bench {
         ri.floor_us = copy_floor_us(key_bytes);
         ri.note = fmt::format("+{:.0f} MB scores written", double(B) * L * 4 / 1e6);
         report(ri);
+        if (elem == KvElem::BF16) fused_query_row(sel, ri);
         Row rt{"topk", kv, "ours-radix", B, L};
         rt.bytes = double(B) * L * 4;
         rt.us = time_us([&] { sel.run_topk(s_); });

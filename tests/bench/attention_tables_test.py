@@ -31,7 +31,8 @@ def made_up():
                  result("decode", "ours-mma-dev", b, ctx, 100.0)]
     rows += [result("sparse-mla", "flashinfer-sm90-ps1", 16, 8192, 30.0),
              result("sparse-mla", "flashinfer-sm90-ps1-dev", 16, 8192, 33.0),
-             result("indexer", "ours-mma", 16, 8192, 20.0), result("topk", "ours-radix", 16, 8192, 40.0),
+             result("indexer", "ours-mma", 16, 8192, 20.0), result("indexer", "ours-mma+fused-q", 16, 8192, 21.0),
+             result("topk", "ours-radix", 16, 8192, 40.0),
              result("topk", "ours-radix-wide", 16, 8192, 25.0), result("topk", "flashinfer-topk", 16, 8192, 30.0),
              dict(result("sparse-decode", "indexer+topk+flashinfer", 16, 8192, 90.0), note="vs dense 0.80x")]
     return {"ceilings": {"copy_gbps": 4000.0, "bf16_tflops": 800.0, "fp8_tflops": 1500.0}, "device": "test GPU",
@@ -67,6 +68,7 @@ class AttentionTables(unittest.TestCase):
         rows = [l for l in out.getvalue().splitlines() if l.startswith("| 16 | 8192 |")]
         self.assertEqual(len(rows), 1)
         self.assertIn("| 40.0 (wide slices: 25.0) (FlashInfer: 30.0) |", rows[0])
+        self.assertIn("| 16 | 8192 | 20.0 (", rows[0])  # the plain indexer row, not the fused-query one
 
     @unittest.skipUnless(HAVE_MPL, "matplotlib not installed")
     def test_plot_writes_a_png(self):

@@ -222,6 +222,12 @@ TEST(TopKRadixEmu, SampleTakesOneLineOfEachStrideWithinTheRow) {
   EXPECT_GT(tk::sample_rank(7, 16), 7 / 16);
 }
 
+// The largest k the API takes (kMaxTopK 4096): the sample's threshold still admits between k and
+// kCandCap keys of an unstructured row (asserted in run_case), at 40K and 128K keys.
+TEST(TopKRadixEmu, LargestKMatchesCpu) {
+  run_case({{40000, Fill::Random}, {131072, Fill::Random}, {131072, Fill::HotRun}}, 4096, 64, 5, tk::kMaxSliceKeys);
+}
+
 TEST(TopKRadixEmu, SmallKMatchesCpu) {
   run_case({{40, Fill::Ties}, {17000, Fill::Random}, {17000, Fill::Ties}}, 7, 1, 3);
 }

@@ -36,14 +36,10 @@ void check(const KeyPrepCase& c, bool fp8) {
   p.out = pool.data();
   p.fp8 = fp8;
   p.scale = scale;
-  p.qo_indptr = c.qo_indptr.data();
-  p.positions = c.positions.data();
-  p.page_indptr = c.page_indptr.data();
-  p.page_indices = c.page_indices.data();
-  p.num_requests = int(c.kv_len.size());
-  p.tokens = int(c.tokens());
-  p.page_shift = __builtin_ctzll(uint64_t(c.page_size));
-  p.num_slots = int64_t(rows);
+  KvLayerView layer;
+  layer.num_pages = c.num_pages;
+  layer.page_size = c.page_size;
+  p.slots = cuda::attention::kv_token_slots(layer, c.batch());
   const unsigned blocks = unsigned((c.tokens() + kp::kWarpsPerBlock - 1) / kp::kWarpsPerBlock);
   emu::launch(dim3(blocks), dim3(kp::kWarpsPerBlock * 32), 0, kp::index_key_prep_kernel, p);
 

@@ -138,10 +138,12 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
         const uint32_t n = p.state[t].last_n;
         const bool streamed = n < uint32_t(k) || n > uint32_t(tk::kCandCap);
         if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::Random || f == Fill::HotRun || f == Fill::TiesAtCut ||
-                                                   f == Fill::ExactTopBin))
+                                                   f == Fill::ExactTopBin)) {
           EXPECT_FALSE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
-        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::SampleHot || f == Fill::FewTies))
+        }
+        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::SampleHot || f == Fill::FewTies)) {
           EXPECT_TRUE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
+        }
         ASSERT_EQ(p.state[t].arrive | p.state[t].cand_n, 0u);
         for (int64_t i = 0; i < l.bitmap_words; ++i) ASSERT_EQ(p.bitmap[t * l.bitmap_words + i], 0u);
       }

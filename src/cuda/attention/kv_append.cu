@@ -25,14 +25,7 @@ struct AppendParams {
   void* index_out;
   bool fp8, index_fp8;
   float ckv_scale, kpe_scale, index_scale;
-  const int32_t* qo_indptr;
-  const int32_t* positions;
-  const int32_t* page_indptr;
-  const int32_t* page_indices;
-  int num_requests;
-  int tokens;
-  int page_shift;
-  int64_t num_slots;
+  KvTokenSlots slots;
 };
 
 // Copies N consecutive values per lane: src[lane * N ..] -> dst row (BF16, or E4M3 of x / scale:
@@ -54,11 +47,10 @@ __device__ __forceinline__ void write_row(const __nv_bfloat16* src, void* dst_ba
 
 __global__ void kv_append_kernel(const AppendParams p) {
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (t >= p.tokens) return;
+  if (t >= p.slots.tokens) return;
   const int lane = threadIdx.x & 31;
-  const int r = request_of(p.qo_indptr, p.num_requests, t);
-  const int64_t slot = slot_of(p.page_indices + p.page_indptr[r], p.page_shift, p.positions[t]);
-  if (slot < 0 || slot >= p.num_slots) return;  // never write outside the pool
+  const int64_t slot = token_slot(p.slots, t);
+  if (slot < 0) return;  // never write outside the pool
   write_row<kCkvDim / 32>(p.ckv + int64_t(t) * kCkvDim, p.ckv_out, slot, kCkvDim, p.fp8, p.ckv_scale, lane);
   write_row<kKpeDim / 32>(p.kpe + int64_t(t) * kKpeDim, p.kpe_out, slot, kKpeDim, p.fp8, p.kpe_scale, lane);
   if (p.index_k)
@@ -97,14 +89,7 @@ void kv_append(const KvAppendArgs& a, cudaStream_t stream) {
   p.ckv_scale = L.ckv_scale;
   p.kpe_scale = L.kpe_scale;
   p.index_scale = L.index_scale;
-  p.qo_indptr = b.qo_indptr;
-  p.positions = b.positions;
-  p.page_indptr = b.page_indptr;
-  p.page_indices = b.page_indices;
-  p.num_requests = int(b.num_requests);
-  p.tokens = int(b.num_tokens);
-  p.page_shift = log2_exact(L.page_size);
-  p.num_slots = L.num_pages * L.page_size;
+  p.slots = kv_token_slots(L, b);
   constexpr int kBlock = 256;
   const int64_t threads = b.num_tokens * 32;
   kv_append_kernel<<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(p);

@@ -48,14 +48,7 @@ void index_key_prep(const IndexKeyPrepArgs& a, cudaStream_t stream) {
   p.out = L.index_k;
   p.fp8 = L.index_elem == KvElem::FP8_E4M3;
   p.scale = L.index_scale;
-  p.qo_indptr = b.qo_indptr;
-  p.positions = b.positions;
-  p.page_indptr = b.page_indptr;
-  p.page_indices = b.page_indices;
-  p.num_requests = int(b.num_requests);
-  p.tokens = int(b.num_tokens);
-  p.page_shift = attention::log2_exact(L.page_size);
-  p.num_slots = L.num_pages * L.page_size;
+  p.slots = attention::kv_token_slots(L, b);
   const unsigned blocks = unsigned((b.num_tokens + keyprep::kWarpsPerBlock - 1) / keyprep::kWarpsPerBlock);
   keyprep::index_key_prep_kernel<<<blocks, keyprep::kWarpsPerBlock * 32, 0, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();

@@ -33,14 +33,7 @@ struct Params {
   void* out;  // the layer's index_k array: [slots, 128] BF16 or E4M3 codes
   bool fp8;
   float scale;  // E4M3: code = e4m3(x / scale)
-  const int32_t* qo_indptr;
-  const int32_t* positions;
-  const int32_t* page_indptr;
-  const int32_t* page_indices;
-  int num_requests;
-  int tokens;
-  int page_shift;
-  int64_t num_slots;
+  attention::KvTokenSlots slots;
 };
 
 namespace {
@@ -54,7 +47,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // Grid: ceil(T / kWarpsPerBlock) blocks of kWarpsPerBlock warps.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(const Params p) {
   const int t = int(blockIdx.x) * kWarpsPerBlock + prims::warp_id();
-  if (t >= p.tokens) return;  // the whole warp
+  if (t >= p.slots.tokens) return;  // the whole warp
   const int lane = prims::lane_id(), d0 = lane * kPerLane;
   float x[kPerLane];
 #pragma unroll
@@ -70,7 +63,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) x[i] = (x[i] - mean) * inv * p.ln_w[d0 + i] + p.ln_b[d0 + i];
 
-  const float pos = float(p.positions[t]);
+  const float pos = float(p.slots.positions[t]);
   if (p.interleaved) {
 #pragma unroll
     for (int j = 0; j < kPerLane; j += 2) {
@@ -101,9 +94,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
     }
   }
 
-  const int r = attention::request_of(p.qo_indptr, p.num_requests, t);
-  const int64_t slot = attention::slot_of(p.page_indices + p.page_indptr[r], p.page_shift, p.positions[t]);
-  if (slot < 0 || slot >= p.num_slots) return;  // never write outside the pool
+  const int64_t slot = attention::token_slot(p.slots, t);
+  if (slot < 0) return;  // never write outside the pool
   if (p.fp8) {
     auto* o = static_cast<uint8_t*>(p.out) + slot * kDim + d0;
 #pragma unroll

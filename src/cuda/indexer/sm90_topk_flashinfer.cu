@@ -7,21 +7,11 @@
 #include <flashinfer/topk.cuh>
 
 #include "core/error.hpp"
+#include "cuda/attention/kv_dims.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 
 namespace fp4moe::cuda::indexer {
-namespace {
-
-int log2_exact_int(int v) {
-  if (v <= 0 || (v & (v - 1)) != 0) return -1;
-  int b = 0;
-  while ((1 << b) < v) ++b;
-  return b;
-}
-
-}  // namespace
-
 // One RadixRowState per CTA group of the multi-CTA kernel (at most one group per SM).
 size_t flashinfer_top_k_workspace_bytes() {
   return size_t(current_device().sm_count) * sizeof(flashinfer::sampling::RadixRowState);
@@ -31,7 +21,7 @@ std::string flashinfer_top_k_can_implement(const FlashInferTopKArgs& a) {
   if (current_device().cc / 10 != 9) return "FlashInfer's top-k is built for sm_90a only";
   if (a.top_k < 1 || a.top_k > int(flashinfer::sampling::FILTERED_TOPK_MAX_K))
     return "FlashInfer's top-k takes k <= 2048";
-  if (log2_exact_int(a.page_size) < 0) return "page_size must be a power of two";
+  if (attention::log2_exact(a.page_size) < 0) return "page_size must be a power of two";
   return "";
 }
 
@@ -44,7 +34,7 @@ void flashinfer_top_k(const FlashInferTopKArgs& a, cudaStream_t stream) {
   FP4MOE_CHECK(a.workspace && a.workspace_bytes >= flashinfer_top_k_workspace_bytes(),
                "FlashInfer top-k: the workspace needs {} bytes", flashinfer_top_k_workspace_bytes());
   using Policy = flashinfer::sampling::ConfigurablePageTableKernelPolicy<int32_t>;
-  const Policy policy(a.out_pos, a.score_stride, uint32_t(log2_exact_int(a.page_size)));
+  const Policy policy(a.out_pos, a.score_stride, uint32_t(attention::log2_exact(a.page_size)));
   // src_stride 0 and no row_to_batch: every row reads the one CSR array from its own start.
   const cudaError_t e = flashinfer::sampling::TopKPageTableTransformDispatch<float, int32_t, Policy>(
       const_cast<float*>(a.scores), a.out_slot, a.page_indices, /*src_stride=*/0, const_cast<int32_t*>(a.lengths),

@@ -256,6 +256,27 @@ class Bench {
     report(r);
   }
 
+  // The score kernel split by the rule before 2026-12-05 (~4 waves of 2 CTAs per SM, so one
+  // 128-key tile per CTA below ~1K tiles per token x batch) beside the default one-wave split
+  // (`plain` its row, `tiles` its tiles per CTA); skipped where the two rules agree.
+  void waves_split_row(const Selection& sel, const Row& plain, int tiles) {
+    const int64_t key_tiles = (int64_t(sel.score.max_ctx) + 127) / 128;
+    const int64_t want = int64_t(cuda::current_device().sm_count) * 8;
+    const int old_tiles = int(std::clamp<int64_t>(key_tiles * plain.batch / want, 1, 16));
+    if (old_tiles == tiles) return;
+    ix::IndexerScoreArgs a = sel.score;
+    a.tiles_per_cta = old_tiles;
+    Row r = plain;
+    r.path = "ours-mma-4waves";
+    r.us = time_us([&] {
+      if (a.layer.index_elem == KvElem::FP8_E4M3)
+        ix::quantize_q_fp8(sel.q_bf16, sel.w, const_cast<void*>(a.q), const_cast<float*>(a.w), sel.rows, s_);
+      ix::index_scores(a, s_);
+    });
+    r.note = fmt::format("{} key tiles per CTA; {:.2f}x the one-wave split's time", old_tiles, r.us / plain.us);
+    report(r);
+  }
+
   // FlashInfer's DSA top-k on the same scores (the baseline of ours, `ours` its row): time, and in
   // how many rows it selects the same set as ours did last (as sets: its order differs).
   void flashinfer_topk_row(const Selection& sel, const KvBatchView& b, const Row& ours, int64_t page_size) {
@@ -404,8 +425,10 @@ class Bench {
         ri.flops = 2.0 * B * double(L) * at::kIndexHeads * at::kIndexDim;
         ri.us = time_us([&] { sel.run_indexer(s_); });
         ri.floor_us = copy_floor_us(key_bytes);
-        ri.note = fmt::format("+{:.0f} MB scores written", double(B) * L * 4 / 1e6);
+        const int tiles = ix::index_score_tiles_per_cta(B, L, layer.index_elem);
+        ri.note = fmt::format("+{:.0f} MB scores written; {} key tiles per CTA", double(B) * L * 4 / 1e6, tiles);
         report(ri);
+        waves_split_row(sel, ri, tiles);
         if (elem == KvElem::BF16) fused_query_row(sel, ri);
         Row rt{"topk", kv, "ours-radix", B, L};
         rt.bytes = double(B) * L * 4;

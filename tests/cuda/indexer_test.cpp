@@ -8,6 +8,7 @@
 //   - bad input: unsupported head count / dims, page size, k.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -51,7 +52,7 @@ std::vector<float> cpu_scores(PagedCase& c, const float* q, const float* w, int6
 // GPU scores; for FP8 keys the query is quantized on the GPU first and its decoded values and
 // folded weights are returned in q_used / w_used (the exact inputs of the FP8 product).
 std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t stride, std::vector<float>* q_used,
-                              std::vector<float>* w_used) {
+                              std::vector<float>* w_used, int tiles_per_cta = 0) {
   const int64_t T = c.tokens();
   DeviceCache dc(c);
   DeviceBatch db(c);
@@ -79,6 +80,7 @@ std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t str
   a.max_ctx = c.max_ctx();
   a.scores = scores.ptr;
   a.score_stride = stride;
+  a.tiles_per_cta = tiles_per_cta;
   ix::index_scores(a, nullptr);
   return scores.download();
 }
@@ -140,17 +142,18 @@ std::vector<int32_t> cpu_topk(const PagedCase& c, const std::vector<float>& scor
 
 const std::vector<RequestShape> kMixedShapes = {{1, 1}, {100, 1}, {2048, 1}, {2049, 1}, {5000, 1}, {3000, 3}};
 
-void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed) {
+void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed, int tiles_per_cta = 0) {
   PagedCase c = make_paged_case(kMixedShapes, page_size, KvElem::BF16, index_elem, seed);
   const int64_t stride = c.max_ctx() + 5;
   const auto in = random_indexer_inputs(c.tokens(), seed + 7);
   std::vector<float> q_used, w_used;
-  const auto g = gpu_scores(c, in, stride, &q_used, &w_used);
+  const auto g = gpu_scores(c, in, stride, &q_used, &w_used, tiles_per_cta);
   const auto r = cpu_scores(c, q_used.data(), w_used.data(), stride);
   // BF16: exact products, FP32 sums in another order. FP8: the tensor cores' FP8 accumulation
   // keeps fewer mantissa bits than FP32 (Hopper), hence the looser bound.
   const double tol = index_elem == KvElem::BF16 ? 1e-4 : 2e-3;
-  EXPECT_LT(worst_score_error(c, g, r, stride), tol) << "page_size " << page_size << " " << kv_elem_name(index_elem);
+  EXPECT_LT(worst_score_error(c, g, r, stride), tol)
+      << "page_size " << page_size << " " << kv_elem_name(index_elem) << " tiles_per_cta " << tiles_per_cta;
 }
 
 TEST(IndexerTiny, ScoresMatchCpuBf16) {
@@ -170,6 +173,16 @@ TEST(IndexerTiny, ScoresMatchCpuWithTwoStageRing) {
   check_scores(64, KvElem::BF16, 25);
   check_scores(16, KvElem::FP8_E4M3, 26);
   unsetenv("FP4MOE_INDEXER_STAGES");
+}
+
+// Every split of the keys over CTAs the launcher can take (1..16 tiles of 128 per CTA; the
+// contexts of kMixedShapes end inside a CTA's range at all of these), against the CPU per token.
+TEST(IndexerTiny, ScoresMatchCpuAtEveryTilesPerCta) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int tiles : {1, 2, 3, 5, 16}) {
+    check_scores(64, KvElem::BF16, 40 + uint64_t(tiles), tiles);
+    check_scores(16, KvElem::FP8_E4M3, 60 + uint64_t(tiles), tiles);
+  }
 }
 
 TEST(Indexer, ScoresMatchCpuAtContext100K) {
@@ -468,6 +481,30 @@ TEST(Indexer, Fp8SelectionOverlapsFp32OnRandomData) {
     std::printf("token %lld: FP8 selection keeps %.2f %% of the FP32 set\n", static_cast<long long>(t), 100 * overlap);
     EXPECT_GT(overlap, 0.8) << "token " << t;
   }
+}
+
+TEST(Indexer, DefaultTilesPerCtaIsWithinOneToSixteenAndGrowsWithTheBatch) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    int prev = 0;
+    for (int64_t B : {1, 4, 16, 64, 256}) {
+      const int t = ix::index_score_tiles_per_cta(B, 131072, e);
+      EXPECT_GE(t, std::max(prev, 1)) << B;
+      EXPECT_LE(t, 16) << B;
+      prev = t;
+    }
+    EXPECT_EQ(ix::index_score_tiles_per_cta(1, 1000, e), 1);
+    EXPECT_EQ(ix::index_score_tiles_per_cta(256, 131072, e), 16);
+  }
+}
+
+TEST(IndexerErrors, TilesPerCtaOutsideRangeIsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{300, 1}}, 64, KvElem::BF16, KvElem::BF16, 3);
+  const auto in = random_indexer_inputs(c.tokens(), 4);
+  std::vector<float> qu, wu;
+  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 17), Error);
+  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, -1), Error);
 }
 
 TEST(IndexerErrors, UnsupportedHeadCountIsAnError) {

@@ -53,12 +53,22 @@ struct IndexerScoreArgs {
   // Optional: the head weights as BF16 [T, 32] times w_bf16_scale (then w is not read).
   const void* w_bf16 = nullptr;
   float w_bf16_scale = 1.0f;
+  // Key tiles of 128 keys per CTA, 1..16; 0 = index_score_tiles_per_cta(batch.num_tokens,
+  // max_ctx, layer.index_elem). Any value gives the same scores (tests force several).
+  int tiles_per_cta = 0;
 };
 
 // "" when the GPU indexer supports these dims (32 heads x 128), else why not.
 std::string indexer_can_implement(int64_t num_heads, int64_t head_dim);
 
 void index_scores(const IndexerScoreArgs& a, cudaStream_t stream);
+
+// The score kernel's default split on the current device: the fewest key tiles per CTA (at most
+// 16) that keep the grid, tokens x ceil(max_ctx / 128 / tiles) CTAs, within one wave of resident
+// CTAs. A CTA's start is a chain of dependent loads (its position, request, page table, then the
+// keys); with several tiles per CTA it is paid once and the tiles stream through the CTA's
+// cp.async ring, where one tile per CTA (several waves) paid it per tile.
+int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem);
 
 // q_bf16 [T, 32, 128] -> q_fp8 [T, 32, 128] E4M3 (RNE, saturating) with scale_h = amax_h / 448
 // (1 for an all-zero head), and w_fp8[t, h] = w[t, h] · scale_h.

@@ -30,6 +30,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTileKeys = 128;                 // keys per pipeline stage
 constexpr int kWarpKeys = kTileKeys / kWarps;  // 32 = two m16 tiles
 constexpr int kNTiles = kIndexHeads / 8;       // 4 n8 tiles of heads
+constexpr int kMaxTilesPerCta = 16;            // 2048 keys per CTA at most
 static_assert(kWarpKeys == 32 && kIndexHeads == 32 && kIndexDim == 128, "tiling assumes GLM-5's 32 x 128 indexer");
 
 template <bool kFp8, int kStages>
@@ -255,19 +256,45 @@ DeviceFacts device_facts() {
   return {d.sm_count, int(d.smem_per_block_optin)};
 }
 
+// The kernel's opt-in to its shared memory and its resident CTAs per SM, once per device.
+template <bool kFp8, int kStages>
+int ctas_per_sm() {
+  using T = Tile<kFp8, kStages>;
+  static cuda::DeviceOnce once;
+  static int per_sm[cuda::kMaxDevices] = {};
+  const int dev = cuda::current_device_ordinal();
+  once([dev] {
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    int n = 0;
+    FP4MOE_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, index_score_kernel<kFp8, kStages>, kThreads, T::kSmemBytes));
+    per_sm[dev] = std::max(n, 1);
+  });
+  return per_sm[dev];
+}
+
+// The ring depth this device runs: 3 stages where a block may have their shared memory (and
+// FP4MOE_INDEXER_STAGES=2 does not force 2: tests cover both on one GPU).
+bool three_stages(bool fp8) {
+  const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
+  if (force && std::string(force) == "2") return false;
+  return device_facts().smem_optin >= int(fp8 ? Tile<true, 3>::kSmemBytes : Tile<false, 3>::kSmemBytes);
+}
+
+int resident_ctas(bool fp8) {
+  const int per_sm = three_stages(fp8) ? (fp8 ? ctas_per_sm<true, 3>() : ctas_per_sm<false, 3>())
+                                       : (fp8 ? ctas_per_sm<true, 2>() : ctas_per_sm<false, 2>());
+  return device_facts().sms * per_sm;
+}
+
 template <bool kFp8, int kStages>
 void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   using T = Tile<kFp8, kStages>;
-  static cuda::DeviceOnce smem_opt_in;  // the smem opt-in is per device
-  smem_opt_in([] {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-  });
+  ctas_per_sm<kFp8, kStages>();  // the shared-memory opt-in
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
-  // Enough CTAs for ~4 waves of 2 CTAs/SM, each at least one tile, at most 16 tiles (2048 keys).
-  const int64_t want_ctas = int64_t(device_facts().sms) * 8;
-  const int64_t total_tiles = int64_t(key_tiles) * a.batch.num_tokens;
-  const int tiles_per_cta = int(std::clamp<int64_t>(total_tiles / std::max<int64_t>(want_ctas, 1), 1, 16));
+  const int tiles_per_cta =
+      a.tiles_per_cta > 0 ? a.tiles_per_cta : index_score_tiles_per_cta(a.batch.num_tokens, a.max_ctx, a.layer.index_elem);
   ScoreParams p{};
   p.q = static_cast<const uint8_t*>(a.q);
   p.w = a.w;
@@ -319,17 +346,23 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
           "indexer scores: page_size " + std::to_string(L.page_size) + " must be a power of two");
   FP4MOE_CHECK(b.num_tokens >= 0 && b.num_tokens < (int64_t(1) << 31) && b.num_requests >= 1, "{}",
           "indexer scores: bad token / request count");
-  FP4MOE_CHECK(a.max_ctx >= 0 && a.max_ctx <= 65535 * 16 * kTileKeys, "{}", "indexer scores: max_ctx out of range");
+  FP4MOE_CHECK(a.max_ctx >= 0 && a.max_ctx <= 65535 * kTileKeys, "{}", "indexer scores: max_ctx out of range");
   FP4MOE_CHECK(a.score_stride >= a.max_ctx, "{}", "indexer scores: score_stride < max_ctx");
   if (b.num_tokens == 0 || a.max_ctx == 0) return;
-  // FP4MOE_INDEXER_STAGES=2 forces the 2-stage ring (tests cover both configs on one GPU).
-  const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
-  const bool three = !(force && std::string(force) == "2") && device_facts().smem_optin >= (L.index_elem == KvElem::BF16 ? Tile<false, 3>::kSmemBytes
-                                                                         : Tile<true, 3>::kSmemBytes);
+  FP4MOE_CHECK(a.tiles_per_cta >= 0 && a.tiles_per_cta <= kMaxTilesPerCta, "indexer scores: tiles_per_cta {} outside [0, {}]",
+               a.tiles_per_cta, kMaxTilesPerCta);
+  const bool three = three_stages(L.index_elem == KvElem::FP8_E4M3);
   if (L.index_elem == KvElem::BF16)
     three ? launch_scores<false, 3>(a, stream) : launch_scores<false, 2>(a, stream);
   else
     three ? launch_scores<true, 3>(a, stream) : launch_scores<true, 2>(a, stream);
+}
+
+int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem) {
+  const int64_t key_tiles = (int64_t(std::max(max_ctx, 0)) + kTileKeys - 1) / kTileKeys;
+  const int64_t total = key_tiles * std::max<int64_t>(tokens, 1);
+  const int64_t slots = resident_ctas(index_elem == KvElem::FP8_E4M3);
+  return int(std::clamp<int64_t>((total + slots - 1) / slots, 1, kMaxTilesPerCta));
 }
 
 void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp8, int64_t tokens,

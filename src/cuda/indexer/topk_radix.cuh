@@ -40,6 +40,8 @@ constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in
 constexpr int kSliceKeys = 4096;                        // longer rows: keys per gather CTA (default, and the unit)
 constexpr int kMaxSliceKeys = 16 * kSliceKeys;          // 64K keys per CTA: 64 per thread
 constexpr int kBins0 = 4096;                            // first digit: key bits [31:20]
+constexpr int kMaxK = 4096;                             // the selection is staged in the kBins0 histogram ints
+static_assert(kMaxK <= kBins0 && kMaxK % kThreads == 0, "");
 constexpr int kCandCap = 8192;                          // candidates resolved in shared memory
 constexpr int kPosBits = 22;                            // positions < 2^22 (the tie cut's radix)
 constexpr uint32_t kPosMax = (1u << kPosBits) - 1;
@@ -153,10 +155,31 @@ __device__ __forceinline__ const int32_t* row_pages(const Params& p, int row) {
                     : nullptr;
 }
 
-__device__ __forceinline__ void emit(const Params& p, const int32_t* pages, int row, int n, int pos) {
-  p.out_pos[int64_t(row) * p.top_k + n] = pos;
-  if (p.out_slot)
-    p.out_slot[int64_t(row) * p.top_k + n] = pos < 0 ? -1 : int32_t(attention::slot_of(pages, p.page_shift, pos));
+// The row's selection written out: entry n (< top_k) is position pos_at(n) (-1: padding) and,
+// with out_slot, its cache slot. Entry n is thread n % kThreads's: coalesced stores, and a
+// thread's page-table loads (<= kMaxK / kThreads) are issued together, not one per ballot step.
+template <typename PosAt>
+__device__ __forceinline__ void write_selection(const Params& p, int row, PosAt pos_at) {
+  constexpr int kPer = kMaxK / kThreads;
+  const int tid = int(threadIdx.x);
+  int32_t pos[kPer];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int n = tid + q * kThreads;
+    pos[q] = n < p.top_k ? pos_at(n) : -1;
+  }
+  const int64_t first = int64_t(row) * p.top_k;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (tid + q * kThreads < p.top_k) p.out_pos[first + tid + q * kThreads] = pos[q];
+  if (!p.out_slot) return;
+  const int32_t* pages = row_pages(p, row);
+  int32_t slot[kPer];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) slot[q] = pos[q] < 0 ? -1 : int32_t(attention::slot_of(pages, p.page_shift, pos[q]));
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (tid + q * kThreads < p.top_k) p.out_slot[first + tid + q * kThreads] = slot[q];
 }
 
 // The keys still in play, (key & mask) == prefix, of which `need` are wanted (the largest).
@@ -225,12 +248,12 @@ __device__ __forceinline__ bool radix_pass(Get get, int n, int shift, Sel& sel, 
 }
 
 // A row of ctx (> k) keys, key_at(i) its i-th order key: T by up to three passes, then the
-// ordered selection (ties at T: the lowest positions, by the order of the pass). hist: kBins0
-// shared ints. key_at reads shared memory (one-CTA rows) or the scores (a streamed long row).
+// ordered selection (ties at T: the lowest positions, by the order of the pass), staged in hist
+// and written out. hist: kBins0 shared ints. key_at reads shared memory (one-CTA rows) or the
+// scores (a streamed long row).
 template <typename KeyAt>
 __device__ __forceinline__ void select_row(const Params& p, int row, int ctx, KeyAt key_at, int* hist, int* scratch) {
   const int lane = prims::lane_id(), warp = prims::warp_id();
-  const int32_t* pages = row_pages(p, row);
   Sel sel{0u, 0u, p.top_k};
   auto get = [&](int i, uint32_t& key) {
     key = key_at(i);
@@ -264,10 +287,12 @@ __device__ __forceinline__ void select_row(const Params& p, int row, int ctx, Ke
     const bool take = (i < ctx && km > sel.prefix) || (eq && eq_seen + __popc(eqb & prims::lanemask_lt()) < sel.need);
     const unsigned tb = __ballot_sync(prims::kFullMask, take);
     const int n = out + __popc(tb & prims::lanemask_lt());
-    if (take && n < p.top_k) emit(p, pages, row, n, i);
+    if (take && n < p.top_k) hist[n] = i;  // the histogram is spent: it stages the selection
     out += __popc(tb);
     eq_seen += __popc(eqb);
   }
+  __syncthreads();
+  write_selection(p, row, [&](int n) { return hist[n]; });  // exactly k taken (ctx > k)
 }
 
 // Arrival of this CTA at a per-row counter; true in the row's last CTA (which then sees every
@@ -298,11 +323,16 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
   const float* s = p.scores + int64_t(row) * p.score_stride;
   if (ctx <= kRowKeys) {
     if (ctx <= p.top_k) {  // dense: every position, then -1 padding
-      const int32_t* pages = row_pages(p, row);
-      for (int i = tid; i < p.top_k; i += kThreads) emit(p, pages, row, i, i < ctx ? i : -1);
+      write_selection(p, row, [&](int n) { return n < ctx ? n : -1; });
       return;
     }
-    for (int i = tid; i < ctx; i += kThreads) keys[i] = order_key(s[i]);
+    constexpr int kPer = kRowKeys / kThreads;  // the row's loads all in flight, then the stores
+    float v[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) v[q] = tid + q * kThreads < ctx ? s[tid + q * kThreads] : 0.0f;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q)
+      if (tid + q * kThreads < ctx) keys[tid + q * kThreads] = order_key(v[q]);
     __syncthreads();
     select_row(p, row, ctx, [&](int i) { return keys[i]; }, hist, scratch);
     return;
@@ -363,11 +393,11 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
   return Rule{sel.mask, sel.prefix, p_cut};
 }
 
-// The set bits of a row's bitmap (ctx bits) written in order as the row's selection; the
-// words are left zero.
-__device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, uint32_t* bits, int* scratch) {
+// The set bits of a row's bitmap (ctx bits) written in order as the row's selection (staged in
+// sel, kMaxK shared ints); the words are left zero.
+__device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, uint32_t* bits, int32_t* sel,
+                                            int* scratch) {
   const int tid = int(threadIdx.x);
-  const int32_t* pages = row_pages(p, row);
   const int words = (ctx + 31) / 32;
   const int per = (words + kThreads - 1) / kThreads;
   const int w0 = tid * per, w1 = w0 + per < words ? w0 + per : words;
@@ -380,12 +410,13 @@ __device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, u
     bits[w] = 0u;
     while (b != 0u) {
       const int bit = __ffs(int(b)) - 1;
-      if (out < p.top_k) emit(p, pages, row, out, w * 32 + bit);
+      if (out < p.top_k) sel[out] = w * 32 + bit;
       ++out;
       b &= b - 1u;
     }
   }
-  for (int i = total + tid; i < p.top_k; i += kThreads) emit(p, pages, row, i, -1);  // (never: ctx > k)
+  __syncthreads();
+  write_selection(p, row, [&](int n) { return n < total ? sel[n] : -1; });  // (total == k: ctx > k)
 }
 
 // Dynamic shared memory: [hist kBins0 ints][scratch kScratchInts ints][keys kCandCap][pos kCandCap].
@@ -453,10 +484,21 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
     return;
   }
   const int n = int(n_all);
-  for (int i = tid; i < n; i += kThreads) {
-    const uint2 c = __ldcg(&cand[i]);
-    ckey[i] = c.x;
-    cpos[i] = int32_t(c.y);
+  for (int i0 = 0; i0 < n; i0 += 4 * kThreads) {  // four loads in flight per thread, then the stores
+    uint2 c[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + tid + q * kThreads;
+      c[q] = i < n ? __ldcg(&cand[i]) : uint2{0u, 0u};
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = i0 + tid + q * kThreads;
+      if (i < n) {
+        ckey[i] = c[q].x;
+        cpos[i] = int32_t(c[q].y);
+      }
+    }
   }
   __syncthreads();
   const Rule rule = resolve_candidates(ckey, cpos, n, p.top_k, hist, scratch);
@@ -468,7 +510,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   }
   __threadfence_block();
   __syncthreads();
-  emit_bitmap(p, row, ctx, bits, scratch);
+  emit_bitmap(p, row, ctx, bits, hist, scratch);
 }
 
 }  // namespace

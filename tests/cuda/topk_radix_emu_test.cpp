@@ -11,7 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <limits>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -148,6 +151,78 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
         for (int64_t i = 0; i < l.bitmap_words; ++i) ASSERT_EQ(p.bitmap[t * l.bitmap_words + i], 0u);
       }
     }
+  }
+}
+
+// narrow() alone: n order keys in shared memory, the need-th largest sought. Out: the selection
+// (prefix, mask, need left), whether a bin was taken whole, and the compacted count (-1: none).
+struct NarrowProbe {
+  const uint32_t* keys;
+  int n, need;
+  int64_t* out;
+};
+void narrow_probe_kernel(const NarrowProbe q) {
+  FP4MOE_DYNAMIC_SMEM(int, hist);
+  int* scratch = hist + tk::kBins0;
+  uint32_t* k = reinterpret_cast<uint32_t*>(scratch + tk::kScratchInts);
+  for (int i = int(threadIdx.x); i < q.n; i += tk::kThreads) k[i] = q.keys[i];
+  __syncthreads();
+  tk::Sel sel{0u, 0u, q.need};
+  auto get = [&](int i, uint32_t& key) {
+    key = k[i];
+    return true;
+  };
+  const tk::Narrowed r = tk::narrow(get, q.n, sel, hist, scratch);
+  if (threadIdx.x == 0) {
+    q.out[0] = sel.prefix, q.out[1] = sel.mask, q.out[2] = sel.need, q.out[3] = r.whole, q.out[4] = r.list_n;
+  }
+}
+
+// Both of narrow's paths against a sort: the first pass's bin compacted (it holds <= kListCap
+// keys) or not (more: heavy ties), a bin taken whole at the first pass, T found to all 32 bits.
+TEST(TopKRadixEmu, NarrowFindsTheNeedthLargestKeyWithAndWithoutTheList) {
+  enum Path { Listed, NotListed, Either };
+  struct Case {
+    int n;
+    Fill fill;
+    int need;
+    Path path;
+  };
+  const Case cases[] = {{8000, Fill::Random, 2048, Listed},     {16384, Fill::Random, 4096, Listed},
+                        {16000, Fill::Ties, 2048, NotListed},    {6000, Fill::Ulps, 2048, NotListed},
+                        {8000, Fill::FewUlps, 2048, NotListed},  {8000, Fill::TiesAtCut, 2048, Listed},
+                        {9000, Fill::ExactTopBin, 2048, Either}, {3000, Fill::Specials, 7, Either},
+                        {5000, Fill::Random, 1, Either},         {5000, Fill::Random, 5000, Either}};
+  std::mt19937_64 g(11);
+  for (const Case& c : cases) {
+    const std::vector<float> row = make_row(c.n, c.fill, c.need, g);
+    std::vector<uint32_t> keys(row.size());
+    for (size_t i = 0; i < row.size(); ++i) keys[i] = tk::order_key(row[i]);
+    std::vector<int64_t> out(5, -7);
+    emu::launch(dim3(1), dim3(tk::kThreads), tk::select_smem_bytes(c.n), narrow_probe_kernel,
+                NarrowProbe{keys.data(), c.n, c.need, out.data()});
+    std::vector<uint32_t> sorted = keys;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const uint32_t t = sorted[size_t(c.need - 1)], prefix = uint32_t(out[0]), mask = uint32_t(out[1]);
+    int above = 0, in_bin = 0, first_bin = 0;
+    for (uint32_t k : keys) {
+      above += (k & mask) > prefix;
+      in_bin += (k & mask) == prefix;
+      first_bin += (k >> 20) == (t >> 20);
+    }
+    const std::string what = "n " + std::to_string(c.n) + " fill " + std::to_string(int(c.fill));
+    EXPECT_EQ(t & mask, prefix) << what;
+    EXPECT_EQ(out[2], c.need - above) << what;
+    if (out[3]) {
+      EXPECT_EQ(in_bin, out[2]) << what;  // the bin's keys are exactly the ones still needed
+    } else {
+      EXPECT_EQ(mask, 0xffffffffu) << what;
+      EXPECT_EQ(prefix, t) << what;
+    }
+    const bool listed = out[4] >= 0;
+    if (listed) EXPECT_EQ(out[4], first_bin) << what;
+    if (c.path == Listed) EXPECT_TRUE(listed) << what;
+    if (c.path == NotListed) EXPECT_FALSE(listed) << what;
   }
 }
 

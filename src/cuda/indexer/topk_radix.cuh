@@ -7,7 +7,9 @@
 // Two launches:
 //   select_or_sample  one CTA per row. A row of <= kRowKeys keys is loaded into shared memory
 //           once, T found by <= 3 histogram passes (12 + 11 + 9 bits, stopping when the bin of
-//           the k-th key is taken whole) and the selection written in one ordered pass: done.
+//           the k-th key is taken whole; the second and third read only the first pass's bin,
+//           compacted, unless it holds more than kListCap keys) and the selection written in one
+//           ordered pass: done.
 //           A longer row: the CTA reads a sample (one line of 32 keys out of every `stride`,
 //           <= kSampleLines lines) and sets the row's candidate threshold t0 to the sample's
 //           r-th largest key, r = the sample's expected share of the top k plus four standard
@@ -190,9 +192,10 @@ struct Sel {
 
 // After a histogram of kBins bins in shared memory: the bin holding the need-th largest key.
 // Sets sel (prefix / mask gain the bin's digit at `shift`, need drops by the keys above it)
-// and returns whether the bin is taken whole. Every thread calls; uniform result.
+// and returns the bin's key count (== sel.need: the bin is taken whole). Every thread calls;
+// uniform result.
 template <int kBins>
-__device__ __forceinline__ bool take_bin(const int* hist, int shift, Sel& sel, int* scratch) {
+__device__ __forceinline__ int take_bin(const int* hist, int shift, Sel& sel, int* scratch) {
   constexpr int kPer = kBins >= kThreads ? kBins / kThreads : 1;
   const int tid = int(threadIdx.x);
   const int hi = kBins - 1 - tid * kPer;  // this thread's bins: hi, hi - 1, ... (from the top)
@@ -224,13 +227,14 @@ __device__ __forceinline__ bool take_bin(const int* hist, int shift, Sel& sel, i
   sel.prefix |= uint32_t(bin) << shift;
   sel.mask |= uint32_t(kBins - 1) << shift;
   sel.need -= bin_above;
-  return bin_count == sel.need;
+  return bin_count;
 }
 
 // One histogram pass over n items: get(i, key) -> false to skip item i; counts the keys in
-// play by their digit (key >> shift) & (kBins - 1), then take_bin. hist: kBins shared ints.
+// play by their digit (key >> shift) & (kBins - 1), then take_bin (the chosen bin's count).
+// hist: kBins shared ints.
 template <int kBins, typename Get>
-__device__ __forceinline__ bool radix_pass(Get get, int n, int shift, Sel& sel, int* hist, int* scratch) {
+__device__ __forceinline__ int radix_pass(Get get, int n, int shift, Sel& sel, int* hist, int* scratch) {
   const int tid = int(threadIdx.x);
   for (int b = tid; b < kBins; b += kThreads) hist[b] = 0;
   __syncthreads();
@@ -247,6 +251,49 @@ __device__ __forceinline__ bool radix_pass(Get get, int n, int shift, Sel& sel, 
   return take_bin<kBins>(hist, shift, sel, scratch);
 }
 
+// The items of the bin the first pass chose, compacted: their indices go to hist[kListAt ..]
+// (the later passes' histograms take <= 2048 bins below it). A bin of more than kListCap items
+// (heavy ties) is not compacted: the later passes read all n items instead.
+constexpr int kListAt = 2048, kListCap = kBins0 - kListAt;
+
+// The need-th largest key T of n items (get(i, key) -> false skips item i): sel narrowed in up to
+// three passes (12 + 11 + 9 bits), stopping when a bin is taken whole. The first pass reads all
+// n items; when its bin is not taken whole and holds <= kListCap items they are compacted (a
+// compare and a warp vote per item) and the second and third passes read only those. Returns
+// whether a bin was taken whole, and the compacted count (-1: not compacted). hist: kBins0 ints.
+struct Narrowed {
+  bool whole;
+  int list_n;
+};
+template <typename Get>
+__device__ __forceinline__ Narrowed narrow(Get get, int n, Sel& sel, int* hist, int* scratch) {
+  const int c = radix_pass<kBins0>(get, n, 20, sel, hist, scratch);
+  if (c == sel.need) return {true, -1};
+  if (c > kListCap) {
+    if (radix_pass<2048>(get, n, 9, sel, hist, scratch) == sel.need) return {true, -1};
+    return {radix_pass<512>(get, n, 0, sel, hist, scratch) == sel.need, -1};
+  }
+  const int lane = prims::lane_id();
+  int* list = hist + kListAt;
+  if (threadIdx.x == 0) scratch[45] = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kThreads) {  // uniform trip count: the warp vote below
+    const int i = base + int(threadIdx.x);
+    uint32_t key = 0;
+    const bool in = i < n && get(i, key) && (key & sel.mask) == sel.prefix;
+    const unsigned b = __ballot_sync(prims::kFullMask, in);
+    if (b == 0u) continue;
+    int at = 0;
+    if (lane == 0) at = atomicAdd(&scratch[45], __popc(b));
+    at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
+    if (in && at < kListCap) list[at] = i;
+  }
+  __syncthreads();  // c items listed (the count the histogram gave)
+  auto listed = [&](int j, uint32_t& key) { return get(list[j], key); };
+  if (radix_pass<2048>(listed, c, 9, sel, hist, scratch) == sel.need) return {true, c};
+  return {radix_pass<512>(listed, c, 0, sel, hist, scratch) == sel.need, c};
+}
+
 // A row of ctx (> k) keys, key_at(i) its i-th order key: T by up to three passes, then the
 // ordered selection (ties at T: the lowest positions, by the order of the pass), staged in hist
 // and written out. hist: kBins0 shared ints. key_at reads shared memory (one-CTA rows) or the
@@ -259,8 +306,7 @@ __device__ __forceinline__ void select_row(const Params& p, int row, int ctx, Ke
     key = key_at(i);
     return true;
   };
-  if (!radix_pass<kBins0>(get, ctx, 20, sel, hist, scratch))
-    if (!radix_pass<2048>(get, ctx, 9, sel, hist, scratch)) radix_pass<512>(get, ctx, 0, sel, hist, scratch);
+  narrow(get, ctx, sel, hist, scratch);
 
   // Ordered: warp w owns keys [w * chunk, (w + 1) * chunk), 32 consecutive keys per step.
   const int chunk = ((ctx + kThreads - 1) / kThreads) * 32;
@@ -356,8 +402,7 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
     key = keys[i];
     return true;
   };
-  if (!radix_pass<kBins0>(get, n, 20, sel, hist, scratch))
-    if (!radix_pass<2048>(get, n, 9, sel, hist, scratch)) radix_pass<512>(get, n, 0, sel, hist, scratch);
+  narrow(get, n, sel, hist, scratch);
   if (tid == 0) p.state[row].t0 = sel.prefix;  // the bin's lowest key when a bin was taken whole
 }
 
@@ -374,11 +419,9 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
     key = ckey[i];
     return true;
   };
-  bool whole = radix_pass<kBins0>(get, n, 20, sel, hist, scratch);
-  if (!whole) whole = radix_pass<2048>(get, n, 9, sel, hist, scratch);
-  if (!whole) whole = radix_pass<512>(get, n, 0, sel, hist, scratch);
+  const Narrowed nr = narrow(get, n, sel, hist, scratch);
   int p_cut = kNoCut;
-  if (!whole) {  // sel.need of the keys equal to T (sel.prefix, all 32 bits): the lowest positions
+  if (!nr.whole) {  // sel.need of the keys equal to T (sel.prefix, all 32 bits): the lowest positions
     const uint32_t t = sel.prefix;
     auto pos_key = [&](int i, uint32_t& key) {
       if (ckey[i] != t) return false;
@@ -386,8 +429,15 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
       return true;
     };
     Sel ps{0u, 0u, sel.need};
-    radix_pass<2048>(pos_key, n, 11, ps, hist, scratch);
-    radix_pass<2048>(pos_key, n, 0, ps, hist, scratch);
+    if (nr.list_n >= 0) {  // the keys equal to T are among the listed ones
+      const int* list = hist + kListAt;
+      auto listed = [&](int j, uint32_t& key) { return pos_key(list[j], key); };
+      radix_pass<2048>(listed, nr.list_n, 11, ps, hist, scratch);
+      radix_pass<2048>(listed, nr.list_n, 0, ps, hist, scratch);
+    } else {
+      radix_pass<2048>(pos_key, n, 11, ps, hist, scratch);
+      radix_pass<2048>(pos_key, n, 0, ps, hist, scratch);
+    }
     p_cut = int(kPosMax - ps.prefix);
   }
   return Rule{sel.mask, sel.prefix, p_cut};

@@ -35,15 +35,19 @@ def main(path):
         if sp:
             print(f"#### Sparse decode (DSA), {kv} KV: µs per stage, and the pipeline against its floor "
                   f"(2048 selected latents + the indexer keys)\n")
-            print("| B | ctx | indexer µs (× floor) | top-k µs | sparse MLA µs (path) | pipeline µs (MLA path) | × floor | dense µs ÷ pipeline µs |")
-            print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+            print("| B | ctx | indexer µs (× floor) | top-k µs | sparse MLA µs (path) | pipeline µs (MLA path) | × floor | "
+                  "one graph µs (× floor) | dense µs ÷ pipeline µs |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             keys = sorted({(r["batch"], r["ctx"]) for r in sp})
             for b, l in keys:
                 here = [r for r in sp if r["batch"] == b and r["ctx"] == l]
-                get = {r["kind"]: r for r in here if r["kind"] not in ("topk", "indexer")}
                 tks = {r["path"]: r for r in here if r["kind"] == "topk"}
                 ixs = {r["path"]: r for r in here if r["kind"] == "indexer"}
-                ix, tk, al = ixs.get("ours-mma"), tks.get("ours-radix"), get.get("sparse-decode")
+                sds = [r for r in here if r["kind"] == "sparse-decode"]
+                al = next((r for r in sds if not r["path"].startswith("graph:")), None)
+                gr = next((r for r in sds if r["path"].startswith("graph:")), None)
+                ix, tk = ixs.get("ours-mma"), tks.get("ours-radix")
+                ix4 = ixs.get("ours-mma-4waves")
                 wide, fi = tks.get("ours-radix-wide"), tks.get("flashinfer-topk")
                 mls = [r for r in here if r["kind"] == "sparse-mla"]
                 if not (ix and tk and al and mls):
@@ -51,8 +55,11 @@ def main(path):
                 ml = ", ".join(f"{fmt_us(m['us'])} ({m['path']})" for m in mls)
                 tk_us = fmt_us(tk["us"]) + (f" (wide slices: {fmt_us(wide['us'])})" if wide else "") + \
                     (f" (FlashInfer: {fmt_us(fi['us'])})" if fi else "")
-                print(f"| {b} | {l} | {fmt_us(ix['us'])} ({ix['x_floor']:.2f}×) | {tk_us} | "
-                      f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | "
+                ix_us = f"{fmt_us(ix['us'])} ({ix['x_floor']:.2f}×)" + \
+                    (f" (4 waves: {fmt_us(ix4['us'])})" if ix4 else "")
+                gr_us = f"{fmt_us(gr['us'])} ({gr['x_floor']:.2f}×)" if gr else "—"
+                print(f"| {b} | {l} | {ix_us} | {tk_us} | "
+                      f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | {gr_us} | "
                       f"{al['note'].replace('vs dense ', '')} |")
             print()
     pre = [r for r in rows if r["kind"] == "prefill"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/attention_tables.py on a made-up `fp4moe bench attention --json` (two BF16 decode points,
-three paths, one sparse point): a table row per result with % of copy BW from bytes / µs, and the
+three paths, one sparse point with its alternative indexer / top-k rows and the one-graph pipeline): a table row per result with % of copy BW from bytes / µs, and the
 --plot PNG is written (when matplotlib is installed)."""
 import importlib.util
 import io
@@ -32,9 +32,11 @@ def made_up():
     rows += [result("sparse-mla", "flashinfer-sm90-ps1", 16, 8192, 30.0),
              result("sparse-mla", "flashinfer-sm90-ps1-dev", 16, 8192, 33.0),
              result("indexer", "ours-mma", 16, 8192, 20.0), result("indexer", "ours-mma+fused-q", 16, 8192, 21.0),
+             result("indexer", "ours-mma-4waves", 16, 8192, 35.0),
              result("topk", "ours-radix", 16, 8192, 40.0),
              result("topk", "ours-radix-wide", 16, 8192, 25.0), result("topk", "flashinfer-topk", 16, 8192, 30.0),
-             dict(result("sparse-decode", "indexer+topk+flashinfer", 16, 8192, 90.0), note="vs dense 0.80x")]
+             dict(result("sparse-decode", "indexer+topk+flashinfer", 16, 8192, 90.0), note="vs dense 0.80x"),
+             dict(result("sparse-decode", "graph:indexer+topk+flashinfer-dev", 16, 8192, 80.0), x_floor=2.0)]
     return {"ceilings": {"copy_gbps": 4000.0, "bf16_tflops": 800.0, "fp8_tflops": 1500.0}, "device": "test GPU",
             "page_size": 64, "top_k": 2048, "results": rows}
 
@@ -61,14 +63,15 @@ class AttentionTables(unittest.TestCase):
         self.assertIn("| 2560 |", row[0])
         self.assertIn("64.0 %", row[0])
 
-    def test_sparse_table_takes_the_default_topk_and_shows_the_wide_one_and_flashinfers_beside_it(self):
+    def test_sparse_table_takes_the_default_topk_and_indexer_and_shows_the_alternatives_and_the_graph_beside(self):
         out = io.StringIO()
         with redirect_stdout(out):
             attention_tables.main(self.json)
         rows = [l for l in out.getvalue().splitlines() if l.startswith("| 16 | 8192 |")]
         self.assertEqual(len(rows), 1)
         self.assertIn("| 40.0 (wide slices: 25.0) (FlashInfer: 30.0) |", rows[0])
-        self.assertIn("| 16 | 8192 | 20.0 (", rows[0])  # the plain indexer row, not the fused-query one
+        self.assertIn("| 16 | 8192 | 20.0 (1.00×) (4 waves: 35.0) |", rows[0])  # the plain indexer row, not the fused-query one
+        self.assertIn("| 90.0 (indexer+topk+flashinfer) | 1.00× | 80.0 (2.00×) | 0.80x |", rows[0])  # stream, then graph
 
     @unittest.skipUnless(HAVE_MPL, "matplotlib not installed")
     def test_plot_writes_a_png(self):

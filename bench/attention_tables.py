@@ -72,6 +72,18 @@ def main(path):
             print(f"| {r['kv']} | {r['ctx']} | {r['path']} | {fmt_us(r['us'])} | {tf:.0f} | "
                   f"{100 * tf / c['bf16_tflops']:.1f} % | {r['note']} |")
         print()
+    kw = [r for r in rows if r["kind"] == "key-writes"]
+    if kw:
+        print("#### Cache writes of a step's new tokens (BF16 cache): the runner's 5 unfused launches vs the fused 2\n")
+        print("| requests | new tokens each | unfused µs (× floor) | fused µs (× floor) | fused ÷ unfused |")
+        print("| --- | --- | --- | --- | --- |")
+        for b, l in sorted({(r["batch"], r["ctx"]) for r in kw}):
+            u = next((r for r in kw if (r["batch"], r["ctx"]) == (b, l) and r["path"].startswith("runner")), None)
+            f = next((r for r in kw if (r["batch"], r["ctx"]) == (b, l) and r["path"].startswith("fused")), None)
+            if u and f:
+                print(f"| {b} | {l} | {fmt_us(u['us'])} ({u['x_floor']:.2f}×) | {fmt_us(f['us'])} ({f['x_floor']:.2f}×) | "
+                      f"{f['us'] / u['us']:.2f}x |")
+        print()
     if d.get("fp8_selection"):
         print("#### FP8 indexer: selected set against FP32 (top-2048 of 32K)\n")
         print("| data | rows | mean overlap | min overlap | identical sets |")

@@ -47,6 +47,9 @@
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/indexer/indexer.hpp"
 #include "cuda/indexer/topk_flashinfer.hpp"
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+#include "engine/gpu/gpu_kernels.hpp"
+#endif
 #endif
 
 namespace fp4moe::cli {
@@ -60,7 +63,7 @@ struct Options {
   int page_size = 64;
   int top_k = 2048;
   int iters = 10;
-  bool sparse = true, do_prefill = true, fp8_agreement = true;
+  bool sparse = true, do_prefill = true, fp8_agreement = true, key_writes = true;
   std::string json_path;
 };
 
@@ -603,6 +606,92 @@ class Bench {
   }
 
   // FP8 vs FP32 (BF16-exact) indexer selections: B rows of context L, random or model-like data.
+  // A step's cache writes for its new tokens (GLM-5 dims, BF16 cache): the runner's unfused
+  // sequence (RMSNorm + RoPE of the latent, LayerNorm + RoPE of the index key, the append: 5
+  // launches) against the fused pair (kv_latent_prep + index_key_prep: 2 launches). Decode batches
+  // (one token per request at position 4095) and one 4096-token prefill chunk. Floor: the
+  // projections read and the cache rows written once, at copy bandwidth.
+  void key_writes() {
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+    namespace eg = fp4moe::engine::gpu;
+    constexpr int kCtx = 4096, kRow = at::kCkvDim + at::kKpeDim, kRope = 64;
+    for (auto [R, per] : {std::pair{1, 1}, {16, 1}, {64, 1}, {256, 1}, {1, kCtx}}) {
+      const int T = R * per, ppr = kCtx / opt_.page_size;
+      HostBatch hb;
+      std::vector<int32_t> token_req;
+      hb.qo_indptr = {0};
+      hb.page_indptr = {0};
+      for (int r = 0; r < R; ++r) {
+        for (int p = kCtx - per; p < kCtx; ++p) hb.positions.push_back(p), token_req.push_back(r);
+        hb.qo_indptr.push_back(int32_t(hb.positions.size()));
+        hb.kv_len.push_back(kCtx);
+        for (int i = 0; i < ppr; ++i) hb.page_indices.push_back(r * ppr + i);
+        hb.page_indptr.push_back(int32_t(hb.page_indices.size()));
+      }
+      DevBatch db(hb, s_);
+      auto dreq = upload(token_req, s_);
+      Pool pool(KvElem::BF16, opt_.page_size, int64_t(R) * ppr, s_);
+      const KvLayerView layer = pool.view();
+      DeviceMem kva(size_t(T) * kRow * 2), ik(size_t(T) * at::kIndexDim * 2), ckv(size_t(T) * at::kCkvDim * 2),
+          w(at::kCkvDim * 4), lnw(at::kIndexDim * 4), lnb(at::kIndexDim * 4), freq(kRope / 2 * 4);
+      bench::fill_random_bf16(kva.ptr(), size_t(T) * kRow, 41, 1.0f, s_);
+      bench::fill_random_bf16(ik.ptr(), size_t(T) * at::kIndexDim, 42, 1.0f, s_);
+      bench::fill_random_f32(w.as<float>(), at::kCkvDim, 43, 0.5f, 1.5f, s_);
+      bench::fill_random_f32(lnw.as<float>(), at::kIndexDim, 44, 0.5f, 1.5f, s_);
+      bench::fill_random_f32(lnb.as<float>(), at::kIndexDim, 45, -0.1f, 0.1f, s_);
+      bench::fill_random_f32(freq.as<float>(), kRope / 2, 46, 1e-4f, 1.0f, s_);
+      const double bytes = double(T) * 2 * 2 * (kRow + at::kIndexDim);  // read + written, BF16
+      Row ru{"key-writes", "bf16", "runner-unfused-5", R, per};
+      ru.bytes = bytes;
+      ru.floor_us = copy_floor_us(bytes);
+      eg::DeviceBatch gb;
+      gb.tokens = T;
+      gb.requests = R;
+      gb.qo_indptr = db.v.qo_indptr;
+      gb.positions = db.v.positions;
+      gb.kv_len = db.v.kv_len;
+      gb.page_indptr = db.v.page_indptr;
+      gb.page_indices = db.v.page_indices;
+      gb.token_req = dreq->as<int32_t>();
+      gb.page_size = opt_.page_size;
+      auto* k16 = kva.as<uint16_t>();
+      auto* i16 = ik.as<uint16_t>();
+      ru.us = time_us([&] {
+        eg::rms_norm(k16, kRow, T, at::kCkvDim, w.as<float>(), 1e-6f, ckv.as<uint16_t>(), at::kCkvDim, s_);
+        eg::rope(k16, T, 1, kRow, 0, at::kCkvDim, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
+        eg::layer_norm(i16, T, at::kIndexDim, lnw.as<float>(), lnb.as<float>(), 1e-6f, i16, s_);
+        eg::rope(i16, T, 1, at::kIndexDim, 0, 0, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
+        eg::kv_append_bf16(layer, gb, ckv.as<uint16_t>(), at::kCkvDim, k16 + at::kCkvDim, kRow, i16, s_);
+      });
+      ru.note = fmt::format("{} new tokens ({} per request)", T, per);
+      report(ru);
+      at::KvLatentPrepArgs la;
+      la.kv = kva.ptr();
+      la.kv_stride = kRow;
+      la.norm_w = w.as<float>();
+      la.inv_freq = freq.as<float>();
+      la.layer = layer;
+      la.batch = db.v;
+      ix::IndexKeyPrepArgs ka;
+      ka.k = ik.ptr();
+      ka.ln_w = lnw.as<float>();
+      ka.ln_b = lnb.as<float>();
+      ka.rope_dim = kRope;
+      ka.inv_freq = freq.as<float>();
+      ka.layer = layer;
+      ka.batch = db.v;
+      Row rf = ru;
+      rf.path = "fused-2";
+      rf.us = time_us([&] {
+        at::kv_latent_prep(la, s_);
+        ix::index_key_prep(ka, s_);
+      });
+      rf.note = fmt::format("{} new tokens; {:.2f}x the unfused time", T, rf.us / ru.us);
+      report(rf);
+    }
+#endif
+  }
+
   void fp8_agreement(bool model_like, nlohmann::json& out) {
     const int B = 8, L = 32768, k = opt_.top_k;
     const int64_t ps = opt_.page_size, pages = int64_t(B) * L / ps;
@@ -757,6 +846,7 @@ int run_bench(const Options& opt) {
   for (KvElem e : elems) b.guard("decode", [&] { b.decode(e); });
   if (opt.do_prefill)
     for (KvElem e : elems) b.guard("prefill", [&] { b.prefill(e); });
+  if (opt.key_writes) b.guard("key writes", [&] { b.key_writes(); });
   nlohmann::json agreement = nlohmann::json::array();
   if (opt.fp8_agreement) {
     b.guard("fp8 agreement (random)", [&] { b.fp8_agreement(false, agreement); });
@@ -800,6 +890,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_flag("!--no-sparse", opt->sparse, "skip the sparse (indexer + top-k + sparse MLA) decode path");
   app.add_flag("!--no-prefill", opt->do_prefill, "skip prefill");
   app.add_flag("!--no-fp8-agreement", opt->fp8_agreement, "skip the FP8-vs-FP32 selection comparison");
+  app.add_flag("!--no-key-writes", opt->key_writes, "skip the cache-write comparison (the runner's unfused norms + RoPE + append vs the fused kernels)");
   run = [opt] {
 #if defined(FP4MOE_HAVE_CUDA)
     return run_bench(*opt);

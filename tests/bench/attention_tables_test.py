@@ -36,7 +36,9 @@ def made_up():
              result("topk", "ours-radix", 16, 8192, 40.0),
              result("topk", "ours-radix-wide", 16, 8192, 25.0), result("topk", "flashinfer-topk", 16, 8192, 30.0),
              dict(result("sparse-decode", "indexer+topk+flashinfer", 16, 8192, 90.0), note="vs dense 0.80x"),
-             dict(result("sparse-decode", "graph:indexer+topk+flashinfer-dev", 16, 8192, 80.0), x_floor=2.0)]
+             dict(result("sparse-decode", "graph:indexer+topk+flashinfer-dev", 16, 8192, 80.0), x_floor=2.0),
+             dict(result("key-writes", "runner-unfused-5", 16, 1, 20.0), x_floor=10.0),
+             dict(result("key-writes", "fused-2", 16, 1, 8.0), x_floor=4.0)]
     return {"ceilings": {"copy_gbps": 4000.0, "bf16_tflops": 800.0, "fp8_tflops": 1500.0}, "device": "test GPU",
             "page_size": 64, "top_k": 2048, "results": rows}
 
@@ -72,6 +74,12 @@ class AttentionTables(unittest.TestCase):
         self.assertIn("| 40.0 (wide slices: 25.0) (FlashInfer: 30.0) |", rows[0])
         self.assertIn("| 16 | 8192 | 20.0 (1.00×) (4 waves: 35.0) |", rows[0])  # the plain indexer row, not the fused-query one
         self.assertIn("| 90.0 (indexer+topk+flashinfer) | 1.00× | 80.0 (2.00×) | 0.80x |", rows[0])  # stream, then graph
+
+    def test_key_writes_table_puts_the_fused_time_beside_the_unfused(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            attention_tables.main(self.json)
+        self.assertIn("| 16 | 1 | 20.0 (10.00×) | 8.0 (4.00×) | 0.40x |", out.getvalue())
 
     @unittest.skipUnless(HAVE_MPL, "matplotlib not installed")
     def test_plot_writes_a_png(self):

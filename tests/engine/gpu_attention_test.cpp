@@ -123,6 +123,11 @@ TEST(GpuAttentionPath, AutoPicksFlashInferOnSm90With64HeadsElseMmaOwnForTinyDims
       EXPECT_NE(fast->attention_line().find("fused LayerNorm + RoPE + cache write"), std::string::npos)
           << fast->attention_line();
     }
+    if (mc.kv_lora_rank == 512 && mc.qk_rope_dim == 64 &&
+        (!mc.has_indexer() || (mc.index_n_heads == 32 && mc.index_head_dim == 128))) {  // every key fused
+      EXPECT_NE(fast->attention_line().find("fused RMSNorm + RoPE + cache write"), std::string::npos)
+          << fast->attention_line();
+    }
     if (fast->config().num_heads != 64) {  // FlashInfer's prefill is enabled for 64 heads only
       EXPECT_EQ(fast->attention_line().find("MlaSm90, causal"), std::string::npos) << fast->attention_line();
     }

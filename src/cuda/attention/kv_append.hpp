@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -27,5 +28,26 @@ struct KvAppendArgs {
 };
 
 void kv_append(const KvAppendArgs& a, cudaStream_t stream);
+
+// The new tokens' latent keys prepared and written in one launch (kv_latent_prep.cuh): ckv =
+// RMSNorm(kv[:, :512]) times norm_w, kpe = RoPE(kv[:, 512:576]) (interleaved pairs or halves;
+// angle inv_freq[i] * position in FP32, cos / sin * attn_factor), each written into the token's
+// slot (BF16, or E4M3 of x / ckv_scale | kpe_scale). FP32 to the one rounding at the write (the
+// CPU model's order). Replaces an RMSNorm launch, a RoPE launch and the latent part of the
+// append (the index key is index_key_prep's, cuda/indexer). Slots outside the pool are skipped.
+struct KvLatentPrepArgs {
+  const void* kv = nullptr;  // [T, kv_stride] BF16: the kv_a projection, [latent 512 | rope 64]
+  int64_t kv_stride = 576;   // a multiple of 8 (16-byte rows; kv 16-byte aligned)
+  const float* norm_w = nullptr;  // [512]
+  float eps = 1e-6f;
+  bool interleaved = true;
+  const float* inv_freq = nullptr;  // [32]
+  float attn_factor = 1.0f;
+  KvLayerView layer;  // ckv / kpe arrays (512 / 64), elem BF16 or FP8_E4M3 (ckv_scale, kpe_scale)
+  KvBatchView batch;  // device: qo_indptr, positions, page_indptr, page_indices
+};
+// Empty when it can run (latent 512, rope 64), else why not.
+std::string kv_latent_prep_can_implement(int64_t ckv_dim, int64_t kpe_dim);
+void kv_latent_prep(const KvLatentPrepArgs& a, cudaStream_t stream);
 
 }  // namespace fp4moe::cuda::attention

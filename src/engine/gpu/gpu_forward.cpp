@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "cuda/attention/kv_append.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
@@ -60,12 +61,26 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
   }
   rope(s.q, T, NH, int64_t(NH) * QK, QK, N, Rd, meta.positions, inv_freq.as<float>(), af, mla_il, stream);
 
-  // Latent: ckv = RMSNorm(kv[:, :C]); kpe = RoPE(kv[:, C:]) in place.
-  L.kv_a.run(s.h, T, s.kva, false, x);
-  rms_norm(s.kva, C + Rd, T, C, L.kv_a_norm.wp(), 1e-6f, s.ckv, C, stream);
-  rope(s.kva, T, 1, C + Rd, 0, C, Rd, meta.positions, inv_freq.as<float>(), af, mla_il, stream);
-
+  // Latent: ckv = RMSNorm(kv[:, :C]); kpe = RoPE(kv[:, C:]) in place (or both straight into the
+  // cache, in one launch).
   const KvLayerView& kvl = kv_layers[size_t(l)];
+  L.kv_a.run(s.h, T, s.kva, false, x);
+  if (fast_latent) {
+    cuda::attention::KvLatentPrepArgs la;
+    la.kv = s.kva;
+    la.kv_stride = C + Rd;
+    la.norm_w = L.kv_a_norm.wp();
+    la.interleaved = mla_il;
+    la.inv_freq = inv_freq.as<float>();
+    la.attn_factor = af;
+    la.layer = kvl;
+    la.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+    cuda::attention::kv_latent_prep(la, stream);
+  } else {
+    rms_norm(s.kva, C + Rd, T, C, L.kv_a_norm.wp(), 1e-6f, s.ckv, C, stream);
+    rope(s.kva, T, 1, C + Rd, 0, C, Rd, meta.positions, inv_freq.as<float>(), af, mla_il, stream);
+  }
+
   const int D = int(c.index_head_dim), HI = int(c.index_n_heads);
   if (L.has_indexer) {
     mark(StepStage::Indexer);
@@ -89,7 +104,8 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     }
     mark(StepStage::Attention);
   }
-  kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer && !fast_index_key ? s.ik : nullptr, stream);
+  if (!fast_latent)  // (fast_latent: every key of the layer is already in the cache)
+    kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer && !fast_index_key ? s.ik : nullptr, stream);
 
   // Top-k: this layer's indexer, or the previous full layer's (still in s.topk_slot).
   const int32_t* topk = nullptr;

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "cuda/attention/kv_append.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
@@ -319,6 +320,10 @@ void GpuRunner::Impl::choose_attention() {
                                        c.index_head_dim, int(c.qk_rope_dim),
                                        c.index_rope == model::RopeLayout::Interleaved)
                                        .empty();
+  // The latent keys' RMSNorm + RoPE + cache write in one launch, where the index keys are fused
+  // too (or there are none): the runner's append then has nothing left to write.
+  fast_latent = mla_fast && cuda::attention::kv_latent_prep_can_implement(c.kv_lora_rank, c.qk_rope_dim).empty() &&
+                (!c.has_indexer() || fast_index_key);
   const std::string own = "the runner's own kernels (one CTA per token x head, FP32)";
   if (!mla_fast) {
     attention_line = fmt::format("attention: every layer on {}: {}", own, why);
@@ -327,7 +332,8 @@ void GpuRunner::Impl::choose_attention() {
   const std::string fast =
       mla_fi_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
                     : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
-  attention_line = "attention:";
+  attention_line = fmt::format("attention: latent keys {};", fast_latent ? "by cuda/attention's fused RMSNorm + RoPE + cache write"
+                                                                         : "by the runner's RMSNorm, RoPE and append kernels");
   if (!dense.empty())
     attention_line += fmt::format(
         " layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense, fast,

@@ -210,6 +210,7 @@ struct GpuRunner::Impl {
   std::unique_ptr<cuda::attention::MlaSm90> mla_fi_decode;  // Auto / FlashInferDecode where FlashInfer runs
   bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
   bool fast_index_key = false;  // cuda/indexer's fused key LayerNorm + RoPE + cache write (with fast_indexer)
+  bool fast_latent = false;  // cuda/attention's fused latent RMSNorm + RoPE + cache write (every key fused)
   // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
   // schedule is planned on the host per step from host_batch; null: the own kernel).
   std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;

@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/attention"
 O=$OUT/attention
-TESTS="kv_append_test indexer_test index_key_prep_test mla_attention_test mla_prefill_expanded_test"
+TESTS="kv_append_test kv_latent_prep_test indexer_test index_key_prep_test mla_attention_test mla_prefill_expanded_test"
 # Binaries: build-dev/bin, or $PRE_BIN when prebuilt ones were carried (tools/device/prebuilt_env.sh).
 D=${PRE_BIN:-build-dev/bin}
 for t in $TESTS fp4moe; do [ -x "$D/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done

@@ -52,7 +52,7 @@ std::vector<float> cpu_scores(PagedCase& c, const float* q, const float* w, int6
 // GPU scores; for FP8 keys the query is quantized on the GPU first and its decoded values and
 // folded weights are returned in q_used / w_used (the exact inputs of the FP8 product).
 std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t stride, std::vector<float>* q_used,
-                              std::vector<float>* w_used, int tiles_per_cta = 0) {
+                              std::vector<float>* w_used, int tiles_per_cta = 0, int max_ctx = 0) {
   const int64_t T = c.tokens();
   DeviceCache dc(c);
   DeviceBatch db(c);
@@ -77,7 +77,7 @@ std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t str
   }
   a.layer = dc.L;
   a.batch = db.view();
-  a.max_ctx = c.max_ctx();
+  a.max_ctx = max_ctx > 0 ? max_ctx : c.max_ctx();
   a.scores = scores.ptr;
   a.score_stride = stride;
   a.tiles_per_cta = tiles_per_cta;
@@ -192,6 +192,21 @@ TEST(Indexer, ScoresMatchCpuAtEveryTilesPerCta) {
   for (int tiles = 1; tiles <= 16; ++tiles) {
     check_scores(64, KvElem::BF16, 80 + uint64_t(tiles), tiles);
     check_scores(1, KvElem::FP8_E4M3, 100 + uint64_t(tiles), tiles);
+  }
+}
+
+// A grid sized for a far longer context than the rows have (what a decode graph captured at the
+// largest context replays): each token's CTAs split its own length, and every key is covered.
+TEST(IndexerTiny, ScoresMatchCpuWhenTheGridIsSizedForAFarLongerContext) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    PagedCase c = make_paged_case(kMixedShapes, 64, KvElem::BF16, e, 50);
+    const int max_ctx = 131072;
+    const auto in = random_indexer_inputs(c.tokens(), 51);
+    std::vector<float> q_used, w_used;
+    const auto g = gpu_scores(c, in, max_ctx, &q_used, &w_used, 0, max_ctx);
+    const auto r = cpu_scores(c, q_used.data(), w_used.data(), max_ctx);
+    EXPECT_LT(worst_score_error(c, g, r, max_ctx), e == KvElem::BF16 ? 1e-4 : 2e-3) << kv_elem_name(e);
   }
 }
 

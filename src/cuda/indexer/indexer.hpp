@@ -53,8 +53,11 @@ struct IndexerScoreArgs {
   // Optional: the head weights as BF16 [T, 32] times w_bf16_scale (then w is not read).
   const void* w_bf16 = nullptr;
   float w_bf16_scale = 1.0f;
-  // Key tiles of 128 keys per CTA, 1..16; 0 = index_score_tiles_per_cta(batch.num_tokens,
-  // max_ctx, layer.index_elem). Any value gives the same scores (tests force several).
+  // Key tiles of 128 keys per CTA, 1..16, for every token; 0 = the default: the grid is sized by
+  // index_score_tiles_per_cta(batch.num_tokens, max_ctx, layer.index_elem), and each token's CTAs
+  // split its own length the same way (as if the whole batch were that long), so a graph
+  // captured at the largest context still spreads short rows over the GPU. Any value gives the
+  // same scores (tests force several).
   int tiles_per_cta = 0;
 };
 

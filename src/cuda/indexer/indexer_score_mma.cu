@@ -84,7 +84,8 @@ struct ScoreParams {
   float* scores;
   int64_t score_stride;
   int page_shift;          // log2(page_size)
-  int tiles_per_cta;       // key tiles of 128 per CTA
+  int tiles_per_cta;       // key tiles of 128 per CTA; 0: per token, from its length (below)
+  int resident;            // with tiles_per_cta 0: the CTAs resident on the device at once
   float scale;             // d^-1/2 (times index_scale for FP8)
   // Optional (BF16 queries): RoPE on the first rope_dim dims of each head, interleaved pairs,
   // applied to the query fragments as they are loaded.
@@ -109,9 +110,20 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;  // flat token
   const int ctx = p.positions[row] + 1;
-  const int first_key = blockIdx.y * p.tiles_per_cta * kTileKeys;
+  int per_cta = p.tiles_per_cta;
+  if (per_cta == 0) {
+    // As if every token of the batch had this one's length: the fewest tiles per CTA that keep
+    // the batch within one wave of resident CTAs, but enough for gridDim.y CTAs to cover the row
+    // (at most 16: the grid was sized for max_ctx). A graph captured at the largest context
+    // thus splits shorter rows as a launch sized for them would.
+    const int tiles = (ctx + kTileKeys - 1) / kTileKeys;
+    const int want = int((int64_t(gridDim.x) * tiles + p.resident - 1) / p.resident);
+    const int cover = (tiles + int(gridDim.y) - 1) / int(gridDim.y);
+    per_cta = min(max(max(want, cover), 1), kMaxTilesPerCta);
+  }
+  const int first_key = blockIdx.y * per_cta * kTileKeys;
   if (first_key >= ctx) return;
-  const int n_tiles = min(p.tiles_per_cta, (ctx - first_key + kTileKeys - 1) / kTileKeys);
+  const int n_tiles = min(per_cta, (ctx - first_key + kTileKeys - 1) / kTileKeys);
   const int req = attention::request_of(p.qo_indptr, p.num_requests, row);
   const int32_t* pages = p.page_indices + p.page_indptr[req];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -293,6 +305,7 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   using T = Tile<kFp8, kStages>;
   ctas_per_sm<kFp8, kStages>();  // the shared-memory opt-in
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
+  // The grid: for max_ctx (the forced split, or the default one of the longest row).
   const int tiles_per_cta =
       a.tiles_per_cta > 0 ? a.tiles_per_cta : index_score_tiles_per_cta(a.batch.num_tokens, a.max_ctx, a.layer.index_elem);
   ScoreParams p{};
@@ -307,7 +320,8 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   p.scores = a.scores;
   p.score_stride = a.score_stride;
   p.page_shift = attention::log2_exact(a.layer.page_size);
-  p.tiles_per_cta = tiles_per_cta;
+  p.tiles_per_cta = a.tiles_per_cta;  // 0: each CTA takes its token's split
+  p.resident = resident_ctas(kFp8);
   p.scale = 1.0f / sqrtf(float(kIndexDim)) * (kFp8 ? a.layer.index_scale : 1.0f);
   p.rope_inv_freq = a.q_rope_inv_freq;
   p.rope_dim = a.q_rope_dim;

@@ -70,7 +70,9 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
   return s;
 }
 
-void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys) {
+// resident: the CTAs the gather launch may take (gather_ctas_per_row); the H200's is 264.
+void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys,
+              int resident = 264) {
   std::mt19937_64 g(seed);
   // One request per row (q_len 1 at the end of its context), pages shuffled.
   std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
@@ -116,7 +118,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   p.max_ctx = max_ctx;
   p.slice_keys = slice_keys;
   if (l.total) tk::bind_workspace(p, ws.data(), l);
-  const dim3 grid(unsigned(l.slices > 0 ? l.slices : 1), unsigned(T));
+  const dim3 grid(unsigned(l.slices > 0 ? tk::gather_ctas_per_row(T, l.slices, resident) : 1), unsigned(T));
   for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
     std::fill(out_pos.begin(), out_pos.end(), -7);
     emu::launch(dim3(1, unsigned(T)), dim3(tk::kThreads), tk::select_smem_bytes(max_ctx), tk::topk_select_or_sample_kernel,
@@ -262,6 +264,28 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithWideSlices) {
               {131072, Fill::HotRun},
               {3000, Fill::Random}},
              2048, 16, 4, slice);
+}
+
+// Fewer gather CTAs than slices (each takes every G-th slice of its row): one CTA per row, and 3.
+TEST(TopKRadixEmu, LongRowsMatchCpuWithFewerGatherCtasThanSlices) {
+  for (int resident : {7, 21})  // 7 rows: G = 1, 3
+    run_case({{16385, Fill::Random},
+              {20000, Fill::ExactTopBin},
+              {18000, Fill::TiesAtCut},
+              {30000, Fill::FewTies},
+              {70000, Fill::SampleHot},
+              {131072, Fill::HotRun},
+              {3000, Fill::Random}},
+             2048, 16, 6, tk::kSliceKeys, resident);
+}
+
+TEST(TopKRadixEmu, GatherCtasPerRowKeepOneWaveAndAtLeastOne) {
+  EXPECT_EQ(tk::gather_ctas_per_row(1, 32, 264), 32);   // B 1 / 128K: a CTA per slice
+  EXPECT_EQ(tk::gather_ctas_per_row(16, 32, 264), 16);  // 256 CTAs
+  EXPECT_EQ(tk::gather_ctas_per_row(64, 32, 264), 4);
+  EXPECT_EQ(tk::gather_ctas_per_row(256, 32, 264), 1);  // each CTA a whole row
+  EXPECT_EQ(tk::gather_ctas_per_row(1000, 32, 264), 1);
+  EXPECT_EQ(tk::gather_ctas_per_row(2, 5, 264), 5);  // at most one per slice
 }
 
 TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {

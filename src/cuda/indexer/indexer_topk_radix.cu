@@ -1,6 +1,7 @@
 // Top-k of each indexer row by radix select (the kernels and their design: topk_radix.cuh).
-// Rows of <= 16K keys take one CTA and one launch; longer rows a second launch of one CTA per
-// slice of TopKArgs::slice_keys keys (4K by default), with a workspace (top_k_workspace_bytes). Compiled for every arch in
+// Rows of <= 16K keys take one CTA and one launch; longer rows a second launch of CTAs that
+// each take every G-th slice of TopKArgs::slice_keys keys (4K by default) of their row (G:
+// about one wave of CTAs over the batch), with a workspace (top_k_workspace_bytes). Compiled for every arch in
 // CMAKE_CUDA_ARCHITECTURES: plain CUDA, <= 81 KB of shared memory per CTA.
 #include "cuda/indexer/topk_radix.cuh"
 
@@ -83,7 +84,8 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   FP4MOE_CUDA_CHECK_LAUNCH();
   if (l.total == 0) return;
   allow_smem(gather_opt_in, topk::topk_gather_kernel, smem1);
-  topk::topk_gather_kernel<<<dim3(unsigned(l.slices), unsigned(b.num_tokens)), topk::kThreads, smem1, stream>>>(p);
+  const int g = topk::gather_ctas_per_row(b.num_tokens, l.slices, 2 * int(current_device().sm_count));
+  topk::topk_gather_kernel<<<dim3(unsigned(g), unsigned(b.num_tokens)), topk::kThreads, smem1, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,9 +14,9 @@
 //           <= kSampleLines lines) and sets the row's candidate threshold t0 to the sample's
 //           r-th largest key, r = the sample's expected share of the top k plus four standard
 //           deviations plus 16 (~1.2-1.5 k keys of the row lie above it on unstructured data).
-//   gather  one CTA per slice of p.slice_keys keys of the long rows: the keys >= t0 are staged
-//           in shared memory and appended to the row's candidate list (one global atomic per
-//           CTA). The row's last CTA (arrival counter, no grid sync) resolves T and the position
+//   gather  G CTAs per long row (gather_ctas_per_row: about one wave over the batch), CTA x
+//           taking slices x, x + G, ... of p.slice_keys keys: the keys >= t0 are staged in shared
+//           memory and appended to the row's candidate list (one global atomic per CTA). The row's last CTA (arrival counter, no grid sync) resolves T and the position
 //           cut among equal keys on the candidates in shared memory, marks the selection in the
 //           row's bitmap and writes its set bits in order. When the sample missed (fewer than k
 //           candidates, or more than kCandCap: heavy ties, scores shaped against the sample) that
@@ -110,6 +110,15 @@ inline int slice_keys_for(int64_t rows, int max_ctx, int ctas) {
   const int64_t r = rows > 0 ? rows : 1, c = ctas > 0 ? ctas : 1;
   while (slice < kMaxSliceKeys && r * ((max_ctx + slice - 1) / slice) > c) slice += kSliceKeys;
   return slice;
+}
+// The gather launch's CTAs per row: as many as keep rows x CTAs within `resident` CTAs (at least
+// one per row, at most one per slice of a max_ctx row). CTA x of a row takes slices x, x + G, ...
+// of it: a row shorter than max_ctx (a decode graph captured at the largest context) uses fewer
+// CTAs, and no launch holds more than ~one wave of them, each of which would pay the CTA's fixed
+// costs (staging, a global atomic, the arrival).
+inline int gather_ctas_per_row(int64_t rows, int64_t slices, int resident) {
+  const int64_t g = resident / (rows > 0 ? rows : 1);
+  return int(g < 1 ? 1 : g < slices ? g : slices);
 }
 inline bool slice_keys_valid(int slice_keys) {
   return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
@@ -470,7 +479,7 @@ __device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, u
 }
 
 // Dynamic shared memory: [hist kBins0 ints][scratch kScratchInts ints][keys kCandCap][pos kCandCap].
-// Grid (slices, rows).
+// Grid (G, rows), G = gather_ctas_per_row: CTA x of a row takes its slices x, x + G, ...
 __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   FP4MOE_DYNAMIC_SMEM(int, hist);
   int* scratch = hist + kBins0;
@@ -480,37 +489,41 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   const int ctx = row_ctx(p, row);
   if (ctx <= kRowKeys) return;
   const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
-  if (int(blockIdx.x) >= slices) return;
+  const int ctas = slices < int(gridDim.x) ? slices : int(gridDim.x);  // this row's CTAs
+  if (int(blockIdx.x) >= ctas) return;
   RowState& st = p.state[row];
   const uint32_t t0 = st.t0;
   const float* s = p.scores + int64_t(row) * p.score_stride;
   uint2* cand = p.cand + int64_t(row) * kCandCap;
   if (tid == 0) scratch[46] = 0;
   __syncthreads();
-  // This slice's keys >= t0, staged in shared memory (a shared counter per warp step). Warp w
-  // owns slice_keys / 32 consecutive keys, 32 per step; four steps' loads are issued together.
-  const int base = int(blockIdx.x) * p.slice_keys + warp * (p.slice_keys / kWarps);
+  // This CTA's slices' keys >= t0, staged in shared memory (a shared counter per warp step).
+  // Warp w owns slice_keys / 32 consecutive keys of a slice, 32 per step; four steps' loads are
+  // issued together.
   const int steps = p.slice_keys / kThreads;  // a multiple of 4
-  for (int j0 = 0; j0 < steps; j0 += 4) {
-    float v[4];
+  for (int sl = int(blockIdx.x); sl < slices; sl += int(gridDim.x)) {
+    const int base = sl * p.slice_keys + warp * (p.slice_keys / kWarps);
+    for (int j0 = 0; j0 < steps; j0 += 4) {
+      float v[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = base + (j0 + u) * 32 + lane;
-      v[u] = i < ctx ? s[i] : 0.0f;
-    }
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + (j0 + u) * 32 + lane;
+        v[u] = i < ctx ? s[i] : 0.0f;
+      }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = base + (j0 + u) * 32 + lane;
-      const uint32_t key = order_key(v[u]);
-      const bool in = i < ctx && key >= t0;
-      const unsigned b = __ballot_sync(prims::kFullMask, in);
-      if (b == 0u) continue;  // warp-uniform: most steps of a long row
-      int at = 0;
-      if (lane == 0) at = atomicAdd(&scratch[46], __popc(b));
-      at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
-      if (in && at < kCandCap) {
-        ckey[at] = key;
-        cpos[at] = i;
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + (j0 + u) * 32 + lane;
+        const uint32_t key = order_key(v[u]);
+        const bool in = i < ctx && key >= t0;
+        const unsigned b = __ballot_sync(prims::kFullMask, in);
+        if (b == 0u) continue;  // warp-uniform: most steps of a long row
+        int at = 0;
+        if (lane == 0) at = atomicAdd(&scratch[46], __popc(b));
+        at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
+        if (in && at < kCandCap) {
+          ckey[at] = key;
+          cpos[at] = i;
+        }
       }
     }
   }
@@ -522,7 +535,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
     const int at0 = scratch[47], m = n_local < kCandCap ? n_local : kCandCap;
     for (int j = tid; j < m && at0 + j < kCandCap; j += kThreads) cand[at0 + j] = uint2{ckey[j], uint32_t(cpos[j])};
   }
-  if (!last_to_arrive(&st.arrive, uint32_t(slices), scratch)) return;
+  if (!last_to_arrive(&st.arrive, uint32_t(ctas), scratch)) return;
   const uint32_t n_all = __ldcg(&st.cand_n);
   __syncthreads();
   if (tid == 0) {

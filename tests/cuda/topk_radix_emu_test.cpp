@@ -222,9 +222,15 @@ TEST(TopKRadixEmu, NarrowFindsTheNeedthLargestKeyWithAndWithoutTheList) {
       EXPECT_EQ(prefix, t) << what;
     }
     const bool listed = out[4] >= 0;
-    if (listed) EXPECT_EQ(out[4], first_bin) << what;
-    if (c.path == Listed) EXPECT_TRUE(listed) << what;
-    if (c.path == NotListed) EXPECT_FALSE(listed) << what;
+    if (listed) {
+      EXPECT_EQ(out[4], first_bin) << what;
+    }
+    if (c.path == Listed) {
+      EXPECT_TRUE(listed) << what;
+    }
+    if (c.path == NotListed) {
+      EXPECT_FALSE(listed) << what;
+    }
   }
 }
 

@@ -266,4 +266,44 @@ __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)
 #endif
 }
 
+// ---- mma.sync m16n8k32 E4M3 x E4M3, FP32 accumulate (sm_89+): d += A (16 x 32) * B (32 x 8).
+// Four codes per register, the lowest byte the lowest k. A: a0 (row g, k 4c .. 4c+3), a1 (row
+// g+8), a2 (row g, k 4c+16 ..), a3 (row g+8, k 4c+16 ..). B: b0 (k 4c .. 4c+3, col g), b1 (k
+// 4c+16 ..). D as m16n8k16. (The emulator sums exact products in FP32; Hopper's FP8 tensor cores
+// keep fewer bits in the sum.)
+#if defined(FP4MOE_CUDA_EMU)
+inline void emu_mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const uint64_t w[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  emu::publish(kFullMask, w, 6);
+  auto code = [](uint64_t reg, int k) { return uint32_t(reg >> (8 * (k & 3))) & 0xffu; };
+  auto A = [&](int row, int k) {
+    const int src = (row & 7) * 4 + (k & 15) / 4, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+    return emu_e4m3_to_float(code(emu::peer(src, reg), k));
+  };
+  auto B = [&](int k, int col) {
+    const int src = col * 4 + (k & 15) / 4, reg = 4 + (k >= 16 ? 1 : 0);
+    return emu_e4m3_to_float(code(emu::peer(src, reg), k));
+  };
+  const int l = emu::lane(), g = l >> 2, c = l & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 32; ++k) acc += A(row, k) * B(k, col);
+    d[i] = acc;
+  }
+  emu::warp_sync(kFullMask);
+}
+#endif
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(FP4MOE_CUDA_EMU)
+  emu_mma_e4m3_16832(d, a, b0, b1);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
 }  // namespace fp4moe::cuda::prims

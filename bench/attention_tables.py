@@ -62,7 +62,7 @@ def main(path):
                       f"{ml} | {fmt_us(al['us'])} ({al['path']}) | {al['x_floor']:.2f}× | {gr_us} | "
                       f"{al['note'].replace('vs dense ', '')} |")
             print()
-    pre = [r for r in rows if r["kind"] == "prefill"]
+    pre = [r for r in rows if r["kind"] in ("prefill", "prefill-dsa")]  # the DSA selection rows after their prefill
     if pre:
         print("#### Prefill (one fresh request, causal, chunks of ≤ 16K queries)\n")
         print("| kv | N | path | µs | TFLOP/s | % BF16 peak | note |")

@@ -602,10 +602,39 @@ class Bench {
                            rule.form == at::MlaPrefillForm::Expanded ? "expanded" : "absorbed", rule.absorbed_us,
                            rule.expanded_us, e.us < r.us ? "expanded" : "absorbed");
       report(e);
+      if (opt_.sparse && N > opt_.top_k && N <= kPrefillChunk) prefill_selection(pool, *batches[0], N, kv, r.us);
     });
   }
 
-  // FP8 vs FP32 (BF16-exact) indexer selections: B rows of context L, random or model-like data.
+  // The DSA selection of a fresh N-token prefill (one chunk, causal): indexer scores of every
+  // query against its prefix, then the top-k of each row, beside the dense prefill's time
+  // (`dense_us`). Floors: the scores' flops at the BF16 peak (the keys come from L2: 256 B per
+  // (query, key) pair, one CTA per query row); one read of the N x N / 2 scores for the top-k.
+  void prefill_selection(const Pool& pool, const DevBatch& db, int N, const std::string& kv, double dense_us) {
+    const size_t n = size_t(N);
+    DeviceMem qi(n * at::kIndexHeads * at::kIndexDim * 2), qi8(n * at::kIndexHeads * at::kIndexDim),
+        w(n * at::kIndexHeads * 4), w8(n * at::kIndexHeads * 4), scores(n * n * 4), pos(n * opt_.top_k * 4), ws(1);
+    bench::fill_random_bf16(qi.ptr(), n * at::kIndexHeads * at::kIndexDim, 47, 1.0f, s_);
+    bench::fill_random_f32(w.as<float>(), n * at::kIndexHeads, 48, -0.5f, 1.0f, s_);
+    const Selection sel = make_selection(qi.ptr(), w.as<float>(), qi8.ptr(), w8.as<float>(), pool.view(), db.v, N,
+                                         scores.as<float>(), opt_.top_k, pos.as<int32_t>(), nullptr, ws, 0);
+    const double pairs = double(N) * (N + 1) / 2;
+    Row ri{"prefill-dsa", kv, "indexer-scores", 1, N};
+    ri.flops = 2.0 * pairs * at::kIndexHeads * at::kIndexDim;
+    ri.bytes = pairs * at::kIndexDim * double(kv_elem_size(pool.elem));  // from L2
+    ri.us = time_us([&] { sel.run_indexer(s_); });
+    ri.floor_us = ri.flops / (ceil_.bf16_tflops * 1e6);
+    ri.note = fmt::format("{:.2f}x the dense prefill's time; {:.1f} TB/s of keys from L2", ri.us / dense_us,
+                          ri.bytes / (ri.us * 1e6));
+    report(ri);
+    Row rt{"prefill-dsa", kv, "topk", 1, N};
+    rt.bytes = pairs * 4;
+    rt.us = time_us([&] { sel.run_topk(s_); });
+    rt.floor_us = copy_floor_us(rt.bytes);
+    rt.note = fmt::format("{:.2f}x the dense prefill's time", rt.us / dense_us);
+    report(rt);
+  }
+
   // A step's cache writes for its new tokens (GLM-5 dims, BF16 cache): the runner's unfused
   // sequence (RMSNorm + RoPE of the latent, LayerNorm + RoPE of the index key, the append: 5
   // launches) against the fused pair (kv_latent_prep + index_key_prep: 2 launches). Decode batches
@@ -692,6 +721,7 @@ class Bench {
 #endif
   }
 
+  // FP8 vs FP32 (BF16-exact) indexer selections: B rows of context L, random or model-like data.
   void fp8_agreement(bool model_like, nlohmann::json& out) {
     const int B = 8, L = 32768, k = opt_.top_k;
     const int64_t ps = opt_.page_size, pages = int64_t(B) * L / ps;

@@ -41,6 +41,23 @@ inline Bf16Data random_bf16(size_t n, uint64_t seed, float scale = 1.0f) {
   return out;
 }
 
+// The indexer query's interleaved RoPE as a separate RoPE launch stores it (what the score
+// kernel's fused prologue must reproduce): pair (2i, 2i + 1) of the first 2 * inv_freq.size()
+// dims of every head of token t rotated in FP32 by inv_freq[i] * positions[t], cos / sin times
+// attn_factor, each value rounded to BF16. q: [T, kIndexHeads, kIndexDim].
+inline void rope_index_queries_like_a_launch(std::vector<float>& q, const std::vector<int32_t>& positions,
+                                             const std::vector<float>& inv_freq, float attn_factor) {
+  for (size_t t = 0; t < positions.size(); ++t)
+    for (int h = 0; h < kIndexHeads; ++h)
+      for (size_t i = 0; i < inv_freq.size(); ++i) {
+        float* v = &q[(t * kIndexHeads + size_t(h)) * kIndexDim + 2 * i];
+        const float a = inv_freq[i] * float(positions[t]);
+        const float co = std::cos(a) * attn_factor, sn = std::sin(a) * attn_factor, x0 = v[0], x1 = v[1];
+        v[0] = round_to_bf16(x0 * co - x1 * sn);
+        v[1] = round_to_bf16(x1 * co + x0 * sn);
+      }
+}
+
 struct RequestShape {
   int32_t kv_len = 0;  // cached tokens once this step's tokens are in
   int32_t q_len = 0;   // this step's tokens: the last q_len positions

@@ -18,27 +18,16 @@
 #include "format/codecs.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
+#include "cuda/new_tokens_batch.hpp"
 
 namespace fp4moe::test {
 
-struct KeyPrepCase {
+struct KeyPrepCase : NewTokensBatch {
   static constexpr int kDim = 128;
   int rope_dim = 64;
   bool interleaved = true;
-  int64_t page_size = 16, num_pages = 0;
   std::vector<uint16_t> k;  // [T, kDim] BF16
   std::vector<float> w, b;  // LayerNorm
-  model::RopeSpec rope;
-  std::vector<int32_t> qo_indptr, positions, kv_len, page_indptr, page_indices;
-  int64_t tokens() const { return int64_t(positions.size()); }
-  KvBatchView batch() const {
-    return {int64_t(kv_len.size()), tokens(), qo_indptr.data(), positions.data(), kv_len.data(), page_indptr.data(),
-            page_indices.data()};
-  }
-  int64_t slot(int64_t t) const {
-    const int64_t r = std::upper_bound(qo_indptr.begin(), qo_indptr.end(), int32_t(t)) - qo_indptr.begin() - 1;
-    return kv_slot(batch(), page_size, r, positions[size_t(t)]);
-  }
   // The CPU model's key of token t (FP32, before the cache's encoding).
   std::vector<float> expected(int64_t t) const {
     std::vector<float> x(kDim), y(kDim), c(size_t(rope_dim / 2 + 1)), s(size_t(rope_dim / 2 + 1));
@@ -58,30 +47,11 @@ inline KeyPrepCase make_key_prep_case(const std::vector<int>& ctx, const std::ve
   c.interleaved = interleaved;
   std::mt19937_64 g(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
-  c.rope.dim = c.rope_dim;
-  c.rope.attention_factor = 1.25f;
-  for (int i = 0; i < c.rope_dim / 2; ++i)
-    c.rope.inv_freq.push_back(float(1.0 / std::pow(10000.0, 2.0 * i / c.rope_dim)));
   for (int d = 0; d < KeyPrepCase::kDim; ++d) {
     c.w.push_back(0.5f + float(g() % 1000) / 1000.f);
     c.b.push_back(0.1f * nd(g));
   }
-  c.qo_indptr = {0};
-  c.page_indptr = {0};
-  int64_t pages = 0;
-  for (size_t r = 0; r < ctx.size(); ++r) pages += (ctx[r] + c.page_size - 1) / c.page_size;
-  std::vector<int32_t> pool(size_t(pages + 3));  // 3 pages no request owns
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(i);
-  std::shuffle(pool.begin(), pool.end(), g);
-  size_t next = 0;
-  for (size_t r = 0; r < ctx.size(); ++r) {
-    for (int p = ctx[r] - new_tokens[r]; p < ctx[r]; ++p) c.positions.push_back(p);
-    c.qo_indptr.push_back(int32_t(c.positions.size()));
-    c.kv_len.push_back(ctx[r]);
-    for (int64_t i = 0; i < (ctx[r] + c.page_size - 1) / c.page_size; ++i) c.page_indices.push_back(pool[next++]);
-    c.page_indptr.push_back(int32_t(c.page_indices.size()));
-  }
-  c.num_pages = int64_t(pool.size());
+  fill_new_tokens_batch(c, ctx, new_tokens, c.rope_dim, g);
   for (int64_t t = 0; t < c.tokens(); ++t)
     for (int d = 0; d < KeyPrepCase::kDim; ++d) c.k.push_back(float_to_bf16(1.5f * nd(g) + (d % 7 == 0 ? 2.f : 0.f)));
   return c;

@@ -94,15 +94,7 @@ double run(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem in
   std::vector<float> inv_freq;
   for (int i = 0; i < rope_dim / 2; ++i) inv_freq.push_back(float(1.0 / std::pow(10000.0, 2.0 * i / rope_dim)));
   if (cfg.rope) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int h = 0; h < kIndexHeads; ++h)
-        for (int i = 0; i < rope_dim / 2; ++i) {
-          float* v = &q_ref[size_t((t * kIndexHeads + h) * kIndexDim + 2 * i)];
-          const float a = inv_freq[size_t(i)] * float(c.positions[size_t(t)]);
-          const float co = std::cos(a) * af, sn = std::sin(a) * af, x0 = v[0], x1 = v[1];
-          v[0] = round_to_bf16(x0 * co - x1 * sn);
-          v[1] = round_to_bf16(x1 * co + x0 * sn);
-        }
+    rope_index_queries_like_a_launch(q_ref, c.positions, inv_freq, af);
     for (size_t i = 0; i < w.size(); ++i) w_ref[i] = w[i] * w_scale;
   } else {
     w_ref = w;

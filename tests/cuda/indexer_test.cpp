@@ -236,15 +236,7 @@ TEST(Indexer, ScoresWithTheQueryRopeAndBf16WeightsFusedMatchCpu) {
   const Bf16Data q = random_bf16(size_t(T) * kIndexHeads * kIndexDim, 34);
   const Bf16Data wb = random_bf16(size_t(T) * kIndexHeads, 35);
   std::vector<float> q_rot = q.f, w_used(wb.f.size());
-  for (int64_t t = 0; t < T; ++t)
-    for (int h = 0; h < kIndexHeads; ++h)
-      for (int i = 0; i < rope_dim / 2; ++i) {
-        float* v = &q_rot[size_t((t * kIndexHeads + h) * kIndexDim + 2 * i)];
-        const float a = inv_freq[size_t(i)] * float(c.positions[size_t(t)]);
-        const float co = std::cos(a) * af, sn = std::sin(a) * af, x0 = v[0], x1 = v[1];
-        v[0] = round_to_bf16(x0 * co - x1 * sn);
-        v[1] = round_to_bf16(x1 * co + x0 * sn);
-      }
+  rope_index_queries_like_a_launch(q_rot, c.positions, inv_freq, af);
   for (size_t i = 0; i < w_used.size(); ++i) w_used[i] = wb.f[i] * w_scale;
   DeviceCache dc(c);
   DeviceBatch db(c);

@@ -18,26 +18,15 @@
 #include "format/codecs.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
+#include "cuda/new_tokens_batch.hpp"
 
 namespace fp4moe::test {
 
-struct LatentPrepCase {
+struct LatentPrepCase : NewTokensBatch {
   static constexpr int kCkv = 512, kKpe = 64, kRow = kCkv + kKpe;
   bool interleaved = true;
-  int64_t page_size = 16, num_pages = 0;
   std::vector<uint16_t> kv;  // [T, kRow] BF16
   std::vector<float> w;      // RMSNorm weight [kCkv]
-  model::RopeSpec rope;
-  std::vector<int32_t> qo_indptr, positions, kv_len, page_indptr, page_indices;
-  int64_t tokens() const { return int64_t(positions.size()); }
-  KvBatchView batch() const {
-    return {int64_t(kv_len.size()), tokens(), qo_indptr.data(), positions.data(), kv_len.data(), page_indptr.data(),
-            page_indices.data()};
-  }
-  int64_t slot(int64_t t) const {
-    const int64_t r = std::upper_bound(qo_indptr.begin(), qo_indptr.end(), int32_t(t)) - qo_indptr.begin() - 1;
-    return kv_slot(batch(), page_size, r, positions[size_t(t)]);
-  }
   // The CPU model's [ckv 512 | kpe 64] of token t (FP32, before the cache's encoding).
   std::vector<float> expected(int64_t t) const {
     std::vector<float> x(kRow), y(kRow), c(size_t(kKpe / 2)), s(size_t(kKpe / 2));
@@ -58,27 +47,8 @@ inline LatentPrepCase make_latent_prep_case(const std::vector<int>& ctx, const s
   c.interleaved = interleaved;
   std::mt19937_64 g(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
-  c.rope.dim = LatentPrepCase::kKpe;
-  c.rope.attention_factor = 1.25f;
-  for (int i = 0; i < LatentPrepCase::kKpe / 2; ++i)
-    c.rope.inv_freq.push_back(float(1.0 / std::pow(10000.0, 2.0 * i / LatentPrepCase::kKpe)));
   for (int d = 0; d < LatentPrepCase::kCkv; ++d) c.w.push_back(0.5f + float(g() % 1000) / 1000.f);
-  c.qo_indptr = {0};
-  c.page_indptr = {0};
-  int64_t pages = 0;
-  for (size_t r = 0; r < ctx.size(); ++r) pages += (ctx[r] + c.page_size - 1) / c.page_size;
-  std::vector<int32_t> pool(size_t(pages + 3));  // 3 pages no request owns
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = int32_t(i);
-  std::shuffle(pool.begin(), pool.end(), g);
-  size_t next = 0;
-  for (size_t r = 0; r < ctx.size(); ++r) {
-    for (int p = ctx[r] - new_tokens[r]; p < ctx[r]; ++p) c.positions.push_back(p);
-    c.qo_indptr.push_back(int32_t(c.positions.size()));
-    c.kv_len.push_back(ctx[r]);
-    for (int64_t i = 0; i < (ctx[r] + c.page_size - 1) / c.page_size; ++i) c.page_indices.push_back(pool[next++]);
-    c.page_indptr.push_back(int32_t(c.page_indices.size()));
-  }
-  c.num_pages = int64_t(pool.size());
+  fill_new_tokens_batch(c, ctx, new_tokens, LatentPrepCase::kKpe, g);
   for (int64_t t = 0; t < c.tokens(); ++t)
     for (int d = 0; d < LatentPrepCase::kRow; ++d)
       c.kv.push_back(float_to_bf16(1.5f * nd(g) + (d % 7 == 0 ? 2.f : 0.f)));

@@ -621,12 +621,25 @@ class Bench {
     const double pairs = double(N) * (N + 1) / 2;
     Row ri{"prefill-dsa", kv, "indexer-scores", 1, N};
     ri.flops = 2.0 * pairs * at::kIndexHeads * at::kIndexDim;
-    ri.bytes = pairs * at::kIndexDim * double(kv_elem_size(pool.elem));  // from L2
+    ri.bytes = pairs * at::kIndexDim * double(kv_elem_size(pool.elem)) / 2;  // from L2, two tokens per tile
     ri.us = time_us([&] { sel.run_indexer(s_); });
     ri.floor_us = ri.flops / (ceil_.bf16_tflops * 1e6);
-    ri.note = fmt::format("{:.2f}x the dense prefill's time; {:.1f} TB/s of keys from L2", ri.us / dense_us,
-                          ri.bytes / (ri.us * 1e6));
+    ri.note = fmt::format("two query tokens per CTA; {:.2f}x the dense prefill's time; {:.1f} TB/s of keys from L2",
+                          ri.us / dense_us, ri.bytes / (ri.us * 1e6));
     report(ri);
+    Row r1 = ri;  // one query token per CTA (the decode layout) on the same chunk
+    r1.path = "indexer-scores-1tok";
+    r1.bytes = 2 * ri.bytes;
+    ix::IndexerScoreArgs one = sel.score;
+    one.tokens_per_cta = 1;
+    r1.us = time_us([&] {
+      if (one.layer.index_elem == KvElem::FP8_E4M3)
+        ix::quantize_q_fp8(sel.q_bf16, sel.w, const_cast<void*>(one.q), const_cast<float*>(one.w), sel.rows, s_);
+      ix::index_scores(one, s_);
+    });
+    r1.note = fmt::format("one query token per CTA; {:.2f}x the two-token time; {:.1f} TB/s of keys from L2",
+                          r1.us / ri.us, r1.bytes / (r1.us * 1e6));
+    report(r1);
     Row rt{"prefill-dsa", kv, "topk", 1, N};
     rt.bytes = pairs * 4;
     rt.us = time_us([&] { sel.run_topk(s_); });

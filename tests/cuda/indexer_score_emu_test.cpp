@@ -30,6 +30,7 @@ struct Config {
   int resident = 264;
   bool two_stages = false;
   bool rope = false;  // BF16 only: the fused query RoPE and BF16 weights
+  int group = 1;      // query tokens per CTA
 };
 
 // Worst per-token ||gpu - cpu|| / ||cpu|| over the causal columns; a column past a token's
@@ -55,9 +56,12 @@ double worst_error(const PagedCase& c, const std::vector<float>& g, const std::v
 }
 
 template <bool kFp8, int kStages>
-void launch(const sc::ScoreParams& p, int grid_x, int grid_y) {
-  emu::launch(dim3(unsigned(grid_x), unsigned(grid_y)), dim3(sc::kThreads), sc::Tile<kFp8, kStages>::kSmemBytes,
-              sc::index_score_kernel<kFp8, kStages>, p);
+void launch(const sc::ScoreParams& p, int group, int grid_x, int grid_y) {
+  const dim3 grid{unsigned(grid_x), unsigned(grid_y), 1u};
+  if (group == 2)
+    emu::launch(grid, dim3(sc::kThreads), sc::Tile<kFp8, kStages>::kSmemBytes, sc::index_score_kernel<kFp8, kStages, 2>, p);
+  else
+    emu::launch(grid, dim3(sc::kThreads), sc::Tile<kFp8, kStages>::kSmemBytes, sc::index_score_kernel<kFp8, kStages, 1>, p);
 }
 
 double run(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem index_elem, const Config& cfg,
@@ -109,6 +113,7 @@ double run(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem in
   p.page_indptr = c.page_indptr.data();
   p.page_indices = c.page_indices.data();
   p.num_requests = int(c.kv_len.size());
+  p.num_tokens = int(T);
   p.scores = scores.data();
   p.score_stride = stride;
   p.page_shift = __builtin_ctzll(uint64_t(page_size));
@@ -123,10 +128,11 @@ double run(const std::vector<RequestShape>& shapes, int64_t page_size, KvElem in
     p.w_scale = w_scale;
   }
   const int key_tiles = (max_ctx + sc::kTileKeys - 1) / sc::kTileKeys;
-  const int per = cfg.tiles_per_cta > 0 ? cfg.tiles_per_cta : sc::tiles_per_cta_for(T, max_ctx, cfg.resident);
+  const int groups = int((T + cfg.group - 1) / cfg.group);
+  const int per = cfg.tiles_per_cta > 0 ? cfg.tiles_per_cta : sc::tiles_per_cta_for(groups, max_ctx, cfg.resident);
   const int gy = (key_tiles + per - 1) / per;
-  if (fp8) cfg.two_stages ? launch<true, 2>(p, int(T), gy) : launch<true, 3>(p, int(T), gy);
-  else cfg.two_stages ? launch<false, 2>(p, int(T), gy) : launch<false, 3>(p, int(T), gy);
+  if (fp8) cfg.two_stages ? launch<true, 2>(p, cfg.group, groups, gy) : launch<true, 3>(p, cfg.group, groups, gy);
+  else cfg.two_stages ? launch<false, 2>(p, cfg.group, groups, gy) : launch<false, 3>(p, cfg.group, groups, gy);
 
   std::vector<float> ref(size_t(T * stride));
   cpu::IndexerParams ip;
@@ -184,6 +190,33 @@ TEST(IndexerScoreEmu, FusedQueryRopeAndBf16WeightsMatchCpu) {
   Config cfg;
   cfg.rope = true;
   EXPECT_LT(run(kShapes, 64, KvElem::BF16, cfg, 30), 1e-5);
+}
+
+// Two query tokens per CTA sharing the key tiles (prefill chunks). kShapes pairs tokens (0, 1)
+// and (4, 5) across request boundaries (one pass per token) and (2, 3), (6, 7) within a request
+// (one pass, the earlier token's extra key masked: in the upper half of an m16 tile); `odd`
+// pairs (0, 1) within a request with that key in the lower half, and leaves its 11th token alone.
+TEST(IndexerScoreEmu, TwoTokensPerCtaMatchCpuWithinAndAcrossRequests) {
+  const std::vector<RequestShape> odd = {{40, 2}, {1, 1}, {130, 1}, {300, 3}, {256, 1}, {700, 3}};
+  for (bool fp8 : {false, true}) {
+    const KvElem e = fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+    Config cfg;
+    cfg.group = 2;
+    EXPECT_LT(run(kShapes, 64, e, cfg, 40 + fp8), 1e-5) << fp8;
+    EXPECT_LT(run(odd, 16, e, cfg, 42 + fp8), 1e-5) << fp8;
+    cfg.tiles_per_cta = 1;
+    cfg.two_stages = true;
+    EXPECT_LT(run(kShapes, 1, e, cfg, 44 + fp8), 1e-5) << fp8;
+    cfg.tiles_per_cta = 0;
+    cfg.two_stages = false;
+    cfg.max_ctx = 65536;
+    cfg.resident = 4;
+    EXPECT_LT(run(odd, 64, e, cfg, 46 + fp8), 1e-5) << fp8;
+  }
+  Config rope;
+  rope.group = 2;
+  rope.rope = true;
+  EXPECT_LT(run(kShapes, 64, KvElem::BF16, rope, 48), 1e-5);
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ std::vector<float> cpu_scores(PagedCase& c, const float* q, const float* w, int6
 // GPU scores; for FP8 keys the query is quantized on the GPU first and its decoded values and
 // folded weights are returned in q_used / w_used (the exact inputs of the FP8 product).
 std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t stride, std::vector<float>* q_used,
-                              std::vector<float>* w_used, int tiles_per_cta = 0, int max_ctx = 0) {
+                              std::vector<float>* w_used, int tiles_per_cta = 0, int max_ctx = 0,
+                              int tokens_per_cta = 0) {
   const int64_t T = c.tokens();
   DeviceCache dc(c);
   DeviceBatch db(c);
@@ -81,6 +82,7 @@ std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t str
   a.scores = scores.ptr;
   a.score_stride = stride;
   a.tiles_per_cta = tiles_per_cta;
+  a.tokens_per_cta = tokens_per_cta;
   ix::index_scores(a, nullptr);
   return scores.download();
 }
@@ -142,18 +144,19 @@ std::vector<int32_t> cpu_topk(const PagedCase& c, const std::vector<float>& scor
 
 const std::vector<RequestShape> kMixedShapes = {{1, 1}, {100, 1}, {2048, 1}, {2049, 1}, {5000, 1}, {3000, 3}};
 
-void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed, int tiles_per_cta = 0) {
+void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed, int tiles_per_cta = 0, int tokens_per_cta = 0) {
   PagedCase c = make_paged_case(kMixedShapes, page_size, KvElem::BF16, index_elem, seed);
   const int64_t stride = c.max_ctx() + 5;
   const auto in = random_indexer_inputs(c.tokens(), seed + 7);
   std::vector<float> q_used, w_used;
-  const auto g = gpu_scores(c, in, stride, &q_used, &w_used, tiles_per_cta);
+  const auto g = gpu_scores(c, in, stride, &q_used, &w_used, tiles_per_cta, 0, tokens_per_cta);
   const auto r = cpu_scores(c, q_used.data(), w_used.data(), stride);
   // BF16: exact products, FP32 sums in another order. FP8: the tensor cores' FP8 accumulation
   // keeps fewer mantissa bits than FP32 (Hopper), hence the looser bound.
   const double tol = index_elem == KvElem::BF16 ? 1e-4 : 2e-3;
   EXPECT_LT(worst_score_error(c, g, r, stride), tol)
-      << "page_size " << page_size << " " << kv_elem_name(index_elem) << " tiles_per_cta " << tiles_per_cta;
+      << "page_size " << page_size << " " << kv_elem_name(index_elem) << " tiles_per_cta " << tiles_per_cta
+      << " tokens_per_cta " << tokens_per_cta;
 }
 
 TEST(IndexerTiny, ScoresMatchCpuBf16) {
@@ -183,6 +186,30 @@ TEST(IndexerTiny, ScoresMatchCpuWithOneThreeAndSixteenTilesPerCta) {
   for (int tiles : {1, 3, 16}) {
     check_scores(64, KvElem::BF16, 40 + uint64_t(tiles), tiles);
     check_scores(16, KvElem::FP8_E4M3, 60 + uint64_t(tiles), tiles);
+  }
+}
+
+// Two query tokens per CTA (what a prefill chunk takes by default), forced on the mixed batch:
+// pairs within a request ({3000, 3}) and across request boundaries, BF16 and FP8, two splits.
+TEST(IndexerTiny, ScoresMatchCpuWithTwoTokensPerCta) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int tiles : {0, 3}) {
+    check_scores(64, KvElem::BF16, 120 + uint64_t(tiles), tiles, 2);
+    check_scores(16, KvElem::FP8_E4M3, 130 + uint64_t(tiles), tiles, 2);
+  }
+}
+
+// A prefill chunk (one request, 1500 new tokens after 2000 cached): the default (two tokens per
+// CTA) and one token per CTA forced, against the CPU.
+TEST(Indexer, PrefillChunkScoresMatchCpuWithOneAndTwoTokensPerCta) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  PagedCase c = make_paged_case({{3500, 1500}}, 64, KvElem::BF16, KvElem::BF16, 140);
+  const auto in = random_indexer_inputs(c.tokens(), 141);
+  for (int g : {0, 1}) {
+    std::vector<float> q_used, w_used;
+    const auto s = gpu_scores(c, in, c.max_ctx(), &q_used, &w_used, 0, 0, g);
+    EXPECT_LT(worst_score_error(c, s, cpu_scores(c, q_used.data(), w_used.data(), c.max_ctx()), c.max_ctx()), 1e-4)
+        << "tokens_per_cta " << g;
   }
 }
 
@@ -515,13 +542,14 @@ TEST(Indexer, DefaultTilesPerCtaIsWithinOneToSixteenAndGrowsWithTheBatch) {
   }
 }
 
-TEST(IndexerErrors, TilesPerCtaOutsideRangeIsAnError) {
+TEST(IndexerErrors, TilesOrTokensPerCtaOutsideRangeIsAnError) {
   FP4MOE_SKIP_WITHOUT_GPU();
   PagedCase c = make_paged_case({{300, 1}}, 64, KvElem::BF16, KvElem::BF16, 3);
   const auto in = random_indexer_inputs(c.tokens(), 4);
   std::vector<float> qu, wu;
   EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 17), Error);
   EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, -1), Error);
+  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 0, 0, 3), Error);  // tokens_per_cta
 }
 
 TEST(IndexerErrors, UnsupportedHeadCountIsAnError) {

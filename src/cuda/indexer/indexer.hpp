@@ -59,6 +59,10 @@ struct IndexerScoreArgs {
   // captured at the largest context still spreads short rows over the GPU. Any value gives the
   // same scores (tests force several).
   int tiles_per_cta = 0;
+  // Query tokens per CTA, 1 or 2; 0 = 2 when the batch holds at least two tokens per request
+  // (prefill chunks: two consecutive tokens of a request share each key tile, half the key
+  // traffic), else 1. Any value gives the same scores.
+  int tokens_per_cta = 0;
 };
 
 // "" when the GPU indexer supports these dims (32 heads x 128), else why not.
@@ -71,7 +75,7 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream);
 // CTAs. A CTA's start is a chain of dependent loads (its position, request, page table, then the
 // keys); with several tiles per CTA it is paid once and the tiles stream through the CTA's
 // cp.async ring, where one tile per CTA (several waves) paid it per tile.
-int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem);
+int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem, int tokens_per_cta = 1);
 
 // q_bf16 [T, 32, 128] -> q_fp8 [T, 32, 128] E4M3 (RNE, saturating) with scale_h = amax_h / 448
 // (1 for an all-zero head), and w_fp8[t, h] = w[t, h] · scale_h.

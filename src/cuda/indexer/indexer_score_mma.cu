@@ -58,18 +58,18 @@ DeviceFacts device_facts() {
 }
 
 // The kernel's opt-in to its shared memory and its resident CTAs per SM, once per device.
-template <bool kFp8, int kStages>
+template <bool kFp8, int kStages, int kG>
 int ctas_per_sm() {
   using T = Tile<kFp8, kStages>;
   static cuda::DeviceOnce once;
   static int per_sm[cuda::kMaxDevices] = {};
   const int dev = cuda::current_device_ordinal();
   once([dev] {
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages>,
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(index_score_kernel<kFp8, kStages, kG>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
     int n = 0;
-    FP4MOE_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, index_score_kernel<kFp8, kStages>, kThreads, T::kSmemBytes));
+    FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, index_score_kernel<kFp8, kStages, kG>,
+                                                                    kThreads, T::kSmemBytes));
     per_sm[dev] = std::max(n, 1);
   });
   return per_sm[dev];
@@ -83,20 +83,30 @@ bool three_stages(bool fp8) {
   return device_facts().smem_optin >= int(fp8 ? Tile<true, 3>::kSmemBytes : Tile<false, 3>::kSmemBytes);
 }
 
-int resident_ctas(bool fp8) {
-  const int per_sm = three_stages(fp8) ? (fp8 ? ctas_per_sm<true, 3>() : ctas_per_sm<false, 3>())
-                                       : (fp8 ? ctas_per_sm<true, 2>() : ctas_per_sm<false, 2>());
-  return device_facts().sms * per_sm;
+template <bool kFp8, int kG>
+int resident_ctas_of() {
+  return device_facts().sms * (three_stages(kFp8) ? ctas_per_sm<kFp8, 3, kG>() : ctas_per_sm<kFp8, 2, kG>());
+}
+int resident_ctas(bool fp8, int group) {
+  if (group == 2) return fp8 ? resident_ctas_of<true, 2>() : resident_ctas_of<false, 2>();
+  return fp8 ? resident_ctas_of<true, 1>() : resident_ctas_of<false, 1>();
 }
 
-template <bool kFp8, int kStages>
+// Query tokens per CTA: the forced value, or 2 when the batch holds at least two tokens per
+// request on average (prefill chunks, whose consecutive tokens share their keys), else 1.
+int group_of(const IndexerScoreArgs& a) {
+  if (a.tokens_per_cta > 0) return a.tokens_per_cta;
+  return a.batch.num_tokens >= 2 * a.batch.num_requests ? 2 : 1;
+}
+
+template <bool kFp8, int kStages, int kG>
 void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   using T = Tile<kFp8, kStages>;
-  ctas_per_sm<kFp8, kStages>();  // the shared-memory opt-in
+  const int resident = device_facts().sms * ctas_per_sm<kFp8, kStages, kG>();  // (and the smem opt-in)
+  const int64_t groups = (a.batch.num_tokens + kG - 1) / kG;
   const int key_tiles = (a.max_ctx + kTileKeys - 1) / kTileKeys;
   // The grid: for max_ctx (the forced split, or the default one of the longest row).
-  const int tiles_per_cta =
-      a.tiles_per_cta > 0 ? a.tiles_per_cta : index_score_tiles_per_cta(a.batch.num_tokens, a.max_ctx, a.layer.index_elem);
+  const int tiles_per_cta = a.tiles_per_cta > 0 ? a.tiles_per_cta : score::tiles_per_cta_for(groups, a.max_ctx, resident);
   ScoreParams p{};
   p.q = static_cast<const uint8_t*>(a.q);
   p.w = a.w;
@@ -106,20 +116,26 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   p.page_indptr = a.batch.page_indptr;
   p.page_indices = a.batch.page_indices;
   p.num_requests = int(a.batch.num_requests);
+  p.num_tokens = int(a.batch.num_tokens);
   p.scores = a.scores;
   p.score_stride = a.score_stride;
   p.page_shift = attention::log2_exact(a.layer.page_size);
   p.tiles_per_cta = a.tiles_per_cta;  // 0: each CTA takes its token's split
-  p.resident = resident_ctas(kFp8);
+  p.resident = resident;
   p.scale = 1.0f / sqrtf(float(kIndexDim)) * (kFp8 ? a.layer.index_scale : 1.0f);
   p.rope_inv_freq = a.q_rope_inv_freq;
   p.rope_dim = a.q_rope_dim;
   p.rope_attn_factor = a.q_rope_attn_factor;
   p.w_bf16 = static_cast<const uint16_t*>(a.w_bf16);
   p.w_scale = a.w_bf16_scale;
-  const dim3 grid(unsigned(a.batch.num_tokens), unsigned((key_tiles + tiles_per_cta - 1) / tiles_per_cta));
-  index_score_kernel<kFp8, kStages><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
+  const dim3 grid(unsigned(groups), unsigned((key_tiles + tiles_per_cta - 1) / tiles_per_cta));
+  index_score_kernel<kFp8, kStages, kG><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
   FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kFp8, int kG>
+void launch_scores_for(const IndexerScoreArgs& a, cudaStream_t stream) {
+  three_stages(kFp8) ? launch_scores<kFp8, 3, kG>(a, stream) : launch_scores<kFp8, 2, kG>(a, stream);
 }
 
 }  // namespace
@@ -154,15 +170,18 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   if (b.num_tokens == 0 || a.max_ctx == 0) return;
   FP4MOE_CHECK(a.tiles_per_cta >= 0 && a.tiles_per_cta <= kMaxTilesPerCta, "indexer scores: tiles_per_cta {} outside [0, {}]",
                a.tiles_per_cta, kMaxTilesPerCta);
-  const bool three = three_stages(L.index_elem == KvElem::FP8_E4M3);
-  if (L.index_elem == KvElem::BF16)
-    three ? launch_scores<false, 3>(a, stream) : launch_scores<false, 2>(a, stream);
+  FP4MOE_CHECK(a.tokens_per_cta >= 0 && a.tokens_per_cta <= 2, "indexer scores: tokens_per_cta {} outside [0, 2]",
+               a.tokens_per_cta);
+  const bool fp8 = L.index_elem == KvElem::FP8_E4M3;
+  if (group_of(a) == 2)
+    fp8 ? launch_scores_for<true, 2>(a, stream) : launch_scores_for<false, 2>(a, stream);
   else
-    three ? launch_scores<true, 3>(a, stream) : launch_scores<true, 2>(a, stream);
+    fp8 ? launch_scores_for<true, 1>(a, stream) : launch_scores_for<false, 1>(a, stream);
 }
 
-int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem) {
-  return score::tiles_per_cta_for(tokens, max_ctx, resident_ctas(index_elem == KvElem::FP8_E4M3));
+int index_score_tiles_per_cta(int64_t tokens, int max_ctx, KvElem index_elem, int tokens_per_cta) {
+  const int g = tokens_per_cta == 2 ? 2 : 1;
+  return score::tiles_per_cta_for((tokens + g - 1) / g, max_ctx, resident_ctas(index_elem == KvElem::FP8_E4M3, g));
 }
 
 void quantize_q_fp8(const void* q_bf16, const float* w, void* q_fp8, float* w_fp8, int64_t tokens,

@@ -54,6 +54,7 @@ struct ScoreParams {
   const int32_t* page_indptr;
   const int32_t* page_indices;
   int num_requests;
+  int num_tokens;
   float* scores;
   int64_t score_stride;
   int page_shift;          // log2(page_size)
@@ -87,16 +88,23 @@ __device__ __forceinline__ uint32_t rotate_bf16_pair(uint32_t v, float c, float 
   return prims::pack_bf16x2(x0 * c - x1 * sn, x1 * c + x0 * sn);
 }
 
-template <bool kFp8, int kStages>
-__global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams p) {
+// One pass of a CTA over its chunk of keys for kG query tokens of one request (page table
+// `pages`): token u is tok[u] when on[u]. The key tiles are shared: each is loaded once and
+// multiplied against every token's query; token u's scores are written for keys <= its position.
+template <bool kFp8, int kStages, int kG>
+__device__ __forceinline__ void score_pass(const ScoreParams& p, uint8_t* smem, const int (&tok)[kG],
+                                           const bool (&on)[kG], const int32_t* pages) {
   using T = Tile<kFp8, kStages>;
-  FP4MOE_DYNAMIC_SMEM(uint8_t, smem);
-  const int row = blockIdx.x;  // flat token
-  const int ctx = p.positions[row] + 1;
+  int ctx_of[kG], ctx = 0;
+#pragma unroll
+  for (int u = 0; u < kG; ++u) {
+    ctx_of[u] = on[u] ? p.positions[tok[u]] + 1 : 0;
+    ctx = ctx_of[u] > ctx ? ctx_of[u] : ctx;
+  }
   int per_cta = p.tiles_per_cta;
   if (per_cta == 0) {
-    // As if every token of the batch had this one's length: the fewest tiles per CTA that keep
-    // the batch within one wave of resident CTAs, but enough for gridDim.y CTAs to cover the row
+    // As if every group of the batch were this long: the fewest tiles per CTA that keep the
+    // batch within one wave of resident CTAs, but enough for gridDim.y CTAs to cover the row
     // (at most 16: the grid was sized for max_ctx). A graph captured at the largest context
     // thus splits shorter rows as a launch sized for them would.
     const int tiles = (ctx + kTileKeys - 1) / kTileKeys;
@@ -106,11 +114,9 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
     per_cta = per_cta < 1 ? 1 : per_cta > kMaxTilesPerCta ? kMaxTilesPerCta : per_cta;
   }
   const int first_key = blockIdx.y * per_cta * kTileKeys;
-  if (first_key >= ctx) return;
+  if (first_key >= ctx) return;  // the whole CTA
   const int left = (ctx - first_key + kTileKeys - 1) / kTileKeys;
   const int n_tiles = per_cta < left ? per_cta : left;
-  const int req = attention::request_of(p.qo_indptr, p.num_requests, row);
-  const int32_t* pages = p.page_indices + p.page_indptr[req];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 
   auto issue = [&](int tile) {
@@ -133,10 +139,12 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
   for (int s = 0; s < kStages - 1; ++s) issue(s);
 
   // Query fragments (B operand, col-major K x N = row-major [head][dim]) and head weights.
-  uint32_t qf[kNTiles][T::kKSteps][2];
-  float wr[kNTiles][2];
-  {
-    const uint8_t* q = p.q + int64_t(row) * kIndexHeads * T::kRowBytes;
+  uint32_t qf[kG][kNTiles][T::kKSteps][2] = {};
+  float wr[kG][kNTiles][2] = {};
+#pragma unroll
+  for (int u = 0; u < kG; ++u) {
+    if (!on[u]) continue;
+    const uint8_t* q = p.q + int64_t(tok[u]) * kIndexHeads * T::kRowBytes;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
       const uint8_t* qh = q + (nt * 8 + g) * T::kRowBytes;
@@ -145,18 +153,18 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
         // BF16: k = ks*16 + t*2 (+8); E4M3: k = ks*32 + t*4 (+16). Byte offsets:
         const int off = kFp8 ? ks * 32 + t * 4 : (ks * 16 + t * 2) * 2;
         // The second register is 16 B further: +16 elements (E4M3) or +8 elements (BF16).
-        qf[nt][ks][0] = *reinterpret_cast<const uint32_t*>(qh + off);
-        qf[nt][ks][1] = *reinterpret_cast<const uint32_t*>(qh + off + 16);
+        qf[u][nt][ks][0] = *reinterpret_cast<const uint32_t*>(qh + off);
+        qf[u][nt][ks][1] = *reinterpret_cast<const uint32_t*>(qh + off + 16);
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int h = row * kIndexHeads + nt * 8 + t * 2 + j;
-        wr[nt][j] = (p.w_bf16 ? __uint_as_float(uint32_t(p.w_bf16[h]) << 16) * p.w_scale : p.w[h]) * p.scale;
+        const int h = tok[u] * kIndexHeads + nt * 8 + t * 2 + j;
+        wr[u][nt][j] = (p.w_bf16 ? __uint_as_float(uint32_t(p.w_bf16[h]) << 16) * p.w_scale : p.w[h]) * p.scale;
       }
     }
     if constexpr (!kFp8) {
       if (p.rope_dim > 0) {  // register r of k-step ks holds dims ks * 16 + 2t + 8r (+1): pair i = that / 2
-        const float pos = float(p.positions[row]);
+        const float pos = float(p.positions[tok[u]]);
 #pragma unroll
         for (int ks = 0; ks < T::kKSteps; ++ks)
 #pragma unroll
@@ -166,13 +174,12 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
               const float a = p.rope_inv_freq[d / 2] * pos;
               const float c = cosf(a) * p.rope_attn_factor, sn = sinf(a) * p.rope_attn_factor;
 #pragma unroll
-              for (int nt = 0; nt < kNTiles; ++nt) qf[nt][ks][r] = rotate_bf16_pair(qf[nt][ks][r], c, sn);
+              for (int nt = 0; nt < kNTiles; ++nt) qf[u][nt][ks][r] = rotate_bf16_pair(qf[u][nt][ks][r], c, sn);
             }
           }
       }
     }
   }
-  float* out = p.scores + int64_t(row) * p.score_stride;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
     prims::cp_async_wait<kStages - 2>();
@@ -183,9 +190,11 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int k0 = warp * kWarpKeys + mt * 16;  // first key of this m16 tile
-      float acc[kNTiles][4];
+      float acc[kG][kNTiles][4];
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+      for (int u = 0; u < kG; ++u)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < T::kKSteps; ++ks) {
         const int off = kFp8 ? ks * 32 + t * 4 : (ks * 16 + t * 2) * 2;
@@ -195,33 +204,67 @@ __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams
                                *reinterpret_cast<const uint32_t*>(r0 + 16),
                                *reinterpret_cast<const uint32_t*>(r8 + 16)};
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          if constexpr (kFp8)
-            prims::mma_e4m3_16832(acc[nt], a, qf[nt][ks][0], qf[nt][ks][1]);
-          else
-            prims::mma_bf16_16816(acc[nt], a, qf[nt][ks][0], qf[nt][ks][1]);
+        for (int u = 0; u < kG; ++u) {
+          if (!on[u]) continue;  // CTA-uniform
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            if constexpr (kFp8)
+              prims::mma_e4m3_16832(acc[u][nt], a, qf[u][nt][ks][0], qf[u][nt][ks][1]);
+            else
+              prims::mma_bf16_16816(acc[u][nt], a, qf[u][nt][ks][0], qf[u][nt][ks][1]);
+          }
         }
       }
-      float s0 = 0.f, s8 = 0.f;  // keys k0 + g and k0 + g + 8, this thread's 8 heads
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        s0 += wr[nt][0] * fmaxf(acc[nt][0], 0.f) + wr[nt][1] * fmaxf(acc[nt][1], 0.f);
-        s8 += wr[nt][0] * fmaxf(acc[nt][2], 0.f) + wr[nt][1] * fmaxf(acc[nt][3], 0.f);
-      }
-      s0 += __shfl_xor_sync(prims::kFullMask, s0, 1);
-      s0 += __shfl_xor_sync(prims::kFullMask, s0, 2);
-      s8 += __shfl_xor_sync(prims::kFullMask, s8, 1);
-      s8 += __shfl_xor_sync(prims::kFullMask, s8, 2);
-      if (t == 0) {
-        const int j0 = base + k0 + g, j8 = j0 + 8;
-        if (j0 < ctx) out[j0] = s0;
-        if (j8 < ctx) out[j8] = s8;
+      for (int u = 0; u < kG; ++u) {
+        if (!on[u]) continue;
+        float s0 = 0.f, s8 = 0.f;  // keys k0 + g and k0 + g + 8, this thread's 8 heads
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          s0 += wr[u][nt][0] * fmaxf(acc[u][nt][0], 0.f) + wr[u][nt][1] * fmaxf(acc[u][nt][1], 0.f);
+          s8 += wr[u][nt][0] * fmaxf(acc[u][nt][2], 0.f) + wr[u][nt][1] * fmaxf(acc[u][nt][3], 0.f);
+        }
+        s0 += __shfl_xor_sync(prims::kFullMask, s0, 1);
+        s0 += __shfl_xor_sync(prims::kFullMask, s0, 2);
+        s8 += __shfl_xor_sync(prims::kFullMask, s8, 1);
+        s8 += __shfl_xor_sync(prims::kFullMask, s8, 2);
+        if (t == 0) {
+          float* out = p.scores + int64_t(tok[u]) * p.score_stride;
+          const int j0 = base + k0 + g, j8 = j0 + 8;
+          if (j0 < ctx_of[u]) out[j0] = s0;
+          if (j8 < ctx_of[u]) out[j8] = s8;
+        }
       }
     }
   }
   prims::cp_async_wait<0>();
 }
 
+// Grid (ceil(tokens / kG), key chunks). kG = 1: one token per CTA. kG = 2: tokens 2x and 2x + 1
+// share the CTA's key tiles when they belong to one request (prefill chunks: half the key
+// traffic); across a request boundary the CTA runs one pass per token.
+template <bool kFp8, int kStages, int kG>
+__global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams p) {
+  static_assert(kG == 1 || kG == 2, "");
+  FP4MOE_DYNAMIC_SMEM(uint8_t, smem);
+  const int t0 = int(blockIdx.x) * kG;
+  const int r0 = attention::request_of(p.qo_indptr, p.num_requests, t0);
+  const int32_t* pages0 = p.page_indices + p.page_indptr[r0];
+  if constexpr (kG == 1) {
+    score_pass<kFp8, kStages, 1>(p, smem, {t0}, {true}, pages0);
+  } else {
+    const int t1 = t0 + 1;
+    const bool has1 = t1 < p.num_tokens, same = has1 && t1 < p.qo_indptr[r0 + 1];
+    if (!has1 || same) {
+      score_pass<kFp8, kStages, 2>(p, smem, {t0, t1}, {true, has1}, pages0);
+    } else {
+      score_pass<kFp8, kStages, 2>(p, smem, {t0, t1}, {true, false}, pages0);
+      __syncthreads();  // the ring's stages are reused
+      const int r1 = attention::request_of(p.qo_indptr, p.num_requests, t1);
+      score_pass<kFp8, kStages, 2>(p, smem, {t0, t1}, {false, true}, p.page_indices + p.page_indptr[r1]);
+    }
+  }
+}
 
 }  // namespace
 

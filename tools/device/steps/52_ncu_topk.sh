@@ -5,7 +5,8 @@
 # occupancy, warp states); the table $OUT/ncu_topk_B<B>_L<L>.csv has one row per launch:
 # kernel, grid, duration, DRAM / L2 / SM throughput, printed as one line per launch. Run after
 # tools/device/prebuilt_env.sh (or with build-dev/bin/fp4moe). Env: NCU_TOPK_CASES ("B:L ...",
-# default "256:131072 64:32768 1:131072").
+# default "256:131072 64:32768 1:131072"); NCU_KERNELS, the kernel-name regex (default "topk_";
+# "index_score|topk_" profiles the indexer's score kernel too).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -13,7 +14,7 @@ F=${FP4MOE_BIN:-build-dev/bin/fp4moe}
 command -v ncu >/dev/null || { echo "no ncu"; exit 1; }
 for c in ${NCU_TOPK_CASES:-256:131072 64:32768 1:131072}; do
   B=${c%%:*} L=${c##*:}; R=$OUT/ncu_topk_B${B}_L${L}
-  timeout 240 ncu --clock-control none --kernel-name regex:topk_ --launch-count 24 \
+  timeout 240 ncu --clock-control none --kernel-name "regex:${NCU_KERNELS:-topk_}" --launch-count 24 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     --section MemoryWorkloadAnalysis -o "$R" -f \
     "$F" bench attention --batch "$B" --ctx "$L" --kv bf16 --no-prefill --no-fp8-agreement --iters 1 > "$R.log" 2>&1

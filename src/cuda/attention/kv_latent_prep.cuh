@@ -39,12 +39,6 @@ struct Params {
 
 namespace {
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(prims::kFullMask, v, o);
-  return v;
-}
-
 __device__ __forceinline__ uint8_t e4m3(float x, float scale) {
   return uint8_t(prims::float_to_e4m3_bits(__fdiv_rn(x, scale)));
 }
@@ -71,7 +65,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_latent_prep_kernel(con
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) ss += x[i] * x[i];
-  const float inv = 1.0f / sqrtf(warp_sum(ss) / float(kCkv) + p.eps);
+  const float inv = 1.0f / sqrtf(prims::warp_sum(ss) / float(kCkv) + p.eps);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) x[i] = p.norm_w[d0 + i] * (x[i] * inv);
 

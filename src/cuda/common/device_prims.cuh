@@ -30,6 +30,24 @@ __device__ __forceinline__ int warp_id() { return int(threadIdx.x >> 5); }
 // Bits of the lanes below this one.
 __device__ __forceinline__ unsigned lanemask_lt() { return (1u << lane_id()) - 1u; }
 
+// Sum over the warp's 32 lanes (xor butterfly: every lane gets the same value).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Warp-aggregated append: each lane with `in` gets its own index from *counter (one atomic per
+// warp, lanes in lane order), the others -1. Every lane of the warp calls.
+__device__ __forceinline__ int warp_append(bool in, int* counter) {
+  const unsigned b = __ballot_sync(kFullMask, in);
+  if (b == 0u) return -1;
+  int at = 0;
+  if (lane_id() == 0) at = atomicAdd(counter, __popc(b));
+  at = __shfl_sync(kFullMask, at, 0) + __popc(b & lanemask_lt());
+  return in ? at : -1;
+}
+
 // Exclusive prefix sum of v over the block's threads in thread order (every thread calls);
 // `total` gets the block's sum. scratch: >= 33 ints of shared memory, free again on return.
 template <int kThreads>

@@ -38,12 +38,6 @@ struct Params {
 
 namespace {
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(prims::kFullMask, v, o);
-  return v;
-}
-
 // Grid: ceil(T / kWarpsPerBlock) blocks of kWarpsPerBlock warps.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(const Params p) {
   const int t = int(blockIdx.x) * kWarpsPerBlock + prims::warp_id();
@@ -55,11 +49,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) s += x[i];
-  const float mean = warp_sum(s) / float(kDim);
+  const float mean = prims::warp_sum(s) / float(kDim);
   float v = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) v += (x[i] - mean) * (x[i] - mean);
-  const float inv = 1.0f / sqrtf(warp_sum(v) / float(kDim) + p.eps);
+  const float inv = 1.0f / sqrtf(prims::warp_sum(v) / float(kDim) + p.eps);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) x[i] = (x[i] - mean) * inv * p.ln_w[d0 + i] + p.ln_b[d0 + i];
 

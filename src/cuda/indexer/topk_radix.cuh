@@ -282,7 +282,6 @@ __device__ __forceinline__ Narrowed narrow(Get get, int n, Sel& sel, int* hist, 
     if (radix_pass<2048>(get, n, 9, sel, hist, scratch) == sel.need) return {true, -1};
     return {radix_pass<512>(get, n, 0, sel, hist, scratch) == sel.need, -1};
   }
-  const int lane = prims::lane_id();
   int* list = hist + kListAt;
   if (threadIdx.x == 0) scratch[45] = 0;
   __syncthreads();
@@ -290,12 +289,8 @@ __device__ __forceinline__ Narrowed narrow(Get get, int n, Sel& sel, int* hist, 
     const int i = base + int(threadIdx.x);
     uint32_t key = 0;
     const bool in = i < n && get(i, key) && (key & sel.mask) == sel.prefix;
-    const unsigned b = __ballot_sync(prims::kFullMask, in);
-    if (b == 0u) continue;
-    int at = 0;
-    if (lane == 0) at = atomicAdd(&scratch[45], __popc(b));
-    at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
-    if (in && at < kListCap) list[at] = i;
+    const int at = prims::warp_append(in, &scratch[45]);
+    if (at >= 0 && at < kListCap) list[at] = i;
   }
   __syncthreads();  // c items listed (the count the histogram gave)
   auto listed = [&](int j, uint32_t& key) { return get(list[j], key); };
@@ -438,15 +433,11 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
       return true;
     };
     Sel ps{0u, 0u, sel.need};
-    if (nr.list_n >= 0) {  // the keys equal to T are among the listed ones
-      const int* list = hist + kListAt;
-      auto listed = [&](int j, uint32_t& key) { return pos_key(list[j], key); };
-      radix_pass<2048>(listed, nr.list_n, 11, ps, hist, scratch);
-      radix_pass<2048>(listed, nr.list_n, 0, ps, hist, scratch);
-    } else {
-      radix_pass<2048>(pos_key, n, 11, ps, hist, scratch);
-      radix_pass<2048>(pos_key, n, 0, ps, hist, scratch);
-    }
+    const int* list = hist + kListAt;
+    auto listed = [&](int j, uint32_t& key) { return pos_key(nr.list_n >= 0 ? list[j] : j, key); };
+    const int items = nr.list_n >= 0 ? nr.list_n : n;  // the keys equal to T are among the listed ones
+    radix_pass<2048>(listed, items, 11, ps, hist, scratch);
+    radix_pass<2048>(listed, items, 0, ps, hist, scratch);
     p_cut = int(kPosMax - ps.prefix);
   }
   return Rule{sel.mask, sel.prefix, p_cut};
@@ -514,13 +505,8 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
       for (int u = 0; u < 4; ++u) {
         const int i = base + (j0 + u) * 32 + lane;
         const uint32_t key = order_key(v[u]);
-        const bool in = i < ctx && key >= t0;
-        const unsigned b = __ballot_sync(prims::kFullMask, in);
-        if (b == 0u) continue;  // warp-uniform: most steps of a long row
-        int at = 0;
-        if (lane == 0) at = atomicAdd(&scratch[46], __popc(b));
-        at = __shfl_sync(prims::kFullMask, at, 0) + __popc(b & prims::lanemask_lt());
-        if (in && at < kCandCap) {
+        const int at = prims::warp_append(i < ctx && key >= t0, &scratch[46]);  // no atomic where no lane is in
+        if (at >= 0 && at < kCandCap) {
           ckey[at] = key;
           cpos[at] = i;
         }

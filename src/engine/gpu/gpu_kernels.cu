@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_prims.cuh"
 
 namespace fp4moe::engine::gpu {
 namespace {
@@ -19,10 +20,7 @@ __device__ __forceinline__ float ld(const uint16_t* p, int64_t i) {
 __device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ void st(uint16_t* p, int64_t i, float v) { reinterpret_cast<bf16*>(p)[i] = __float2bfloat16(v); }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using cuda::prims::warp_sum;
 
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 __device__ float block_sum(float v) {

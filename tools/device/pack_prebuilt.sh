@@ -3,8 +3,8 @@
 # for a device call that skips the ~4-minute build on the GPU machine: name ".pre" in the
 # call's carry list, then on the device
 #     source tools/device/prebuilt_env.sh && bash tools/device/steps/80_serve_sweep.sh
-# (or run a carried test binary: "$PRE_BIN/mla_attention_test"). Each binary travels gzipped
-# (fp4moe: ~50 MB -> ~14 MB; the carry limit is 64 MiB in all), with the shared libraries the GPU
+# (or run a carried test binary: "$PRE_BIN/mla_attention_test"). Each binary travels xz-compressed
+# (three CUDA archs in each; gpu_runner_test: ~60 MB -> ~9 MB, about half of gzip's size; the carry limit is 64 MiB in all), with the shared libraries the GPU
 # machine lacks (text/'s PCRE2 and utf8proc, cpp-httplib and what it needs).
 #   bash tools/device/pack_prebuilt.sh [test_binary ...]     fp4moe always
 set -euo pipefail
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 rm -rf .pre && mkdir -p .pre/lib
 for b in fp4moe "$@"; do
   [ -x "build/bin/$b" ] || { echo "pack_prebuilt: build/bin/$b is not built (cmake --build build --target $b)" >&2; exit 1; }
-  gzip -c "build/bin/$b" > ".pre/$b.gz"
+  xz -T2 -6 -c "build/bin/$b" > ".pre/$b.xz"
 done
 # The shared libraries fp4moe links that are not CUDA's or the C / C++ runtime's.
 ldd build/bin/fp4moe | awk '/=> \// {print $3}' |

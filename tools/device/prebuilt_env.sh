@@ -1,10 +1,14 @@
-# Sourced on the GPU machine (see pack_prebuilt.sh): unpacks .pre/*.gz into $PRE_BIN (/tmp/fp4moe_pre),
+# Sourced on the GPU machine (see pack_prebuilt.sh): unpacks .pre/*.xz (or *.gz) into $PRE_BIN (/tmp/fp4moe_pre),
 # puts .pre/lib on LD_LIBRARY_PATH, points SWEEP_BIN / FP4MOE_BIN at the carried fp4moe and sets
 # FP4MOE_COMMIT. Test binaries find the goldens and fp4moe through the paths compiled into them
 # (FP4MOE_SOURCE_DIR, FP4MOE_BINARY_DIR of the machine that built them): those are linked here.
 PRE_BIN=${PRE_BIN:-/tmp/fp4moe_pre}
 mkdir -p "$PRE_BIN"
-for gz in .pre/*.gz; do b=$(basename "$gz" .gz); gunzip -c "$gz" > "$PRE_BIN/$b" && chmod +x "$PRE_BIN/$b"; done
+for z in .pre/*.xz .pre/*.gz; do
+  [ -e "$z" ] || continue
+  b=$(basename "${z%.*}")
+  case "$z" in *.xz) xz -dc "$z" ;; *) gunzip -c "$z" ;; esac > "$PRE_BIN/$b" && chmod +x "$PRE_BIN/$b"
+done
 export PRE_BIN LD_LIBRARY_PATH="$PWD/.pre/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SWEEP_BIN="$PRE_BIN/fp4moe" FP4MOE_BIN="$PRE_BIN/fp4moe" FP4MOE_COMMIT=$(cat .pre/COMMIT 2>/dev/null || echo unknown)
 src_dir=$(cat .pre/SOURCE_DIR 2>/dev/null || echo /work/main)

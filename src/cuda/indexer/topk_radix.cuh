@@ -161,16 +161,18 @@ __device__ __forceinline__ int row_ctx(const Params& p, int row) {
   return c < p.max_ctx ? c : p.max_ctx;  // positions beyond max_ctx are outside the contract
 }
 
-__device__ __forceinline__ const int32_t* row_pages(const Params& p, int row) {
-  return p.out_slot ? p.page_indices + p.page_indptr[attention::request_of(p.qo_indptr, p.num_requests, row)]
-                    : nullptr;
+// The offset of the row's page table in page_indices (0 without out_slot). Kernels load it first: a chain of dependent
+// cold loads (request search, page_indptr) that then overlaps the row's work.
+__device__ __forceinline__ int row_pages(const Params& p, int row) {
+  return p.out_slot ? p.page_indptr[attention::request_of(p.qo_indptr, p.num_requests, row)] : 0;
 }
 
 // The row's selection written out: entry n (< top_k) is position pos_at(n) (-1: padding) and,
-// with out_slot, its cache slot. Entry n is thread n % kThreads's: coalesced stores, and a
-// thread's page-table loads (<= kMaxK / kThreads) are issued together, not one per ballot step.
+// with out_slot, its cache slot (the row's page table: page_indices + pages, from row_pages).
+// Entry n is thread n % kThreads's: coalesced stores, and a thread's page-table loads
+// (<= kMaxK / kThreads) are issued together, not one per ballot step.
 template <typename PosAt>
-__device__ __forceinline__ void write_selection(const Params& p, int row, PosAt pos_at) {
+__device__ __forceinline__ void write_selection(const Params& p, int row, int pages, PosAt pos_at) {
   constexpr int kPer = kMaxK / kThreads;
   const int tid = int(threadIdx.x);
   int32_t pos[kPer];
@@ -184,10 +186,9 @@ __device__ __forceinline__ void write_selection(const Params& p, int row, PosAt 
   for (int q = 0; q < kPer; ++q)
     if (tid + q * kThreads < p.top_k) p.out_pos[first + tid + q * kThreads] = pos[q];
   if (!p.out_slot) return;
-  const int32_t* pages = row_pages(p, row);
   int32_t slot[kPer];
 #pragma unroll
-  for (int q = 0; q < kPer; ++q) slot[q] = pos[q] < 0 ? -1 : int32_t(attention::slot_of(pages, p.page_shift, pos[q]));
+  for (int q = 0; q < kPer; ++q) slot[q] = pos[q] < 0 ? -1 : int32_t(attention::slot_of(p.page_indices + pages, p.page_shift, pos[q]));
 #pragma unroll
   for (int q = 0; q < kPer; ++q)
     if (tid + q * kThreads < p.top_k) p.out_slot[first + tid + q * kThreads] = slot[q];
@@ -247,14 +248,15 @@ __device__ __forceinline__ int radix_pass(Get get, int n, int shift, Sel& sel, i
   const int tid = int(threadIdx.x);
   for (int b = tid; b < kBins; b += kThreads) hist[b] = 0;
   __syncthreads();
-  for (int base = 0; base < n; base += kThreads) {  // uniform trip count: the warp vote below
+  for (int base = 0; base < n; base += kThreads) {
     const int i = base + tid;
     int digit = -1;
     uint32_t key = 0;
     if (i < n && get(i, key) && (key & sel.mask) == sel.prefix) digit = int((key >> shift) & uint32_t(kBins - 1));
-    // Lanes with the same digit add once (scores crowd a few bins).
-    const unsigned peers = __match_any_sync(prims::kFullMask, digit);
-    if (digit >= 0 && prims::lane_id() == __ffs(int(peers)) - 1) atomicAdd(&hist[digit], __popc(peers));
+    // A plain shared atomic per key, its result unused (a fire-and-forget reduction): the steps
+    // pipeline. Aggregating equal digits with __match_any_sync first put the match's latency
+    // (~200 cycles, ncu) on every step: 30 % of a one-CTA row's time at 8K keys.
+    if (digit >= 0) atomicAdd(&hist[digit], 1);
   }
   __syncthreads();
   return take_bin<kBins>(hist, shift, sel, scratch);
@@ -303,7 +305,8 @@ __device__ __forceinline__ Narrowed narrow(Get get, int n, Sel& sel, int* hist, 
 // and written out. hist: kBins0 shared ints. key_at reads shared memory (one-CTA rows) or the
 // scores (a streamed long row).
 template <typename KeyAt>
-__device__ __forceinline__ void select_row(const Params& p, int row, int ctx, KeyAt key_at, int* hist, int* scratch) {
+__device__ __forceinline__ void select_row(const Params& p, int row, int pages, int ctx, KeyAt key_at,
+                                           int* hist, int* scratch) {
   const int lane = prims::lane_id(), warp = prims::warp_id();
   Sel sel{0u, 0u, p.top_k};
   auto get = [&](int i, uint32_t& key) {
@@ -342,7 +345,7 @@ __device__ __forceinline__ void select_row(const Params& p, int row, int ctx, Ke
     eq_seen += __popc(eqb);
   }
   __syncthreads();
-  write_selection(p, row, [&](int n) { return hist[n]; });  // exactly k taken (ctx > k)
+  write_selection(p, row, pages, [&](int n) { return hist[n]; });  // exactly k taken (ctx > k)
 }
 
 // Arrival of this CTA at a per-row counter; true in the row's last CTA (which then sees every
@@ -372,8 +375,9 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
   const int ctx = row_ctx(p, row);
   const float* s = p.scores + int64_t(row) * p.score_stride;
   if (ctx <= kRowKeys) {
+    const int pages = row_pages(p, row);
     if (ctx <= p.top_k) {  // dense: every position, then -1 padding
-      write_selection(p, row, [&](int n) { return n < ctx ? n : -1; });
+      write_selection(p, row, pages, [&](int n) { return n < ctx ? n : -1; });
       return;
     }
     constexpr int kPer = kRowKeys / kThreads;  // the row's loads all in flight, then the stores
@@ -384,7 +388,7 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
     for (int q = 0; q < kPer; ++q)
       if (tid + q * kThreads < ctx) keys[tid + q * kThreads] = order_key(v[q]);
     __syncthreads();
-    select_row(p, row, ctx, [&](int i) { return keys[i]; }, hist, scratch);
+    select_row(p, row, pages, ctx, [&](int i) { return keys[i]; }, hist, scratch);
     return;
   }
   // A long row: its sample (warp w: lines w, w + 32, ...; loads first, all in flight), then t0.
@@ -445,8 +449,8 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
 
 // The set bits of a row's bitmap (ctx bits) written in order as the row's selection (staged in
 // sel, kMaxK shared ints); the words are left zero.
-__device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, uint32_t* bits, int32_t* sel,
-                                            int* scratch) {
+__device__ __forceinline__ void emit_bitmap(const Params& p, int row, int pages, int ctx, uint32_t* bits,
+                                            int32_t* sel, int* scratch) {
   const int tid = int(threadIdx.x);
   const int words = (ctx + 31) / 32;
   const int per = (words + kThreads - 1) / kThreads;
@@ -466,7 +470,7 @@ __device__ __forceinline__ void emit_bitmap(const Params& p, int row, int ctx, u
     }
   }
   __syncthreads();
-  write_selection(p, row, [&](int n) { return n < total ? sel[n] : -1; });  // (total == k: ctx > k)
+  write_selection(p, row, pages, [&](int n) { return n < total ? sel[n] : -1; });  // (total == k: ctx > k)
 }
 
 // Dynamic shared memory: [hist kBins0 ints][scratch kScratchInts ints][keys kCandCap][pos kCandCap].
@@ -522,6 +526,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
     for (int j = tid; j < m && at0 + j < kCandCap; j += kThreads) cand[at0 + j] = uint2{ckey[j], uint32_t(cpos[j])};
   }
   if (!last_to_arrive(&st.arrive, uint32_t(ctas), scratch)) return;
+  const int pages = row_pages(p, row);  // its loads overlap the candidates' below
   const uint32_t n_all = __ldcg(&st.cand_n);
   __syncthreads();
   if (tid == 0) {
@@ -529,7 +534,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
     st.last_n = n_all;
   }
   if (n_all < uint32_t(p.top_k) || n_all > uint32_t(kCandCap)) {  // the sample missed: stream the row
-    select_row(p, row, ctx, [&](int i) { return order_key(s[i]); }, hist, scratch);
+    select_row(p, row, pages, ctx, [&](int i) { return order_key(s[i]); }, hist, scratch);
     return;
   }
   const int n = int(n_all);
@@ -559,7 +564,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   }
   __threadfence_block();
   __syncthreads();
-  emit_bitmap(p, row, ctx, bits, hist, scratch);
+  emit_bitmap(p, row, pages, ctx, bits, hist, scratch);
 }
 
 }  // namespace

@@ -190,7 +190,7 @@ struct Selection {
 };
 Selection make_selection(const void* q, const float* w, void* q8, float* w8, const KvLayerView& layer,
                          const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot,
-                         const DeviceMem& ws, size_t ws_bytes) {
+                         const DeviceMem& ws, size_t ws_bytes, int32_t* cand_counts = nullptr) {
   Selection sel;
   sel.q_bf16 = q;
   sel.w = w;
@@ -213,6 +213,7 @@ Selection make_selection(const void* q, const float* w, void* q8, float* w8, con
   sel.topk.max_ctx = L;
   sel.topk.workspace = ws.ptr();
   sel.topk.workspace_bytes = ws_bytes;
+  sel.topk.candidate_counts = cand_counts;
   FP4MOE_CHECK(ws_bytes >= ix::top_k_workspace_bytes(b.num_tokens, L), "bench: top-k workspace too small");
   return sel;
 }
@@ -379,7 +380,7 @@ class Bench {
         w8(size_t(maxB) * at::kIndexHeads * 4), scores(size_t(maxB) * size_t(maxL) * 4),
         sel_pos(size_t(maxB) * size_t(opt_.top_k) * 4), sel_slot(size_t(maxB) * size_t(opt_.top_k) * 4);
     const size_t topk_ws_bytes = ix::top_k_workspace_bytes(maxB, maxL);  // any slice_keys ("ours-radix-wide")
-    DeviceMem topk_ws(topk_ws_bytes);
+    DeviceMem topk_ws(topk_ws_bytes), topk_counts(size_t(maxB) * 4);
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));  // once: the kernels leave it zeroed
     bench::fill_random_bf16(q_nope.ptr(), size_t(maxB) * kHeads * at::kCkvDim, 31, 0.5f, s_);
     bench::fill_random_bf16(q_pe.ptr(), size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
@@ -436,7 +437,8 @@ class Bench {
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
         const Selection sel = make_selection(qi.ptr(), w.as<float>(), qi8.ptr(), w8.as<float>(), layer, db.v, L,
                                              scores.as<float>(), opt_.top_k, sel_pos.as<int32_t>(),
-                                             sel_slot.as<int32_t>(), topk_ws, topk_ws_bytes);
+                                             sel_slot.as<int32_t>(), topk_ws, topk_ws_bytes,
+                                             topk_counts.as<int32_t>());
         sparse.plan_sparse(hb.view(), opt_.top_k, s_);
         at::MlaRunArgs sp{q_nope.ptr(), q_pe.ptr(), layer, sel_slot.as<int32_t>(), out.ptr(), nullptr};
         const double key_bytes = double(B) * L * at::kIndexDim * eb;
@@ -805,11 +807,12 @@ class Bench {
     }
     const KvLayerView L16 = glm5_layer(dummy.ptr(), dummy.ptr(), d_keys->ptr(), pages, ps, KvElem::BF16, KvElem::BF16, 1.f, 1.f);
     const size_t topk_ws_bytes = ix::top_k_workspace_bytes(B, L);
-    DeviceMem topk_ws(topk_ws_bytes);
+    DeviceMem topk_ws(topk_ws_bytes), topk_counts(size_t(B) * 4);
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(topk_ws.ptr(), 0, topk_ws_bytes, s_));
     auto select = [&](const KvLayerView& layer, DeviceMem& dst) {
       const Selection sel = make_selection(d_q->ptr(), d_w->as<float>(), q8.ptr(), w8.as<float>(), layer, db.v, L,
-                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr, topk_ws, topk_ws_bytes);
+                                           sc.as<float>(), k, dst.as<int32_t>(), nullptr, topk_ws, topk_ws_bytes,
+                                           topk_counts.as<int32_t>());
       sel.run_indexer(s_);
       sel.run_topk(s_);
       return sample_note(sel.topk);

@@ -106,15 +106,17 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
 
 // Outputs poisoned (-7) first; run twice on one workspace (the kernels must leave it zeroed),
 // the second result returned after checking it equals the first.
+// shared_ws: a zeroed workspace of earlier calls, at least this call's size (nullptr: a fresh one).
 std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
-                              std::vector<int32_t>* slots, int slice_keys = 0) {
+                              std::vector<int32_t>* slots, int slice_keys = 0, DeviceArray<uint8_t>* shared_ws = nullptr) {
   DeviceBatch db(c);
   DeviceArray<float> s(scores);
   const std::vector<int32_t> poison(size_t(c.tokens() * k), -7);
   DeviceArray<int32_t> pos(poison), slot(poison);
-  const size_t ws_bytes = ix::top_k_workspace_bytes(c.tokens(), c.max_ctx());
-  DeviceArray<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
-  FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
+  const size_t ws_bytes = shared_ws ? shared_ws->n : ix::top_k_workspace_bytes(c.tokens(), c.max_ctx());
+  DeviceArray<uint8_t> own(shared_ws ? 1 : std::max<size_t>(ws_bytes, 1));
+  DeviceArray<uint8_t>& ws = shared_ws ? *shared_ws : own;
+  if (!shared_ws) FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
   ix::TopKArgs a;
   a.scores = s.ptr;
   a.score_stride = stride;
@@ -132,6 +134,10 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   ix::top_k(a, nullptr);
   const auto second = pos.download();
   EXPECT_EQ(first, second) << "a second call on the same workspace differs";
+  if (shared_ws) {  // all of it zero again: the next call may lay it out for another row count
+    const std::vector<uint8_t> w = shared_ws->download();
+    EXPECT_EQ(std::count(w.begin(), w.end(), uint8_t(0)), std::ptrdiff_t(w.size())) << "the workspace is left non-zero";
+  }
   if (slots) *slots = slot.download();
   return second;
 }
@@ -359,7 +365,8 @@ TEST(Indexer, TopKIdenticalToCpuK2048) {
 // when the candidates overflow, or when the sampled lines alone score high and the sample's
 // threshold admits fewer than k keys); tests/cuda/topk_radix_emu_test.cpp runs the same
 // kernels on the CPU.
-void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed, int slice_keys = 0) {
+void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed, int slice_keys = 0,
+                          DeviceArray<uint8_t>* shared_ws = nullptr) {
   PagedCase c = make_paged_case(shapes, 16, KvElem::BF16, KvElem::BF16, seed, /*fill=*/false);
   const int64_t stride = c.max_ctx() + 1;
   const int k = 2048;
@@ -385,7 +392,7 @@ void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed
     }
   }
   std::vector<int32_t> slots;
-  const auto got = gpu_topk(c, s, stride, k, &slots, slice_keys);
+  const auto got = gpu_topk(c, s, stride, k, &slots, slice_keys, shared_ws);
   ASSERT_EQ(got, cpu_topk(c, s, stride, k)) << "slice_keys " << slice_keys;
   const KvBatchView b = c.batch();
   for (int64_t t = 0; t < c.tokens(); ++t)
@@ -405,6 +412,19 @@ TEST(Indexer, TopKLongRowPathsIdenticalToCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
   // 40000: 3 values (> 8192 candidates: streamed); 16385: the sampled lines high (streamed); 16384 / 16385: the boundary
   check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82);
+}
+
+// One workspace for calls of 1, 3, 6 and 2 rows (the runner's steps of different sizes): a call's
+// row states lie where an earlier call's candidates were.
+TEST(Indexer, TopKWorkspaceSharedByCallsOfGrowingRowCounts) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const std::vector<RequestShape> all = {{20000, 1}, {17000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {30000, 1}};
+  const size_t bytes = ix::top_k_workspace_bytes(int64_t(all.size()), 40000);
+  DeviceArray<uint8_t> ws(bytes);
+  FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, bytes));
+  uint64_t seed = 90;
+  for (size_t n : {size_t(1), size_t(3), size_t(6), size_t(2)})
+    check_topk_long_rows(std::vector<RequestShape>(all.begin(), all.begin() + std::ptrdiff_t(n)), seed++, 0, &ws);
 }
 
 // Wider slices (TopKArgs::slice_keys, what top_k_slice_keys picks for many long rows): the same

@@ -71,8 +71,10 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
 }
 
 // resident: the CTAs the gather launch may take (gather_ctas_per_row); the H200's is 264.
+// shared_ws: a workspace of earlier calls (zero between calls, at least this call's size), or
+// nullptr for a fresh one.
 void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys,
-              int resident = 264) {
+              int resident = 264, std::vector<unsigned char>* shared_ws = nullptr) {
   std::mt19937_64 g(seed);
   // One request per row (q_len 1 at the end of its context), pages shuffled.
   std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
@@ -102,7 +104,10 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
 
   std::vector<int32_t> out_pos(size_t(T * k), -7), out_slot(size_t(T * k), -7);
   const tk::Layout l = tk::workspace_layout(T, max_ctx, slice_keys);
-  std::vector<unsigned char> ws(l.total + 16, 0);
+  std::vector<unsigned char> own(shared_ws ? 0 : l.total + 16, 0);
+  std::vector<unsigned char>& ws = shared_ws ? *shared_ws : own;
+  ASSERT_GE(ws.size(), l.total);
+  std::vector<int32_t> counts(static_cast<size_t>(T), -1);
   tk::Params p{};
   p.scores = scores.data();
   p.score_stride = stride;
@@ -117,6 +122,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   p.page_shift = __builtin_ctz(unsigned(page_size));
   p.max_ctx = max_ctx;
   p.slice_keys = slice_keys;
+  p.cand_counts = counts.data();
   if (l.total) tk::bind_workspace(p, ws.data(), l);
   const dim3 grid(unsigned(l.slices > 0 ? tk::gather_ctas_per_row(T, l.slices, resident) : 1), unsigned(T));
   for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
@@ -137,10 +143,10 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
     }
     if (l.total) {
       for (int64_t t = 0; t < T; ++t) {
-        // The path taken (last_n: the candidate count): the sample holds on unstructured rows
-        // and misses, by design, on the rows built against it.
+        // The path taken (the candidate count): the sample holds on unstructured rows and
+        // misses, by design, on the rows built against it.
         const Fill f = rows[size_t(t)].fill;
-        const uint32_t n = p.state[t].last_n;
+        const uint32_t n = uint32_t(counts[size_t(t)]);
         const bool streamed = n < uint32_t(k) || n > uint32_t(tk::kCandCap);
         if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::Random || f == Fill::HotRun || f == Fill::TiesAtCut ||
                                                    f == Fill::ExactTopBin)) {
@@ -149,9 +155,10 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
         if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::SampleHot || f == Fill::FewTies)) {
           EXPECT_TRUE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
         }
-        ASSERT_EQ(p.state[t].arrive | p.state[t].cand_n, 0u);
-        for (int64_t i = 0; i < l.bitmap_words; ++i) ASSERT_EQ(p.bitmap[t * l.bitmap_words + i], 0u);
       }
+      // All of it zero again (row states, candidates, bitmaps): the next call may lay it out
+      // for another row count.
+      ASSERT_EQ(std::count(ws.begin(), ws.end(), 0), std::ptrdiff_t(ws.size())) << "call " << call;
     }
   }
 }
@@ -283,6 +290,19 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithFewerGatherCtasThanSlices) {
               {131072, Fill::HotRun},
               {3000, Fill::Random}},
              2048, 16, 6, tk::kSliceKeys, resident);
+}
+
+// One workspace for calls of 1, 3, 7 and 2 rows (the runner's steps of different sizes): each
+// call's layout puts its row states where another's candidates were.
+TEST(TopKRadixEmu, WorkspaceSharedByCallsOfDifferentRowCounts) {
+  const std::vector<Row> all = {{20000, Fill::Random},   {17000, Fill::TiesAtCut}, {30000, Fill::FewTies},
+                                {18000, Fill::HotRun},   {16385, Fill::Random},    {17000, Fill::FewUlps},
+                                {40000, Fill::Random}};
+  std::vector<unsigned char> ws(tk::workspace_layout(int64_t(all.size()), 40000).total + 16, 0);
+  uint64_t seed = 7;
+  for (size_t n : {size_t(1), size_t(3), size_t(7), size_t(2)})
+    run_case(std::vector<Row>(all.begin(), all.begin() + std::ptrdiff_t(n)), 2048, 16, seed++, tk::kSliceKeys, 264,
+             &ws);
 }
 
 TEST(TopKRadixEmu, GatherCtasPerRowKeepOneWaveAndAtLeastOne) {

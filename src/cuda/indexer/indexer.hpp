@@ -94,9 +94,14 @@ struct TopKArgs {
   int32_t* out_slot = nullptr;
   int64_t page_size = attention::kDefaultPageSize;  // with out_slot
   // Device scratch for rows longer than 16K keys: top_k_workspace_bytes(T, max_ctx) bytes (0 when
-  // max_ctx <= 16384), zeroed once after allocation (the kernels leave it zeroed).
+  // max_ctx <= 16384), zeroed once after allocation. Each call leaves all of it zero, so calls of
+  // any row count and max_ctx within its size may share it.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Optional diagnostics, device [T]: each row longer than 16K keys gets its candidate count
+  // (top_k..8192: selected among the candidates; else its sample missed and the row was streamed).
+  // Other rows' entries are not written. top_k_sample_stats reads it.
+  int32_t* candidate_counts = nullptr;
   // Rows longer than 16K keys: keys per gather CTA, a multiple of 4096 up to 65536; 0 = 4096.
   // top_k_slice_keys(T, max_ctx) is the wider choice for many long rows (measured side by side
   // in `bench attention`'s top-k rows).
@@ -142,8 +147,9 @@ std::string index_key_prep_can_implement(int64_t dim, int rope_dim, bool interle
 void index_key_prep(const IndexKeyPrepArgs& a, cudaStream_t stream);
 
 // Diagnostics (benchmarks, tests; synchronizes the stream): how many rows longer than 16K keys
-// the last top_k call with these args selected by streaming the whole row (its sample missed:
-// fewer than top_k or more than 8192 candidates), and the median candidate count of those rows.
+// the last top_k call with these args (candidate_counts set) selected by streaming the whole row
+// (its sample missed: fewer than top_k or more than 8192 candidates), and the median candidate
+// count of those rows.
 struct TopKSampleStats {
   int long_rows = 0, streamed = 0;
   int median_candidates = 0;

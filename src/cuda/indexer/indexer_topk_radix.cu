@@ -76,6 +76,7 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   p.page_shift = a.out_slot ? attention::log2_exact(a.page_size) : 0;
   p.max_ctx = a.max_ctx;
   p.slice_keys = slice;
+  p.cand_counts = a.candidate_counts;
   if (l.total != 0) topk::bind_workspace(p, a.workspace, l);
   const size_t smem0 = topk::select_smem_bytes(a.max_ctx), smem1 = topk::gather_smem_bytes();
   static DeviceOnce select_opt_in, gather_opt_in;
@@ -92,24 +93,22 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
 TopKSampleStats top_k_sample_stats(const TopKArgs& a, cudaStream_t stream) {
   TopKSampleStats st;
   const int64_t rows = a.batch.num_tokens;
-  if (a.max_ctx <= topk::kRowKeys || rows <= 0 || !a.workspace) return st;
-  std::vector<topk::RowState> state(static_cast<size_t>(rows));
-  std::vector<int32_t> pos(static_cast<size_t>(rows));
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(state.data(), a.workspace, state.size() * sizeof(topk::RowState),
-                                    cudaMemcpyDeviceToHost, stream));
+  if (a.max_ctx <= topk::kRowKeys || rows <= 0 || !a.candidate_counts) return st;
+  std::vector<int32_t> count(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(count.data(), a.candidate_counts, count.size() * 4, cudaMemcpyDeviceToHost, stream));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(pos.data(), a.batch.positions, pos.size() * 4, cudaMemcpyDeviceToHost, stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<uint32_t> n;
+  std::vector<int32_t> n;
   for (int64_t r = 0; r < rows; ++r) {
     if (std::min(pos[size_t(r)] + 1, a.max_ctx) <= topk::kRowKeys) continue;
-    const uint32_t c = state[size_t(r)].last_n;
+    const int32_t c = count[size_t(r)];
     ++st.long_rows;
-    st.streamed += c < uint32_t(a.top_k) || c > uint32_t(topk::kCandCap);
+    st.streamed += c < a.top_k || c > topk::kCandCap;
     n.push_back(c);
   }
   if (!n.empty()) {
     std::nth_element(n.begin(), n.begin() + n.size() / 2, n.end());
-    st.median_candidates = int(n[n.size() / 2]);
+    st.median_candidates = n[n.size() / 2];
   }
   return st;
 }

@@ -23,7 +23,9 @@
 //           CTA selects by streaming the whole row instead: correct, slower.
 // Each score of a long row is read once (plus the 1/stride sample), with a compare and a warp
 // vote per key: no per-key histogram over the whole row.
-// The workspace is zeroed once by the caller; every kernel leaves it zeroed.
+// The workspace is zeroed once by the caller, and each call leaves all of it zero (row states,
+// candidates, bitmaps): its layout depends on the call's row count and max_ctx, so one call's
+// candidate area is the next call's row states or bitmaps when those differ.
 #pragma once
 
 #include <cmath>
@@ -50,13 +52,12 @@ constexpr uint32_t kPosMax = (1u << kPosBits) - 1;
 constexpr int kScratchInts = 64;
 constexpr int kNoCut = 0x7fffffff;
 
-// Per row, in the workspace. arrive and cand_n are zero between calls.
+// Per row, in the workspace; zero between calls.
 struct RowState {
   uint32_t arrive;  // gather CTAs of the row done
   uint32_t cand_n;  // candidates appended (may exceed kCandCap: then the row is streamed)
   uint32_t t0;      // candidate threshold (an order key), from the sample
-  uint32_t last_n;  // the last call's candidate count (diagnostics: k..kCandCap = not streamed)
-  uint32_t pad[12];
+  uint32_t pad[13];
 };
 static_assert(sizeof(RowState) == 64, "");
 static_assert(kSliceKeys % (4 * kThreads) == 0, "gather: slices of whole 4-step batches");
@@ -81,6 +82,7 @@ struct Params {
   uint2* cand;
   uint32_t* bitmap;
   int64_t bitmap_words;
+  int32_t* cand_counts = nullptr;  // optional, per row: a long row's candidate count (diagnostics)
 };
 
 // Host: the workspace's layout for `rows` rows of up to max_ctx keys (all zero sizes when
@@ -529,11 +531,14 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   const int pages = row_pages(p, row);  // its loads overlap the candidates' below
   const uint32_t n_all = __ldcg(&st.cand_n);
   __syncthreads();
-  if (tid == 0) {
+  if (tid == 0) {  // every CTA of the row has read t0 (before it arrived)
     st.cand_n = 0u;
-    st.last_n = n_all;
+    st.t0 = 0u;
+    if (p.cand_counts) p.cand_counts[row] = int32_t(n_all);
   }
   if (n_all < uint32_t(p.top_k) || n_all > uint32_t(kCandCap)) {  // the sample missed: stream the row
+    const int written = n_all < uint32_t(kCandCap) ? int(n_all) : kCandCap;
+    for (int i = tid; i < written; i += kThreads) cand[i] = uint2{0u, 0u};
     select_row(p, row, pages, ctx, [&](int i) { return order_key(s[i]); }, hist, scratch);
     return;
   }
@@ -551,6 +556,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
       if (i < n) {
         ckey[i] = c[q].x;
         cpos[i] = int32_t(c[q].y);
+        cand[i] = uint2{0u, 0u};  // left zero (the header's first comment)
       }
     }
   }

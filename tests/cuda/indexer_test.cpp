@@ -53,7 +53,7 @@ std::vector<float> cpu_scores(PagedCase& c, const float* q, const float* w, int6
 // folded weights are returned in q_used / w_used (the exact inputs of the FP8 product).
 std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t stride, std::vector<float>* q_used,
                               std::vector<float>* w_used, int tiles_per_cta = 0, int max_ctx = 0,
-                              int tokens_per_cta = 0) {
+                              int tokens_per_cta = 0, int ring_stages = 0) {
   const int64_t T = c.tokens();
   DeviceCache dc(c);
   DeviceBatch db(c);
@@ -83,6 +83,7 @@ std::vector<float> gpu_scores(PagedCase& c, const IndexerInputs& in, int64_t str
   a.score_stride = stride;
   a.tiles_per_cta = tiles_per_cta;
   a.tokens_per_cta = tokens_per_cta;
+  a.ring_stages = ring_stages;
   ix::index_scores(a, nullptr);
   return scores.download();
 }
@@ -150,12 +151,13 @@ std::vector<int32_t> cpu_topk(const PagedCase& c, const std::vector<float>& scor
 
 const std::vector<RequestShape> kMixedShapes = {{1, 1}, {100, 1}, {2048, 1}, {2049, 1}, {5000, 1}, {3000, 3}};
 
-void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed, int tiles_per_cta = 0, int tokens_per_cta = 0) {
+void check_scores(int64_t page_size, KvElem index_elem, uint64_t seed, int tiles_per_cta = 0, int tokens_per_cta = 0,
+                  int ring_stages = 0) {
   PagedCase c = make_paged_case(kMixedShapes, page_size, KvElem::BF16, index_elem, seed);
   const int64_t stride = c.max_ctx() + 5;
   const auto in = random_indexer_inputs(c.tokens(), seed + 7);
   std::vector<float> q_used, w_used;
-  const auto g = gpu_scores(c, in, stride, &q_used, &w_used, tiles_per_cta, 0, tokens_per_cta);
+  const auto g = gpu_scores(c, in, stride, &q_used, &w_used, tiles_per_cta, 0, tokens_per_cta, ring_stages);
   const auto r = cpu_scores(c, q_used.data(), w_used.data(), stride);
   // BF16: exact products, FP32 sums in another order. FP8: the tensor cores' FP8 accumulation
   // keeps fewer mantissa bits than FP32 (Hopper), hence the looser bound.
@@ -178,10 +180,8 @@ TEST(IndexerTiny, ScoresMatchCpuFp8WithQuantizedQuery) {
 // The 2-stage ring (what a 99 KB-smem arch such as sm_120 runs), forced on this GPU.
 TEST(IndexerTiny, ScoresMatchCpuWithTwoStageRing) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  setenv("FP4MOE_INDEXER_STAGES", "2", 1);
-  check_scores(64, KvElem::BF16, 25);
-  check_scores(16, KvElem::FP8_E4M3, 26);
-  unsetenv("FP4MOE_INDEXER_STAGES");
+  check_scores(64, KvElem::BF16, 25, 0, 0, /*ring_stages=*/2);
+  check_scores(16, KvElem::FP8_E4M3, 26, 0, 0, /*ring_stages=*/2);
 }
 
 // Splits of the keys over CTAs at both ends of the launcher's range and one between (the
@@ -562,14 +562,15 @@ TEST(Indexer, DefaultTilesPerCtaIsWithinOneToSixteenAndGrowsWithTheBatch) {
   }
 }
 
-TEST(IndexerErrors, TilesOrTokensPerCtaOutsideRangeIsAnError) {
+TEST(IndexerErrors, TilesTokensPerCtaOrRingStagesOutsideRangeIsAnError) {
   FP4MOE_SKIP_WITHOUT_GPU();
   PagedCase c = make_paged_case({{300, 1}}, 64, KvElem::BF16, KvElem::BF16, 3);
   const auto in = random_indexer_inputs(c.tokens(), 4);
   std::vector<float> qu, wu;
   EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 17), Error);
   EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, -1), Error);
-  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 0, 0, 3), Error);  // tokens_per_cta
+  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 0, 0, 3), Error);     // tokens_per_cta
+  EXPECT_THROW(gpu_scores(c, in, c.max_ctx(), &qu, &wu, 0, 0, 0, 3), Error);  // ring_stages
 }
 
 TEST(IndexerErrors, UnsupportedHeadCountIsAnError) {

@@ -63,6 +63,9 @@ struct IndexerScoreArgs {
   // (prefill chunks: two consecutive tokens of a request share each key tile, half the key
   // traffic), else 1. Any value gives the same scores.
   int tokens_per_cta = 0;
+  // The key ring's depth: 0 = the device's (3 stages where a block may have their shared memory,
+  // else 2); 2 forces the 2-stage ring (what a 99 KB-smem arch such as sm_120 runs). Same scores.
+  int ring_stages = 0;
 };
 
 // "" when the GPU indexer supports these dims (32 heads x 128), else why not.

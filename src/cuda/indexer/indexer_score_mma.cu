@@ -7,7 +7,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/attention/kv_device.cuh"
@@ -75,11 +74,9 @@ int ctas_per_sm() {
   return per_sm[dev];
 }
 
-// The ring depth this device runs: 3 stages where a block may have their shared memory (and
-// FP4MOE_INDEXER_STAGES=2 does not force 2: tests cover both on one GPU).
+// The ring depth this device runs by default: 3 stages where a block may have their shared
+// memory, else 2 (IndexerScoreArgs::ring_stages forces 2: tests cover both on one GPU).
 bool three_stages(bool fp8) {
-  const char* force = std::getenv("FP4MOE_INDEXER_STAGES");
-  if (force && std::string(force) == "2") return false;
   return device_facts().smem_optin >= int(fp8 ? Tile<true, 3>::kSmemBytes : Tile<false, 3>::kSmemBytes);
 }
 
@@ -135,7 +132,8 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
 
 template <bool kFp8, int kG>
 void launch_scores_for(const IndexerScoreArgs& a, cudaStream_t stream) {
-  three_stages(kFp8) ? launch_scores<kFp8, 3, kG>(a, stream) : launch_scores<kFp8, 2, kG>(a, stream);
+  a.ring_stages != 2 && three_stages(kFp8) ? launch_scores<kFp8, 3, kG>(a, stream)
+                                           : launch_scores<kFp8, 2, kG>(a, stream);
 }
 
 }  // namespace
@@ -172,6 +170,8 @@ void index_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
                a.tiles_per_cta, kMaxTilesPerCta);
   FP4MOE_CHECK(a.tokens_per_cta >= 0 && a.tokens_per_cta <= 2, "indexer scores: tokens_per_cta {} outside [0, 2]",
                a.tokens_per_cta);
+  FP4MOE_CHECK(a.ring_stages == 0 || a.ring_stages == 2, "indexer scores: ring_stages {} is not 0 (the device's) or 2",
+               a.ring_stages);
   const bool fp8 = L.index_elem == KvElem::FP8_E4M3;
   if (group_of(a) == 2)
     fp8 ? launch_scores_for<true, 2>(a, stream) : launch_scores_for<false, 2>(a, stream);

@@ -47,6 +47,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
             C = int(c.kv_lora_rank), V = int(c.v_head_dim), W = N + V;
   const LinearCtx x = lctx();
   const DeviceBatch b = batch(T, R);
+  const KvBatchView kv_batch{R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
   const float af = c.rope.attention_factor;
   const bool mla_il = c.mla_rope == model::RopeLayout::Interleaved;
   const bool idx_il = c.index_rope == model::RopeLayout::Interleaved;
@@ -74,7 +75,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     la.inv_freq = inv_freq.as<float>();
     la.attn_factor = af;
     la.layer = kvl;
-    la.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+    la.batch = kv_batch;
     cuda::attention::kv_latent_prep(la, stream);
   } else {
     rms_norm(s.kva, C + Rd, T, C, L.kv_a_norm.wp(), 1e-6f, s.ckv, C, stream);
@@ -96,7 +97,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
       ka.inv_freq = inv_freq.as<float>();
       ka.attn_factor = af;
       ka.layer = kvl;
-      ka.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+      ka.batch = kv_batch;
       cuda::indexer::index_key_prep(ka, stream);
     } else {
       layer_norm(s.ik, T, D, L.k_norm.wp(), L.k_norm.bp(), 1e-6f, s.ik, stream);
@@ -130,7 +131,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
         ia.q_rope_attn_factor = af;
       }
       ia.layer = kvl;
-      ia.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+      ia.batch = kv_batch;
       ia.max_ctx = max_ctx;
       ia.scores = s.scores;
       ia.score_stride = opt.max_context;
@@ -143,7 +144,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     ta.scores = s.scores;
     ta.score_stride = opt.max_context;
     ta.max_ctx = max_ctx;
-    ta.batch = {R, T, meta.qo_indptr, meta.positions, meta.kv_len, meta.page_indptr, meta.page_indices};
+    ta.batch = kv_batch;
     ta.top_k = int(c.index_topk);
     ta.out_pos = s.topk_pos;
     ta.out_slot = s.topk_slot;

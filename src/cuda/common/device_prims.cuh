@@ -239,26 +239,35 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 // a3 (row g+8, k 2c+8, +9). B: b0 (k 2c, 2c+1, col g), b1 (k 2c+8, +9). D: d0 (row g, col 2c),
 // d1 (g, 2c+1), d2 (g+8, 2c), d3 (g+8, 2c+1). Low half = the lower k.
 #if defined(FP4MOE_CUDA_EMU)
-inline void emu_mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+// Both mma shapes' fragments (m16n8, k = 8 e): e elements per 32-bit register, the lowest bits
+// the lowest k (e 2: k16 BF16 / F16, e 4: k32 E4M3), decode(bits) an element's value.
+template <typename Decode>
+inline void emu_mma_m16n8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int e, Decode decode) {
   const uint64_t w[6] = {a[0], a[1], a[2], a[3], b0, b1};
   emu::publish(kFullMask, w, 6);
-  auto val = [&](uint32_t bits) { return bf16 ? emu_bf16_to_float(uint16_t(bits)) : emu_f16_to_float(uint16_t(bits)); };
+  const int bits = 32 / e, half = 4 * e;  // k per register of a lane quad
+  auto elem = [&](uint64_t reg, int k) { return decode(uint32_t(reg >> (bits * (k % e))) & ((1u << bits) - 1u)); };
   auto A = [&](int row, int k) {
-    const int src = (row & 7) * 4 + (k & 7) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return val(uint32_t(emu::peer(src, reg) >> (16 * (k & 1))) & 0xffffu);
+    const int src = (row & 7) * 4 + (k % half) / e, reg = (row >= 8 ? 1 : 0) + (k >= half ? 2 : 0);
+    return elem(emu::peer(src, reg), k);
   };
   auto B = [&](int k, int col) {
-    const int src = col * 4 + (k & 7) / 2, reg = 4 + (k >= 8 ? 1 : 0);
-    return val(uint32_t(emu::peer(src, reg) >> (16 * (k & 1))) & 0xffffu);
+    const int src = col * 4 + (k % half) / e, reg = 4 + (k >= half ? 1 : 0);
+    return elem(emu::peer(src, reg), k);
   };
   const int l = emu::lane(), g = l >> 2, c = l & 3;
   for (int i = 0; i < 4; ++i) {
     const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
     float acc = d[i];
-    for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    for (int k = 0; k < 2 * half; ++k) acc += A(row, k) * B(k, col);
     d[i] = acc;
   }
   emu::warp_sync(kFullMask);
+}
+inline void emu_mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+  emu_mma_m16n8(d, a, b0, b1, 2, [&](uint32_t bits) {
+    return bf16 ? emu_bf16_to_float(uint16_t(bits)) : emu_f16_to_float(uint16_t(bits));
+  });
 }
 #endif
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -291,25 +300,7 @@ __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)
 // keep fewer bits in the sum.)
 #if defined(FP4MOE_CUDA_EMU)
 inline void emu_mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  const uint64_t w[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  emu::publish(kFullMask, w, 6);
-  auto code = [](uint64_t reg, int k) { return uint32_t(reg >> (8 * (k & 3))) & 0xffu; };
-  auto A = [&](int row, int k) {
-    const int src = (row & 7) * 4 + (k & 15) / 4, reg = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
-    return emu_e4m3_to_float(code(emu::peer(src, reg), k));
-  };
-  auto B = [&](int k, int col) {
-    const int src = col * 4 + (k & 15) / 4, reg = 4 + (k >= 16 ? 1 : 0);
-    return emu_e4m3_to_float(code(emu::peer(src, reg), k));
-  };
-  const int l = emu::lane(), g = l >> 2, c = l & 3;
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + (i >= 2 ? 8 : 0), col = 2 * c + (i & 1);
-    float acc = d[i];
-    for (int k = 0; k < 32; ++k) acc += A(row, k) * B(k, col);
-    d[i] = acc;
-  }
-  emu::warp_sync(kFullMask);
+  emu_mma_m16n8(d, a, b0, b1, 4, [](uint32_t bits) { return emu_e4m3_to_float(bits); });
 }
 #endif
 __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -65,6 +65,7 @@ struct Options {
   int iters = 10;
   bool sparse = true, do_prefill = true, fp8_agreement = true, key_writes = true;
   std::string json_path;
+  std::string l2_flush = "write";
 };
 
 #if defined(FP4MOE_HAVE_CUDA)
@@ -220,7 +221,7 @@ Selection make_selection(const void* q, const float* w, void* q8, float* w8, con
 
 class Bench {
  public:
-  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s) { ceil_ = bench::measure_ceilings(s); }
+  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s, size_t(256) << 20, o.l2_flush == "read" ? bench::L2Flush::kRead : bench::L2Flush::kWrite) { ceil_ = bench::measure_ceilings(s); }
   const bench::Ceilings& ceilings() const { return ceil_; }
   std::vector<Row> rows;
 
@@ -860,6 +861,7 @@ class Bench {
 
 int run_bench(const Options& opt) {
   FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
+  FP4MOE_CHECK(opt.l2_flush == "read" || opt.l2_flush == "write", "--l2-flush {}: read or write", opt.l2_flush);
   FP4MOE_CHECK(at::log2_exact(opt.page_size) >= 0, "--page-size {} must be a power of two", opt.page_size);
   FP4MOE_CHECK(opt.top_k >= 1 && opt.top_k <= ix::kMaxTopK, "--top-k {} outside [1, {}]", opt.top_k, ix::kMaxTopK);
   for (int b : opt.batches) FP4MOE_CHECK(b >= 1 && b <= 4096, "--batch {} outside [1, 4096]", b);
@@ -880,8 +882,8 @@ int run_bench(const Options& opt) {
   const auto& c = b.ceilings();
   std::printf("device: %s (sm_%d)  copy %.0f GB/s  bf16 %.0f TFLOP/s  fp8 %.0f TFLOP/s (cuBLASLt 8192^3)\n",
               cuda::current_device().name.c_str(), sm, c.copy_gbps, c.bf16_tflops, c.fp8_tflops);
-  std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d\n", opt.top_k,
-              opt.page_size);
+  std::printf("GLM-5 MLA: 64 heads, latent 512 + rope 64; indexer 32 x 128, top-%d; page size %d; L2 flushed by %s\n",
+              opt.top_k, opt.page_size, opt.l2_flush == "read" ? "a read (clean lines)" : "a memset (dirty lines)");
   std::printf("| kind          | kv       | path                     |    B |    ctx |         us |    GB/s | TFLOP/s | %% copy | %% bf16 | x floor | note\n");
   for (KvElem e : elems) b.guard("decode", [&] { b.decode(e); });
   if (opt.do_prefill)
@@ -900,6 +902,7 @@ int run_bench(const Options& opt) {
     j["ceilings"] = {{"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"fp8_tflops", c.fp8_tflops}};
     j["page_size"] = opt.page_size;
     j["top_k"] = opt.top_k;
+    j["l2_flush"] = opt.l2_flush;
     nlohmann::json rs = nlohmann::json::array();
     for (const Row& r : b.rows)
       rs.push_back({{"kind", r.kind}, {"kv", r.kv}, {"path", r.path}, {"batch", r.batch}, {"ctx", r.ctx},
@@ -927,6 +930,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--top-k", opt->top_k, "indexer top-k")->capture_default_str();
   app.add_option("--iters", opt->iters, "timed runs per case (median, cold L2)")->capture_default_str();
   app.add_option("--json", opt->json_path, "write the results as JSON");
+  app.add_option("--l2-flush", opt->l2_flush,
+                 "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
+                 "the write-backs) or read (a read kernel: L2 left clean)")
+      ->capture_default_str();
   app.add_flag("!--no-sparse", opt->sparse, "skip the sparse (indexer + top-k + sparse MLA) decode path");
   app.add_flag("!--no-prefill", opt->do_prefill, "skip prefill");
   app.add_flag("!--no-fp8-agreement", opt->fp8_agreement, "skip the FP8-vs-FP32 selection comparison");

@@ -1,6 +1,6 @@
 // Benchmark helpers shared by the `fp4moe bench ...` commands: the two measured ceilings,
 // device-side random fills, and a cold-L2 timer (median of per-iteration CUDA-event times,
-// L2 flushed by a 256 MiB memset before every timed iteration).
+// L2 flushed before every timed iteration by writing or by reading a 256 MiB buffer).
 #pragma once
 
 #include <cstddef>
@@ -33,9 +33,17 @@ void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, 
 void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
 
 
+// How the timer empties L2 of the timed run's data before each timed run.
+//   kWrite: a memset of the flush buffer. L2 is left full of DIRTY lines, so the timed run's first
+//           misses (up to the L2's size) also write those lines back: a run that reads less than
+//           L2 holds pays up to twice its bytes in DRAM traffic.
+//   kRead:  a kernel that reads the flush buffer. L2 is left full of clean lines (a decode step
+//           meets mostly clean lines too: weights, the cache), evicted for free.
+enum class L2Flush { kWrite, kRead };
+
 class ColdL2Timer {
  public:
-  explicit ColdL2Timer(cudaStream_t stream, size_t flush_bytes = size_t(256) << 20);
+  explicit ColdL2Timer(cudaStream_t stream, size_t flush_bytes = size_t(256) << 20, L2Flush flush = L2Flush::kWrite);
   ~ColdL2Timer();
   ColdL2Timer(const ColdL2Timer&) = delete;
   ColdL2Timer& operator=(const ColdL2Timer&) = delete;
@@ -50,8 +58,11 @@ class ColdL2Timer {
               int min_iters = 5);
 
  private:
+  void flush_l2(int i);
   cudaStream_t stream_;
   DeviceBuffer flush_;
+  DeviceBuffer sink_;
+  L2Flush mode_;
   std::vector<cudaEvent_t> events_;
 };
 

@@ -8,7 +8,8 @@
 # default "256:131072 64:32768 1:131072"); NCU_KERNELS, the kernel-name regex (default "topk_";
 # "index_score|topk_" profiles the indexer's score kernel too); NCU_SASS=1 adds the source counters
 # and writes, per case, the details page ($R_details.txt: warp stall reasons) and the SASS page with
-# its per-instruction stall samples ($R_sass.csv); NCU_LAUNCHES (default 24) launches profiled.
+# its per-instruction stall samples ($R_sass.csv), summarized by tools/device/ncu_sass_stalls.py
+# ($R_stalls.txt: stall share per opcode, the hottest instructions); NCU_LAUNCHES (default 24) launches profiled.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -41,5 +42,6 @@ PY
   if [ -n "${NCU_SASS:-}" ]; then
     ncu --import "$R.ncu-rep" --page details > "${R}_details.txt" 2>&1
     ncu --import "$R.ncu-rep" --page source --csv --print-source sass > "${R}_sass.csv" 2>&1
+    python3 tools/device/ncu_sass_stalls.py "${R}_sass.csv" > "${R}_stalls.txt" 2>&1 && head -40 "${R}_stalls.txt"
   fi
 done

@@ -471,6 +471,18 @@ class Bench {
                                 sample_note(wide_args));
           report(rw);
         }
+        // Smaller samples for the long rows' candidate threshold (TopKArgs::sample_lines); same selection.
+        for (const int lines : {64, 128}) {
+          if (L <= 16384) break;
+          ix::TopKArgs small = sel.topk;
+          small.sample_lines = lines;
+          Row rl{"topk", kv, fmt::format("ours-radix-sample{}", lines), B, L};
+          rl.bytes = rt.bytes;
+          rl.us = time_us([&] { ix::top_k(small, s_); });
+          rl.floor_us = rt.floor_us;
+          rl.note = fmt::format("{:.2f}x ours-radix's time; {}", rl.us / rt.us, sample_note(small));
+          report(rl);
+        }
         flashinfer_topk_row(sel, db.v, rt, ps);
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
         rs.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;

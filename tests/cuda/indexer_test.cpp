@@ -625,5 +625,14 @@ TEST(IndexerErrors, TopKSliceNotAMultipleOf4096IsAnError) {
   }
 }
 
+TEST(IndexerErrors, TopKSampleLinesOutsideRangeIsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  OneRowTopK t(20000, 20000, 2048, 2048);
+  for (int bad : {-1, 31, 257}) {
+    t.a.sample_lines = bad;
+    EXPECT_THROW(ix::top_k(t.a, nullptr), Error) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace fp4moe::test

@@ -33,7 +33,8 @@ struct Row {
   Fill fill;
 };
 
-std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
+// sample_lines: the sample SampleHot rows are built against (TopKArgs::sample_lines).
+std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g, int sample_lines = tk::kSampleLines) {
   std::uniform_real_distribution<float> u(-3.f, 3.f);
   std::vector<float> s(static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) {
@@ -60,7 +61,7 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
   if (f == Fill::HotRun)  // 3000 consecutive high scores (a passage the query attends to)
     for (int i = n / 3; i < n / 3 + 3000 && i < n; ++i) s[size_t(i)] += 20.0f;
   if (f == Fill::SampleHot) {  // exactly the sampled lines score high: the sample's threshold
-    const int stride = tk::sample_stride(n);  // admits fewer than k keys, the row is streamed
+    const int stride = tk::sample_stride(n, sample_lines);  // admits fewer than k keys, the row is streamed
     for (int g = 0; g * stride < (n + 31) / 32; ++g)
       for (int j = 0; j < 32; ++j) {
         const int64_t i = int64_t(tk::sample_line(g, stride)) * 32 + j;
@@ -74,7 +75,7 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g) {
 // shared_ws: a workspace of earlier calls (zero between calls, at least this call's size), or
 // nullptr for a fresh one.
 void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys,
-              int resident = 264, std::vector<unsigned char>* shared_ws = nullptr) {
+              int resident = 264, std::vector<unsigned char>* shared_ws = nullptr, int sample_lines = tk::kSampleLines) {
   std::mt19937_64 g(seed);
   // One request per row (q_len 1 at the end of its context), pages shuffled.
   std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
@@ -95,7 +96,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   const int64_t T = int64_t(rows.size()), stride = max_ctx + 3;
   std::vector<float> scores(static_cast<size_t>(T * stride), std::numeric_limits<float>::quiet_NaN());
   for (int64_t t = 0; t < T; ++t) {
-    const auto row = make_row(rows[size_t(t)].ctx, rows[size_t(t)].fill, k, g);
+    const auto row = make_row(rows[size_t(t)].ctx, rows[size_t(t)].fill, k, g, sample_lines);
     std::copy(row.begin(), row.end(), scores.begin() + t * stride);
   }
   const KvBatchView b{T, T, qo.data(), pos.data(), kvl.data(), pip.data(), pidx.data()};
@@ -122,6 +123,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   p.page_shift = __builtin_ctz(unsigned(page_size));
   p.max_ctx = max_ctx;
   p.slice_keys = slice_keys;
+  p.sample_lines = sample_lines;
   p.cand_counts = counts.data();
   if (l.total) tk::bind_workspace(p, ws.data(), l);
   const dim3 grid(unsigned(l.slices > 0 ? tk::gather_ctas_per_row(T, l.slices, resident) : 1), unsigned(T));
@@ -279,6 +281,22 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithWideSlices) {
              2048, 16, 4, slice);
 }
 
+// Smaller samples (TopKArgs::sample_lines: 64 and 128 lines instead of 256): the same sets, the
+// candidate path on unstructured rows, the streamed one on rows built against the sample.
+TEST(TopKRadixEmu, LongRowsMatchCpuWithSmallerSamples) {
+  for (int lines : {64, 128})
+    run_case({{16385, Fill::Random},
+              {20000, Fill::ExactTopBin},
+              {18000, Fill::TiesAtCut},
+              {30000, Fill::FewTies},
+              {40000, Fill::Random},
+              {70000, Fill::SampleHot},
+              {131072, Fill::HotRun},
+              {131072, Fill::Random},
+              {3000, Fill::Random}},
+             2048, 16, 8, tk::kSliceKeys, 264, nullptr, lines);
+}
+
 // Fewer gather CTAs than slices (each takes every G-th slice of its row): one CTA per row, and 3.
 TEST(TopKRadixEmu, LongRowsMatchCpuWithFewerGatherCtasThanSlices) {
   for (int resident : {7, 21})  // 7 rows: G = 1, 3
@@ -335,9 +353,10 @@ TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {
 }
 
 TEST(TopKRadixEmu, SampleTakesOneLineOfEachStrideWithinTheRow) {
+  for (int max_lines : {32, 64, 256})
   for (int ctx : {16385, 40000, 131072, 1 << 22}) {
-    const int stride = tk::sample_stride(ctx), lines = (ctx + 31) / 32;
-    EXPECT_LE((lines + stride - 1) / stride, tk::kSampleLines) << ctx;
+    const int stride = tk::sample_stride(ctx, max_lines), lines = (ctx + 31) / 32;
+    EXPECT_LE((lines + stride - 1) / stride, max_lines) << ctx;
     for (int g = 0; g * stride < lines; ++g) {
       const int line = tk::sample_line(g, stride);
       EXPECT_GE(line, g * stride) << ctx;

@@ -109,6 +109,10 @@ struct TopKArgs {
   // top_k_slice_keys(T, max_ctx) is the wider choice for many long rows (measured side by side
   // in `bench attention`'s top-k rows).
   int slice_keys = 0;
+  // Rows longer than 16K keys: the most lines of 32 keys the candidate threshold's sample takes
+  // (one line of every ctx / 32 / sample_lines), 32..256; 0 = 256. A smaller sample is cheaper to
+  // read and narrow, and admits more candidates (bench attention's "ours-radix-sample<n>" rows).
+  int sample_lines = 0;
 };
 
 inline constexpr int kMaxTopKContext = 1 << 22;  // positions < 4M

@@ -56,6 +56,9 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   const int slice = slice_or_default(a.slice_keys);
   FP4MOE_CHECK(topk::slice_keys_valid(slice), "indexer top-k: slice_keys {} is not a multiple of {} in [{}, {}]", slice,
                topk::kSliceKeys, topk::kSliceKeys, topk::kMaxSliceKeys);
+  const int sample_lines = a.sample_lines == 0 ? topk::kSampleLines : a.sample_lines;
+  FP4MOE_CHECK(topk::sample_lines_valid(sample_lines), "indexer top-k: sample_lines {} outside [32, {}]", a.sample_lines,
+               topk::kSampleLines);
   if (b.num_tokens == 0) return;
   const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx, slice);
   FP4MOE_CHECK(l.total == 0 || (a.workspace && a.workspace_bytes >= l.total), "{}",
@@ -76,6 +79,7 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   p.page_shift = a.out_slot ? attention::log2_exact(a.page_size) : 0;
   p.max_ctx = a.max_ctx;
   p.slice_keys = slice;
+  p.sample_lines = sample_lines;
   p.cand_counts = a.candidate_counts;
   if (l.total != 0) topk::bind_workspace(p, a.workspace, l);
   const size_t smem0 = topk::select_smem_bytes(a.max_ctx), smem1 = topk::gather_smem_bytes();

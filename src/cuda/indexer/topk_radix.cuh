@@ -76,6 +76,7 @@ struct Params {
   int page_shift;
   int max_ctx;
   int slice_keys = kSliceKeys;  // rows longer than kRowKeys: keys per gather CTA (a multiple of kSliceKeys)
+  int sample_lines = kSampleLines;  // rows longer than kRowKeys: the most lines of 32 keys sampled (32..kSampleLines)
   // Workspace (rows longer than kRowKeys): per row a RowState, kCandCap candidates
   // (key, position) and bitmap_words words of selection bits.
   RowState* state;
@@ -122,6 +123,7 @@ inline int gather_ctas_per_row(int64_t rows, int64_t slices, int resident) {
   const int64_t g = resident / (rows > 0 ? rows : 1);
   return int(g < 1 ? 1 : g < slices ? g : slices);
 }
+inline bool sample_lines_valid(int lines) { return lines >= 32 && lines <= kSampleLines; }
 inline bool slice_keys_valid(int slice_keys) {
   return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
 }
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
   }
   // A long row: its sample (warp w: lines w, w + 32, ...; loads first, all in flight), then t0.
   constexpr int kPer = kSampleLines / kWarps;
-  const int stride = sample_stride(ctx), groups = ((ctx + 31) / 32 + stride - 1) / stride;
+  const int stride = sample_stride(ctx, p.sample_lines), groups = ((ctx + 31) / 32 + stride - 1) / stride;
   uint32_t v[kPer];
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {

@@ -7,11 +7,12 @@
 
 namespace fp4moe::cuda::indexer::topk {
 
-inline constexpr int kSampleLines = 256;  // 8K keys
+inline constexpr int kSampleLines = 256;  // 8K keys: the default, and the most a sample takes
 
-constexpr int sample_stride(int ctx) {
+// max_lines: the most lines the sample takes (TopKArgs::sample_lines, 32..kSampleLines).
+constexpr int sample_stride(int ctx, int max_lines = kSampleLines) {
   const int lines = (ctx + 31) / 32;
-  return (lines + kSampleLines - 1) / kSampleLines;
+  return (lines + max_lines - 1) / max_lines;
 }
 // The line sampled from group g (lines [g * stride, (g + 1) * stride)); may lie past the row's end.
 constexpr int sample_line(int g, int stride) {

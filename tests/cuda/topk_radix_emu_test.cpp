@@ -297,6 +297,12 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithSmallerSamples) {
              2048, 16, 8, tk::kSliceKeys, 264, nullptr, lines);
 }
 
+// A row past kSharedBitmapKeys (512K keys): its selection bitmap in the workspace instead of
+// shared memory, beside a row that uses the shared one.
+TEST(TopKRadixEmu, RowsPastTheSharedBitmapMatchCpu) {
+  run_case({{tk::kSharedBitmapKeys + 1000, Fill::Random}, {40000, Fill::TiesAtCut}}, 2048, 64, 9, tk::kMaxSliceKeys);
+}
+
 // Fewer gather CTAs than slices (each takes every G-th slice of its row): one CTA per row, and 3.
 TEST(TopKRadixEmu, LongRowsMatchCpuWithFewerGatherCtasThanSlices) {
   for (int resident : {7, 21})  // 7 rows: G = 1, 3

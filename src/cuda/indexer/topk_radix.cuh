@@ -16,9 +16,11 @@
 //           deviations plus 16 (~1.2-1.5 k keys of the row lie above it on unstructured data).
 //   gather  G CTAs per long row (gather_ctas_per_row: about one wave over the batch), CTA x
 //           taking slices x, x + G, ... of p.slice_keys keys: the keys >= t0 are staged in shared
-//           memory and appended to the row's candidate list (one global atomic per CTA). The row's last CTA (arrival counter, no grid sync) resolves T and the position
-//           cut among equal keys on the candidates in shared memory, marks the selection in the
-//           row's bitmap and writes its set bits in order. When the sample missed (fewer than k
+//           memory and appended to the row's candidate list (one global atomic per CTA). The
+//           row's last CTA (arrival counter, no grid sync) resolves T and the position cut among
+//           equal keys on the candidates in shared memory, marks the selection in a bitmap of the
+//           row (in shared memory over the spent candidate arrays for rows <= 512K keys, else in
+//           the workspace) and writes its set bits in order. When the sample missed (fewer than k
 //           candidates, or more than kCandCap: heavy ties, scores shaped against the sample) that
 //           CTA selects by streaming the whole row instead: correct, slower.
 // Each score of a long row is read once (plus the 1/stride sample), with a compare and a warp
@@ -47,6 +49,7 @@ constexpr int kBins0 = 4096;                            // first digit: key bits
 constexpr int kMaxK = 4096;                             // the selection is staged in the kBins0 histogram ints
 static_assert(kMaxK <= kBins0 && kMaxK % kThreads == 0, "");
 constexpr int kCandCap = 8192;                          // candidates resolved in shared memory
+constexpr int kSharedBitmapKeys = 2 * kCandCap * 32;    // rows up to 512K keys: the selection bitmap over the candidates' arrays
 constexpr int kPosBits = 22;                            // positions < 2^22 (the tie cut's radix)
 constexpr uint32_t kPosMax = (1u << kPosBits) - 1;
 constexpr int kScratchInts = 64;
@@ -97,7 +100,7 @@ inline Layout workspace_layout(int64_t rows, int max_ctx, int slice_keys = kSlic
   Layout l;
   if (max_ctx <= kRowKeys) return l;
   l.slices = (max_ctx + slice_keys - 1) / slice_keys;
-  l.bitmap_words = (int64_t(max_ctx) + 31) / 32;
+  l.bitmap_words = max_ctx > kSharedBitmapKeys ? (int64_t(max_ctx) + 31) / 32 : 0;  // else in shared memory
   const size_t r = size_t(rows);
   l.cand = align256(r * sizeof(RowState));
   l.bitmap = l.cand + align256(r * kCandCap * 2 * sizeof(uint32_t));
@@ -452,7 +455,9 @@ __device__ __forceinline__ Rule resolve_candidates(const uint32_t* ckey, const i
 }
 
 // The set bits of a row's bitmap (ctx bits) written in order as the row's selection (staged in
-// sel, kMaxK shared ints); the words are left zero.
+// sel, kMaxK shared ints). kGlobal: the bitmap is the row's in the workspace, read past L1 and
+// left zero; else it is in shared memory.
+template <bool kGlobal>
 __device__ __forceinline__ void emit_bitmap(const Params& p, int row, int pages, int ctx, uint32_t* bits,
                                             int32_t* sel, int* scratch) {
   const int tid = int(threadIdx.x);
@@ -460,12 +465,12 @@ __device__ __forceinline__ void emit_bitmap(const Params& p, int row, int pages,
   const int per = (words + kThreads - 1) / kThreads;
   const int w0 = tid * per, w1 = w0 + per < words ? w0 + per : words;
   int cnt = 0;
-  for (int w = w0; w < w1; ++w) cnt += __popc(__ldcg(&bits[w]));
+  for (int w = w0; w < w1; ++w) cnt += __popc(kGlobal ? __ldcg(&bits[w]) : bits[w]);
   int total = 0;
   int out = prims::block_exclusive_sum<kThreads>(cnt, total, scratch);
   for (int w = w0; w < w1; ++w) {
-    uint32_t b = __ldcg(&bits[w]);
-    bits[w] = 0u;
+    uint32_t b = kGlobal ? __ldcg(&bits[w]) : bits[w];
+    if (kGlobal) bits[w] = 0u;
     while (b != 0u) {
       const int bit = __ffs(int(b)) - 1;
       if (out < p.top_k) sel[out] = w * 32 + bit;
@@ -564,15 +569,37 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   }
   __syncthreads();
   const Rule rule = resolve_candidates(ckey, cpos, n, p.top_k, hist, scratch);
-  uint32_t* bits = p.bitmap + int64_t(row) * p.bitmap_words;
-  for (int i = tid; i < n; i += kThreads) {
+  auto taken = [&](int i) {
     const uint32_t km = ckey[i] & rule.mask;
-    const int pos = cpos[i];
-    if (km > rule.t || (km == rule.t && pos <= rule.p_cut)) atomicOr(&bits[pos >> 5], 1u << (pos & 31));
+    return km > rule.t || (km == rule.t && cpos[i] <= rule.p_cut);
+  };
+  if (ctx > kSharedBitmapKeys) {  // the row's bitmap in the workspace
+    uint32_t* bits = p.bitmap + int64_t(row) * p.bitmap_words;
+    for (int i = tid; i < n; i += kThreads)
+      if (taken(i)) atomicOr(&bits[cpos[i] >> 5], 1u << (cpos[i] & 31));
+    __threadfence_block();
+    __syncthreads();
+    emit_bitmap<true>(p, row, pages, ctx, bits, hist, scratch);
+    return;
   }
-  __threadfence_block();
+  // The bitmap in shared memory, over the candidates' arrays: each thread's selected positions
+  // (<= kCandCap / kThreads) to registers first.
+  constexpr int kPer = kCandCap / kThreads;
+  int32_t mine[kPer];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int i = tid + q * kThreads;
+    mine[q] = i < n && taken(i) ? cpos[i] : -1;
+  }
   __syncthreads();
-  emit_bitmap(p, row, pages, ctx, bits, hist, scratch);
+  uint32_t* bits = ckey;
+  for (int w = tid; w < (ctx + 31) / 32; w += kThreads) bits[w] = 0u;
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (mine[q] >= 0) atomicOr(&bits[mine[q] >> 5], 1u << (mine[q] & 31));
+  __syncthreads();
+  emit_bitmap<false>(p, row, pages, ctx, bits, hist, scratch);
 }
 
 }  // namespace

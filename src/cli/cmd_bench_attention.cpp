@@ -420,7 +420,7 @@ class Bench {
         rows.page_indptr = db.v.page_indptr;
         rows.page_size = ps;
         // A run_device row beside `planned` (FlashInfer's host-planned row of the same stage).
-        auto dev_row = [&](const Row& planned, const char* impl, const std::function<void()>& fn,
+        auto dev_row = [&](const Row& planned, const std::string& impl, const std::function<void()>& fn,
                            const std::string& note) {
           Row rd = planned;
           rd.path = impl;
@@ -430,6 +430,18 @@ class Bench {
         };
         dev_row(r, "flashinfer-sm90-dev", [&] { dense_dev.run_device(a, rows, s_); },
                 fmt::format("; {} splits per row", dense_dev.device_splits(B, L)));
+        // Forced split counts beside the rule's (MlaDeviceRows::splits), where a batch cannot fill
+        // the GPU by rows: fewer splits write fewer partial rows for the merge, more use more SMs.
+        if (elem == KvElem::BF16 && B <= 16 && L >= 8192) {
+          const int rule = dense_dev.device_splits(B, L), sms = int(cuda::current_device().sm_count);
+          for (const int sp : {2, 4, 6, 8, 12, 16}) {
+            if (sp == rule || B * sp > 2 * sms) continue;
+            at::MlaDeviceRows forced = rows;
+            forced.splits = sp;
+            dev_row(r, fmt::format("flashinfer-sm90-dev-s{}", sp), [&] { dense_dev.run_device(a, forced, s_); },
+                    fmt::format("; {} splits per row (forced; the rule's {})", sp, rule));
+          }
+        }
         if (ours_dense)
           dev_row(r, "ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
                   fmt::format("; {} splits per row", ours_dense->device_splits(B, L)));

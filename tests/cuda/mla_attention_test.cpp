@@ -50,6 +50,7 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
 // FlashInferDevice: MlaSm90::run_device (the schedule built on the device); FlashInferGraph: the
 // same captured in a CUDA graph and replayed.
 enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph };
+int g_forced_splits = 0;  // FlashInferDevice / Graph: MlaDeviceRows::splits
 
 // Dense when slots is null; else sparse over slots [T, k] (device page table of page_size 1).
 // Outputs poisoned (NaN) before the run.
@@ -93,6 +94,7 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
       rows.page_size = c.page_size;
       rows.max_keys = int(c.max_ctx());
     }
+    rows.splits = g_forced_splits;
     at::MlaSm90 mla({q.heads, kSmScale, c.elem});
     mla.reserve_device(int(T));
     if (impl == Impl::FlashInferDevice) {
@@ -231,6 +233,17 @@ TEST(MlaAttention, DeviceScheduledDecodeEveryPageSizeAndLengths1And100K) {
   check_dense(many, 64, KvElem::BF16, 63, Impl::FlashInferDevice);
 }
 
+// Forced split counts (MlaDeviceRows::splits, the bench's sweep): 1, 2, 5 and 16 splits of rows
+// shorter and longer than the splits' keys.
+TEST(MlaAttention, DeviceScheduledDecodeWithForcedSplitsMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  for (int s : {1, 2, 5, 16}) {
+    g_forced_splits = s;
+    check_dense({{1, 1}, {3000, 1}, {700, 1}, {8192, 1}}, 64, KvElem::BF16, 70 + uint64_t(s), Impl::FlashInferDevice);
+  }
+  g_forced_splits = 0;
+}
+
 TEST(MlaAttention, DeviceScheduledSparseMatchesCpu) {
   FP4MOE_SKIP_WITHOUT_SM90();
   check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 64, Impl::FlashInferDevice);
@@ -247,6 +260,11 @@ TEST(MlaAttentionErrors, RunDeviceWithoutReserveOrWithMoreRowsIsAnError) {
   EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);
   mla.reserve_device(2);
   EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);
+  mla.reserve_device(4);
+  rows.splits = -1;
+  EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);  // a negative split count
+  rows.splits = 1000;
+  EXPECT_THROW(mla.run_device(a, rows, nullptr), Error);  // more partial tiles than the buffer holds
   at::MlaSm90 heads128({128, kSmScale, KvElem::BF16});
   EXPECT_THROW(heads128.reserve_device(4), Error);
 }

@@ -201,6 +201,8 @@ void MlaSm90::reserve_device(int max_rows) {
 void MlaSm90::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const {
   FP4MOE_CHECK(rows.tokens >= 1 && rows.tokens <= dev_rows_, "MLA run_device: {} rows (reserve_device reserved {})",
                rows.tokens, dev_rows_);
+  FP4MOE_CHECK(rows.splits >= 0 && int64_t(rows.tokens) * rows.splits <= 2 * num_sm_,
+               "MLA run_device: {} splits x {} rows (at most {} partial tiles)", rows.splits, rows.tokens, 2 * num_sm_);
   const bool sparse = rows.top_k > 0;
   FP4MOE_CHECK(sparse ? rows.positions != nullptr : (rows.kv_len && rows.page_indptr),
                "MLA run_device: the rows' device arrays are null");
@@ -213,7 +215,8 @@ void MlaSm90::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStr
   p.positions = rows.positions;
   p.top_k = sparse ? rows.top_k : 0;
   p.rows = rows.tokens;
-  p.splits = device_splits(rows.tokens, sparse ? std::min(rows.max_keys, rows.top_k) : rows.max_keys);
+  p.splits = rows.splits > 0 ? rows.splits
+                             : device_splits(rows.tokens, sparse ? std::min(rows.max_keys, rows.top_k) : rows.max_keys);
   p.ctas = num_sm_;
   p.ws = static_cast<unsigned char*>(dev_int_ws_);
   p.l = dev_layout_;

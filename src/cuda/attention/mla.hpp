@@ -68,6 +68,9 @@ struct MlaDeviceRows {
   // kv_indices[t * top_k ..] (indexer::top_k's out_slot)
   const int32_t* positions = nullptr;
   int top_k = 0;
+  // Splits per row: 0 = device_splits' rule; else forced (rows x splits <= 2 x SMs, the partial
+  // buffer). bench attention sweeps it beside the rule.
+  int splits = 0;
 };
 
 // Planner + workspace for one MlaDesc on the current device. plan() is host work (the split /

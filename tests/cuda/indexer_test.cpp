@@ -108,6 +108,7 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
 // Outputs poisoned (-7) first; run twice on one workspace (the kernels must leave it zeroed),
 // the second result returned after checking it equals the first.
 // shared_ws: a zeroed workspace of earlier calls, at least this call's size (nullptr: a fresh one).
+int g_sample_lines = 0;  // TopKArgs::sample_lines of gpu_topk's calls
 std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
                               std::vector<int32_t>* slots, int slice_keys = 0, DeviceArray<uint8_t>* shared_ws = nullptr) {
   DeviceBatch db(c);
@@ -130,6 +131,7 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   a.workspace = ws.ptr;
   a.workspace_bytes = ws_bytes;
   a.slice_keys = slice_keys;
+  a.sample_lines = g_sample_lines;
   ix::top_k(a, nullptr);
   const auto first = pos.download();
   ix::top_k(a, nullptr);
@@ -386,7 +388,7 @@ void check_topk_long_rows(const std::vector<RequestShape>& shapes, uint64_t seed
     if (kind == 3)  // 3 values: ~n / 3 equal keys at the top (> 8192: more than the candidate list holds)
       for (int64_t j = 0; j < n; ++j) r[j] = float(int(g() % 3));
     if (kind == 4) {  // exactly the sampled lines score high: fewer than k candidates
-      const int sstride = ix::topk::sample_stride(int(n));
+      const int sstride = ix::topk::sample_stride(int(n), g_sample_lines > 0 ? g_sample_lines : ix::topk::kSampleLines);
       for (int gi = 0; int64_t(gi) * sstride * 32 < n; ++gi)
         for (int64_t j = int64_t(ix::topk::sample_line(gi, sstride)) * 32, e = j + 32; j < e && j < n; ++j) r[j] += 20.0f;
     }
@@ -412,6 +414,24 @@ TEST(Indexer, TopKLongRowPathsIdenticalToCpu) {
   FP4MOE_SKIP_WITHOUT_GPU();
   // 40000: 3 values (> 8192 candidates: streamed); 16385: the sampled lines high (streamed); 16384 / 16385: the boundary
   check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}}, 82);
+}
+
+// Smaller samples (TopKArgs::sample_lines 64 / 128): the same sets on every path.
+TEST(Indexer, TopKLongRowPathsIdenticalToCpuWithSmallerSamples) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  for (int lines : {64, 128}) {
+    g_sample_lines = lines;
+    check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {40000, 1}, {16385, 1}, {131072, 1}, {100000, 1}},
+                         86 + uint64_t(lines));
+  }
+  g_sample_lines = 0;
+}
+
+// A row past 512K keys marks its selection in the workspace's bitmap, a shorter one beside it in
+// shared memory.
+TEST(Indexer, TopKRowPastTheSharedBitmapIdenticalToCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  check_topk_long_rows({{(1 << 19) + 1000, 1}, {40000, 1}}, 88);  // topk_radix.cuh's kSharedBitmapKeys: 512K
 }
 
 // One workspace for calls of 1, 3, 6 and 2 rows (the runner's steps of different sizes): a call's

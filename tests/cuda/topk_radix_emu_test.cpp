@@ -300,6 +300,7 @@ TEST(TopKRadixEmu, LongRowsMatchCpuWithSmallerSamples) {
 // A row past kSharedBitmapKeys (512K keys): its selection bitmap in the workspace instead of
 // shared memory, beside a row that uses the shared one.
 TEST(TopKRadixEmu, RowsPastTheSharedBitmapMatchCpu) {
+  static_assert(tk::kSharedBitmapKeys == 1 << 19, "indexer_test's TopKRowPastTheSharedBitmap builds a row past 1 << 19");
   run_case({{tk::kSharedBitmapKeys + 1000, Fill::Random}, {40000, Fill::TiesAtCut}}, 2048, 64, 9, tk::kMaxSliceKeys);
 }
 

@@ -221,7 +221,7 @@ Selection make_selection(const void* q, const float* w, void* q8, float* w8, con
 
 class Bench {
  public:
-  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s, size_t(256) << 20, o.l2_flush == "read" ? bench::L2Flush::kRead : bench::L2Flush::kWrite) { ceil_ = bench::measure_ceilings(s); }
+  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s, size_t(256) << 20, bench::l2_flush_from(o.l2_flush)) { ceil_ = bench::measure_ceilings(s); }
   const bench::Ceilings& ceilings() const { return ceil_; }
   std::vector<Row> rows;
 
@@ -885,7 +885,7 @@ class Bench {
 
 int run_bench(const Options& opt) {
   FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
-  FP4MOE_CHECK(opt.l2_flush == "read" || opt.l2_flush == "write", "--l2-flush {}: read or write", opt.l2_flush);
+  bench::l2_flush_from(opt.l2_flush);  // a bad value: one line, before any GPU work
   FP4MOE_CHECK(at::log2_exact(opt.page_size) >= 0, "--page-size {} must be a power of two", opt.page_size);
   FP4MOE_CHECK(opt.top_k >= 1 && opt.top_k <= ix::kMaxTopK, "--top-k {} outside [1, {}]", opt.top_k, ix::kMaxTopK);
   for (int b : opt.batches) FP4MOE_CHECK(b >= 1 && b <= 4096, "--batch {} outside [1, 4096]", b);

@@ -47,6 +47,7 @@ struct BenchOptions {
   std::string op = "both";
   std::vector<int> tokens = {1, 8, 32, 128, 512, 2048, 8192, 16384};
   std::string json_path, torch_json_path;
+  std::string l2_flush = "write";
   std::string configs = "all";
   int iters = 20;
   uint64_t seed = 0x5EED;
@@ -129,6 +130,7 @@ int run_bench(const BenchOptions& opt) {
   FP4MOE_CHECK(opt.op == "gate_up" || opt.op == "down" || opt.op == "both", "--op must be gate_up, down or both");
   FP4MOE_CHECK(opt.configs == "all" || opt.configs == "best", "--configs must be all or best");
   FP4MOE_CHECK(opt.iters >= 1, "--iters must be >= 1");
+  const auto flush = bench::l2_flush_from(opt.l2_flush);
   for (int t : opt.tokens) FP4MOE_CHECK(t >= 1 && t <= 65536, "--tokens: {} outside [1, 65536]", t);
   const auto torch = read_torch_json(opt.torch_json_path);
   FP4MOE_CHECK(device_available(), "bench gemm needs a CUDA GPU");
@@ -150,7 +152,7 @@ int run_bench(const BenchOptions& opt) {
   const int64_t max_rows = int64_t(max_t) * kTopK;
 
   nlohmann::json jops = nlohmann::json::array();
-  bench::ColdL2Timer timer(stream);
+  bench::ColdL2Timer timer(stream, size_t(256) << 20, flush);
   for (const OpShape& op : ops) {
     MoeGemmDesc d;
     d.num_experts = kExperts;
@@ -380,6 +382,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--op", opt->op, "gate_up | down | both")->capture_default_str();
   app.add_option("--tokens", opt->tokens, "token counts T (comma separated)")->delimiter(',')->capture_default_str();
   app.add_option("--json", opt->json_path, "write the results as JSON");
+  app.add_option("--l2-flush", opt->l2_flush, "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
+                 "the write-backs) or read (a read kernel: L2 left clean)")->capture_default_str();
   app.add_option("--torch-json", opt->torch_json_path, "JSON of bench/torch_grouped_mm.py (same shapes and routing)");
   app.add_option("--configs", opt->configs, "all: every candidate config; best: the default config only")
       ->capture_default_str();

@@ -13,7 +13,8 @@ namespace {
 
 TEST(BenchGemmCli, BadInputIsOneLineAndExitCode1) {
   TempDir dir("bench_gemm");
-  for (const char* args : {"--op foo", "--tokens 0", "--configs x", "--iters 0", "--torch-json /nonexistent/x.json"}) {
+  for (const char* args : {"--op foo", "--tokens 0", "--configs x", "--iters 0", "--torch-json /nonexistent/x.json",
+                           "--l2-flush sideways"}) {
     const Result r = run_binary(dir.path, std::string("bench gemm ") + args);
     EXPECT_EQ(r.rc, 1) << args << ": " << r.err;
     EXPECT_EQ(r.err_lines(), 1) << args << ": " << r.err;

@@ -40,6 +40,8 @@ void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cuda
 //   kRead:  a kernel that reads the flush buffer. L2 is left full of clean lines (a decode step
 //           meets mostly clean lines too: weights, the cache), evicted for free.
 enum class L2Flush { kWrite, kRead };
+// The benches' --l2-flush value ("read" or "write"); anything else is an fp4moe::Error.
+L2Flush l2_flush_from(const std::string& name);
 
 class ColdL2Timer {
  public:

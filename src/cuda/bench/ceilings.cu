@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 
@@ -83,6 +84,11 @@ void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cuda
 
 
 // ---- cold-L2 timer ----------------------------------------------------------------------
+
+L2Flush l2_flush_from(const std::string& name) {
+  FP4MOE_CHECK(name == "read" || name == "write", "--l2-flush {}: read or write", name);
+  return name == "read" ? L2Flush::kRead : L2Flush::kWrite;
+}
 
 ColdL2Timer::ColdL2Timer(cudaStream_t stream, size_t flush_bytes, L2Flush flush)
     : stream_(stream), flush_(flush_bytes), sink_(sizeof(uint32_t)), mode_(flush) {

@@ -221,7 +221,7 @@ Selection make_selection(const void* q, const float* w, void* q8, float* w8, con
 
 class Bench {
  public:
-  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s, size_t(256) << 20, bench::l2_flush_from(o.l2_flush)) { ceil_ = bench::measure_ceilings(s); }
+  Bench(const Options& o, cudaStream_t s) : opt_(o), s_(s), timer_(s, bench::l2_flush_from(o.l2_flush)) { ceil_ = bench::measure_ceilings(s); }
   const bench::Ceilings& ceilings() const { return ceil_; }
   std::vector<Row> rows;
 
@@ -954,10 +954,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--top-k", opt->top_k, "indexer top-k")->capture_default_str();
   app.add_option("--iters", opt->iters, "timed runs per case (median, cold L2)")->capture_default_str();
   app.add_option("--json", opt->json_path, "write the results as JSON");
-  app.add_option("--l2-flush", opt->l2_flush,
-                 "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
-                 "the write-backs) or read (a read kernel: L2 left clean)")
-      ->capture_default_str();
+  add_l2_flush_option(app, opt->l2_flush);
   app.add_flag("!--no-sparse", opt->sparse, "skip the sparse (indexer + top-k + sparse MLA) decode path");
   app.add_flag("!--no-prefill", opt->do_prefill, "skip prefill");
   app.add_flag("!--no-fp8-agreement", opt->fp8_agreement, "skip the FP8-vs-FP32 selection comparison");

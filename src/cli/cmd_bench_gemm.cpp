@@ -152,7 +152,7 @@ int run_bench(const BenchOptions& opt) {
   const int64_t max_rows = int64_t(max_t) * kTopK;
 
   nlohmann::json jops = nlohmann::json::array();
-  bench::ColdL2Timer timer(stream, size_t(256) << 20, flush);
+  bench::ColdL2Timer timer(stream, flush);
   for (const OpShape& op : ops) {
     MoeGemmDesc d;
     d.num_experts = kExperts;
@@ -382,8 +382,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--op", opt->op, "gate_up | down | both")->capture_default_str();
   app.add_option("--tokens", opt->tokens, "token counts T (comma separated)")->delimiter(',')->capture_default_str();
   app.add_option("--json", opt->json_path, "write the results as JSON");
-  app.add_option("--l2-flush", opt->l2_flush, "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
-                 "the write-backs) or read (a read kernel: L2 left clean)")->capture_default_str();
+  add_l2_flush_option(app, opt->l2_flush);
   app.add_option("--torch-json", opt->torch_json_path, "JSON of bench/torch_grouped_mm.py (same shapes and routing)");
   app.add_option("--configs", opt->configs, "all: every candidate config; best: the default config only")
       ->capture_default_str();

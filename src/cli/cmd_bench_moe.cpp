@@ -110,7 +110,7 @@ int run_bench_moe(const BenchMoeArgs& args) {
   cuda::bench::fill_random_bf16(xs.ptr(), size_t(kInputs * Tmax * H), args.seed + 5, 1.0f, st);
   float* out = outb.as<float>();
   auto x_of = [&](int i) { return xs.as<const uint16_t>() + size_t(i % kInputs) * size_t(Tmax * H); };
-  cuda::bench::ColdL2Timer timer(st, size_t(256) << 20, flush);
+  cuda::bench::ColdL2Timer timer(st, flush);
 
   nlohmann::json rows = nlohmann::json::array();
   fmt::print("| T | hit | eager ms | graph ms | graph x | host us | router | permute | gemm1 | gemm2 | shared | "
@@ -223,8 +223,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--experts", a->experts, "routed experts (GLM-5: 256)");
   app.add_option("--graph-max-tokens", a->graph_max_tokens, "capture and time CUDA graphs for T up to this");
   app.add_option("--json", a->json, "write the results as JSON here");
-  app.add_option("--l2-flush", a->l2_flush, "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
-                 "the write-backs) or read (a read kernel: L2 left clean)")->capture_default_str();
+  cli::add_l2_flush_option(app, a->l2_flush);
   app.add_option("--gemm", a->gemm, "grouped GEMM path: auto (by the GPU's arch) | generic | sm90 | sm1xx (Blackwell, W4A4; compiled, not run)");
   app.add_flag("--w4a4", a->w4a4, "NVFP4 activation emulation (sm90 path)");
   app.add_flag("--separate-shared", a->separate_shared,

@@ -77,7 +77,7 @@ int run_bench(const Options& o) {
   for (auto& d : draw) d = int32_t(g() % 1000);
   auto dh = cuda::DeviceBuffer::from(hist), dp = cuda::DeviceBuffer::from(plen), dol = cuda::DeviceBuffer::from(olen),
        dd = cuda::DeviceBuffer::from(draw);
-  cuda::bench::ColdL2Timer timer(stream, size_t(256) << 20, flush);
+  cuda::bench::ColdL2Timer timer(stream, flush);
   for (const auto& mode : o.modes) {
     std::vector<cpu::SamplingRowParams> params;
     for (int r = 0; r < max_rows; ++r) params.push_back(mode_params(mode, r));
@@ -108,8 +108,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--mode", opt->modes, "parameter mixes: greedy, temp, topkp, full")->delimiter(',')->capture_default_str();
   app.add_option("--vocab", opt->vocab, "vocabulary size")->capture_default_str();
   app.add_option("--iters", opt->iters, "timed runs per case (median, cold L2)")->capture_default_str();
-  app.add_option("--l2-flush", opt->l2_flush, "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run also pays "
-                 "the write-backs) or read (a read kernel: L2 left clean)")->capture_default_str();
+  add_l2_flush_option(app, opt->l2_flush);
   run = [opt] {
 #if defined(FP4MOE_HAVE_CUDA)
     return run_bench(*opt);

@@ -28,6 +28,14 @@ struct Command {
 
 std::vector<Command>& registry();
 
+// The GPU benches' --l2-flush option (cuda/bench's ColdL2Timer, parsed by bench::l2_flush_from).
+inline CLI::Option* add_l2_flush_option(CLI::App& app, std::string& value) {
+  return app.add_option("--l2-flush", value,
+                        "how L2 is emptied before each timed run: write (a memset: L2 left dirty, the timed run "
+                        "also pays the write-backs) or read (a read kernel: L2 left clean)")
+      ->capture_default_str();
+}
+
 struct Registrar {
   Registrar(std::string name, std::string description, Setup setup) {
     registry().push_back({std::move(name), std::move(description), setup});

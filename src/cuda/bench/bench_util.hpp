@@ -45,7 +45,7 @@ L2Flush l2_flush_from(const std::string& name);
 
 class ColdL2Timer {
  public:
-  explicit ColdL2Timer(cudaStream_t stream, size_t flush_bytes = size_t(256) << 20, L2Flush flush = L2Flush::kWrite);
+  explicit ColdL2Timer(cudaStream_t stream, L2Flush flush = L2Flush::kWrite, size_t flush_bytes = size_t(256) << 20);
   ~ColdL2Timer();
   ColdL2Timer(const ColdL2Timer&) = delete;
   ColdL2Timer& operator=(const ColdL2Timer&) = delete;

@@ -90,7 +90,7 @@ L2Flush l2_flush_from(const std::string& name) {
   return name == "read" ? L2Flush::kRead : L2Flush::kWrite;
 }
 
-ColdL2Timer::ColdL2Timer(cudaStream_t stream, size_t flush_bytes, L2Flush flush)
+ColdL2Timer::ColdL2Timer(cudaStream_t stream, L2Flush flush, size_t flush_bytes)
     : stream_(stream), flush_(flush_bytes), sink_(sizeof(uint32_t)), mode_(flush) {
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(flush_.ptr(), 0, flush_.bytes(), stream_));  // defined bytes to read
 }

@@ -361,15 +361,15 @@ TEST(TopKRadixEmu, SliceChoiceKeepsRowsTimesSlicesWithinTheCtas) {
 
 TEST(TopKRadixEmu, SampleTakesOneLineOfEachStrideWithinTheRow) {
   for (int max_lines : {32, 64, 256})
-  for (int ctx : {16385, 40000, 131072, 1 << 22}) {
-    const int stride = tk::sample_stride(ctx, max_lines), lines = (ctx + 31) / 32;
-    EXPECT_LE((lines + stride - 1) / stride, max_lines) << ctx;
-    for (int g = 0; g * stride < lines; ++g) {
-      const int line = tk::sample_line(g, stride);
-      EXPECT_GE(line, g * stride) << ctx;
-      EXPECT_LT(line, (g + 1) * stride) << ctx;
+    for (int ctx : {16385, 40000, 131072, 1 << 22}) {
+      const int stride = tk::sample_stride(ctx, max_lines), lines = (ctx + 31) / 32;
+      EXPECT_LE((lines + stride - 1) / stride, max_lines) << ctx;
+      for (int g = 0; g * stride < lines; ++g) {
+        const int line = tk::sample_line(g, stride);
+        EXPECT_GE(line, g * stride) << ctx;
+        EXPECT_LT(line, (g + 1) * stride) << ctx;
+      }
     }
-  }
   // The threshold's rank: above the sample's expected share of the top k.
   EXPECT_EQ(tk::sample_rank(2048, 16), 128 + 45 + 16);
   EXPECT_GT(tk::sample_rank(7, 16), 7 / 16);

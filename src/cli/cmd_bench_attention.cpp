@@ -10,9 +10,12 @@
 //           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
 //   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random
 //           and model-like keys / queries).
-// Every time is cold-L2 (256 MiB memset before each run, median). Floors: bytes / the copy
-// bandwidth measured in the same run (decode), flops / the BF16 (or FP8) cuBLASLt peak
-// (prefill). Table rows start with '|'; --json writes everything.
+// Every time is cold-L2 (256 MiB memset or read before each run: --l2-flush, median). Floors:
+// bytes / the copy bandwidth measured in the same run (decode), flops / the BF16 (or FP8)
+// cuBLASLt peak (prefill). Beside them, floor kernels under the same timer: "floor-move" (one
+// launch moving a dense decode's bytes) and "floor-chain<n>" (the sparse pipeline's stage bytes
+// in three launches, then padded with empty ones to the pipeline graph's launch count).
+// Table rows start with '|'; --json writes everything.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -240,8 +243,13 @@ class Bench {
     }
   }
   int failures() const { return failures_; }
-  // enqueue() captured into a CUDA graph on the bench stream, then its replays timed.
-  double graph_time_us(const std::function<void()>& enqueue) {
+  // enqueue() captured into a CUDA graph on the bench stream, then its replays timed; `launches`
+  // counts its kernel and memset nodes.
+  struct GraphTime {
+    double us = 0;
+    int launches = 0;
+  };
+  GraphTime graph_time(const std::function<void()>& enqueue) {
     cudaGraph_t graph = nullptr;
     FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
     try {
@@ -252,14 +260,61 @@ class Bench {
       throw;
     }
     FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s_, &graph));
+    GraphTime t;
+    size_t n = 0;
+    FP4MOE_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    FP4MOE_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      FP4MOE_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      t.launches += type == cudaGraphNodeTypeKernel || type == cudaGraphNodeTypeMemset;
+    }
     cudaGraphExec_t exec = nullptr;
     FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us = time_us([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, s_)); });
+    t.us = time_us([&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, s_)); });
     FP4MOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
     FP4MOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    return us;
+    return t;
   }
+  double graph_time_us(const std::function<void()>& enqueue) { return graph_time(enqueue).us; }
   double copy_floor_us(double bytes) const { return bytes / (ceil_.copy_gbps * 1e3); }
+
+  // The sparse pipeline's bytes moved by the floor kernels as one graph (`graph` its row, timed
+  // the same way): one launch per stage (the index keys in and the scores out; the scores in and
+  // the selection out; the selected latents and the queries in and the output out), then the same
+  // three with empty launches added up to the pipeline graph's count. The first is what any
+  // three-launch pipeline needs at this size, the second what the pipeline's launch count costs
+  // before its kernels do any work.
+  void floor_chain_rows(const Row& graph, int launches, const Pool& pool, double key_bytes, void* scores,
+                        const void* q_nope, const void* q_pe, void* out) {
+    const size_t B = size_t(graph.batch), L = size_t(graph.ctx), k = size_t(opt_.top_k);
+    const double eb = double(kv_elem_size(pool.elem));
+    const size_t score_bytes = B * L * 4, out_bytes = B * kHeads * at::kCkvDim * 2;
+    auto stages = [&] {
+      bench::move_bytes({{pool.index_k->ptr(), size_t(key_bytes)}}, scores, score_bytes, s_);
+      bench::move_bytes({{scores, score_bytes}}, out, B * k * 8, s_);
+      bench::move_bytes({{pool.ckv->ptr(), size_t(double(B * k) * at::kCkvDim * eb)},
+                         {pool.kpe->ptr(), size_t(double(B * k) * at::kKpeDim * eb)},
+                         {q_nope, out_bytes},
+                         {q_pe, B * kHeads * at::kKpeDim * 2}},
+                        out, out_bytes, s_);
+    };
+    for (const int n : {3, launches}) {
+      if (n != 3 && launches <= 3) break;
+      Row r = graph;
+      r.path = fmt::format("floor-chain{}", n);
+      r.us = graph_time_us([&] {
+        stages();
+        for (int i = 3; i < n; ++i) bench::launch_empty(s_);
+      });
+      r.note = fmt::format("3 floor kernels{}, one graph ({:.0f} MB of scores out and back in); the pipeline "
+                           "graph takes {:.2f}x its time",
+                           n > 3 ? fmt::format(" + {} empty launches", n - 3) : "",
+                           2.0 * double(score_bytes) / 1e6, graph.us / r.us);
+      report(r);
+    }
+  }
   // The score kernel with the runner's query RoPE (interleaved, 64 dims, GLM-5's frequencies)
   // and BF16 head weights fused into it, beside the plain scores (`plain` its row): what the
   // fused prologue costs a CTA.
@@ -401,6 +456,21 @@ class Bench {
         r.us = time_us([&] { dense.run(a, s_); });
         r.floor_us = copy_floor_us(r.bytes);
         report(r);
+        // The floor kernel at this size: one launch that reads the same latents and queries and
+        // writes the output, under the same timer (what the copy bandwidth buys at these bytes).
+        Row rm = r;
+        rm.path = "floor-move";
+        rm.flops = 0;
+        const size_t q_nope_bytes = size_t(B) * kHeads * at::kCkvDim * 2;
+        rm.us = time_us([&] {
+          bench::move_bytes({{pool.ckv->ptr(), size_t(double(B) * L * at::kCkvDim * eb)},
+                             {pool.kpe->ptr(), size_t(double(B) * L * at::kKpeDim * eb)},
+                             {q_nope.ptr(), q_nope_bytes},
+                             {q_pe.ptr(), size_t(B) * kHeads * at::kKpeDim * 2}},
+                            out.ptr(), q_nope_bytes, s_);
+        });
+        rm.note = fmt::format("one launch moving the same bytes; flashinfer takes {:.2f}x its time", r.us / rm.us);
+        report(rm);
         if (ours_dense) {
           ours_dense->plan(hb.view(), ps, pages, s_);
           Row ro{"decode", kv, "ours-mma", B, L};
@@ -536,14 +606,16 @@ class Bench {
         // schedule), so no launch gap between them; still cold L2 before each replay.
         Row rg = rall;
         rg.path = use_ours ? "graph:indexer+topk+ours-mma-dev" : "graph:indexer+topk+flashinfer-dev";
-        rg.us = graph_time_us([&] {
+        const GraphTime gt = graph_time([&] {
           sel.run_indexer(s_);
           sel.run_topk(s_);
           if (use_ours) ours_dense->run_device(sp, srows, s_);
           else dense_dev.run_device(sp, srows, s_);
         });
-        rg.note = fmt::format("{:.2f}x the stream-launched pipeline's time", rg.us / rall.us);
+        rg.us = gt.us;
+        rg.note = fmt::format("{:.2f}x the stream-launched pipeline's time; {} launches", rg.us / rall.us, gt.launches);
         report(rg);
+        floor_chain_rows(rg, gt.launches, pool, key_bytes, scores.ptr(), q_nope.ptr(), q_pe.ptr(), out.ptr());
       });
   }
 

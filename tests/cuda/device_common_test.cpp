@@ -1,10 +1,12 @@
 // cuda/common: the device buffer (sizes checked before any copy, moves own the allocation), the
-// per-device properties (read once, the same as the runtime's), and DeviceOnce.
+// per-device properties (read once, the same as the runtime's), DeviceOnce, and the benches'
+// floor kernel.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "core/error.hpp"
+#include "cuda/bench/bench_util.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "gpu_test.hpp"
@@ -52,6 +54,27 @@ TEST(DeviceInfo, MatchesTheRuntimeAndIsReadOnce) {
   DeviceOnce once;
   for (int i = 0; i < 3; ++i) once([&] { ++runs; });
   EXPECT_EQ(runs, 1);
+}
+
+TEST(FloorKernel, WritesExactlyItsBytesAndLeavesItsSpansAlone) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  std::vector<uint32_t> src(4096), poison(2048, 0xDEADBEEFu);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint32_t(i * 2654435761u);
+  DeviceBuffer a = DeviceBuffer::from(src), dst = DeviceBuffer::from(poison);
+  bench::move_bytes({{a.ptr(), 16000}, {a.as<uint32_t>() + 4000, 96}}, dst.ptr(), 4096, nullptr);
+  bench::launch_empty(nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(a.download<uint32_t>(), src);
+  const std::vector<uint32_t> d = dst.download<uint32_t>();
+  for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], i < 1024 ? 0u : 0xDEADBEEFu) << "word " << i;
+}
+
+TEST(FloorKernel, RefusesMisalignedSpansAndAMissingDestination) {  // no GPU needed: refused before any launch
+  alignas(16) static uint8_t a[256];
+  EXPECT_THROW(bench::move_bytes({{a + 4, 64}}, nullptr, 0, nullptr), Error);
+  EXPECT_THROW(bench::move_bytes({{a, 64}}, nullptr, 64, nullptr), Error);
+  EXPECT_THROW(bench::move_bytes({{a, 64}}, a + 8, 64, nullptr), Error);
+  EXPECT_THROW(bench::move_bytes({{a, 1}, {a, 1}, {a, 1}, {a, 1}, {a, 1}}, nullptr, 0, nullptr), Error);
 }
 
 }  // namespace

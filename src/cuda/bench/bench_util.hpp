@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,18 @@ void fill_random_bf16(void* p, size_t n, uint64_t seed, float stddev, cudaStream
 void fill_random_u8(void* p, size_t n, uint64_t seed, uint32_t lo, uint32_t hi, cudaStream_t stream);  // [lo, hi]
 void fill_random_f32(float* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);      // uniform
 
+
+// Floor kernels (floor_kernels.cu): the simplest kernels that move a stage's bytes, to be timed
+// beside the stage under the same timer. move_bytes reads each span once (16-byte loads; a
+// span's bytes are rounded down to 16) and writes write_bytes of zeros to dst, grid-stride over
+// the whole GPU, in ONE launch; spans and dst 16-byte aligned, at most 4 spans.
+struct ByteSpan {
+  const void* p = nullptr;
+  size_t bytes = 0;
+};
+void move_bytes(std::initializer_list<ByteSpan> reads, void* dst, size_t write_bytes, cudaStream_t stream);
+// One launch of an empty kernel (1 block of 32 threads): a launch's own cost in a chain.
+void launch_empty(cudaStream_t stream);
 
 // How the timer empties L2 of the timed run's data before each timed run.
 //   kWrite: a memset of the flush buffer. L2 is left full of DIRTY lines, so the timed run's first

@@ -1,7 +1,7 @@
 // Our MLA decode kernels (cuda/attention/mla_decode_mma.cuh) run on the CPU through the CUDA
 // emulator (tests/cuda/emu), against cpu::mla_attention_cpu: dense decode (contexts 1, tile
 // and page boundaries +-1, keys split over several items and merged) and sparse rows over slot
-// lists, BF16 cache (worst row error < 1e-2) and FP8 E4M3 (< 3e-2), 64 and 128 heads, LSE;
+// lists (long items stream many tiles), BF16 cache (worst row error < 1e-2) and FP8 E4M3 (< 3e-2), 64 and 128 heads, LSE;
 // outputs poisoned. The emulator follows the PTX fragment definitions, so this checks the
 // kernels' fragment layouts, the FP8 dim / column permutations, masking and the merge.
 // Needs no GPU (runs in CI); mla_attention_test runs the kernels on the device.
@@ -99,7 +99,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
   else emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false), dc::mla_decode_kernel<false>, p);
   if (!s.merges.empty())
-    emu::launch(dim3(unsigned(s.merges.size()), unsigned(heads)), dim3(128), 0, dc::mla_merge_kernel, p);
+    emu::launch(dim3(unsigned(s.merges.size()), unsigned(heads)), dim3(dc::kMergeThreads), 0, dc::mla_merge_kernel, p);
   return {bf16_to_floats(out), lse};
 }
 
@@ -162,6 +162,15 @@ TEST(MlaDecodeEmu, SparseRowsFp8) {
   check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 3, 5);
 }
 
+// One item per row (1 slot): many tiles stream through the 3-stage ring, and the slots of tile
+// t + 3 are read from the page table / slot list while tile t is computed.
+TEST(MlaDecodeEmu, LongItemsStreamTheirSlotsThroughTheRing) {
+  check({{700, 1}, {97, 1}}, 16, KvElem::BF16, 64, 0, 1, 12);
+  check({{900, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 1, 13);
+  check({{1000, 1}}, 1, KvElem::BF16, 64, 600, 1, 14);
+  check({{1000, 1}}, 1, KvElem::FP8_E4M3, 64, 700, 1, 15);
+}
+
 // The device-built schedule (graph-capturable run_device): a grid sized for longer rows than the
 // batch has (unused items empty, unsplit rows' merges skipped), rows of 1 key up to several
 // parts, and one slot per row (no merges at all).
@@ -193,6 +202,60 @@ TEST(MlaDecodeEmu, ScheduleSplitsLongRowsOnly) {
   EXPECT_EQ(s.merges[0].count, parts_long);
   for (size_t i = 1; i < s.items.size(); ++i)
     EXPECT_GE(s.items[i - 1].kv_end - s.items[i - 1].kv_start, s.items[i].kv_end - s.items[i].kv_start);
+}
+
+// The merge kernel alone, against a double-precision merge: rows split in 1 part (a lone
+// partial), below, at and across its load batch (kMergeBatch 8) and its 128-part weight chunk,
+// with LSEs spread over +-40 (weights down to 2^-80), parts of other rows interleaved between
+// (merge slot `first` offsets), a row that must be skipped (count 0), and outputs poisoned.
+TEST(MlaDecodeEmu, MergeOfAnyPartCountMatchesADoubleMerge) {
+  const int heads = 64;
+  const std::vector<int> counts = {1, 7, 8, 9, 17, 128, 130, 300, 0};
+  std::vector<dc::Merge> merges;
+  int partials = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    merges.push_back({int32_t(r), partials + 3, counts[r], 0});
+    partials += counts[r] + 3;  // 3 unused rows before each row's parts
+  }
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f), spread(-40.f, 40.f);
+  std::vector<float> part_o(size_t(partials) * heads * kCkvDim), part_lse(size_t(partials) * heads);
+  for (float& x : part_o) x = u(g);
+  for (float& x : part_lse) x = spread(g);
+  std::vector<uint16_t> out(counts.size() * heads * kCkvDim, 0xffff);
+  std::vector<float> lse(counts.size() * heads, NAN);
+  dc::Params p{};
+  p.num_heads = heads;
+  p.out = out.data();
+  p.lse = lse.data();
+  p.part_o = part_o.data();
+  p.part_lse = part_lse.data();
+  p.merges = merges.data();
+  emu::launch(dim3(unsigned(merges.size()), unsigned(heads)), dim3(dc::kMergeThreads), 0, dc::mla_merge_kernel, p);
+  const std::vector<float> got = bf16_to_floats(out);
+  for (size_t r = 0; r < counts.size(); ++r)
+    for (int h = 0; h < heads; ++h) {
+      const size_t row = r * heads + size_t(h);
+      if (counts[r] == 0) {
+        EXPECT_TRUE(std::isnan(lse[row])) << "row " << r << " has no parts: left alone";
+        EXPECT_EQ(out[row * kCkvDim], 0xffff);
+        continue;
+      }
+      double mx = -INFINITY;
+      for (int i = 0; i < counts[r]; ++i) mx = std::max<double>(mx, part_lse[size_t(merges[r].first + i) * heads + h]);
+      double wsum = 0;
+      std::vector<double> want(kCkvDim, 0.0);
+      for (int i = 0; i < counts[r]; ++i) {
+        const size_t pr = size_t(merges[r].first + i) * heads + size_t(h);
+        const double w = std::exp2(double(part_lse[pr]) - mx);
+        wsum += w;
+        for (int d = 0; d < kCkvDim; ++d) want[size_t(d)] += w * part_o[pr * kCkvDim + size_t(d)];
+      }
+      for (int d = 0; d < kCkvDim; ++d)
+        ASSERT_NEAR(got[row * kCkvDim + size_t(d)], want[size_t(d)] / wsum, 1e-2)
+            << "row " << r << " (" << counts[r] << " parts) head " << h << " dim " << d;
+      EXPECT_NEAR(lse[row], (mx + std::log2(wsum)) * std::log(2.0), 1e-4) << "row " << r << " head " << h;
+    }
 }
 
 }  // namespace

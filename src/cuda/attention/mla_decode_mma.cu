@@ -16,7 +16,7 @@ cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int me
   kernel<<<dim3(unsigned(items), unsigned(head_groups)), kThreads, smem, stream>>>(p);
   st = cudaGetLastError();
   if (st != cudaSuccess || merges == 0) return st;
-  mla_merge_kernel<<<dim3(unsigned(merges), unsigned(p.num_heads)), 128, 0, stream>>>(p);
+  mla_merge_kernel<<<dim3(unsigned(merges), unsigned(p.num_heads)), kMergeThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   unsigned char* skv = smem + C::kQBytes;                       // [kStages][kTk][kKvPitch]
   float* sx = reinterpret_cast<float*>(skv + kStages * C::kStageBytes);  // [warp][nt][lane][4]
   unsigned* s_amax = reinterpret_cast<unsigned*>(sx + kWarps * C::kNT * 32 * 4);
+  int64_t* s_slot = reinterpret_cast<int64_t*>(s_amax + 4);  // [kStages][kTk]: tile u's slots at u % kStages
 
   const Item it = p.items[blockIdx.x];
   if (it.kv_end <= it.kv_start) return;  // an unused slot of a device-built schedule (whole CTA)
@@ -72,16 +73,31 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   const int32_t* table = p.kv_indices + it.table_offset;
   const int page_mask = (1 << p.page_shift) - 1;
 
+  // The cache slots of a tile's keys go through shared memory, read from the page table /
+  // slot list one iteration before the tile is issued: a thread's copies then wait on no
+  // global load (the table entry of each of its ~9 copies used to be loaded just before it).
+  // Key r of tile u: its table entry (0 past the item's end), and the slot it gives.
+  auto table_entry = [&](int u, int r) -> int32_t {
+    const int key = it.kv_start + u * C::kTk + r;
+    return key < it.kv_end ? table[key >> p.page_shift] : 0;
+  };
+  auto slot_of = [&](int u, int r, int32_t entry) -> int64_t {
+    const int key = it.kv_start + u * C::kTk + r;
+    return key < it.kv_end ? (int64_t(entry) << p.page_shift) + (key & page_mask) : 0;
+  };
+  static_assert(kStages * C::kTk <= kThreads, "one pass loads the first kStages tiles' slots");
+  if (tid < kStages * C::kTk) s_slot[tid] = slot_of(tid / C::kTk, tid % C::kTk, table_entry(tid / C::kTk, tid % C::kTk));
+  __syncthreads();
+
   // KV tile t -> stage t % kStages: key rows [latent | rope], zero past the item's end.
   auto issue = [&](int t) {
     if (t < tiles) {
       unsigned char* st = skv + (t % kStages) * C::kStageBytes;
+      const int64_t* slots = s_slot + (t % kStages) * C::kTk;
       for (int ci = tid; ci < C::kTk * C::kChunks; ci += kThreads) {
         const int r = ci / C::kChunks, part = ci % C::kChunks;
-        const int key = it.kv_start + t * C::kTk + r;
-        const bool valid = key < it.kv_end;
-        int64_t slot = 0;
-        if (valid) slot = (int64_t(table[key >> p.page_shift]) << p.page_shift) + (key & page_mask);
+        const bool valid = it.kv_start + t * C::kTk + r < it.kv_end;
+        const int64_t slot = slots[r];
         const unsigned char* src = part < C::kLatentChunks
                                        ? p.ckv + slot * (kCkv * C::kElem) + part * 16
                                        : p.kpe + slot * (kKpe * C::kElem) + (part - C::kLatentChunks) * 16;
@@ -159,6 +175,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     prims::cp_async_wait<kStages - 2>();
     __syncthreads();  // tile t landed for everyone; everyone is done with tile t - 1's stage
     issue(t + kStages - 1);
+    // Tile t + kStages's table entries, loaded now and stored as slots at the end of this
+    // iteration into ring entry t % kStages (tile t's, last read by issue(t) two iterations ago),
+    // where issue(t + kStages) reads them after the next iteration's barrier.
+    const int32_t next_entry = tid < C::kTk ? table_entry(t + kStages, tid) : 0;
     const unsigned char* kv = skv + (t % kStages) * C::kStageBytes;
 
     // ---- S[16 x Tk] over this warp's half of the dims ----
@@ -299,6 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
         }
       }
     }
+    if (tid < C::kTk) s_slot[(t % kStages) * C::kTk + tid] = slot_of(t + kStages, tid, next_entry);
   }
   prims::cp_async_wait<0>();
 
@@ -356,20 +377,57 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 }
 
 // One CTA of 128 threads per (split token, head): out = sum_i w_i o_i / sum_i w_i with
-// w_i = 2^(lse_i - max lse); lse = max + log2(sum w) (written as a natural log).
-__global__ void __launch_bounds__(128) mla_merge_kernel(const Params p) {
+// w_i = 2^(lse_i - max lse); lse = max + log2(sum w) (written as a natural log). Latency, not
+// bytes, bounds it at small batch (a row split 32 ways at B 1), so no load waits on another:
+// the threads read the parts' LSEs together (max by a block reduction), the weights go through
+// shared memory a chunk of 128 parts at a time, and each thread loads kMergeBatch partial rows
+// before it accumulates any. Every thread still adds the weights and rows in part order, so
+// the sums are those of a serial loop.
+constexpr int kMergeThreads = 128;
+constexpr int kMergeBatch = 8;
+
+__global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Params p) {
+  __shared__ float s_max[kMergeThreads / 32];
+  __shared__ float s_w[kMergeThreads];
   const Merge mg = p.merges[blockIdx.x];
   if (mg.count <= 0) return;  // device-built schedule: the row was not split
   const int head = int(blockIdx.y), tid = int(threadIdx.x);
+  const float* lse = p.part_lse + int64_t(mg.first) * p.num_heads + head;  // part i: lse[i * num_heads]
+  const float* part = p.part_o + (int64_t(mg.first) * p.num_heads + head) * kCkv + tid * 4;
+  const int64_t part_stride = int64_t(p.num_heads) * kCkv;
   float mx = -INFINITY;
-  for (int i = 0; i < mg.count; ++i) mx = fmaxf(mx, p.part_lse[int64_t(mg.first + i) * p.num_heads + head]);
+  for (int i = tid; i < mg.count; i += kMergeThreads) mx = fmaxf(mx, lse[int64_t(i) * p.num_heads]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, o));
+  if (prims::lane_id() == 0) s_max[prims::warp_id()] = mx;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kMergeThreads / 32; ++w) mx = fmaxf(mx, s_max[w]);
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
-  for (int i = 0; i < mg.count; ++i) {
-    const int64_t row = int64_t(mg.first + i) * p.num_heads + head;
-    const float w = prims::fast_exp2(p.part_lse[row] - mx);
-    wsum += w;
-    const float4 v = *reinterpret_cast<const float4*>(p.part_o + row * kCkv + tid * 4);
-    acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+  for (int base = 0; base < mg.count; base += kMergeThreads) {
+    const int n = mg.count - base < kMergeThreads ? mg.count - base : kMergeThreads;
+    __syncthreads();  // the previous chunk's weights are read
+    if (tid < n) s_w[tid] = prims::fast_exp2(lse[int64_t(base + tid) * p.num_heads] - mx);
+    __syncthreads();
+    const float* rows = part + int64_t(base) * part_stride;
+    int i = 0;
+    for (; i + kMergeBatch <= n; i += kMergeBatch) {
+      float4 v[kMergeBatch];
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) v[j] = *reinterpret_cast<const float4*>(rows + int64_t(i + j) * part_stride);
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        const float w = s_w[i + j];
+        wsum += w;
+        acc[0] += w * v[j].x, acc[1] += w * v[j].y, acc[2] += w * v[j].z, acc[3] += w * v[j].w;
+      }
+    }
+    for (; i < n; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(rows + int64_t(i) * part_stride);
+      const float w = s_w[i];
+      wsum += w;
+      acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+    }
   }
   const float inv = 1.f / wsum;
   uint16_t* out = p.out + (int64_t(mg.token) * p.num_heads + head) * kCkv + tid * 4;

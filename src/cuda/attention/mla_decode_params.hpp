@@ -32,7 +32,8 @@ struct Cfg {
   static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQPitch;
   static constexpr size_t kStageBytes = size_t(kTk) * kKvPitch;
   static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
-  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16;
+  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);  // the tiles' cache slots
+  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
   static_assert((kKvPitch / 4) % 8 == 4, "KV rows must shift banks by 4 words (mod 32)");
   static_assert(kSmemBytes <= 227 * 1024, "");
 };

@@ -13,8 +13,10 @@
 // Every time is cold-L2 (256 MiB memset or read before each run: --l2-flush, median). Floors:
 // bytes / the copy bandwidth measured in the same run (decode), flops / the BF16 (or FP8)
 // cuBLASLt peak (prefill). Beside them, floor kernels under the same timer: "floor-move" (one
-// launch moving a dense decode's bytes) and "floor-chain<n>" (the sparse pipeline's stage bytes
-// in three launches, then padded with empty ones to the pipeline graph's launch count).
+// launch moving a dense decode's bytes, contiguous), "floor-gather" (the latents through the
+// page table / the selected slots: the cache's scattered order) and "floor-chain<n>" (the sparse
+// pipeline's stage bytes in three launches, then padded with empty ones to the pipeline graph's
+// launch count).
 // Table rows start with '|'; --json writes everything.
 #include <algorithm>
 #include <cmath>
@@ -471,6 +473,20 @@ class Bench {
         });
         rm.note = fmt::format("one launch moving the same bytes; flashinfer takes {:.2f}x its time", r.us / rm.us);
         report(rm);
+        // The same latents read through the batch's page table (the cache's scattered pages).
+        Row rp = rm;
+        rp.path = "floor-gather";
+        rp.bytes = double(B) * L * (at::kCkvDim + at::kKpeDim) * eb;
+        rp.floor_us = copy_floor_us(rp.bytes);
+        const int64_t n_pages = int64_t(B) * ((L + ps - 1) / ps);
+        rp.us = time_us([&] {
+          bench::gather_pages({{pool.ckv->ptr(), size_t(double(ps) * at::kCkvDim * eb)},
+                               {pool.kpe->ptr(), size_t(double(ps) * at::kKpeDim * eb)}},
+                              db.v.page_indices, n_pages, s_);
+        });
+        rp.note = fmt::format("the latents alone through the page table ({} pages of {}); {:.2f}x floor-move's time",
+                              n_pages, ps, rp.us / rm.us);
+        report(rp);
         if (ours_dense) {
           ours_dense->plan(hb.view(), ps, pages, s_);
           Row ro{"decode", kv, "ours-mma", B, L};
@@ -572,6 +588,20 @@ class Bench {
         rs.us = time_us([&] { sparse.run(sp, s_); });
         rs.floor_us = copy_floor_us(rs.bytes);
         report(rs);
+        {  // the selected latents alone, read through the slot list (one-token pages)
+          Row rgp = rs;
+          rgp.path = "floor-gather";
+          rgp.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb;
+          rgp.flops = 0;
+          rgp.floor_us = copy_floor_us(rgp.bytes);
+          rgp.us = time_us([&] {
+            bench::gather_pages({{pool.ckv->ptr(), size_t(at::kCkvDim * eb)}, {pool.kpe->ptr(), size_t(at::kKpeDim * eb)}},
+                                sel_slot.as<int32_t>(), int64_t(B) * opt_.top_k, s_);
+          });
+          rgp.note = fmt::format("the selected latents alone through the slot list; flashinfer takes {:.2f}x its time",
+                                 rs.us / rgp.us);
+          report(rgp);
+        }
         bool use_ours = false;
         if (ours_sparse) {
           ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_);

@@ -69,6 +69,22 @@ TEST(FloorKernel, WritesExactlyItsBytesAndLeavesItsSpansAlone) {
   for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], i < 1024 ? 0u : 0xDEADBEEFu) << "word " << i;
 }
 
+TEST(FloorKernel, GatherReadsOnlyAndRefusesBadPools) {
+  alignas(16) static uint8_t h[256];
+  EXPECT_THROW(bench::gather_pages({{h, 24}}, nullptr, 0, nullptr), Error);       // page bytes not a multiple of 16
+  EXPECT_THROW(bench::gather_pages({{h + 8, 32}}, nullptr, 0, nullptr), Error);   // misaligned pool
+  EXPECT_THROW(bench::gather_pages({{h, 32}}, nullptr, 3, nullptr), Error);       // pages and no index
+  EXPECT_THROW(bench::gather_pages({{h, 16}, {h, 16}, {h, 16}}, nullptr, 0, nullptr), Error);
+  EXPECT_NO_THROW(bench::gather_pages({{h, 32}}, nullptr, 0, nullptr));           // nothing to read: no launch
+  FP4MOE_SKIP_WITHOUT_GPU();
+  std::vector<uint32_t> pool(64 * 36);
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint32_t(i);
+  DeviceBuffer a = DeviceBuffer::from(pool), idx = DeviceBuffer::from(std::vector<int32_t>{5, 0, 63, 17, 5});
+  bench::gather_pages({{a.ptr(), 128}, {a.ptr(), 144}}, idx.as<int32_t>(), 5, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(a.download<uint32_t>(), pool);
+}
+
 TEST(FloorKernel, RefusesMisalignedSpansAndAMissingDestination) {  // no GPU needed: refused before any launch
   alignas(16) static uint8_t a[256];
   EXPECT_THROW(bench::move_bytes({{a + 4, 64}}, nullptr, 0, nullptr), Error);

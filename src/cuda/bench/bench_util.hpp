@@ -43,6 +43,11 @@ struct ByteSpan {
   size_t bytes = 0;
 };
 void move_bytes(std::initializer_list<ByteSpan> reads, void* dst, size_t write_bytes, cudaStream_t stream);
+// The same kind of read through an index list, in ONE launch: page i of each pool (a ByteSpan
+// whose bytes are ONE page's, a multiple of 16) at pool + index[i] * page bytes, one warp per
+// page. Over a paged cache's page table or a slot list, it reads what an attention kernel reads
+// in the cache's scattered order (TLB and DRAM-page misses included), with no work on it.
+void gather_pages(std::initializer_list<ByteSpan> pools, const int32_t* index, int64_t pages, cudaStream_t stream);
 // One launch of an empty kernel (1 block of 32 threads): a launch's own cost in a chain.
 void launch_empty(cudaStream_t stream);
 

@@ -645,6 +645,22 @@ class Bench {
         rg.us = gt.us;
         rg.note = fmt::format("{:.2f}x the stream-launched pipeline's time; {} launches", rg.us / rall.us, gt.launches);
         report(rg);
+        // The same graph with programmatic dependent launch on our kernels (each kernel's blocks
+        // launch while the one before finishes; FlashInfer's attention kernel launches plainly).
+        Selection sel_pdl = sel;
+        sel_pdl.score.pdl = sel_pdl.topk.pdl = true;
+        at::MlaDeviceRows srows_pdl = srows;
+        srows_pdl.pdl = true;
+        Row rpd = rg;
+        rpd.path = use_ours ? "graph+pdl:indexer+topk+ours-mma-dev" : "graph+pdl:indexer+topk+flashinfer-dev";
+        rpd.us = graph_time_us([&] {
+          sel_pdl.run_indexer(s_);
+          sel_pdl.run_topk(s_);
+          if (use_ours) ours_dense->run_device(sp, srows_pdl, s_);
+          else dense_dev.run_device(sp, srows_pdl, s_);
+        });
+        rpd.note = fmt::format("{:.2f}x the plain graph's time", rpd.us / rg.us);
+        report(rpd);
         floor_chain_rows(rg, gt.launches, pool, key_bytes, scores.ptr(), q_nope.ptr(), q_pe.ptr(), out.ptr());
       });
   }

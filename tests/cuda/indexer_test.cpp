@@ -547,6 +547,82 @@ TEST(Indexer, PipelineSelectsCpuSetWhereScoresAreSeparated) {
   EXPECT_GT(compared, 0) << "no token had separated k-th / (k+1)-th scores";
 }
 
+// Programmatic dependent launch (IndexerScoreArgs::pdl, TopKArgs::pdl): scores -> sample ->
+// gather, each kernel launched while the one before may still run, on a stream and as a CUDA
+// graph replayed several times: the scores, positions and slots bit-identical to plain launches.
+TEST(Indexer, ScoresAndTopKWithProgrammaticLaunchIdenticalToPlain) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int k = 2048;
+  PagedCase c = make_paged_case({{40000, 1}, {9000, 1}, {70000, 1}, {3000, 2}}, 64, KvElem::BF16, KvElem::BF16, 62);
+  const int64_t T = c.tokens(), stride = c.max_ctx();
+  const auto in = random_indexer_inputs(T, 63);
+  DeviceCache dc(c);
+  DeviceBatch db(c);
+  DeviceArray<uint16_t> q(in.q.bits);
+  DeviceArray<float> w(in.w);
+  const size_t ws_bytes = ix::top_k_workspace_bytes(T, c.max_ctx());
+  DeviceArray<uint8_t> ws(ws_bytes);
+  FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
+  struct Out {
+    std::vector<float> scores;
+    std::vector<int32_t> pos, slot;
+  };
+  auto run = [&](bool pdl, bool graph) {
+    DeviceArray<float> scores(std::vector<float>(size_t(T * stride), -7.0f));
+    DeviceArray<int32_t> pos(std::vector<int32_t>(size_t(T) * k, -7)), slot(std::vector<int32_t>(size_t(T) * k, -7));
+    ix::IndexerScoreArgs a;
+    a.q = q.ptr;
+    a.w = w.ptr;
+    a.layer = dc.L;
+    a.batch = db.view();
+    a.max_ctx = c.max_ctx();
+    a.scores = scores.ptr;
+    a.score_stride = stride;
+    a.pdl = pdl;
+    ix::TopKArgs t;
+    t.scores = scores.ptr;
+    t.score_stride = stride;
+    t.batch = db.view();
+    t.max_ctx = c.max_ctx();
+    t.top_k = k;
+    t.out_pos = pos.ptr;
+    t.out_slot = slot.ptr;
+    t.page_size = c.page_size;
+    t.workspace = ws.ptr;
+    t.workspace_bytes = ws_bytes;
+    t.pdl = pdl;
+    cudaStream_t s;
+    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!graph) {
+      for (int i = 0; i < 3; ++i) ix::index_scores(a, s), ix::top_k(t, s);
+    } else {
+      cudaGraph_t g;
+      cudaGraphExec_t e;
+      FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      ix::index_scores(a, s);
+      ix::top_k(t, s);
+      FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+      FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+      for (int i = 0; i < 3; ++i) FP4MOE_CUDA_CHECK(cudaGraphLaunch(e, s));
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      FP4MOE_CUDA_CHECK(cudaGraphExecDestroy(e));
+      FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+    return Out{scores.download(), pos.download(), slot.download()};
+  };
+  const Out plain = run(false, false);
+  for (const bool graph : {false, true}) {
+    const Out o = run(true, graph);
+    EXPECT_EQ(std::memcmp(o.scores.data(), plain.scores.data(), o.scores.size() * 4), 0) << "graph " << graph;
+    EXPECT_EQ(o.pos, plain.pos) << "graph " << graph;
+    EXPECT_EQ(o.slot, plain.slot) << "graph " << graph;
+  }
+  const std::vector<uint8_t> left = ws.download();
+  EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t(0)), std::ptrdiff_t(left.size())) << "workspace left non-zero";
+}
+
 TEST(Indexer, Fp8SelectionOverlapsFp32OnRandomData) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const int k = 2048;

@@ -49,8 +49,10 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
 
 // FlashInferDevice: MlaSm90::run_device (the schedule built on the device); FlashInferGraph: the
 // same captured in a CUDA graph and replayed.
-enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph };
+// MmaDevice / MmaGraph: the same for MlaDecodeMma::run_device.
+enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph, MmaDevice, MmaGraph };
 int g_forced_splits = 0;  // FlashInferDevice / Graph: MlaDeviceRows::splits
+bool g_pdl = false;       // the device-scheduled runs: MlaDeviceRows::pdl
 
 // Dense when slots is null; else sparse over slots [T, k] (device page table of page_size 1).
 // Outputs poisoned (NaN) before the run.
@@ -77,7 +79,8 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
   if (impl == Impl::Mma) {
     at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
     go(mla);
-  } else if (impl == Impl::FlashInferDevice || impl == Impl::FlashInferGraph) {
+  } else if (impl == Impl::FlashInferDevice || impl == Impl::FlashInferGraph || impl == Impl::MmaDevice ||
+             impl == Impl::MmaGraph) {
     const KvBatchView b = c.batch();
     DeviceArray<int32_t> len(std::vector<int32_t>(b.kv_len, b.kv_len + b.num_requests));
     DeviceArray<int32_t> indptr(std::vector<int32_t>(b.page_indptr, b.page_indptr + b.num_requests + 1));
@@ -95,11 +98,13 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
       rows.max_keys = int(c.max_ctx());
     }
     rows.splits = g_forced_splits;
-    at::MlaSm90 mla({q.heads, kSmScale, c.elem});
-    mla.reserve_device(int(T));
-    if (impl == Impl::FlashInferDevice) {
-      mla.run_device(a, rows, nullptr);
-    } else {
+    rows.pdl = g_pdl;
+    auto device_run = [&](auto& mla, bool graph) {
+      mla.reserve_device(int(T));
+      if (!graph) {
+        mla.run_device(a, rows, nullptr);
+        return;
+      }
       cudaStream_t s = nullptr;
       cudaGraph_t g = nullptr;
       cudaGraphExec_t ge = nullptr;
@@ -111,6 +116,13 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
       EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
       EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
+    };
+    if (impl == Impl::MmaDevice || impl == Impl::MmaGraph) {
+      at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
+      device_run(mla, impl == Impl::MmaGraph);
+    } else {
+      at::MlaSm90 mla({q.heads, kSmScale, c.elem});
+      device_run(mla, impl == Impl::FlashInferGraph);
     }
   } else {
     at::MlaSm90 mla({q.heads, kSmScale, c.elem});
@@ -284,6 +296,14 @@ TEST(MlaDecodeMmaTiny, DecodeMatchesCpu) {
   for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, e, 101, Impl::Mma);
 }
 
+// More rows than CTA slots: one item per row, so each streams 5-9 tiles through the 3-stage ring
+// and the slot ring ahead of it (what step 50's racecheck of the *Tiny* suites then covers).
+TEST(MlaDecodeMmaTiny, DecodeOfMoreRowsThanSlotsStreamsLongItems) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  const std::vector<RequestShape> rows(size_t(cuda::current_device().sm_count) + 2, RequestShape{260, 1});
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_dense(rows, 64, e, 103, Impl::Mma);
+}
+
 TEST(MlaDecodeMmaTiny, SparseMatchesCpu) {
   FP4MOE_SKIP_WITHOUT_MMA_DECODE();
   for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, e, 64, 102, Impl::Mma);
@@ -319,6 +339,34 @@ TEST(MlaDecodeMma, SparseWithTopKAtLeastContextEqualsDense) {
   const Result sparse = gpu_mla(c, q, &sel.slots, 2048, Impl::Mma), dense = gpu_mla(c, q, nullptr, 0, Impl::Mma);
   EXPECT_LT(worst_row_rel_error(sparse.out, dense.out, kCkvDim), 5e-3);
   EXPECT_LT(worst_lse_error(sparse.lse, dense.lse), 1e-3);
+}
+
+// MlaDecodeMma::run_device (the runner's graph path): dense and sparse rows, eager and replayed
+// from a CUDA graph, plain and with programmatic dependent launch (schedule -> decode -> merge,
+// each launched while the one before may still run).
+TEST(MlaDecodeMma, DeviceScheduledWithAndWithoutProgrammaticLaunchMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_MMA_DECODE();
+  for (const bool pdl : {false, true}) {
+    g_pdl = pdl;
+    for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+      check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, e, 130 + uint64_t(pdl), Impl::MmaDevice);
+      check_dense({{1, 1}, {3000, 1}}, 16, e, 132 + uint64_t(pdl), Impl::MmaGraph);
+      check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 134 + uint64_t(pdl),
+                   Impl::MmaGraph);
+    }
+  }
+  g_pdl = false;
+}
+
+// MlaSm90::run_device with programmatic dependent launch on its schedule kernel.
+TEST(MlaAttention, DeviceScheduledWithProgrammaticLaunchMatchesCpu) {
+  FP4MOE_SKIP_WITHOUT_SM90();
+  g_pdl = true;
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, e, 140, Impl::FlashInferGraph);
+    check_sparse({{5000, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 141, Impl::FlashInferGraph);
+  }
+  g_pdl = false;
 }
 
 TEST(MlaDecodeMmaErrors, BadInputIsAnError) {

@@ -221,7 +221,7 @@ void MlaSm90::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStr
   p.ws = static_cast<unsigned char*>(dev_int_ws_);
   p.l = dev_layout_;
   FP4MOE_CHECK(p.splits == 1 || p.rows * p.splits <= 2 * num_sm_, "MLA run_device: split grid");
-  FP4MOE_CUDA_CHECK(fi_sched::launch(p, stream));
+  FP4MOE_CUDA_CHECK(fi_sched::launch(p, stream, rows.pdl));
   launch(dev_info_, dev_float_ws_, dev_int_ws_, sparse ? 1 : int(rows.page_size), a, stream);
 }
 

@@ -71,6 +71,11 @@ struct MlaDeviceRows {
   // Splits per row: 0 = device_splits' rule; else forced (rows x splits <= 2 x SMs, the partial
   // buffer). bench attention sweeps it beside the rule.
   int splits = 0;
+  // Programmatic dependent launch (sm_90+, cuda/common/launch.cuh) for our kernels of the run:
+  // MlaDecodeMma's schedule, decode and merge kernels, MlaSm90's schedule kernel (FlashInfer's
+  // own kernel launches plainly). Each may start launching while the kernel before it finishes,
+  // and waits for it before touching memory. Off by default; bench attention measures it.
+  bool pdl = false;
 };
 
 // Planner + workspace for one MlaDesc on the current device. plan() is host work (the split /

@@ -273,13 +273,14 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   ds.tile_keys = decode::tile_keys(fp8);
   ds.items = items_p;
   ds.merges = merges_p;
-  FP4MOE_CUDA_CHECK(decode::launch_schedule(ds, stream));
+  FP4MOE_CUDA_CHECK(decode::launch_schedule(ds, stream, rows.pdl));
 
   p.items = items_p;
   p.merges = merges_p;
   p.page_shift = shift;
   set_partials(p, dev_float_ws_, slots);
-  FP4MOE_CUDA_CHECK(decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream));
+  FP4MOE_CUDA_CHECK(
+      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl));
 }
 
 }  // namespace fp4moe::cuda::attention

@@ -3,27 +3,26 @@
 // E4M3 -> FP16 cvt of sm_89+); mla_decode_can_implement checks the shared memory at run time.
 #include "cuda/attention/mla_decode_mma.cuh"
 #include "cuda/common/device.hpp"
+#include "cuda/common/launch.cuh"
 
 namespace fp4moe::cuda::attention::decode {
 
-cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream) {
+cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream, bool pdl) {
   const size_t smem = smem_bytes(fp8);
   auto kernel = fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
   static DeviceOnce opt_in[2];  // the shared-memory opt-in, once per device and cache type
   cudaError_t st = cudaSuccess;
   opt_in[fp8 ? 1 : 0]([&] { st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); });
   if (st != cudaSuccess) return st;
-  kernel<<<dim3(unsigned(items), unsigned(head_groups)), kThreads, smem, stream>>>(p);
-  st = cudaGetLastError();
+  st = launch_kernel(pdl, kernel, dim3(unsigned(items), unsigned(head_groups)), dim3(kThreads), smem, stream, p);
   if (st != cudaSuccess || merges == 0) return st;
-  mla_merge_kernel<<<dim3(unsigned(merges), unsigned(p.num_heads)), kMergeThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(pdl, mla_merge_kernel, dim3(unsigned(merges), unsigned(p.num_heads)), dim3(kMergeThreads), 0,
+                       stream, p);
 }
 
-cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream) {
+cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream, bool pdl) {
   if (s.tokens <= 0) return cudaSuccess;
-  mla_device_schedule_kernel<<<unsigned((s.tokens + 127) / 128), 128, 0, stream>>>(s);
-  return cudaGetLastError();
+  return launch_kernel(pdl, mla_device_schedule_kernel, dim3(unsigned((s.tokens + 127) / 128)), dim3(128), 0, stream, s);
 }
 
 }  // namespace fp4moe::cuda::attention::decode

@@ -63,6 +63,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   unsigned* s_amax = reinterpret_cast<unsigned*>(sx + kWarps * C::kNT * 32 * 4);
   int64_t* s_slot = reinterpret_cast<int64_t*>(s_amax + 4);  // [kStages][kTk]: tile u's slots at u % kStages
 
+  prims::pdl_wait();  // launched with PDL: the items / slots / queries may come from the kernel before
+  prims::pdl_release();
   const Item it = p.items[blockIdx.x];
   if (it.kv_end <= it.kv_start) return;  // an unused slot of a device-built schedule (whole CTA)
   const int head0 = int(blockIdx.y) * kHeadsPerCta;
@@ -389,6 +391,8 @@ constexpr int kMergeBatch = 8;
 __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Params p) {
   __shared__ float s_max[kMergeThreads / 32];
   __shared__ float s_w[kMergeThreads];
+  prims::pdl_wait();
+  prims::pdl_release();
   const Merge mg = p.merges[blockIdx.x];
   if (mg.count <= 0) return;  // device-built schedule: the row was not split
   const int head = int(blockIdx.y), tid = int(threadIdx.x);
@@ -442,6 +446,8 @@ __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 // DeviceSchedule (mla_decode_params.hpp): row t's items and merge, by the rule of
 // build_schedule with the row's part count capped at s.splits.
 __global__ void __launch_bounds__(128) mla_device_schedule_kernel(const DeviceSchedule s) {
+  prims::pdl_wait();  // its items were read by the previous run's decode kernel
+  prims::pdl_release();
   const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (t >= s.tokens) return;
   int L = 0, table = 0;

@@ -102,10 +102,12 @@ struct DeviceSchedule {
 inline size_t smem_bytes(bool fp8) { return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes; }
 inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }
 #if !defined(FP4MOE_CUDA_EMU)
-// The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel.
-cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream);
+// The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel; pdl:
+// both with programmatic dependent launch (cuda/common/launch.cuh).
+cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream,
+                   bool pdl = false);
 // The device schedule (one thread per row).
-cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream);
+cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream, bool pdl = false);
 #endif
 
 }  // namespace fp4moe::cuda::attention::decode

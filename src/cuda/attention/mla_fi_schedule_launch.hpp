@@ -8,6 +8,6 @@
 namespace fp4moe::cuda::attention::fi_sched {
 
 // fi_sched::threads(p) threads, each fi_sched::write(p, i).
-cudaError_t launch(const Params& p, cudaStream_t stream);
+cudaError_t launch(const Params& p, cudaStream_t stream, bool pdl = false);  // pdl: cuda/common/launch.cuh
 
 }  // namespace fp4moe::cuda::attention::fi_sched

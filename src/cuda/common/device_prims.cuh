@@ -191,6 +191,25 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// ---- programmatic dependent launch (PDL, sm_90+; cuda/common/launch.cuh launches with it) ----
+// A kernel launched with PDL may have its blocks start while the kernel before it in the stream
+// still runs. pdl_wait() returns once that kernel has completed and its writes are visible: a
+// PDL-launched kernel calls it before its first global load or store. pdl_release() lets the
+// next PDL-launched kernel start launching its blocks once every block of this one has called
+// it (they then park in their own pdl_wait); called after pdl_wait, it cannot let a kernel two
+// launches on start before this one's predecessor has finished. Both do nothing in a kernel
+// launched without PDL, and in the emulator (its kernels run one after another).
+__device__ __forceinline__ void pdl_wait() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_release() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ---- ldmatrix: four 8 x 8 matrices of 16-bit elements; lanes 8i..8i+7 give the row addresses
 // of matrix i (16 B each, shared memory). Register i of lane l: row l / 4, elements 2 (l % 4)
 // and +1 of matrix i; with _trans: rows 2 (l % 4) and +1 of column l / 4.

@@ -66,6 +66,10 @@ struct IndexerScoreArgs {
   // The key ring's depth: 0 = the device's (3 stages where a block may have their shared memory,
   // else 2); 2 forces the 2-stage ring (what a 99 KB-smem arch such as sm_120 runs). Same scores.
   int ring_stages = 0;
+  // Programmatic dependent launch (sm_90+, cuda/common/launch.cuh): the score kernel's blocks may
+  // start launching while the kernel before it finishes, and wait for it before touching memory.
+  // Off by default; bench attention measures it. Same scores.
+  bool pdl = false;
 };
 
 // "" when the GPU indexer supports these dims (32 heads x 128), else why not.
@@ -113,6 +117,10 @@ struct TopKArgs {
   // (one line of every ctx / 32 / sample_lines), 32..256; 0 = 256. A smaller sample is cheaper to
   // read and narrow, and admits more candidates (bench attention's "ours-radix-sample<n>" rows).
   int sample_lines = 0;
+  // Programmatic dependent launch (sm_90+, cuda/common/launch.cuh) for both top-k kernels: each
+  // may start launching while the kernel before it finishes, and waits for it before touching
+  // memory. Off by default; bench attention measures it. Same selection.
+  bool pdl = false;
 };
 
 inline constexpr int kMaxTopKContext = 1 << 22;  // positions < 4M

@@ -14,6 +14,7 @@
 #include "cuda/indexer/indexer.hpp"
 #include "core/error.hpp"
 #include "cuda/common/device.hpp"
+#include "cuda/common/launch.cuh"
 
 namespace fp4moe::cuda::indexer {
 namespace {
@@ -126,8 +127,8 @@ void launch_scores(const IndexerScoreArgs& a, cudaStream_t stream) {
   p.w_bf16 = static_cast<const uint16_t*>(a.w_bf16);
   p.w_scale = a.w_bf16_scale;
   const dim3 grid(unsigned(groups), unsigned((key_tiles + tiles_per_cta - 1) / tiles_per_cta));
-  index_score_kernel<kFp8, kStages, kG><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(launch_kernel(a.pdl, index_score_kernel<kFp8, kStages, kG>, grid, dim3(kThreads), T::kSmemBytes,
+                                  stream, p));
 }
 
 template <bool kFp8, int kG>

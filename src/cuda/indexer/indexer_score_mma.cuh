@@ -247,6 +247,8 @@ template <bool kFp8, int kStages, int kG>
 __global__ void __launch_bounds__(kThreads) index_score_kernel(const ScoreParams p) {
   static_assert(kG == 1 || kG == 2, "");
   FP4MOE_DYNAMIC_SMEM(uint8_t, smem);
+  prims::pdl_wait();  // launched with PDL: the queries / keys may come from the kernel before
+  prims::pdl_release();
   const int t0 = int(blockIdx.x) * kG;
   const int r0 = attention::request_of(p.qo_indptr, p.num_requests, t0);
   const int32_t* pages0 = p.page_indices + p.page_indptr[r0];

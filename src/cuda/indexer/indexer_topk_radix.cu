@@ -13,6 +13,7 @@
 #include "cuda/indexer/indexer.hpp"
 #include "core/error.hpp"
 #include "cuda/common/device.hpp"
+#include "cuda/common/launch.cuh"
 
 namespace fp4moe::cuda::indexer {
 namespace {
@@ -85,13 +86,13 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   const size_t smem0 = topk::select_smem_bytes(a.max_ctx), smem1 = topk::gather_smem_bytes();
   static DeviceOnce select_opt_in, gather_opt_in;
   allow_smem(select_opt_in, topk::topk_select_or_sample_kernel, smem0);
-  topk::topk_select_or_sample_kernel<<<dim3(1, unsigned(b.num_tokens)), topk::kThreads, smem0, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(launch_kernel(a.pdl, topk::topk_select_or_sample_kernel, dim3(1, unsigned(b.num_tokens)),
+                                  dim3(topk::kThreads), smem0, stream, p));
   if (l.total == 0) return;
   allow_smem(gather_opt_in, topk::topk_gather_kernel, smem1);
   const int g = topk::gather_ctas_per_row(b.num_tokens, l.slices, 2 * int(current_device().sm_count));
-  topk::topk_gather_kernel<<<dim3(unsigned(g), unsigned(b.num_tokens)), topk::kThreads, smem1, stream>>>(p);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(launch_kernel(a.pdl, topk::topk_gather_kernel, dim3(unsigned(g), unsigned(b.num_tokens)),
+                                  dim3(topk::kThreads), smem1, stream, p));
 }
 
 TopKSampleStats top_k_sample_stats(const TopKArgs& a, cudaStream_t stream) {

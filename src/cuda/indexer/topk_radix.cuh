@@ -378,6 +378,8 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
   FP4MOE_DYNAMIC_SMEM(int, hist);
   int* scratch = hist + kBins0;
   uint32_t* keys = reinterpret_cast<uint32_t*>(scratch + kScratchInts);
+  prims::pdl_wait();  // launched with PDL: the scores come from the kernel before
+  prims::pdl_release();
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
   const float* s = p.scores + int64_t(row) * p.score_stride;
@@ -489,6 +491,8 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   int* scratch = hist + kBins0;
   uint32_t* ckey = reinterpret_cast<uint32_t*>(scratch + kScratchInts);
   int32_t* cpos = reinterpret_cast<int32_t*>(ckey + kCandCap);
+  prims::pdl_wait();  // launched with PDL: t0 comes from the sample kernel before
+  prims::pdl_release();
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
   if (ctx <= kRowKeys) return;

@@ -581,6 +581,17 @@ class Bench {
           rl.note = fmt::format("{:.2f}x ours-radix's time; {}", rl.us / rt.us, sample_note(small));
           report(rl);
         }
+        // Rows of 16K-32K keys on the one-CTA path (TopKArgs::one_cta_keys 32768) beside the sampled one.
+        if (L > 16384 && L <= 32768 && ix::top_k_max_one_cta_keys() >= 32768) {
+          ix::TopKArgs one = sel.topk;
+          one.one_cta_keys = 32768;
+          Row r1{"topk", kv, "ours-radix-1cta32k", B, L};
+          r1.bytes = rt.bytes;
+          r1.us = time_us([&] { ix::top_k(one, s_); });
+          r1.floor_us = rt.floor_us;
+          r1.note = fmt::format("one CTA and one launch per row; {:.2f}x ours-radix's time", r1.us / rt.us);
+          report(r1);
+        }
         flashinfer_topk_row(sel, db.v, rt, ps);
         Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
         rs.bytes = double(B) * opt_.top_k * (at::kCkvDim + at::kKpeDim) * eb + q_bytes;

@@ -109,6 +109,7 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
 // the second result returned after checking it equals the first.
 // shared_ws: a zeroed workspace of earlier calls, at least this call's size (nullptr: a fresh one).
 int g_sample_lines = 0;  // TopKArgs::sample_lines of gpu_topk's calls
+int g_one_cta_keys = 0;  // TopKArgs::one_cta_keys of gpu_topk's calls
 std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, int64_t stride, int k,
                               std::vector<int32_t>* slots, int slice_keys = 0, DeviceArray<uint8_t>* shared_ws = nullptr) {
   DeviceBatch db(c);
@@ -132,6 +133,7 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   a.workspace_bytes = ws_bytes;
   a.slice_keys = slice_keys;
   a.sample_lines = g_sample_lines;
+  a.one_cta_keys = g_one_cta_keys;
   ix::top_k(a, nullptr);
   const auto first = pos.download();
   ix::top_k(a, nullptr);
@@ -427,6 +429,16 @@ TEST(Indexer, TopKLongRowPathsIdenticalToCpuWithSmallerSamples) {
   g_sample_lines = 0;
 }
 
+// One CTA for rows up to 32K keys (TopKArgs::one_cta_keys 32768, where a block may have 145 KB of
+// shared memory): the same sets on every path, the sampled path for the longer rows beside them.
+TEST(Indexer, TopKOneCtaRowsUpTo32KIdenticalToCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  if (ix::top_k_max_one_cta_keys() < 32768) GTEST_SKIP() << "needs 145 KB of shared memory per block";
+  g_one_cta_keys = 32768;
+  check_topk_long_rows({{16384, 1}, {20000, 1}, {24000, 1}, {32768, 1}, {16385, 1}, {131072, 1}, {40000, 1}}, 89);
+  g_one_cta_keys = 0;
+}
+
 // A row past 512K keys marks its selection in the workspace's bitmap, a shorter one beside it in
 // shared memory.
 TEST(Indexer, TopKRowPastTheSharedBitmapIdenticalToCpu) {
@@ -710,6 +722,15 @@ TEST(IndexerErrors, TopKLongRowsWithoutWorkspaceIsAnError) {
   EXPECT_THROW(ix::top_k(t.a, nullptr), Error);  // no workspace
   t.a.max_ctx = 20001;
   EXPECT_THROW(ix::top_k(t.a, nullptr), Error);  // score rows shorter than max_ctx
+}
+
+TEST(IndexerErrors, TopKOneCtaKeysOtherThan16KOr32KIsAnError) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  OneRowTopK t(20000, 20000, 2048, 2048);
+  for (int bad : {-1, 8192, 20000, 65536}) {
+    t.a.one_cta_keys = bad;
+    EXPECT_THROW(ix::top_k(t.a, nullptr), Error) << bad;
+  }
 }
 
 TEST(IndexerErrors, TopKSliceNotAMultipleOf4096IsAnError) {

@@ -74,8 +74,10 @@ std::vector<float> make_row(int n, Fill f, int k, std::mt19937_64& g, int sample
 // resident: the CTAs the gather launch may take (gather_ctas_per_row); the H200's is 264.
 // shared_ws: a workspace of earlier calls (zero between calls, at least this call's size), or
 // nullptr for a fresh one.
+// row_keys: Params::row_keys (rows up to it on the one-CTA path).
 void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed, int slice_keys = tk::kSliceKeys,
-              int resident = 264, std::vector<unsigned char>* shared_ws = nullptr, int sample_lines = tk::kSampleLines) {
+              int resident = 264, std::vector<unsigned char>* shared_ws = nullptr, int sample_lines = tk::kSampleLines,
+              int row_keys = tk::kRowKeys) {
   std::mt19937_64 g(seed);
   // One request per row (q_len 1 at the end of its context), pages shuffled.
   std::vector<int32_t> qo = {0}, pos, kvl, pip = {0}, pidx;
@@ -104,7 +106,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   cpu::indexer_topk_cpu(b, scores.data(), stride, k, want.data());
 
   std::vector<int32_t> out_pos(size_t(T * k), -7), out_slot(size_t(T * k), -7);
-  const tk::Layout l = tk::workspace_layout(T, max_ctx, slice_keys);
+  const tk::Layout l = tk::workspace_layout(T, max_ctx, slice_keys, row_keys);
   std::vector<unsigned char> own(shared_ws ? 0 : l.total + 16, 0);
   std::vector<unsigned char>& ws = shared_ws ? *shared_ws : own;
   ASSERT_GE(ws.size(), l.total);
@@ -122,6 +124,7 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   p.out_slot = out_slot.data();
   p.page_shift = __builtin_ctz(unsigned(page_size));
   p.max_ctx = max_ctx;
+  p.row_keys = row_keys;
   p.slice_keys = slice_keys;
   p.sample_lines = sample_lines;
   p.cand_counts = counts.data();
@@ -129,8 +132,8 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
   const dim3 grid(unsigned(l.slices > 0 ? tk::gather_ctas_per_row(T, l.slices, resident) : 1), unsigned(T));
   for (int call = 0; call < 2; ++call) {  // twice: the workspace must come back zeroed
     std::fill(out_pos.begin(), out_pos.end(), -7);
-    emu::launch(dim3(1, unsigned(T)), dim3(tk::kThreads), tk::select_smem_bytes(max_ctx), tk::topk_select_or_sample_kernel,
-                p);
+    emu::launch(dim3(1, unsigned(T)), dim3(tk::kThreads), tk::select_smem_bytes(max_ctx, row_keys),
+                tk::topk_select_or_sample_kernel, p);
     if (l.total) emu::launch(grid, dim3(tk::kThreads), tk::gather_smem_bytes(), tk::topk_gather_kernel, p);
     for (int64_t t = 0; t < T; ++t) {
       const std::vector<int32_t> got(out_pos.begin() + t * k, out_pos.begin() + (t + 1) * k),
@@ -150,11 +153,11 @@ void run_case(const std::vector<Row>& rows, int k, int page_size, uint64_t seed,
         const Fill f = rows[size_t(t)].fill;
         const uint32_t n = uint32_t(counts[size_t(t)]);
         const bool streamed = n < uint32_t(k) || n > uint32_t(tk::kCandCap);
-        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::Random || f == Fill::HotRun || f == Fill::TiesAtCut ||
+        if (rows[size_t(t)].ctx > row_keys && (f == Fill::Random || f == Fill::HotRun || f == Fill::TiesAtCut ||
                                                    f == Fill::ExactTopBin)) {
           EXPECT_FALSE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
         }
-        if (rows[size_t(t)].ctx > tk::kRowKeys && (f == Fill::SampleHot || f == Fill::FewTies)) {
+        if (rows[size_t(t)].ctx > row_keys && (f == Fill::SampleHot || f == Fill::FewTies)) {
           EXPECT_TRUE(streamed) << "row " << t << " fill " << int(f) << ": " << n << " candidates";
         }
       }
@@ -247,6 +250,22 @@ TEST(TopKRadixEmu, OneCtaRowsMatchCpu) {
   run_case({{1, Fill::Random}, {2048, Fill::Random}, {2049, Fill::Ties}, {5000, Fill::Random},
             {9000, Fill::Specials}, {16384, Fill::Random}, {6000, Fill::Ulps}},
            2048, 64, 1);
+}
+
+// One CTA for rows up to 32K keys (Params::row_keys = kRowKeysLarge): the row in shared memory in
+// two load batches, every narrowing path (unique T, a bin taken whole, ties cut by position, heavy
+// ties past the compaction list, specials, keys ulps apart), beside a longer row on the sampled path.
+TEST(TopKRadixEmu, RowsUpTo32KOnOneCtaMatchCpu) {
+  run_case({{16385, Fill::Random},
+            {20000, Fill::ExactTopBin},
+            {18000, Fill::TiesAtCut},
+            {30000, Fill::FewTies},
+            {32768, Fill::Specials},
+            {32768, Fill::Ulps},
+            {24000, Fill::HotRun},
+            {40000, Fill::Random},
+            {3000, Fill::Random}},
+           2048, 16, 9, tk::kSliceKeys, 264, nullptr, tk::kSampleLines, tk::kRowKeysLarge);
 }
 
 TEST(TopKRadixEmu, LongRowsMatchCpuOnEveryPath) {

@@ -101,8 +101,9 @@ struct TopKArgs {
   int32_t* out_slot = nullptr;
   int64_t page_size = attention::kDefaultPageSize;  // with out_slot
   // Device scratch for rows longer than 16K keys: top_k_workspace_bytes(T, max_ctx) bytes (0 when
-  // max_ctx <= 16384), zeroed once after allocation. Each call leaves all of it zero, so calls of
-  // any row count and max_ctx within its size may share it.
+  // max_ctx <= 16384), zeroed once after allocation (one_cta_keys 32768: only rows longer than
+  // that use it). Each call leaves all of it zero, so calls of any row count and max_ctx within
+  // its size may share it.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // Optional diagnostics, device [T]: each row longer than 16K keys gets its candidate count
@@ -117,6 +118,11 @@ struct TopKArgs {
   // (one line of every ctx / 32 / sample_lines), 32..256; 0 = 256. A smaller sample is cheaper to
   // read and narrow, and admits more candidates (bench attention's "ours-radix-sample<n>" rows).
   int sample_lines = 0;
+  // Rows of up to this many keys take the one-CTA path (the row in shared memory, one launch):
+  // 16384 (0: the default, every arch) or 32768 (145 KB of shared memory per block: sm_90 /
+  // sm_100; an Error where a block may not have it). Longer rows take the sampled path (two
+  // launches). Same selection (bench attention's "ours-radix-1cta32k" rows).
+  int one_cta_keys = 0;
   // Programmatic dependent launch (sm_90+, cuda/common/launch.cuh) for both top-k kernels: each
   // may start launching while the kernel before it finishes, and waits for it before touching
   // memory. Off by default; bench attention measures it. Same selection.
@@ -126,6 +132,8 @@ struct TopKArgs {
 inline constexpr int kMaxTopKContext = 1 << 22;  // positions < 4M
 
 size_t top_k_workspace_bytes(int64_t rows, int max_ctx);
+// The largest TopKArgs::one_cta_keys this device's shared memory allows: 32768 or 16384.
+int top_k_max_one_cta_keys();
 // The smallest multiple of 4096 keys per CTA that keeps rows x slices within two CTAs per SM of
 // the current device (at most 65536).
 int top_k_slice_keys(int64_t rows, int max_ctx);

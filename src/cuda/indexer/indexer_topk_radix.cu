@@ -1,5 +1,6 @@
 // Top-k of each indexer row by radix select (the kernels and their design: topk_radix.cuh).
-// Rows of <= 16K keys take one CTA and one launch; longer rows a second launch of CTAs that
+// Rows of <= 16K keys (TopKArgs::one_cta_keys: 32K where the shared memory allows) take one
+// CTA and one launch; longer rows a second launch of CTAs that
 // each take every G-th slice of TopKArgs::slice_keys keys (4K by default) of their row (G:
 // about one wave of CTAs over the batch), with a workspace (top_k_workspace_bytes). Compiled for every arch in
 // CMAKE_CUDA_ARCHITECTURES: plain CUDA, <= 81 KB of shared memory per CTA.
@@ -31,9 +32,27 @@ void allow_smem(DeviceOnce& opt_in, Kernel k, size_t bytes) {
 
 namespace {
 int slice_or_default(int slice_keys) { return slice_keys > 0 ? slice_keys : topk::kSliceKeys; }
+
+// TopKArgs::one_cta_keys, checked: kRowKeys (0 too) or kRowKeysLarge where a block may have its
+// shared memory.
+int one_cta_keys(const TopKArgs& a) {
+  const int keys = a.one_cta_keys == 0 ? topk::kRowKeys : a.one_cta_keys;
+  FP4MOE_CHECK(keys == topk::kRowKeys || keys == topk::kRowKeysLarge, "indexer top-k: one_cta_keys {}: {} or {}",
+               a.one_cta_keys, topk::kRowKeys, topk::kRowKeysLarge);
+  const size_t need = topk::select_smem_bytes(keys, keys);
+  FP4MOE_CHECK(int64_t(need) <= current_device().smem_per_block_optin,
+               "indexer top-k: one_cta_keys {} needs {} bytes of shared memory per block, this GPU allows {}", keys,
+               need, current_device().smem_per_block_optin);
+  return keys;
+}
 }  // namespace
 
 size_t top_k_workspace_bytes(int64_t rows, int max_ctx) { return topk::workspace_layout(rows, max_ctx).total; }
+
+int top_k_max_one_cta_keys() {
+  const size_t large = topk::select_smem_bytes(topk::kRowKeysLarge, topk::kRowKeysLarge);
+  return int64_t(large) <= current_device().smem_per_block_optin ? topk::kRowKeysLarge : topk::kRowKeys;
+}
 
 int top_k_slice_keys(int64_t rows, int max_ctx) {
   return topk::slice_keys_for(rows, max_ctx, 2 * int(current_device().sm_count));
@@ -60,8 +79,9 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   const int sample_lines = a.sample_lines == 0 ? topk::kSampleLines : a.sample_lines;
   FP4MOE_CHECK(topk::sample_lines_valid(sample_lines), "indexer top-k: sample_lines {} outside [32, {}]", a.sample_lines,
                topk::kSampleLines);
+  const int row_keys = one_cta_keys(a);
   if (b.num_tokens == 0) return;
-  const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx, slice);
+  const topk::Layout l = topk::workspace_layout(b.num_tokens, a.max_ctx, slice, row_keys);
   FP4MOE_CHECK(l.total == 0 || (a.workspace && a.workspace_bytes >= l.total), "{}",
           "indexer top-k: rows of up to " + std::to_string(a.max_ctx) + " keys need a workspace of " +
               std::to_string(l.total) + " bytes (top_k_workspace_bytes), zeroed once; got " +
@@ -79,11 +99,12 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
   p.out_slot = a.out_slot;
   p.page_shift = a.out_slot ? attention::log2_exact(a.page_size) : 0;
   p.max_ctx = a.max_ctx;
+  p.row_keys = row_keys;
   p.slice_keys = slice;
   p.sample_lines = sample_lines;
   p.cand_counts = a.candidate_counts;
   if (l.total != 0) topk::bind_workspace(p, a.workspace, l);
-  const size_t smem0 = topk::select_smem_bytes(a.max_ctx), smem1 = topk::gather_smem_bytes();
+  const size_t smem0 = topk::select_smem_bytes(a.max_ctx, row_keys), smem1 = topk::gather_smem_bytes();
   static DeviceOnce select_opt_in, gather_opt_in;
   allow_smem(select_opt_in, topk::topk_select_or_sample_kernel, smem0);
   FP4MOE_CUDA_CHECK(launch_kernel(a.pdl, topk::topk_select_or_sample_kernel, dim3(1, unsigned(b.num_tokens)),
@@ -98,14 +119,15 @@ void top_k(const TopKArgs& a, cudaStream_t stream) {
 TopKSampleStats top_k_sample_stats(const TopKArgs& a, cudaStream_t stream) {
   TopKSampleStats st;
   const int64_t rows = a.batch.num_tokens;
-  if (a.max_ctx <= topk::kRowKeys || rows <= 0 || !a.candidate_counts) return st;
+  const int row_keys = one_cta_keys(a);
+  if (a.max_ctx <= row_keys || rows <= 0 || !a.candidate_counts) return st;
   std::vector<int32_t> count(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(count.data(), a.candidate_counts, count.size() * 4, cudaMemcpyDeviceToHost, stream));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(pos.data(), a.batch.positions, pos.size() * 4, cudaMemcpyDeviceToHost, stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<int32_t> n;
   for (int64_t r = 0; r < rows; ++r) {
-    if (std::min(pos[size_t(r)] + 1, a.max_ctx) <= topk::kRowKeys) continue;
+    if (std::min(pos[size_t(r)] + 1, a.max_ctx) <= row_keys) continue;
     const int32_t c = count[size_t(r)];
     ++st.long_rows;
     st.streamed += c < a.top_k || c > topk::kCandCap;

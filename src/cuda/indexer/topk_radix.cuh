@@ -5,7 +5,8 @@
 // written as ascending positions (and cache slots), -1 padded when the row has <= k keys.
 //
 // Two launches:
-//   select_or_sample  one CTA per row. A row of <= kRowKeys keys is loaded into shared memory
+//   select_or_sample  one CTA per row. A row of <= p.row_keys keys (kRowKeys, or kRowKeysLarge where a
+//           block may have ~145 KB of shared memory) is loaded into shared memory
 //           once, T found by <= 3 histogram passes (12 + 11 + 9 bits, stopping when the bin of
 //           the k-th key is taken whole; the second and third read only the first pass's bin,
 //           compacted, unless it holds more than kListCap keys) and the selection written in one
@@ -42,7 +43,8 @@ namespace fp4moe::cuda::indexer::topk {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in shared memory)
+constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in shared memory), every arch
+constexpr int kRowKeysLarge = 32768;                    // the same up to 32K keys: 145 KB of shared memory (sm_90 / sm_100)
 constexpr int kSliceKeys = 4096;                        // longer rows: keys per gather CTA (default, and the unit)
 constexpr int kMaxSliceKeys = 16 * kSliceKeys;          // 64K keys per CTA: 64 per thread
 constexpr int kBins0 = 4096;                            // first digit: key bits [31:20]
@@ -78,9 +80,10 @@ struct Params {
   int32_t* out_slot;
   int page_shift;
   int max_ctx;
-  int slice_keys = kSliceKeys;  // rows longer than kRowKeys: keys per gather CTA (a multiple of kSliceKeys)
-  int sample_lines = kSampleLines;  // rows longer than kRowKeys: the most lines of 32 keys sampled (32..kSampleLines)
-  // Workspace (rows longer than kRowKeys): per row a RowState, kCandCap candidates
+  int row_keys = kRowKeys;      // rows of <= row_keys keys take one CTA (kRowKeys or kRowKeysLarge); longer ones:
+  int slice_keys = kSliceKeys;  // keys per gather CTA (a multiple of kSliceKeys)
+  int sample_lines = kSampleLines;  // the most lines of 32 keys sampled (32..kSampleLines)
+  // Workspace (rows longer than row_keys): per row a RowState, kCandCap candidates
   // (key, position) and bitmap_words words of selection bits.
   RowState* state;
   uint2* cand;
@@ -90,15 +93,15 @@ struct Params {
 };
 
 // Host: the workspace's layout for `rows` rows of up to max_ctx keys (all zero sizes when
-// max_ctx <= kRowKeys: one launch, no workspace), and each kernel's dynamic shared memory.
+// max_ctx <= row_keys: one launch, no workspace), and each kernel's dynamic shared memory.
 struct Layout {
   int64_t slices = 0, bitmap_words = 0;
   size_t state = 0, cand = 0, bitmap = 0, total = 0;  // byte offsets, size
 };
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-inline Layout workspace_layout(int64_t rows, int max_ctx, int slice_keys = kSliceKeys) {
+inline Layout workspace_layout(int64_t rows, int max_ctx, int slice_keys = kSliceKeys, int row_keys = kRowKeys) {
   Layout l;
-  if (max_ctx <= kRowKeys) return l;
+  if (max_ctx <= row_keys) return l;
   l.slices = (max_ctx + slice_keys - 1) / slice_keys;
   l.bitmap_words = max_ctx > kSharedBitmapKeys ? (int64_t(max_ctx) + 31) / 32 : 0;  // else in shared memory
   const size_t r = size_t(rows);
@@ -130,9 +133,9 @@ inline bool sample_lines_valid(int lines) { return lines >= 32 && lines <= kSamp
 inline bool slice_keys_valid(int slice_keys) {
   return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
 }
-inline size_t select_smem_bytes(int max_ctx) {
-  const int row_keys = max_ctx < kRowKeys ? max_ctx : kRowKeys;  // long rows: the sample, <= 8K keys
-  return (kBins0 + kScratchInts) * sizeof(int) + size_t(row_keys) * sizeof(uint32_t);
+inline size_t select_smem_bytes(int max_ctx, int row_keys = kRowKeys) {
+  const int keys = max_ctx < row_keys ? max_ctx : row_keys;  // long rows: the sample, <= 8K keys
+  return (kBins0 + kScratchInts) * sizeof(int) + size_t(keys) * sizeof(uint32_t);
 }
 inline size_t gather_smem_bytes() { return (kBins0 + kScratchInts) * sizeof(int) + kCandCap * 2 * sizeof(uint32_t); }
 // Points p's workspace arrays into ws (layout l).
@@ -383,19 +386,21 @@ __global__ void __launch_bounds__(kThreads) topk_select_or_sample_kernel(const P
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
   const float* s = p.scores + int64_t(row) * p.score_stride;
-  if (ctx <= kRowKeys) {
+  if (ctx <= p.row_keys) {
     const int pages = row_pages(p, row);
     if (ctx <= p.top_k) {  // dense: every position, then -1 padding
       write_selection(p, row, pages, [&](int n) { return n < ctx ? n : -1; });
       return;
     }
-    constexpr int kPer = kRowKeys / kThreads;  // the row's loads all in flight, then the stores
-    float v[kPer];
+    constexpr int kPer = kRowKeys / kThreads;  // 16K keys' loads in flight, then their stores
+    for (int base = tid; base < ctx; base += kPer * kThreads) {
+      float v[kPer];
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) v[q] = tid + q * kThreads < ctx ? s[tid + q * kThreads] : 0.0f;
+      for (int q = 0; q < kPer; ++q) v[q] = base + q * kThreads < ctx ? s[base + q * kThreads] : 0.0f;
 #pragma unroll
-    for (int q = 0; q < kPer; ++q)
-      if (tid + q * kThreads < ctx) keys[tid + q * kThreads] = order_key(v[q]);
+      for (int q = 0; q < kPer; ++q)
+        if (base + q * kThreads < ctx) keys[base + q * kThreads] = order_key(v[q]);
+    }
     __syncthreads();
     select_row(p, row, pages, ctx, [&](int i) { return keys[i]; }, hist, scratch);
     return;
@@ -495,7 +500,7 @@ __global__ void __launch_bounds__(kThreads) topk_gather_kernel(const Params p) {
   prims::pdl_release();
   const int row = int(blockIdx.y), tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
   const int ctx = row_ctx(p, row);
-  if (ctx <= kRowKeys) return;
+  if (ctx <= p.row_keys) return;
   const int slices = (ctx + p.slice_keys - 1) / p.slice_keys;
   const int ctas = slices < int(gridDim.x) ? slices : int(gridDim.x);  // this row's CTAs
   if (int(blockIdx.x) >= ctas) return;

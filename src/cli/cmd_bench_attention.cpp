@@ -423,13 +423,20 @@ class Bench {
     dense_dev.reserve_device(maxB);
     const at::MlaDesc desc{kHeads, kSmScale, elem};
     const std::string ours_why = at::mla_decode_can_implement(desc);
-    std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse;
+    std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse, ours_wg;
     if (ours_why.empty()) {
       ours_dense = std::make_unique<at::MlaDecodeMma>(desc);
       ours_sparse = std::make_unique<at::MlaDecodeMma>(desc);
       ours_dense->reserve_device(maxB);
     } else {
       std::printf("| decode | %s | ours-mma | skipped: %s\n", kv.c_str(), ours_why.c_str());
+    }
+    // The wgmma variant (BF16 cache, sm_90): beside ours-mma, dense and sparse, host-planned and run_device.
+    if (const std::string why = at::mla_decode_can_implement(desc, at::DecodeMath::kWgmma); why.empty()) {
+      ours_wg = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmma);
+      ours_wg->reserve_device(maxB);
+    } else if (elem == KvElem::BF16) {
+      std::printf("| decode | %s | ours-wgmma | skipped: %s\n", kv.c_str(), why.c_str());
     }
     // Queries / outputs / indexer buffers for the largest batch.
     DeviceMem q_nope(size_t(maxB) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxB) * kHeads * at::kKpeDim * 2),
@@ -531,6 +538,18 @@ class Bench {
         if (ours_dense)
           dev_row(r, "ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
                   fmt::format("; {} splits per row", ours_dense->device_splits(B, L)));
+        if (ours_wg) {
+          ours_wg->plan(hb.view(), ps, pages, s_);
+          Row rw{"decode", kv, "ours-wgmma", B, L};
+          rw.bytes = r.bytes;
+          rw.flops = r.flops;
+          rw.us = time_us([&] { ours_wg->run(a, s_); });
+          rw.floor_us = r.floor_us;
+          rw.note = fmt::format("{:.2f}x flashinfer's time", rw.us / r.us);
+          report(rw);
+          dev_row(r, "ours-wgmma-dev", [&] { ours_wg->run_device(a, rows, s_); },
+                  fmt::format("; {} splits per row", ours_wg->device_splits(B, L)));
+        }
         if (!opt_.sparse || L <= opt_.top_k) return;
 
         // Sparse: indexer (+ FP8 query quantization) -> top-k -> sparse MLA.
@@ -632,6 +651,15 @@ class Bench {
         srows.top_k = opt_.top_k;
         dev_row(rs, "flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); }, "");
         if (ours_dense) dev_row(rs, "ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); }, "");
+        if (ours_wg) {
+          ours_wg->plan_sparse(hb.view(), opt_.top_k, s_);
+          Row rw = rs;
+          rw.path = "ours-wgmma";
+          rw.us = time_us([&] { ours_wg->run(sp, s_); });
+          rw.note = fmt::format("{:.2f}x flashinfer's time", rw.us / rs.us);
+          report(rw);
+          dev_row(rs, "ours-wgmma-dev", [&] { ours_wg->run_device(sp, srows, s_); }, "");
+        }
         Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};
         rall.bytes = key_bytes + rs.bytes;
         rall.us = time_us([&] {

@@ -49,8 +49,9 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
 
 // FlashInferDevice: MlaSm90::run_device (the schedule built on the device); FlashInferGraph: the
 // same captured in a CUDA graph and replayed.
-// MmaDevice / MmaGraph: the same for MlaDecodeMma::run_device.
-enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph, MmaDevice, MmaGraph };
+// MmaDevice / MmaGraph: the same for MlaDecodeMma::run_device. Wgmma / WgmmaGraph: MlaDecodeMma's
+// wgmma variant (BF16 cache, sm_90), host-planned / run_device in a graph.
+enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph, MmaDevice, MmaGraph, Wgmma, WgmmaGraph };
 int g_forced_splits = 0;  // FlashInferDevice / Graph: MlaDeviceRows::splits
 bool g_pdl = false;       // the device-scheduled runs: MlaDeviceRows::pdl
 
@@ -76,11 +77,12 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
     else mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
     mla.run(a, nullptr);
   };
-  if (impl == Impl::Mma) {
-    at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
+  if (impl == Impl::Mma || impl == Impl::Wgmma) {
+    at::MlaDecodeMma mla({q.heads, kSmScale, c.elem},
+                         impl == Impl::Wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync);
     go(mla);
   } else if (impl == Impl::FlashInferDevice || impl == Impl::FlashInferGraph || impl == Impl::MmaDevice ||
-             impl == Impl::MmaGraph) {
+             impl == Impl::MmaGraph || impl == Impl::WgmmaGraph) {
     const KvBatchView b = c.batch();
     DeviceArray<int32_t> len(std::vector<int32_t>(b.kv_len, b.kv_len + b.num_requests));
     DeviceArray<int32_t> indptr(std::vector<int32_t>(b.page_indptr, b.page_indptr + b.num_requests + 1));
@@ -117,7 +119,10 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
       EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
     };
-    if (impl == Impl::MmaDevice || impl == Impl::MmaGraph) {
+    if (impl == Impl::WgmmaGraph) {
+      at::MlaDecodeMma mla({q.heads, kSmScale, c.elem}, at::DecodeMath::kWgmma);
+      device_run(mla, true);
+    } else if (impl == Impl::MmaDevice || impl == Impl::MmaGraph) {
       at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
       device_run(mla, impl == Impl::MmaGraph);
     } else {
@@ -367,6 +372,44 @@ TEST(MlaAttention, DeviceScheduledWithProgrammaticLaunchMatchesCpu) {
     check_sparse({{5000, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 141, Impl::FlashInferGraph);
   }
   g_pdl = false;
+}
+
+// ---- MlaDecodeMma's wgmma variant (BF16 cache, sm_90; the emulator test runs it on the CPU) ----
+bool wgmma_decode_available() {
+  return cuda::device_available() &&
+         at::mla_decode_can_implement({kHeads, kSmScale, KvElem::BF16}, at::DecodeMath::kWgmma).empty();
+}
+#define FP4MOE_SKIP_WITHOUT_WGMMA_DECODE()                                               \
+  do {                                                                                   \
+    if (!wgmma_decode_available()) GTEST_SKIP() << "needs sm_90 (wgmma) and ~215 KB of shared memory"; \
+  } while (0)
+
+TEST(MlaDecodeMmaTiny, WgmmaVariantDecodeAndSparseMatchCpu) {  // Tiny: under step 50's memcheck and racecheck
+  FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
+  check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::BF16, 150, Impl::Wgmma);
+  check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 151, Impl::Wgmma);
+  const std::vector<RequestShape> rows(size_t(cuda::current_device().sm_count) + 2, RequestShape{260, 1});
+  check_dense(rows, 64, KvElem::BF16, 152, Impl::Wgmma);  // one item per row: 9 tiles through the ring
+}
+
+TEST(MlaDecodeWgmma, DecodeEveryPageSizeLongRowsAnd128HeadsMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
+  for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, KvElem::BF16, 153 + uint64_t(ps), Impl::Wgmma);
+  check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, KvElem::BF16, 154, Impl::Wgmma);
+  check_dense({{70, 1}, {5000, 1}}, 16, KvElem::BF16, 155, Impl::Wgmma, 128);
+}
+
+TEST(MlaDecodeWgmma, SparseTopK2048AndDeviceScheduledGraphMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
+  check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::BF16, 2048, 156, Impl::Wgmma);
+  check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, KvElem::BF16, 157, Impl::WgmmaGraph);
+  check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::BF16, 2048, 158, Impl::WgmmaGraph);
+}
+
+TEST(MlaDecodeMmaErrors, WgmmaVariantRefusesAnFp8Cache) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(at::mla_decode_can_implement({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmma).empty());
+  EXPECT_THROW(at::MlaDecodeMma({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmma), Error);
 }
 
 TEST(MlaDecodeMmaErrors, BadInputIsAnError) {

@@ -30,6 +30,8 @@ struct Run {
 // positions topk [T, k] (-1 padded), given to the kernel as cache slots.
 // dev_splits > 0: the schedule comes from mla_device_schedule_kernel (MlaDecodeMma::run_device's)
 // with that many item slots per row instead of build_schedule.
+bool g_wgmma = false;  // emu_decode runs the wgmma variant (BF16 cache)
+
 Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, const std::vector<int32_t>& topk, int k,
                int slots, int dev_splits = 0) {
   const bool fp8 = c.elem == KvElem::FP8_E4M3;
@@ -97,6 +99,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.part_lse = part_lse.data();
   const dim3 grid(unsigned(s.items.size()), unsigned(heads / dc::kHeadsPerCta));
   if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
+  else if (g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false, true), dc::mla_decode_kernel<false, true>, p);
   else emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false), dc::mla_decode_kernel<false>, p);
   if (!s.merges.empty())
     emu::launch(dim3(unsigned(s.merges.size()), unsigned(heads)), dim3(dc::kMergeThreads), 0, dc::mla_merge_kernel, p);
@@ -169,6 +172,30 @@ TEST(MlaDecodeEmu, LongItemsStreamTheirSlotsThroughTheRing) {
   check({{900, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 1, 13);
   check({{1000, 1}}, 1, KvElem::BF16, 64, 600, 1, 14);
   check({{1000, 1}}, 1, KvElem::FP8_E4M3, 64, 700, 1, 15);
+}
+
+// The wgmma variant (BF16 cache): the same cases as the mma.sync path's (dense over tile and page
+// boundaries and split rows, sparse rows, 128 heads, long items through the ring, the device
+// schedule), so its shared-memory layout, descriptors and fragments are checked against the CPU.
+TEST(MlaDecodeEmu, WgmmaVariantMatchesCpu) {
+  g_wgmma = true;
+  check({{1, 1}, {31, 1}, {33, 1}, {65, 1}, {200, 1}}, 16, KvElem::BF16, 64, 0, 4, 21);
+  check({{50, 1}, {300, 2}}, 1, KvElem::BF16, 64, 96, 3, 22);
+  check({{70, 1}, {2, 1}}, 16, KvElem::BF16, 128, 0, 2, 23);
+  check({{700, 1}, {97, 1}}, 16, KvElem::BF16, 64, 0, 1, 24);
+  check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::BF16, 64, 0, 0, 25, 3);
+  g_wgmma = false;
+}
+
+// The descriptor's fields where the PTX ISA puts them: start, LBO and SBO in 16-byte units at
+// bits 0, 16 and 32 (14 bits each), base offset and swizzle mode (bits 49, 62) zero: no swizzle.
+TEST(MlaDecodeEmu, WgmmaDescriptorFieldsAreWhereThePtxIsaPutsThem) {
+  uint64_t d = 0;
+  emu::launch(dim3(1), dim3(1), 0x4000, [&] { d = cuda::prims::smem_desc(emu::dynamic_smem() + 0x2A30, 9216, 128); });
+  EXPECT_EQ(d & 0x3FFF, uint64_t(0x2A30 >> 4));
+  EXPECT_EQ((d >> 16) & 0x3FFF, uint64_t(9216 >> 4));
+  EXPECT_EQ((d >> 32) & 0x3FFF, uint64_t(128 >> 4));
+  EXPECT_EQ(d >> 46, 0u);
 }
 
 // The device-built schedule (graph-capturable run_device): a grid sized for longer rows than the

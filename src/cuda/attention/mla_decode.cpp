@@ -51,7 +51,11 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
 
 }  // namespace decode
 
-std::string mla_decode_can_implement(const MlaDesc& d) {
+std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
+  const bool wgmma = math == DecodeMath::kWgmma;
+  if (wgmma && d.kv_elem != KvElem::BF16)
+    return fmt::format("MLA decode (wgmma): KV element {} unsupported (the wgmma variant takes bf16)",
+                       kv_elem_name(d.kv_elem));
   if (d.num_heads < decode::kHeadsPerCta || d.num_heads % decode::kHeadsPerCta != 0)
     return fmt::format("MLA decode (mma): {} heads unsupported (a multiple of {})", d.num_heads, decode::kHeadsPerCta);
   if (d.kv_elem != KvElem::BF16 && d.kv_elem != KvElem::FP8_E4M3)
@@ -60,15 +64,16 @@ std::string mla_decode_can_implement(const MlaDesc& d) {
   int dev = 0, smem = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t need = decode::smem_bytes(fp8_of(d));
+  const size_t need = decode::smem_bytes(fp8_of(d), wgmma);
   if (size_t(smem) < need)
     return fmt::format("MLA decode (mma): needs {} B of shared memory per block, this GPU allows {} B", need, smem);
   if (current_device_sm() < 89) return "MLA decode (mma): needs sm_89 or newer (E4M3 conversions)";
+  if (wgmma && current_device_sm() != 90) return "MLA decode (wgmma): needs sm_90 (Hopper's wgmma)";
   return "";
 }
 
-MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc) : desc_(desc) {
-  const std::string why = mla_decode_can_implement(desc);
+MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc, DecodeMath math) : desc_(desc), wgmma_(math == DecodeMath::kWgmma) {
+  const std::string why = mla_decode_can_implement(desc, math);
   FP4MOE_CHECK(why.empty(), "{}", why);
   num_sm_ = cuda::current_device().sm_count;
   FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
@@ -212,7 +217,8 @@ void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
                                                      round_up(size_t(items_) * sizeof(decode::Item), 256));
   p.page_shift = page_shift_;
   set_partials(p, float_ws_, partials_);
-  FP4MOE_CUDA_CHECK(decode::launch(fp8_of(desc_), p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream));
+  FP4MOE_CUDA_CHECK(decode::launch(fp8_of(desc_), p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream,
+                                   false, wgmma_));
 }
 
 // ---- device-scheduled runs (graph-capturable) ----
@@ -280,7 +286,7 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   p.page_shift = shift;
   set_partials(p, dev_float_ws_, slots);
   FP4MOE_CUDA_CHECK(
-      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl));
+      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl, wgmma_));
 }
 
 }  // namespace fp4moe::cuda::attention

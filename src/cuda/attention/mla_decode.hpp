@@ -20,13 +20,18 @@
 
 namespace fp4moe::cuda::attention {
 
+// The tensor-core instructions of the decode kernel: warp-level mma.sync (BF16 or FP8 cache, sm_89+),
+// or Hopper's warpgroup wgmma (BF16 cache, sm_90; S and O as m64 accumulators of a warpgroup, Q / K /
+// V read by the tensor cores from shared memory instead of ldmatrix into registers).
+enum class DecodeMath { kMmaSync, kWgmma };
+
 // "" when MlaDecodeMma can run desc on the current device, else why not (heads, element
-// type, shared memory per block: ~217 KB, so not sm_120's 99 KB).
-std::string mla_decode_can_implement(const MlaDesc& d);
+// type, shared memory per block: ~217 KB, so not sm_120's 99 KB; wgmma: BF16 on sm_90).
+std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math = DecodeMath::kMmaSync);
 
 class MlaDecodeMma {
  public:
-  explicit MlaDecodeMma(const MlaDesc& desc);
+  explicit MlaDecodeMma(const MlaDesc& desc, DecodeMath math = DecodeMath::kMmaSync);
   ~MlaDecodeMma();
   MlaDecodeMma(const MlaDecodeMma&) = delete;
   MlaDecodeMma& operator=(const MlaDecodeMma&) = delete;
@@ -58,6 +63,7 @@ class MlaDecodeMma {
   void plan_items(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset, int page_shift,
                   cudaStream_t stream);
   MlaDesc desc_;
+  bool wgmma_ = false;
   int num_sm_ = 0;
   void* int_ws_ = nullptr;    // items, merges (device)
   void* pinned_ = nullptr;    // staging (host)

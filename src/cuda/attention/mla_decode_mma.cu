@@ -7,12 +7,15 @@
 
 namespace fp4moe::cuda::attention::decode {
 
-cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream, bool pdl) {
-  const size_t smem = smem_bytes(fp8);
-  auto kernel = fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
-  static DeviceOnce opt_in[2];  // the shared-memory opt-in, once per device and cache type
+cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream, bool pdl,
+                   bool wgmma) {
+  if (wgmma && fp8) return cudaErrorInvalidValue;  // the wgmma variant takes a BF16 cache
+  const size_t smem = smem_bytes(fp8, wgmma);
+  auto kernel = wgmma ? mla_decode_kernel<false, true> : fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
+  static DeviceOnce opt_in[3];  // the shared-memory opt-in, once per device and kernel
   cudaError_t st = cudaSuccess;
-  opt_in[fp8 ? 1 : 0]([&] { st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); });
+  opt_in[wgmma ? 2 : fp8 ? 1 : 0](
+      [&] { st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); });
   if (st != cudaSuccess) return st;
   st = launch_kernel(pdl, kernel, dim3(unsigned(items), unsigned(head_groups)), dim3(kThreads), smem, stream, p);
   if (st != cudaSuccess || merges == 0) return st;

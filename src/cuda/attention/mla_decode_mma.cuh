@@ -28,9 +28,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
 #include "cuda/attention/mla_decode_params.hpp"
+#include "cuda/common/wgmma_prims.cuh"
 
 namespace fp4moe::cuda::attention::decode {
 
@@ -53,9 +55,28 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
   else return prims::pack_bf16x2(lo, hi);
 }
 
-template <bool kFp8>
+// Byte offsets of 16-byte chunk `part` (dims 8 part ..) of Q row h / of key row r of a tile: padded
+// rows (mma.sync: ldmatrix) or 8 x 8 core matrices (wgmma: CfgWg).
+template <bool kFp8, bool kWg>
+__device__ __forceinline__ int q_chunk_at(int h, int part) {
+  if constexpr (kWg) return ((h >> 3) * CfgWg::kDimGroups + part) * 128 + (h & 7) * 16;
+  else return h * Cfg<kFp8>::kQPitch + part * 16;
+}
+template <bool kFp8, bool kWg>
+__device__ __forceinline__ int kv_chunk_at(int r, int part) {
+  if constexpr (kWg) return ((r >> 3) * CfgWg::kDimGroups + part) * 128 + (r & 7) * 16;
+  else return r * Cfg<kFp8>::kKvPitch + part * 16;
+}
+
+// kWg: the BF16 cache's wgmma variant (sm_90a; CfgWg's layout): the warpgroup of warps 4 dh ..
+// 4 dh + 3 computes S over its half of the dims as one m64n32 accumulator (18 k16 steps, Q and
+// K from shared memory), and O for its 256 latent dims as one m64n256 accumulator (P from
+// registers, V from shared memory); the fragments are those of the mma.sync path, so the swap,
+// the softmax, the merge and the writes are shared.
+template <bool kFp8, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p) {
-  using C = Cfg<kFp8>;
+  static_assert(!(kFp8 && kWg), "the wgmma variant takes a BF16 cache");
+  using C = std::conditional_t<kWg, CfgWg, Cfg<kFp8>>;
   FP4MOE_DYNAMIC_SMEM(unsigned char, smem);
   unsigned char* sq = smem;                                     // [64][kQPitch]
   unsigned char* skv = smem + C::kQBytes;                       // [kStages][kTk][kKvPitch]
@@ -103,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
         const unsigned char* src = part < C::kLatentChunks
                                        ? p.ckv + slot * (kCkv * C::kElem) + part * 16
                                        : p.kpe + slot * (kKpe * C::kElem) + (part - C::kLatentChunks) * 16;
-        prims::cp_async16(st + r * C::kKvPitch + part * 16, src, valid);
+        prims::cp_async16(st + kv_chunk_at<kFp8, kWg>(r, part), src, valid);
       }
     }
     prims::cp_async_commit();  // empty groups keep the wait count uniform
@@ -117,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
       const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
       const void* src = part < kCkv * 2 / 16 ? static_cast<const void*>(p.q_nope + row * kCkv + part * 8)
                                               : static_cast<const void*>(p.q_pe + row * kKpe + (part - kCkv * 2 / 16) * 8);
-      prims::cp_async16(sq + h * C::kQPitch + part * 16, src, true);
+      prims::cp_async16(sq + q_chunk_at<kFp8, kWg>(h, part), src, true);
     }
     issue(0);
   } else {
@@ -175,6 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 
   for (int t = 0; t < tiles; ++t) {
     prims::cp_async_wait<kStages - 2>();
+    if constexpr (kWg) prims::fence_proxy_async_smem();  // the copies, visible to wgmma's operand reads
     __syncthreads();  // tile t landed for everyone; everyone is done with tile t - 1's stage
     issue(t + kStages - 1);
     // Tile t + kStages's table entries, loaded now and stored as slots at the end of this
@@ -188,7 +210,25 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 #pragma unroll
     for (int i = 0; i < C::kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
     const int d_begin = dh * (kQk / 2);  // 0 or 288
-    if constexpr (!kFp8) {
+    if constexpr (kWg) {
+      // The warpgroup's S[64 heads x 32 keys] over dims d_begin .. +287: 18 k16 steps, each two
+      // core matrices along K (LBO 128 B) of every 8 rows (SBO 72 x 128 B).
+      float acc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+      constexpr uint32_t kLbo = 128, kSbo = CfgWg::kDimGroups * 128;
+      prims::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kQk / 2 / 16; ++ks) {
+        const int dg = d_begin / 8 + 2 * ks;
+        prims::wgmma_m64n32k16_bf16_ss(acc, prims::smem_desc(sq + dg * 128, kLbo, kSbo),
+                                       prims::smem_desc(kv + dg * 128, kLbo, kSbo), ks > 0);
+      }
+      prims::wgmma_commit();
+      prims::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < C::kNT; ++i) s[i][0] = acc[4 * i], s[i][1] = acc[4 * i + 1], s[i][2] = acc[4 * i + 2], s[i][3] = acc[4 * i + 3];
+    } else if constexpr (!kFp8) {
 #pragma unroll 2
       for (int ks = 0; ks < kQk / 2 / 16; ++ks) {  // 18 k-steps of 16 dims
         const int d = d_begin + ks * 16;
@@ -284,8 +324,25 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     }
 
     // ---- O[16 x 256] += P[16 x Tk] . V[Tk x 256] (V = the latent, dims 256 dh ..) ----
+    if constexpr (kWg) {
+      // The warpgroup's O[64 x 256] += P[64 x 32] . V[32 x 256]: per k16 step (16 keys) V's core
+      // matrices along N (the dims) 128 B apart (SBO), the step's two 8-key halves 72 x 128 B
+      // apart (LBO), transposed (MN-major); P from registers in the A fragment.
+      prims::wgmma_fence();  // o was rescaled and s rewritten by plain instructions
 #pragma unroll
-    for (int kk = 0; kk < C::kTk / 16; ++kk) {
+      for (int kk = 0; kk < C::kTk / 16; ++kk) {
+        const uint32_t a[4] = {pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]), pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]),
+                               pack_p<kFp8>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack_p<kFp8>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const unsigned char* v = kv + ((2 * kk) * CfgWg::kDimGroups + dh * 32) * 128;
+        prims::wgmma_m64n256k16_bf16_rs_bmn(reinterpret_cast<float(&)[128]>(o), a,
+                                            prims::smem_desc(v, CfgWg::kDimGroups * 128, 128), true);
+      }
+      prims::wgmma_commit();
+      prims::wgmma_wait<0>();
+    }
+#pragma unroll
+    for (int kk = 0; kk < (kWg ? 0 : C::kTk / 16); ++kk) {
       uint32_t a[4];
       a[0] = pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]);
       a[1] = pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]);

@@ -38,6 +38,18 @@ struct Cfg {
   static_assert(kSmemBytes <= 227 * 1024, "");
 };
 
+// The wgmma variant (BF16 cache, sm_90a): Q and each KV tile stored as 8 x 8 core matrices of
+// 128 contiguous bytes (no padding), [row / 8][dim / 8][row % 8][dim % 8]: the no-swizzle
+// canonical layout (cuda/common/wgmma_prims.cuh) of Q and K as K-major operands and of V (the
+// latent dims of the same tile) as an MN-major one.
+struct CfgWg : Cfg<false> {
+  static constexpr int kDimGroups = kQk / 8;                           // 72 core matrices per 8 rows
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728
+  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 36,864
+  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
 // One work item: keys [kv_start, kv_end) of query token `token`; key i's cache slot is
 // (table[i >> page_shift] << page_shift) + (i & (page_size - 1)) with table = kv_indices +
 // table_offset (page_shift 0: a list of slots, the DSA case). partial: -1 -> write the output
@@ -99,13 +111,16 @@ struct DeviceSchedule {
   Merge* merges;               // [tokens] (splits > 1)
 };
 
-inline size_t smem_bytes(bool fp8) { return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes; }
-inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }
+inline size_t smem_bytes(bool fp8, bool wgmma = false) {
+  return wgmma ? CfgWg::kSmemBytes : fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes;
+}
+inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }  // the wgmma variant: BF16's
 #if !defined(FP4MOE_CUDA_EMU)
 // The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel; pdl:
-// both with programmatic dependent launch (cuda/common/launch.cuh).
+// both with programmatic dependent launch (cuda/common/launch.cuh); wgmma: the BF16 cache's
+// wgmma variant (sm_90a).
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream,
-                   bool pdl = false);
+                   bool pdl = false, bool wgmma = false);
 // The device schedule (one thread per row).
 cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream, bool pdl = false);
 #endif

@@ -28,11 +28,11 @@ void Bench::decode(KvElem elem) {
   } else {
     std::printf("| decode | %s | ours-mma | skipped: %s\n", kv.c_str(), ours_why.c_str());
   }
-  // The wgmma variant (BF16 cache, sm_90): beside ours-mma, dense and sparse, host-planned and run_device.
+  // The wgmma variant (sm_90): beside ours-mma, dense and sparse, host-planned and run_device.
   if (const std::string why = at::mla_decode_can_implement(desc, at::DecodeMath::kWgmma); why.empty()) {
     ours_wg = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmma);
     ours_wg->reserve_device(maxB);
-  } else if (elem == KvElem::BF16) {
+  } else {
     std::printf("| decode | %s | ours-wgmma | skipped: %s\n", kv.c_str(), why.c_str());
   }
   // Queries / outputs / indexer buffers for the largest batch.

@@ -374,9 +374,10 @@ TEST(MlaAttention, DeviceScheduledWithProgrammaticLaunchMatchesCpu) {
   g_pdl = false;
 }
 
-// ---- MlaDecodeMma's wgmma variant (BF16 cache, sm_90; the emulator test runs it on the CPU) ----
+// ---- MlaDecodeMma's wgmma variant (sm_90; the emulator test runs it on the CPU) ----
 bool wgmma_decode_available() {
   return cuda::device_available() &&
+         at::mla_decode_can_implement({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmma).empty() &&
          at::mla_decode_can_implement({kHeads, kSmScale, KvElem::BF16}, at::DecodeMath::kWgmma).empty();
 }
 #define FP4MOE_SKIP_WITHOUT_WGMMA_DECODE()                                               \
@@ -386,30 +387,30 @@ bool wgmma_decode_available() {
 
 TEST(MlaDecodeMmaTiny, WgmmaVariantDecodeAndSparseMatchCpu) {  // Tiny: under step 50's memcheck and racecheck
   FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
-  check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::BF16, 150, Impl::Wgmma);
-  check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::BF16, 64, 151, Impl::Wgmma);
   const std::vector<RequestShape> rows(size_t(cuda::current_device().sm_count) + 2, RequestShape{260, 1});
-  check_dense(rows, 64, KvElem::BF16, 152, Impl::Wgmma);  // one item per row: 9 tiles through the ring
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, e, 150, Impl::Wgmma);
+    check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, e, 64, 151, Impl::Wgmma);
+    check_dense(rows, 64, e, 152, Impl::Wgmma);  // one item per row: 9 tiles through both rings
+  }
 }
 
 TEST(MlaDecodeWgmma, DecodeEveryPageSizeLongRowsAnd128HeadsMatchCpu) {
   FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
-  for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, KvElem::BF16, 153 + uint64_t(ps), Impl::Wgmma);
-  check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, KvElem::BF16, 154, Impl::Wgmma);
-  check_dense({{70, 1}, {5000, 1}}, 16, KvElem::BF16, 155, Impl::Wgmma, 128);
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, e, 153 + uint64_t(ps), Impl::Wgmma);
+    check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, e, 154, Impl::Wgmma);
+    check_dense({{70, 1}, {5000, 1}}, 16, e, 155, Impl::Wgmma, 128);
+  }
 }
 
 TEST(MlaDecodeWgmma, SparseTopK2048AndDeviceScheduledGraphMatchCpu) {
   FP4MOE_SKIP_WITHOUT_WGMMA_DECODE();
-  check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::BF16, 2048, 156, Impl::Wgmma);
-  check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, KvElem::BF16, 157, Impl::WgmmaGraph);
-  check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::BF16, 2048, 158, Impl::WgmmaGraph);
-}
-
-TEST(MlaDecodeMmaErrors, WgmmaVariantRefusesAnFp8Cache) {
-  FP4MOE_SKIP_WITHOUT_GPU();
-  EXPECT_FALSE(at::mla_decode_can_implement({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmma).empty());
-  EXPECT_THROW(at::MlaDecodeMma({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmma), Error);
+  for (KvElem e : {KvElem::BF16, KvElem::FP8_E4M3}) {
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 156, Impl::Wgmma);
+    check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, e, 157, Impl::WgmmaGraph);
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 158, Impl::WgmmaGraph);
+  }
 }
 
 TEST(MlaDecodeMmaErrors, BadInputIsAnError) {

@@ -59,7 +59,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   }
   dc::Schedule s;
   if (dev_splits == 0) {
-    s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8));
+    s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8, g_wgmma));
   } else {
     const int rows = int(T);
     s.items.assign(size_t(rows) * dev_splits, dc::Item{-7, 5, 9, -9, -1, {0, 0, 0}});  // poisoned
@@ -72,7 +72,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
     ds.top_k = topk.empty() ? 0 : k;
     ds.tokens = rows;
     ds.splits = dev_splits;
-    ds.tile_keys = dc::tile_keys(fp8);
+    ds.tile_keys = dc::tile_keys(fp8, g_wgmma);
     ds.items = s.items.data();
     ds.merges = s.merges.data();
     emu::launch(dim3(unsigned((rows + 127) / 128)), dim3(128), 0, dc::mla_device_schedule_kernel, ds);
@@ -98,7 +98,8 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.part_o = part_o.data();
   p.part_lse = part_lse.data();
   const dim3 grid(unsigned(s.items.size()), unsigned(heads / dc::kHeadsPerCta));
-  if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
+  if (fp8 && g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true, true), dc::mla_decode_kernel<true, true>, p);
+  else if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
   else if (g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false, true), dc::mla_decode_kernel<false, true>, p);
   else emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false), dc::mla_decode_kernel<false>, p);
   if (!s.merges.empty())
@@ -184,6 +185,18 @@ TEST(MlaDecodeEmu, WgmmaVariantMatchesCpu) {
   check({{70, 1}, {2, 1}}, 16, KvElem::BF16, 128, 0, 2, 23);
   check({{700, 1}, {97, 1}}, 16, KvElem::BF16, 64, 0, 1, 24);
   check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::BF16, 64, 0, 0, 25, 3);
+  g_wgmma = false;
+}
+
+// The wgmma variant with an FP8 cache (codes converted to FP16 tiles in shared memory): the same
+// cases, the FP8 bound (3e-2).
+TEST(MlaDecodeEmu, WgmmaVariantWithAnFp8CacheMatchesCpu) {
+  g_wgmma = true;
+  check({{1, 1}, {63, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 4, 26);
+  check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 3, 27);
+  check({{70, 1}, {2, 1}}, 16, KvElem::FP8_E4M3, 128, 0, 2, 28);
+  check({{900, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 1, 29);
+  check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 0, 30, 3);
   g_wgmma = false;
 }
 

@@ -53,9 +53,6 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
 
 std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
   const bool wgmma = math == DecodeMath::kWgmma;
-  if (wgmma && d.kv_elem != KvElem::BF16)
-    return fmt::format("MLA decode (wgmma): KV element {} unsupported (the wgmma variant takes bf16)",
-                       kv_elem_name(d.kv_elem));
   if (d.num_heads < decode::kHeadsPerCta || d.num_heads % decode::kHeadsPerCta != 0)
     return fmt::format("MLA decode (mma): {} heads unsupported (a multiple of {})", d.num_heads, decode::kHeadsPerCta);
   if (d.kv_elem != KvElem::BF16 && d.kv_elem != KvElem::FP8_E4M3)
@@ -124,7 +121,7 @@ void MlaDecodeMma::plan_sparse(const KvBatchView& b, int top_k, cudaStream_t str
 void MlaDecodeMma::plan_items(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset,
                               int page_shift, cudaStream_t stream) {
   const bool fp8 = fp8_of(desc_);
-  const int tile = decode::tile_keys(fp8);
+  const int tile = decode::tile_keys(fp8, wgmma_);
   const int head_groups = desc_.num_heads / decode::kHeadsPerCta;
   const decode::Schedule sch =
       decode::build_schedule(kv_len, table_offset, std::max(1, num_sm_ / head_groups), tile);
@@ -227,7 +224,7 @@ void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
 
 int MlaDecodeMma::device_splits(int tokens, int max_keys) const {
   const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
-  const int tile = decode::tile_keys(fp8_of(desc_));
+  const int tile = decode::tile_keys(fp8_of(desc_), wgmma_);
   const int64_t tiles = (int64_t(std::max(max_keys, 1)) + tile - 1) / tile;
   return int(std::clamp<int64_t>(slots / std::max(tokens, 1), 1, std::max<int64_t>(1, tiles / 2)));
 }
@@ -276,7 +273,7 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   ds.top_k = sparse ? rows.top_k : 0;
   ds.tokens = rows.tokens;
   ds.splits = splits;
-  ds.tile_keys = decode::tile_keys(fp8);
+  ds.tile_keys = decode::tile_keys(fp8, wgmma_);
   ds.items = items_p;
   ds.merges = merges_p;
   FP4MOE_CUDA_CHECK(decode::launch_schedule(ds, stream, rows.pdl));

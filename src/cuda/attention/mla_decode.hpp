@@ -20,13 +20,14 @@
 
 namespace fp4moe::cuda::attention {
 
-// The tensor-core instructions of the decode kernel: warp-level mma.sync (BF16 or FP8 cache, sm_89+),
-// or Hopper's warpgroup wgmma (BF16 cache, sm_90; S and O as m64 accumulators of a warpgroup, Q / K /
-// V read by the tensor cores from shared memory instead of ldmatrix into registers).
+// The tensor-core instructions of the decode kernel: warp-level mma.sync (sm_89+), or Hopper's
+// warpgroup wgmma (sm_90; S and O as m64 accumulators of a warpgroup, Q / K / V read by the tensor
+// cores from shared memory instead of ldmatrix into registers; an FP8 cache's tiles converted to
+// FP16 in shared memory first, each thread its own copies). BF16 or FP8 cache either way.
 enum class DecodeMath { kMmaSync, kWgmma };
 
 // "" when MlaDecodeMma can run desc on the current device, else why not (heads, element
-// type, shared memory per block: ~217 KB, so not sm_120's 99 KB; wgmma: BF16 on sm_90).
+// type, shared memory per block: ~217 KB, so not sm_120's 99 KB; wgmma: sm_90).
 std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math = DecodeMath::kMmaSync);
 
 class MlaDecodeMma {

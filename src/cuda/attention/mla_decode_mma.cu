@@ -9,12 +9,12 @@ namespace fp4moe::cuda::attention::decode {
 
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream, bool pdl,
                    bool wgmma) {
-  if (wgmma && fp8) return cudaErrorInvalidValue;  // the wgmma variant takes a BF16 cache
   const size_t smem = smem_bytes(fp8, wgmma);
-  auto kernel = wgmma ? mla_decode_kernel<false, true> : fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
-  static DeviceOnce opt_in[3];  // the shared-memory opt-in, once per device and kernel
+  auto kernel = wgmma ? (fp8 ? mla_decode_kernel<true, true> : mla_decode_kernel<false, true>)
+                      : (fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>);
+  static DeviceOnce opt_in[4];  // the shared-memory opt-in, once per device and kernel
   cudaError_t st = cudaSuccess;
-  opt_in[wgmma ? 2 : fp8 ? 1 : 0](
+  opt_in[(wgmma ? 2 : 0) + (fp8 ? 1 : 0)](
       [&] { st = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); });
   if (st != cudaSuccess) return st;
   st = launch_kernel(pdl, kernel, dim3(unsigned(items), unsigned(head_groups)), dim3(kThreads), smem, stream, p);

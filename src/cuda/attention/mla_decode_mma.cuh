@@ -57,30 +57,35 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
 
 // Byte offsets of 16-byte chunk `part` (dims 8 part ..) of Q row h / of key row r of a tile: padded
 // rows (mma.sync: ldmatrix) or 8 x 8 core matrices (wgmma: CfgWg).
+// wgmma: 16-bit chunk g (dims 8 g ..) of row r in core matrices. The FP8 cache's codes land as plain
+// rows (part: codes 16 part ..) and are converted into that layout.
+__device__ __forceinline__ int core_chunk_at(int r, int g) { return ((r >> 3) * CfgWg::kDimGroups + g) * 128 + (r & 7) * 16; }
 template <bool kFp8, bool kWg>
 __device__ __forceinline__ int q_chunk_at(int h, int part) {
-  if constexpr (kWg) return ((h >> 3) * CfgWg::kDimGroups + part) * 128 + (h & 7) * 16;
+  if constexpr (kWg) return core_chunk_at(h, part);
   else return h * Cfg<kFp8>::kQPitch + part * 16;
 }
 template <bool kFp8, bool kWg>
 __device__ __forceinline__ int kv_chunk_at(int r, int part) {
-  if constexpr (kWg) return ((r >> 3) * CfgWg::kDimGroups + part) * 128 + (r & 7) * 16;
+  if constexpr (kWg && !kFp8) return core_chunk_at(r, part);
+  else if constexpr (kWg) return r * CfgWgFp8::kRowBytes + part * 16;
   else return r * Cfg<kFp8>::kKvPitch + part * 16;
 }
 
-// kWg: the BF16 cache's wgmma variant (sm_90a; CfgWg's layout): the warpgroup of warps 4 dh ..
-// 4 dh + 3 computes S over its half of the dims as one m64n32 accumulator (18 k16 steps, Q and
-// K from shared memory), and O for its 256 latent dims as one m64n256 accumulator (P from
-// registers, V from shared memory); the fragments are those of the mma.sync path, so the swap,
-// the softmax, the merge and the writes are shared.
+// kWg: the wgmma variant (sm_90a; CfgWg's layout; FP8: CfgWgFp8's FP16 tiles): the warpgroup of
+// warps 4 dh .. 4 dh + 3 computes S over its half of the dims as one m64n32 accumulator (18 k16
+// steps, Q and K from shared memory), and O for its 256 latent dims as one m64n256 accumulator
+// (P from registers, V from shared memory); the fragments are those of the mma.sync path (the
+// BF16 one: no FP8 permutations), so the swap, the softmax, the merge and the writes are shared.
 template <bool kFp8, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p) {
-  static_assert(!(kFp8 && kWg), "the wgmma variant takes a BF16 cache");
-  using C = std::conditional_t<kWg, CfgWg, Cfg<kFp8>>;
+  using C = std::conditional_t<kWg, std::conditional_t<kFp8, CfgWgFp8, CfgWg>, Cfg<kFp8>>;
+  constexpr bool kNaturalO = !kFp8 || kWg;  // O's fragments in column order (else the FP8 mma path's permutation)
   FP4MOE_DYNAMIC_SMEM(unsigned char, smem);
   unsigned char* sq = smem;                                     // [64][kQPitch]
   unsigned char* skv = smem + C::kQBytes;                       // [kStages][kTk][kKvPitch]
-  float* sx = reinterpret_cast<float*>(skv + kStages * C::kStageBytes);  // [warp][nt][lane][4]
+  unsigned char* sconv = skv + kStages * C::kStageBytes;          // wgmma + FP8: [2][kConvBytes]
+  float* sx = reinterpret_cast<float*>(sconv + 2 * C::kConvBytes);  // [warp][nt][lane][4]
   unsigned* s_amax = reinterpret_cast<unsigned*>(sx + kWarps * C::kNT * 32 * 4);
   int64_t* s_slot = reinterpret_cast<int64_t*>(s_amax + 4);  // [kStages][kTk]: tile u's slots at u % kStages
 
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         o[e] = prims::pack_f16x2(prims::bf16_bits_to_float(w[e] & 0xffffu) * f, prims::bf16_bits_to_float(w[e] >> 16) * f);
-      *reinterpret_cast<uint4*>(sq + h * C::kQPitch + part * 16) = uint4{o[0], o[1], o[2], o[3]};
+      *reinterpret_cast<uint4*>(sq + q_chunk_at<kFp8, kWg>(h, part)) = uint4{o[0], o[1], o[2], o[3]};
     }
   }
 #pragma unroll
@@ -196,7 +201,23 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 
   for (int t = 0; t < tiles; ++t) {
     prims::cp_async_wait<kStages - 2>();
-    if constexpr (kWg) prims::fence_proxy_async_smem();  // the copies, visible to wgmma's operand reads
+    if constexpr (kWg && kFp8) {
+      // This thread's copies of tile t have landed: their codes to FP16 in conversion tile t % 2
+      // (last read by tile t - 2's wgmma, which every thread finished before the previous barrier).
+      const unsigned char* st = skv + (t % kStages) * C::kStageBytes;
+      unsigned char* cv = sconv + (t & 1) * C::kConvBytes;
+      for (int ci = tid; ci < C::kTk * C::kChunks; ci += kThreads) {
+        const int r = ci / C::kChunks, part = ci % C::kChunks;  // codes of dims 16 part .. +15
+        const uint4 v = *reinterpret_cast<const uint4*>(st + r * C::kRowBytes + part * 16);
+        *reinterpret_cast<uint4*>(cv + core_chunk_at(r, 2 * part)) =
+            uint4{prims::cvt_e4m3x2_f16x2(v.x), prims::cvt_e4m3x2_f16x2(v.x >> 16), prims::cvt_e4m3x2_f16x2(v.y),
+                  prims::cvt_e4m3x2_f16x2(v.y >> 16)};
+        *reinterpret_cast<uint4*>(cv + core_chunk_at(r, 2 * part + 1)) =
+            uint4{prims::cvt_e4m3x2_f16x2(v.z), prims::cvt_e4m3x2_f16x2(v.z >> 16), prims::cvt_e4m3x2_f16x2(v.w),
+                  prims::cvt_e4m3x2_f16x2(v.w >> 16)};
+      }
+    }
+    if constexpr (kWg) prims::fence_proxy_async_smem();  // the tile, visible to wgmma's operand reads
     __syncthreads();  // tile t landed for everyone; everyone is done with tile t - 1's stage
     issue(t + kStages - 1);
     // Tile t + kStages's table entries, loaded now and stored as slots at the end of this
@@ -204,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     // where issue(t + kStages) reads them after the next iteration's barrier.
     const int32_t next_entry = tid < C::kTk ? table_entry(t + kStages, tid) : 0;
     const unsigned char* kv = skv + (t % kStages) * C::kStageBytes;
+    const unsigned char* kv_op = kWg && kFp8 ? sconv + (t & 1) * C::kConvBytes : kv;  // wgmma's K / V tile
 
     // ---- S[16 x Tk] over this warp's half of the dims ----
     float s[C::kNT][4];
@@ -221,8 +243,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 #pragma unroll
       for (int ks = 0; ks < kQk / 2 / 16; ++ks) {
         const int dg = d_begin / 8 + 2 * ks;
-        prims::wgmma_m64n32k16_bf16_ss(acc, prims::smem_desc(sq + dg * 128, kLbo, kSbo),
-                                       prims::smem_desc(kv + dg * 128, kLbo, kSbo), ks > 0);
+        prims::wgmma_m64n32k16_ss<kFp8>(acc, prims::smem_desc(sq + dg * 128, kLbo, kSbo),
+                                        prims::smem_desc(kv_op + dg * 128, kLbo, kSbo), ks > 0);
       }
       prims::wgmma_commit();
       prims::wgmma_wait<0>();
@@ -334,9 +356,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
         const uint32_t a[4] = {pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]), pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]),
                                pack_p<kFp8>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                pack_p<kFp8>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const unsigned char* v = kv + ((2 * kk) * CfgWg::kDimGroups + dh * 32) * 128;
-        prims::wgmma_m64n256k16_bf16_rs_bmn(reinterpret_cast<float(&)[128]>(o), a,
-                                            prims::smem_desc(v, CfgWg::kDimGroups * 128, 128), true);
+        const unsigned char* v = kv_op + ((2 * kk) * CfgWg::kDimGroups + dh * 32) * 128;
+        prims::wgmma_m64n256k16_rs_bmn<kFp8>(reinterpret_cast<float(&)[128]>(o), a,
+                                             prims::smem_desc(v, CfgWg::kDimGroups * 128, 128), true);
       }
       prims::wgmma_commit();
       prims::wgmma_wait<0>();
@@ -398,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       uint16_t* orow = out + rr * 8 * kCkv;
-      if constexpr (!kFp8) {
+      if constexpr (kNaturalO) {
 #pragma unroll
         for (int i = 0; i < 32; ++i)  // tile i: dims 8i + 2c, +1
           *reinterpret_cast<uint32_t*>(orow + i * 8 + 2 * c) = prims::pack_bf16x2(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
@@ -418,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       float* orow = out + rr * 8 * kCkv;
-      if constexpr (!kFp8) {
+      if constexpr (kNaturalO) {
 #pragma unroll
         for (int i = 0; i < 32; ++i)
           *reinterpret_cast<float2*>(orow + i * 8 + 2 * c) = float2{o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]};

@@ -33,6 +33,7 @@ struct Cfg {
   static constexpr size_t kStageBytes = size_t(kTk) * kKvPitch;
   static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
   static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);  // the tiles' cache slots
+  static constexpr size_t kConvBytes = 0;  // (the wgmma variant with an FP8 cache: its FP16 tiles)
   static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
   static_assert((kKvPitch / 4) % 8 == 4, "KV rows must shift banks by 4 words (mod 32)");
   static_assert(kSmemBytes <= 227 * 1024, "");
@@ -47,6 +48,23 @@ struct CfgWg : Cfg<false> {
   static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728
   static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 36,864
   static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
+// The wgmma variant with an FP8 cache: tiles of 32 keys whose codes land as plain 576-byte rows,
+// each thread converting the chunks it copied to FP16 (exact: E4M3 is a subset of FP16) into one
+// of two core-matrix tiles (CfgWg's layout), which wgmma reads with the FP16 Q; P is FP16.
+struct CfgWgFp8 : Cfg<true> {
+  static constexpr int kTk = 32;
+  static constexpr int kNT = kTk / 8;
+  static constexpr int kDimGroups = kQk / 8;
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728 (FP16)
+  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 18,432 (codes)
+  static constexpr size_t kConvBytes = size_t(kTk) * kQk * 2;           // 36,864 (one FP16 tile)
+  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
+  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);
+  static constexpr size_t kSmemBytes =
+      kQBytes + kStages * kStageBytes + 2 * kConvBytes + kXchgBytes + 16 + kSlotBytes;
   static_assert(kSmemBytes <= 227 * 1024, "");
 };
 
@@ -112,13 +130,16 @@ struct DeviceSchedule {
 };
 
 inline size_t smem_bytes(bool fp8, bool wgmma = false) {
-  return wgmma ? CfgWg::kSmemBytes : fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes;
+  if (wgmma) return fp8 ? CfgWgFp8::kSmemBytes : CfgWg::kSmemBytes;
+  return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes;
 }
-inline int tile_keys(bool fp8) { return fp8 ? Cfg<true>::kTk : Cfg<false>::kTk; }  // the wgmma variant: BF16's
+inline int tile_keys(bool fp8, bool wgmma = false) {
+  return wgmma ? CfgWg::kTk : fp8 ? Cfg<true>::kTk : Cfg<false>::kTk;
+}
 #if !defined(FP4MOE_CUDA_EMU)
 // The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel; pdl:
-// both with programmatic dependent launch (cuda/common/launch.cuh); wgmma: the BF16 cache's
-// wgmma variant (sm_90a).
+// both with programmatic dependent launch (cuda/common/launch.cuh); wgmma: the wgmma variant
+// (sm_90a).
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream,
                    bool pdl = false, bool wgmma = false);
 // The device schedule (one thread per row).

@@ -279,9 +279,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--attention-kernels", a->attention_kernels,
                  "auto: decode and top-k rows on FlashInfer's SM90 MLA over a device-built schedule (sm_90, 64 "
                  "heads), else cuda/attention's MlaDecodeMma, where the dims allow (+ cuda/indexer's scores); "
-                 "flashinfer-decode: that, or an error; mma-decode: always MlaDecodeMma; own: the runner's "
-                 "any-dims kernels everywhere (the start-up line says which each layer takes)")
-      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode"}))
+                 "flashinfer-decode: that, or an error; mma-decode: always MlaDecodeMma; wgmma-decode: its wgmma "
+                 "variant (sm_90); own: the runner's any-dims kernels everywhere (the start-up line says which each "
+                 "layer takes)")
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
       ->capture_default_str();
   app.add_option("--replicate-layers", a->replicate_layers,
                  "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "

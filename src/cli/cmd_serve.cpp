@@ -37,8 +37,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--attention-kernels", o->attention_kernels,
                  "--backend cuda: auto (decode and top-k rows on FlashInfer's SM90 MLA over a device-built "
                  "schedule on sm_90 with 64 heads, else our MlaDecodeMma) | flashinfer-decode (that, or an error) | "
-                 "mma-decode (always MlaDecodeMma) | own (the runner's any-dims kernels)")
-      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode"}))
+                 "mma-decode (always MlaDecodeMma) | wgmma-decode (its wgmma variant, sm_90) | own (the runner's "
+                 "any-dims kernels)")
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
       ->capture_default_str();

@@ -26,7 +26,7 @@ struct ServeOptions {
   int32_t max_queued_requests = -1;  // -1: unlimited
   bool disable_radix_cache = false;
   std::string kv_cache_dtype = "auto";  // auto (bf16) | bf16 | fp8_e4m3 | f32 (CPU reference)
-  std::string attention_kernels = "auto";  // --backend cuda: auto | own | flashinfer-decode | mma-decode
+  std::string attention_kernels = "auto";  // --backend cuda: auto | own | flashinfer-decode | mma-decode | wgmma-decode
   bool log_requests = false;
   // fp4moe's own.
   int32_t decode_log_interval = 40;        // rounds per scheduler log line

@@ -85,10 +85,12 @@ RunnerOptions options(AttentionKernels k) {
   return o;
 }
 
-// A test parameter: "<model>" (MmaDecode: MlaDecodeMma) or "<model>+fi" (FlashInferDecode: FlashInfer's
-// kernel over the device-built schedule, sm_90 and 64 heads; what Auto picks there).
+// A test parameter: "<model>" (MmaDecode: MlaDecodeMma), "<model>+fi" (FlashInferDecode: FlashInfer's
+// kernel over the device-built schedule, sm_90 and 64 heads; what Auto picks there) or "<model>+wg"
+// (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90).
 std::string model_of(const std::string& param) { return param.substr(0, param.find('+')); }
 bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
+bool wgmma_of(const std::string& param) { return param.find("+wg") != std::string::npos; }
 
 // Loads the model with the fast path; null when this GPU cannot run it (the line says why).
 std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
@@ -98,6 +100,12 @@ std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
     EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
     return g;
   }
+  if (wgmma_of(param)) {
+    if (cuda::attention::current_device_sm() != 90) return nullptr;
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::WgmmaDecode));
+    EXPECT_NE(g->attention_line().find("MlaDecodeMma (wgmma"), std::string::npos) << g->attention_line();
+    return g;
+  }
   auto g = GpuRunner::load(synthetic_dir(param), options(AttentionKernels::MmaDecode));
   if (!g->fast_attention()) return nullptr;
   EXPECT_NE(g->attention_line().find("MlaDecodeMma"), std::string::npos) << g->attention_line();
@@ -105,6 +113,16 @@ std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
 }
 
 class FastAttention : public ::testing::TestWithParam<std::string> {};
+
+TEST(GpuAttentionPath, KernelChoiceNamesParseAndOthersAreAnError) {  // no GPU needed
+  EXPECT_EQ(engine::gpu::parse_attention_kernels("auto"), AttentionKernels::Auto);
+  EXPECT_EQ(engine::gpu::parse_attention_kernels("own"), AttentionKernels::Own);
+  EXPECT_EQ(engine::gpu::parse_attention_kernels("flashinfer-decode"), AttentionKernels::FlashInferDecode);
+  EXPECT_EQ(engine::gpu::parse_attention_kernels("mma-decode"), AttentionKernels::MmaDecode);
+  EXPECT_EQ(engine::gpu::parse_attention_kernels("wgmma-decode"), AttentionKernels::WgmmaDecode);
+  EXPECT_THROW(engine::gpu::parse_attention_kernels("wgmma"), Error);
+  EXPECT_THROW(engine::gpu::parse_attention_kernels(""), Error);
+}
 
 TEST(GpuAttentionPath, AutoPicksFlashInferOnSm90With64HeadsElseMmaOwnForTinyDimsOrWhenForced) {
   FP4MOE_SKIP_WITHOUT_GPU();
@@ -261,7 +279,8 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
 
 INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
                          ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64",
-                                           "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi"),
+                                           "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi", "glm5-attn-tiny+wg",
+                                           "deepseek-v3-attn-tiny+wg"),
                          [](const auto& i) {
                            std::string s = i.param;
                            for (char& ch : s)

@@ -99,7 +99,8 @@ AttentionKernels parse_attention_kernels(const std::string& name) {
   if (name == "own") return AttentionKernels::Own;
   if (name == "flashinfer-decode") return AttentionKernels::FlashInferDecode;
   if (name == "mma-decode") return AttentionKernels::MmaDecode;
-  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode or mma-decode (got '{}')", name);
+  if (name == "wgmma-decode") return AttentionKernels::WgmmaDecode;
+  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode, mma-decode or wgmma-decode (got '{}')", name);
 }
 
 std::vector<int64_t> graph_buckets(int64_t max_bs) {
@@ -283,16 +284,19 @@ void GpuRunner::Impl::choose_attention() {
     d.num_heads = int(c.num_heads);
     d.sm_scale = float(c.softmax_scale);
     d.kv_elem = KvElem::BF16;
-    why = at::mla_decode_can_implement(d);
-    if (why.empty()) mla_fast = std::make_unique<at::MlaDecodeMma>(d);
+    const bool wgmma = opt.attention_kernels == AttentionKernels::WgmmaDecode;
+    const at::DecodeMath math = wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync;
+    why = at::mla_decode_can_implement(d, math);
+    if (wgmma) FP4MOE_CHECK(why.empty(), "--attention-kernels wgmma-decode: {}", why);
+    if (why.empty()) mla_fast = std::make_unique<at::MlaDecodeMma>(d, math);
     // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
     // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
-    // FlashInferDecode (an error where it cannot run), never under MmaDecode.
+    // FlashInferDecode (an error where it cannot run), never under MmaDecode / WgmmaDecode.
     std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
     if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
     if (opt.attention_kernels == AttentionKernels::FlashInferDecode)
       FP4MOE_CHECK(fi_why.empty(), "--attention-kernels flashinfer-decode: {}", fi_why);
-    if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode) {
+    if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode && !wgmma) {
       mla_fi_decode = std::make_unique<at::MlaSm90>(d);
       mla_fi_decode->reserve_device(int(opt.max_tokens));
     } else if (mla_fast) {  // decode and top-k rows on MlaDecodeMma: its workspace only then
@@ -331,7 +335,9 @@ void GpuRunner::Impl::choose_attention() {
   }
   const std::string fast =
       mla_fi_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
-                    : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
+                    : opt.attention_kernels == AttentionKernels::WgmmaDecode
+                        ? "cuda/attention MlaDecodeMma (wgmma, device-built split schedule, graph-capturable)"
+                        : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
   attention_line = fmt::format("attention: latent keys {};", fast_latent ? "by cuda/attention's fused RMSNorm + RoPE + cache write"
                                                                          : "by the runner's RMSNorm, RoPE and append kernels");
   if (!dense.empty())

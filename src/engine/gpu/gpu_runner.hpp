@@ -52,10 +52,12 @@ namespace fp4moe::engine::gpu {
 //         eager prefill / mixed steps; the runner's own any-dims kernels elsewhere;
 //   FlashInferDecode: as Auto, an error where FlashInfer's decode cannot run;
 //   MmaDecode: as Auto, but decode steps and top-k rows always on MlaDecodeMma;
+//   WgmmaDecode: as MmaDecode, with MlaDecodeMma's wgmma variant (sm_90; an error elsewhere);
 //   Own:  the runner's own kernels everywhere (tests compare them with the others).
-enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode };
+enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode, WgmmaDecode };
 
-// "auto" | "own" | "flashinfer-decode" | "mma-decode" (the CLI's --attention-kernels); an Error otherwise.
+// "auto" | "own" | "flashinfer-decode" | "mma-decode" | "wgmma-decode" (the CLI's --attention-kernels);
+// an Error otherwise.
 AttentionKernels parse_attention_kernels(const std::string& name);
 
 struct RunnerOptions {

@@ -48,6 +48,19 @@ void Bench::decode(KvElem elem) {
   bench::fill_random_bf16(q_pe.ptr(), size_t(maxB) * kHeads * at::kKpeDim, 32, 0.5f, s_);
   bench::fill_random_bf16(qi.ptr(), size_t(maxB) * at::kIndexHeads * at::kIndexDim, 33, 1.0f, s_);
   bench::fill_random_f32(w.as<float>(), size_t(maxB) * at::kIndexHeads, 34, -0.2f, 0.5f, s_);
+  // One of our kernels, host-planned by `plan` and run with `args`, as a row beside FlashInfer's `fi`
+  // (the same stage, bytes and floor); returns its time.
+  auto ours_row = [&](const Row& fi, const std::string& path, at::MlaDecodeMma& k, const std::function<void()>& plan,
+                      const at::MlaRunArgs& args) {
+    plan();
+    Row ro = fi;
+    ro.path = path;
+    ro.us = time_us([&] { k.run(args, s_); });
+    ro.note = fmt::format("{:.2f}x flashinfer's time ({} items, {} split)", ro.us / fi.us, k.planned_items(),
+                          k.planned_partials());
+    report(ro);
+    return ro.us;
+  };
   for (int B : opt_.batches)
     for (int L : opt_.contexts) guard(fmt::format("decode {} B {} ctx {}", kv, B, L), [&] {
       const HostBatch hb = make_batch(B, L, 1, perm, ps);
@@ -91,17 +104,7 @@ void Bench::decode(KvElem elem) {
       rp.note = fmt::format("the latents alone through the page table ({} pages of {}); {:.2f}x floor-move's time",
                             n_pages, ps, rp.us / rm.us);
       report(rp);
-      if (ours_dense) {
-        ours_dense->plan(hb.view(), ps, pages, s_);
-        Row ro{"decode", kv, "ours-mma", B, L};
-        ro.bytes = r.bytes;
-        ro.flops = r.flops;
-        ro.us = time_us([&] { ours_dense->run(a, s_); });
-        ro.floor_us = r.floor_us;
-        ro.note = fmt::format("{:.2f}x flashinfer's time ({} items, {} split)", ro.us / r.us,
-                              ours_dense->planned_items(), ours_dense->planned_partials());
-        report(ro);
-      }
+      if (ours_dense) ours_row(r, "ours-mma", *ours_dense, [&] { ours_dense->plan(hb.view(), ps, pages, s_); }, a);
       // run_device: the schedule kernel + the attention kernel, as the runner's decode graphs run them.
       at::MlaDeviceRows rows;
       rows.tokens = B;
@@ -136,14 +139,7 @@ void Bench::decode(KvElem elem) {
         dev_row(r, "ours-mma-dev", [&] { ours_dense->run_device(a, rows, s_); },
                 fmt::format("; {} splits per row", ours_dense->device_splits(B, L)));
       if (ours_wg) {
-        ours_wg->plan(hb.view(), ps, pages, s_);
-        Row rw{"decode", kv, "ours-wgmma", B, L};
-        rw.bytes = r.bytes;
-        rw.flops = r.flops;
-        rw.us = time_us([&] { ours_wg->run(a, s_); });
-        rw.floor_us = r.floor_us;
-        rw.note = fmt::format("{:.2f}x flashinfer's time", rw.us / r.us);
-        report(rw);
+        ours_row(r, "ours-wgmma", *ours_wg, [&] { ours_wg->plan(hb.view(), ps, pages, s_); }, a);
         dev_row(r, "ours-wgmma-dev", [&] { ours_wg->run_device(a, rows, s_); },
                 fmt::format("; {} splits per row", ours_wg->device_splits(B, L)));
       }
@@ -231,15 +227,8 @@ void Bench::decode(KvElem elem) {
       }
       bool use_ours = false;
       if (ours_sparse) {
-        ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_);
-        Row rso{"sparse-mla", kv, "ours-mma", B, L};
-        rso.bytes = rs.bytes;
-        rso.flops = rs.flops;
-        rso.us = time_us([&] { ours_sparse->run(sp, s_); });
-        rso.floor_us = rs.floor_us;
-        rso.note = fmt::format("{:.2f}x flashinfer's time", rso.us / rs.us);
-        report(rso);
-        use_ours = rso.us < rs.us;
+        use_ours = ours_row(rs, "ours-mma", *ours_sparse, [&] { ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_); },
+                            sp) < rs.us;
       }
       at::MlaDeviceRows srows;  // the runner's sparse rows: device-built schedules
       srows.tokens = B;
@@ -249,12 +238,7 @@ void Bench::decode(KvElem elem) {
       dev_row(rs, "flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); }, "");
       if (ours_dense) dev_row(rs, "ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); }, "");
       if (ours_wg) {
-        ours_wg->plan_sparse(hb.view(), opt_.top_k, s_);
-        Row rw = rs;
-        rw.path = "ours-wgmma";
-        rw.us = time_us([&] { ours_wg->run(sp, s_); });
-        rw.note = fmt::format("{:.2f}x flashinfer's time", rw.us / rs.us);
-        report(rw);
+        ours_row(rs, "ours-wgmma", *ours_wg, [&] { ours_wg->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
         dev_row(rs, "ours-wgmma-dev", [&] { ours_wg->run_device(sp, srows, s_); }, "");
       }
       Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};

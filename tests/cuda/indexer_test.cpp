@@ -105,6 +105,24 @@ double worst_score_error(const PagedCase& c, const std::vector<float>& g, const 
   return worst;
 }
 
+// The top-k of case c's decode rows over scores [T, stride] (slots through its page table when
+// `slot` is given), on a zeroed workspace of ws_bytes.
+ix::TopKArgs topk_args(const PagedCase& c, const DeviceBatch& db, float* scores, int64_t stride, int k, int32_t* pos,
+                       int32_t* slot, void* ws, size_t ws_bytes) {
+  ix::TopKArgs a;
+  a.scores = scores;
+  a.score_stride = stride;
+  a.batch = db.view();
+  a.max_ctx = c.max_ctx();
+  a.top_k = k;
+  a.out_pos = pos;
+  a.out_slot = slot;
+  a.page_size = c.page_size;
+  a.workspace = ws;
+  a.workspace_bytes = ws_bytes;
+  return a;
+}
+
 // Outputs poisoned (-7) first; run twice on one workspace (the kernels must leave it zeroed),
 // the second result returned after checking it equals the first.
 // shared_ws: a zeroed workspace of earlier calls, at least this call's size (nullptr: a fresh one).
@@ -120,17 +138,7 @@ std::vector<int32_t> gpu_topk(PagedCase& c, const std::vector<float>& scores, in
   DeviceArray<uint8_t> own(shared_ws ? 1 : std::max<size_t>(ws_bytes, 1));
   DeviceArray<uint8_t>& ws = shared_ws ? *shared_ws : own;
   if (!shared_ws) FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));
-  ix::TopKArgs a;
-  a.scores = s.ptr;
-  a.score_stride = stride;
-  a.batch = db.view();
-  a.max_ctx = c.max_ctx();
-  a.top_k = k;
-  a.out_pos = pos.ptr;
-  a.out_slot = slots ? slot.ptr : nullptr;
-  a.page_size = c.page_size;
-  a.workspace = ws.ptr;
-  a.workspace_bytes = ws_bytes;
+  ix::TopKArgs a = topk_args(c, db, s.ptr, stride, k, pos.ptr, slots ? slot.ptr : nullptr, ws.ptr, ws_bytes);
   a.slice_keys = slice_keys;
   a.sample_lines = g_sample_lines;
   a.one_cta_keys = g_one_cta_keys;
@@ -591,17 +599,7 @@ TEST(Indexer, ScoresAndTopKWithProgrammaticLaunchIdenticalToPlain) {
     a.scores = scores.ptr;
     a.score_stride = stride;
     a.pdl = pdl;
-    ix::TopKArgs t;
-    t.scores = scores.ptr;
-    t.score_stride = stride;
-    t.batch = db.view();
-    t.max_ctx = c.max_ctx();
-    t.top_k = k;
-    t.out_pos = pos.ptr;
-    t.out_slot = slot.ptr;
-    t.page_size = c.page_size;
-    t.workspace = ws.ptr;
-    t.workspace_bytes = ws_bytes;
+    ix::TopKArgs t = topk_args(c, db, scores.ptr, stride, k, pos.ptr, slot.ptr, ws.ptr, ws_bytes);
     t.pdl = pdl;
     cudaStream_t s;
     FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

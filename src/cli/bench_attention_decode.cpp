@@ -169,6 +169,14 @@ void Bench::decode(KvElem elem) {
       rt.floor_us = copy_floor_us(rt.bytes);
       rt.note = sample_note(sel.topk);
       report(rt);
+      // The pipeline rows below take the fastest top-k measured here (every variant selects the
+      // same set: indexer_test).
+      ix::TopKArgs best_topk = sel.topk;
+      double best_topk_us = rt.us;
+      std::string best_topk_name = rt.path;
+      auto consider_topk = [&](const ix::TopKArgs& a, const Row& row) {
+        if (row.us < best_topk_us) best_topk = a, best_topk_us = row.us, best_topk_name = row.path;
+      };
       // Wider slices for many long rows (top_k_slice_keys), beside the default 4K; same selection.
       if (const int wide = ix::top_k_slice_keys(B, L); L > 16384 && wide != 4096) {
         ix::TopKArgs wide_args = sel.topk;
@@ -180,6 +188,7 @@ void Bench::decode(KvElem elem) {
         rw.note = fmt::format("{} keys per CTA; {:.2f}x ours-radix's time; {}", wide, rw.us / rt.us,
                               sample_note(wide_args));
         report(rw);
+        consider_topk(wide_args, rw);
       }
       // Smaller samples for the long rows' candidate threshold (TopKArgs::sample_lines); same selection.
       for (const int lines : {64, 128}) {
@@ -192,6 +201,7 @@ void Bench::decode(KvElem elem) {
         rl.floor_us = rt.floor_us;
         rl.note = fmt::format("{:.2f}x ours-radix's time; {}", rl.us / rt.us, sample_note(small));
         report(rl);
+        consider_topk(small, rl);
       }
       // Rows of 16K-32K keys on the one-CTA path (TopKArgs::one_cta_keys 32768) beside the sampled one.
       if (L > 16384 && L <= 32768 && ix::top_k_max_one_cta_keys() >= 32768) {
@@ -203,6 +213,7 @@ void Bench::decode(KvElem elem) {
         r1.floor_us = rt.floor_us;
         r1.note = fmt::format("one CTA and one launch per row; {:.2f}x ours-radix's time", r1.us / rt.us);
         report(r1);
+        consider_topk(one, r1);
       }
       flashinfer_topk_row(sel, db.v, rt, ps);
       Row rs{"sparse-mla", kv, "flashinfer-sm90-ps1", B, L};
@@ -225,10 +236,21 @@ void Bench::decode(KvElem elem) {
                                rs.us / rgp.us);
         report(rgp);
       }
-      bool use_ours = false;
+      // The sparse attention kernels the pipeline rows choose from (the fastest host-planned one;
+      // the graphs run its device-scheduled form).
+      struct SparseMla {
+        std::string name;
+        double us;
+        std::function<void()> run;
+        std::function<void(const at::MlaDeviceRows&)> run_device;
+      };
+      std::vector<SparseMla> mlas = {{"flashinfer", rs.us, [&] { sparse.run(sp, s_); },
+                                      [&](const at::MlaDeviceRows& rows) { dense_dev.run_device(sp, rows, s_); }}};
       if (ours_sparse) {
-        use_ours = ours_row(rs, "ours-mma", *ours_sparse, [&] { ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_); },
-                            sp) < rs.us;
+        const double us =
+            ours_row(rs, "ours-mma", *ours_sparse, [&] { ours_sparse->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
+        mlas.push_back({"ours-mma", us, [&] { ours_sparse->run(sp, s_); },
+                        [&](const at::MlaDeviceRows& rows) { ours_dense->run_device(sp, rows, s_); }});
       }
       at::MlaDeviceRows srows;  // the runner's sparse rows: device-built schedules
       srows.tokens = B;
@@ -238,46 +260,49 @@ void Bench::decode(KvElem elem) {
       dev_row(rs, "flashinfer-sm90-ps1-dev", [&] { dense_dev.run_device(sp, srows, s_); }, "");
       if (ours_dense) dev_row(rs, "ours-mma-dev", [&] { ours_dense->run_device(sp, srows, s_); }, "");
       if (ours_wg) {
-        ours_row(rs, "ours-wgmma", *ours_wg, [&] { ours_wg->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
+        const double us = ours_row(rs, "ours-wgmma", *ours_wg, [&] { ours_wg->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
         dev_row(rs, "ours-wgmma-dev", [&] { ours_wg->run_device(sp, srows, s_); }, "");
+        mlas.push_back({"ours-wgmma", us, [&] { ours_wg->run(sp, s_); },
+                        [&](const at::MlaDeviceRows& rows) { ours_wg->run_device(sp, rows, s_); }});
       }
-      Row rall{"sparse-decode", kv, use_ours ? "indexer+topk+ours-mma" : "indexer+topk+flashinfer", B, L};
+      const SparseMla& mla =
+          *std::min_element(mlas.begin(), mlas.end(), [](const SparseMla& a, const SparseMla& b) { return a.us < b.us; });
+      Selection best = sel;
+      best.topk = best_topk;
+      Row rall{"sparse-decode", kv, "indexer+topk+" + mla.name, B, L};
       rall.bytes = key_bytes + rs.bytes;
       rall.us = time_us([&] {
-        sel.run_indexer(s_);
-        sel.run_topk(s_);
-        if (use_ours) ours_sparse->run(sp, s_);
-        else sparse.run(sp, s_);
+        best.run_indexer(s_);
+        best.run_topk(s_);
+        mla.run();
       });
       rall.floor_us = copy_floor_us(rall.bytes);
-      rall.note = fmt::format("vs dense {:.2f}x", r.us / rall.us);
+      rall.note = fmt::format("vs dense {:.2f}x; top-k {}", r.us / rall.us, best_topk_name);
       report(rall);
       // The runner's form of the same step: the three stages in one CUDA graph (device-built MLA
       // schedule), so no launch gap between them; still cold L2 before each replay.
       Row rg = rall;
-      rg.path = use_ours ? "graph:indexer+topk+ours-mma-dev" : "graph:indexer+topk+flashinfer-dev";
+      rg.path = "graph:indexer+topk+" + mla.name + "-dev";
       const GraphTime gt = graph_time([&] {
-        sel.run_indexer(s_);
-        sel.run_topk(s_);
-        if (use_ours) ours_dense->run_device(sp, srows, s_);
-        else dense_dev.run_device(sp, srows, s_);
+        best.run_indexer(s_);
+        best.run_topk(s_);
+        mla.run_device(srows);
       });
       rg.us = gt.us;
       rg.note = fmt::format("{:.2f}x the stream-launched pipeline's time; {} launches", rg.us / rall.us, gt.launches);
       report(rg);
       // The same graph with programmatic dependent launch on our kernels (each kernel's blocks
       // launch while the one before finishes; FlashInfer's attention kernel launches plainly).
-      Selection sel_pdl = sel;
+      Selection sel_pdl = best;
       sel_pdl.score.pdl = sel_pdl.topk.pdl = true;
       at::MlaDeviceRows srows_pdl = srows;
       srows_pdl.pdl = true;
       Row rpd = rg;
-      rpd.path = use_ours ? "graph+pdl:indexer+topk+ours-mma-dev" : "graph+pdl:indexer+topk+flashinfer-dev";
+      rpd.path = "graph+pdl:indexer+topk+" + mla.name + "-dev";
       rpd.us = graph_time_us([&] {
         sel_pdl.run_indexer(s_);
         sel_pdl.run_topk(s_);
-        if (use_ours) ours_dense->run_device(sp, srows_pdl, s_);
-        else dense_dev.run_device(sp, srows_pdl, s_);
+        mla.run_device(srows_pdl);
       });
       rpd.note = fmt::format("{:.2f}x the plain graph's time", rpd.us / rg.us);
       report(rpd);

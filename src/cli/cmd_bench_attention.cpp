@@ -4,7 +4,7 @@
 //   decode  batch x context: dense MLA (FlashInfer's SM90 kernel via MlaSm90, and our
 //           MlaDecodeMma), and for context > top-k the sparse path: indexer scores -> top-k ->
 //           sparse MLA over the selected slots (both kernels); each stage timed alone and the
-//           three back to back (with the faster sparse MLA); both kernels also through
+//           three back to back (with the fastest top-k and sparse MLA measured); both kernels also through
 //           run_device (the schedule built on the device: the runner's graph-captured path, "-dev");
 //   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
 //           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);

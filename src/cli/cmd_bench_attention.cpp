@@ -2,10 +2,11 @@
 // latent 512 + rope 64, indexer 32 x 128, top-2048, page size 64), on one layer's paged cache
 // with every request's pages scattered over the pool.
 //   decode  batch x context: dense MLA (FlashInfer's SM90 kernel via MlaSm90, and our
-//           MlaDecodeMma), and for context > top-k the sparse path: indexer scores -> top-k ->
-//           sparse MLA over the selected slots (both kernels); each stage timed alone and the
-//           three back to back (with the fastest top-k and sparse MLA measured); both kernels also through
-//           run_device (the schedule built on the device: the runner's graph-captured path, "-dev");
+//           MlaDecodeMma: mma.sync and wgmma), and for context > top-k the sparse path: indexer
+//           scores -> top-k -> sparse MLA over the selected slots (every kernel); each stage timed
+//           alone and the three back to back (with the fastest top-k and sparse MLA measured);
+//           every kernel also through run_device (the schedule built on the device: the runner's
+//           graph-captured path, "-dev");
 //   prefill one fresh request of N tokens (causal), in query chunks of <= 16K tokens, in the
 //           absorbed form (MlaSm90) and the expanded form (kv_b_proj GEMMs + FA3 prefill);
 //   fp8     how often the FP8 indexer changes the selected set against the FP32 one (random

@@ -10,8 +10,12 @@
 
 namespace fp4moe::cuda::attention {
 
-// r with qo_indptr[r] <= t < qo_indptr[r + 1] (binary search; qo_indptr non-decreasing).
+// r with qo_indptr[r] <= t < qo_indptr[r + 1] (qo_indptr non-decreasing; empty requests are
+// skipped). A decode row (request t owns exactly token t) costs two independent loads; any other
+// token a binary search, log2(num_requests) dependent loads, the latency chain in front of a
+// small-batch kernel's first key.
 __device__ __forceinline__ int request_of(const int32_t* qo_indptr, int num_requests, int t) {
+  if (t < num_requests && qo_indptr[t] == t && qo_indptr[t + 1] == t + 1) return t;
   int lo = 0, hi = num_requests - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;

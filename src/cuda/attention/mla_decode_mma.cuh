@@ -113,6 +113,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     const int key = it.kv_start + u * C::kTk + r;
     return key < it.kv_end ? (int64_t(entry) << p.page_shift) + (key & page_mask) : 0;
   };
+  // BF16: the Q copies go out first (they need only the item), so their latency overlaps the
+  // table loads below; tile 0's commit takes them into its group.
+  if constexpr (!kFp8) {
+    for (int ci = tid; ci < kHeadsPerCta * (kQk * 2 / 16); ci += kThreads) {
+      const int h = ci / (kQk * 2 / 16), part = ci % (kQk * 2 / 16);
+      const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
+      const void* src = part < kCkv * 2 / 16 ? static_cast<const void*>(p.q_nope + row * kCkv + part * 8)
+                                              : static_cast<const void*>(p.q_pe + row * kKpe + (part - kCkv * 2 / 16) * 8);
+      prims::cp_async16(sq + q_chunk_at<kFp8, kWg>(h, part), src, true);
+    }
+  }
   static_assert(kStages * C::kTk <= kThreads, "one pass loads the first kStages tiles' slots");
   if (tid < kStages * C::kTk) s_slot[tid] = slot_of(tid / C::kTk, tid % C::kTk, table_entry(tid / C::kTk, tid % C::kTk));
   __syncthreads();
@@ -135,16 +146,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     prims::cp_async_commit();  // empty groups keep the wait count uniform
   };
 
-  // Q rows: [q_nope 512 | q_pe 64] of heads head0 .. head0 + 63.
+  // Q rows: [q_nope 512 | q_pe 64] of heads head0 .. head0 + 63 (BF16: copied before the slots
+  // are read, in tile 0's group).
   float q_factor = 1.f;  // FP8 path: Q was multiplied by this power of two
   if constexpr (!kFp8) {
-    for (int ci = tid; ci < kHeadsPerCta * (kQk * 2 / 16); ci += kThreads) {
-      const int h = ci / (kQk * 2 / 16), part = ci % (kQk * 2 / 16);
-      const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
-      const void* src = part < kCkv * 2 / 16 ? static_cast<const void*>(p.q_nope + row * kCkv + part * 8)
-                                              : static_cast<const void*>(p.q_pe + row * kKpe + (part - kCkv * 2 / 16) * 8);
-      prims::cp_async16(sq + q_chunk_at<kFp8, kWg>(h, part), src, true);
-    }
     issue(0);
   } else {
     issue(0);

@@ -135,12 +135,9 @@ __device__ __forceinline__ void score_pass(const ScoreParams& p, uint8_t* smem, 
     }
     prims::cp_async_commit();  // empty groups keep the wait count uniform
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-
-  // Query fragments (B operand, col-major K x N = row-major [head][dim]) and head weights.
+  // Query fragments (B operand, col-major K x N = row-major [head][dim]), loaded before the first
+  // tiles are issued: their latency then overlaps the page-table loads the copies wait on.
   uint32_t qf[kG][kNTiles][T::kKSteps][2] = {};
-  float wr[kG][kNTiles][2] = {};
 #pragma unroll
   for (int u = 0; u < kG; ++u) {
     if (!on[u]) continue;
@@ -156,6 +153,18 @@ __device__ __forceinline__ void score_pass(const ScoreParams& p, uint8_t* smem, 
         qf[u][nt][ks][0] = *reinterpret_cast<const uint32_t*>(qh + off);
         qf[u][nt][ks][1] = *reinterpret_cast<const uint32_t*>(qh + off + 16);
       }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+  // Head weights, and the query RoPE applied to the fragments.
+  float wr[kG][kNTiles][2] = {};
+#pragma unroll
+  for (int u = 0; u < kG; ++u) {
+    if (!on[u]) continue;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int h = tok[u] * kIndexHeads + nt * 8 + t * 2 + j;

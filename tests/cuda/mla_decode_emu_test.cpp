@@ -28,8 +28,8 @@ struct Run {
 
 // Dense when `topk` is empty (every request has one new token); else sparse rows over the
 // positions topk [T, k] (-1 padded), given to the kernel as cache slots.
-// dev_splits > 0: the schedule comes from mla_device_schedule_kernel (MlaDecodeMma::run_device's)
-// with that many item slots per row instead of build_schedule.
+// dev_splits > 0: MlaDecodeMma::run_device's schedule, computed in the kernels from the rows'
+// lengths (Params::sched), with that many item slots per row, instead of build_schedule's arrays.
 bool g_wgmma = false;  // emu_decode runs the wgmma variant (BF16 cache)
 
 Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, const std::vector<int32_t>& topk, int k,
@@ -58,14 +58,15 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
     }
   }
   dc::Schedule s;
+  int items = 0, merges = 0;
+  dc::DeviceSchedule ds{};
   if (dev_splits == 0) {
     s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8, g_wgmma));
+    items = int(s.items.size()), merges = int(s.merges.size());
   } else {
     const int rows = int(T);
-    s.items.assign(size_t(rows) * dev_splits, dc::Item{-7, 5, 9, -9, -1, {0, 0, 0}});  // poisoned
-    if (dev_splits > 1) s.merges.assign(size_t(rows), dc::Merge{-7, -7, -7, 0});
+    items = rows * dev_splits, merges = dev_splits > 1 ? rows : 0;
     s.partials = rows * dev_splits;
-    dc::DeviceSchedule ds{};
     ds.kv_len = kv_len.data();
     ds.page_indptr = table.data();
     ds.positions = c.positions.data();
@@ -73,9 +74,6 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
     ds.tokens = rows;
     ds.splits = dev_splits;
     ds.tile_keys = dc::tile_keys(fp8, g_wgmma);
-    ds.items = s.items.data();
-    ds.merges = s.merges.data();
-    emu::launch(dim3(unsigned((rows + 127) / 128)), dim3(128), 0, dc::mla_device_schedule_kernel, ds);
   }
   std::vector<uint16_t> out(size_t(T) * heads * kCkvDim, 0xffff);  // NaN
   std::vector<float> lse(size_t(T) * heads, NAN), part_o(size_t(s.partials) * heads * kCkvDim + 4, NAN),
@@ -86,8 +84,9 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.ckv = c.ckv.data();
   p.kpe = c.kpe.data();
   p.kv_indices = indices.data();
-  p.items = s.items.data();
-  p.merges = s.merges.data();
+  p.items = dev_splits == 0 ? s.items.data() : nullptr;
+  p.merges = dev_splits == 0 ? s.merges.data() : nullptr;
+  p.sched = ds;
   p.page_shift = page_shift;
   p.num_heads = heads;
   p.sm_scale = kSmScale;
@@ -97,13 +96,12 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.lse = lse.data();
   p.part_o = part_o.data();
   p.part_lse = part_lse.data();
-  const dim3 grid(unsigned(s.items.size()), unsigned(heads / dc::kHeadsPerCta));
+  const dim3 grid(unsigned(items), unsigned(heads / dc::kHeadsPerCta));
   if (fp8 && g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true, true), dc::mla_decode_kernel<true, true>, p);
   else if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
   else if (g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false, true), dc::mla_decode_kernel<false, true>, p);
   else emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false), dc::mla_decode_kernel<false>, p);
-  if (!s.merges.empty())
-    emu::launch(dim3(unsigned(s.merges.size()), unsigned(heads)), dim3(dc::kMergeThreads), 0, dc::mla_merge_kernel, p);
+  if (merges > 0) emu::launch(dim3(unsigned(merges), unsigned(heads)), dim3(dc::kMergeThreads), 0, dc::mla_merge_kernel, p);
   return {bf16_to_floats(out), lse};
 }
 

@@ -72,7 +72,7 @@ struct MlaDeviceRows {
   // buffer). bench attention sweeps it beside the rule.
   int splits = 0;
   // Programmatic dependent launch (sm_90+, cuda/common/launch.cuh) for our kernels of the run:
-  // MlaDecodeMma's schedule, decode and merge kernels, MlaSm90's schedule kernel (FlashInfer's
+  // MlaDecodeMma's decode and merge kernels, MlaSm90's schedule kernel (FlashInfer's
   // own kernel launches plainly). Each may start launching while the kernel before it finishes,
   // and waits for it before touching memory. Off by default; bench attention measures it.
   bool pdl = false;

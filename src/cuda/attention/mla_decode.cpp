@@ -81,7 +81,6 @@ MlaDecodeMma::~MlaDecodeMma() {
   cudaFreeHost(pinned_);
   cudaFree(int_ws_);
   cudaFree(float_ws_);
-  cudaFree(dev_int_ws_);
   cudaFree(dev_float_ws_);
 }
 
@@ -233,16 +232,11 @@ void MlaDecodeMma::reserve_device(int max_tokens) {
   FP4MOE_CHECK(max_tokens >= 1, "MLA decode (mma) reserve: {} rows", max_tokens);
   if (max_tokens <= dev_tokens_) return;
   const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
-  const size_t items = size_t(std::max(max_tokens, slots));
-  const size_t int_bytes = round_up(items * sizeof(decode::Item), 256) + size_t(slots) * sizeof(decode::Merge);
   const size_t float_bytes = round_up(size_t(slots) * desc_.num_heads * decode::kCkv * sizeof(float), 256) +
                              size_t(slots) * desc_.num_heads * sizeof(float);
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // earlier device runs may still read the old buffers
-  cudaFree(dev_int_ws_), cudaFree(dev_float_ws_);
-  dev_int_ws_ = dev_float_ws_ = nullptr;
-  dev_tokens_ = 0;
-  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_int_ws_, int_bytes));
-  FP4MOE_CUDA_CHECK(cudaMalloc(&dev_float_ws_, float_bytes));
+  if (dev_float_ws_ == nullptr) {  // the partial rows: a fixed size (the schedule has no arrays)
+    FP4MOE_CUDA_CHECK(cudaMalloc(&dev_float_ws_, float_bytes));
+  }
   dev_tokens_ = max_tokens;
 }
 
@@ -263,23 +257,16 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   const int items = rows.tokens * splits, merges = splits > 1 ? rows.tokens : 0;
   FP4MOE_CHECK(merges <= slots && (splits == 1 || items <= slots), "MLA decode (mma) run_device: split grid");
 
-  auto* items_p = static_cast<decode::Item*>(dev_int_ws_);
-  auto* merges_p = reinterpret_cast<decode::Merge*>(static_cast<unsigned char*>(dev_int_ws_) +
-                                                    round_up(size_t(std::max(dev_tokens_, slots)) * sizeof(decode::Item), 256));
-  decode::DeviceSchedule ds{};
-  ds.kv_len = rows.kv_len;
-  ds.page_indptr = rows.page_indptr;
-  ds.positions = rows.positions;
-  ds.top_k = sparse ? rows.top_k : 0;
-  ds.tokens = rows.tokens;
-  ds.splits = splits;
-  ds.tile_keys = decode::tile_keys(fp8, wgmma_);
-  ds.items = items_p;
-  ds.merges = merges_p;
-  FP4MOE_CUDA_CHECK(decode::launch_schedule(ds, stream, rows.pdl));
-
-  p.items = items_p;
-  p.merges = merges_p;
+  // No schedule arrays: each CTA computes its item / merge from the row's length (p.sched).
+  p.items = nullptr;
+  p.merges = nullptr;
+  p.sched.kv_len = rows.kv_len;
+  p.sched.page_indptr = rows.page_indptr;
+  p.sched.positions = rows.positions;
+  p.sched.top_k = sparse ? rows.top_k : 0;
+  p.sched.tokens = rows.tokens;
+  p.sched.splits = splits;
+  p.sched.tile_keys = decode::tile_keys(fp8, wgmma_);
   p.page_shift = shift;
   set_partials(p, dev_float_ws_, slots);
   FP4MOE_CUDA_CHECK(

@@ -45,13 +45,14 @@ class MlaDecodeMma {
   void plan_sparse(const KvBatchView& batch, int top_k, cudaStream_t stream);
   void run(const MlaRunArgs& a, cudaStream_t stream) const;
 
-  // Graph-capturable variant: no host plan. run_device() enqueues a schedule kernel that builds
-  // the split schedule from the rows' DEVICE arrays (kv_len / page_indptr, or positions), then
-  // the decode and merge kernels over a grid fixed by (rows.tokens, rows.max_keys) alone — so a
-  // graph captured once replays correctly with any lengths in later steps (each row's split
-  // count is capped by the captured grid; a row shorter than max_keys leaves its unused items
-  // empty). Its own workspace, allocated by reserve_device() once (never during a capture);
-  // run_device() refuses more rows than reserved. The plan()/run() pair is independent of it.
+  // Graph-capturable variant: no host plan. run_device() enqueues the decode and merge kernels
+  // over a grid fixed by (rows.tokens, rows.max_keys) alone; each CTA computes its item (or merge)
+  // of the split schedule from its row's length in DEVICE memory (kv_len / page_indptr, or
+  // positions) — so a graph captured once replays correctly with any lengths in later steps (each
+  // row's split count is capped by the captured grid; a row shorter than max_keys leaves its
+  // unused items empty). Its own workspace (the partial rows), allocated by reserve_device() once
+  // (never during a capture); run_device() refuses more rows than reserved. The plan()/run() pair
+  // is independent of it.
   void reserve_device(int max_tokens);
   void run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cudaStream_t stream) const;
   // The split count run_device uses for `tokens` rows of at most `max_keys` keys.
@@ -74,8 +75,7 @@ class MlaDecodeMma {
   int items_ = 0, partials_ = 0, merges_ = 0, page_shift_ = 0, tokens_ = 0;
   int64_t page_size_ = 0;
   bool planned_ = false, sparse_ = false;
-  // run_device's workspace: items [max(dev_tokens_, slots)], merges [slots], partials [slots]
-  void* dev_int_ws_ = nullptr;
+  // run_device's workspace: the partial rows [slots] (its schedule is computed in the kernels)
   void* dev_float_ws_ = nullptr;
   int dev_tokens_ = 0;
 };

@@ -23,9 +23,4 @@ cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int me
                        stream, p);
 }
 
-cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream, bool pdl) {
-  if (s.tokens <= 0) return cudaSuccess;
-  return launch_kernel(pdl, mla_device_schedule_kernel, dim3(unsigned((s.tokens + 127) / 128)), dim3(128), 0, stream, s);
-}
-
 }  // namespace fp4moe::cuda::attention::decode

@@ -55,6 +55,50 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
   else return prims::pack_bf16x2(lo, hi);
 }
 
+// DeviceSchedule (mla_decode_params.hpp): item i of row t and row t's merge, by the rule of
+// build_schedule with the row's part count capped at s.splits, computed where they are used (the
+// decode kernel's CTA t * splits + i, the merge kernel's CTA t) from the row's length in device
+// memory: no schedule launch, no schedule arrays.
+struct RowSpan {
+  int L, table, n, per;  // keys, table offset, parts, keys per part
+};
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ RowSpan row_span(const DeviceSchedule& s, int t) {
+  RowSpan r{};
+  if (s.top_k > 0) {
+    r.L = imin(s.top_k, s.positions[t] + 1);
+    r.table = t * s.top_k;
+  } else {
+    r.L = s.kv_len[t];
+    r.table = s.page_indptr[t];
+  }
+  r.L = imax(r.L, 0);
+  const int tiles = (r.L + s.tile_keys - 1) / s.tile_keys;
+  r.n = imin(imax(s.splits, 1), imax(1, tiles / 2));
+  const int per_tiles = imax(1, (tiles + r.n - 1) / r.n);
+  r.n = imax(1, (tiles + per_tiles - 1) / per_tiles);
+  r.per = per_tiles * s.tile_keys;
+  return r;
+}
+__device__ __forceinline__ Item device_item(const DeviceSchedule& s, int t, int i) {
+  const RowSpan r = row_span(s, t);
+  Item it{};
+  it.token = t;
+  it.table_offset = r.table;
+  it.partial = -1;
+  if (i < r.n) {
+    it.kv_start = imin(r.L, i * r.per);
+    it.kv_end = imin(r.L, (i + 1) * r.per);
+    if (r.n > 1) it.partial = t * s.splits + i;
+  }
+  return it;
+}
+__device__ __forceinline__ Merge device_merge(const DeviceSchedule& s, int t) {
+  const RowSpan r = row_span(s, t);
+  return Merge{t, t * s.splits, r.n > 1 ? r.n : 0, 0};
+}
+
 // Byte offsets of 16-byte chunk `part` (dims 8 part ..) of Q row h / of key row r of a tile: padded
 // rows (mma.sync: ldmatrix) or 8 x 8 core matrices (wgmma: CfgWg).
 // wgmma: 16-bit chunk g (dims 8 g ..) of row r in core matrices. The FP8 cache's codes land as plain
@@ -91,7 +135,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
 
   prims::pdl_wait();  // launched with PDL: the items / slots / queries may come from the kernel before
   prims::pdl_release();
-  const Item it = p.items[blockIdx.x];
+  // The item: the host plan's, or (run_device) computed from the row's length in device memory.
+  const Item it = p.items ? p.items[blockIdx.x]
+                          : device_item(p.sched, int(blockIdx.x) / p.sched.splits, int(blockIdx.x) % p.sched.splits);
   if (it.kv_end <= it.kv_start) return;  // an unused slot of a device-built schedule (whole CTA)
   const int head0 = int(blockIdx.y) * kHeadsPerCta;
   const int tid = int(threadIdx.x), lane = prims::lane_id(), warp = prims::warp_id();
@@ -477,7 +523,7 @@ __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Param
   __shared__ float s_w[kMergeThreads];
   prims::pdl_wait();
   prims::pdl_release();
-  const Merge mg = p.merges[blockIdx.x];
+  const Merge mg = p.merges ? p.merges[blockIdx.x] : device_merge(p.sched, int(blockIdx.x));
   if (mg.count <= 0) return;  // device-built schedule: the row was not split
   const int head = int(blockIdx.y), tid = int(threadIdx.x);
   const float* lse = p.part_lse + int64_t(mg.first) * p.num_heads + head;  // part i: lse[i * num_heads]
@@ -524,44 +570,6 @@ __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Param
   if (p.lse && tid == 0) p.lse[int64_t(mg.token) * p.num_heads + head] = (mx + log2f(wsum)) * kLn2;
 }
 
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
-
-// DeviceSchedule (mla_decode_params.hpp): row t's items and merge, by the rule of
-// build_schedule with the row's part count capped at s.splits.
-__global__ void __launch_bounds__(128) mla_device_schedule_kernel(const DeviceSchedule s) {
-  prims::pdl_wait();  // its items were read by the previous run's decode kernel
-  prims::pdl_release();
-  const int t = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (t >= s.tokens) return;
-  int L = 0, table = 0;
-  if (s.top_k > 0) {
-    L = imin(s.top_k, s.positions[t] + 1);
-    table = t * s.top_k;
-  } else {
-    L = s.kv_len[t];
-    table = s.page_indptr[t];
-  }
-  L = imax(L, 0);
-  const int tiles = (L + s.tile_keys - 1) / s.tile_keys;
-  int n = imin(imax(s.splits, 1), imax(1, tiles / 2));
-  const int per_tiles = imax(1, (tiles + n - 1) / n);
-  n = imax(1, (tiles + per_tiles - 1) / per_tiles);
-  const int per = per_tiles * s.tile_keys;
-  for (int i = 0; i < s.splits; ++i) {
-    Item it{};
-    it.token = t;
-    it.table_offset = table;
-    it.partial = -1;
-    if (i < n) {
-      it.kv_start = imin(L, i * per);
-      it.kv_end = imin(L, (i + 1) * per);
-      if (n > 1) it.partial = t * s.splits + i;
-    }
-    s.items[int64_t(t) * s.splits + i] = it;
-  }
-  if (s.splits > 1) s.merges[t] = Merge{t, t * s.splits, n > 1 ? n : 0, 0};
-}
 
 }  // namespace
 

@@ -82,6 +82,23 @@ struct Merge {
   int32_t token, first, count, pad;
 };
 
+// The split schedule of MlaDecodeMma::run_device (graph-capturable), computed ON THE DEVICE where
+// it is used: the decode kernel's CTA t * splits + i takes item i of row t, the merge kernel's CTA
+// t row t's merge (mla_decode_mma.cuh's device_item / device_merge), from the row's length in
+// device memory. Row t has L keys: dense (top_k == 0) L = kv_len[t] with the page table at
+// page_indptr[t]; sparse (top_k > 0) L = min(top_k, positions[t] + 1) with the slot list at
+// t * top_k. It uses n = the host rule's part count for L capped at `splits` (parts of >= 2
+// tiles, whole tiles); items n .. splits - 1 are empty (kv_start == kv_end: the CTA returns at
+// once) and a merge of count 0 (n == 1: the item writes the output) is skipped. L must be >= 1
+// (a row with L <= 0 gets only empty items: its output is not written).
+struct DeviceSchedule {
+  const int32_t* kv_len;       // dense: [tokens]
+  const int32_t* page_indptr;  // dense: [tokens + 1]
+  const int32_t* positions;    // sparse: [tokens]
+  int top_k;                   // 0: dense
+  int tokens, splits, tile_keys;
+};
+
 struct Params {
   const uint16_t* q_nope;      // [T, heads, 512] BF16
   const uint16_t* q_pe;        // [T, heads, 64] BF16
@@ -98,6 +115,7 @@ struct Params {
   float* part_o;               // [partials, heads, 512] FP32, normalized
   float* part_lse;             // [partials, heads], base 2
   const Merge* merges;
+  DeviceSchedule sched;        // when items / merges are null: computed from it (run_device)
 };
 
 // The split schedule (host): token t's keys [0, kv_len[t]) in parts of whole tiles (>= 2
@@ -111,23 +129,6 @@ struct Schedule {
 Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset, int slots,
                         int tile_keys);
 
-// The split schedule built ON THE DEVICE (MlaDecodeMma::run_device; graph-capturable): one
-// thread per query row writes that row's `splits` items [t * splits, (t + 1) * splits) and its
-// merge. Row t has L keys: dense (top_k == 0) L = kv_len[t] with the page table at
-// page_indptr[t]; sparse (top_k > 0) L = min(top_k, positions[t] + 1) with the slot list at
-// t * top_k. It uses n = the host rule's part count for L capped at `splits` (parts of >= 2
-// tiles, whole tiles); items n .. splits - 1 are empty (kv_start == kv_end: the decode kernel
-// returns at once) and a merge of count 0 (n == 1: the item writes the output) is skipped.
-// L must be >= 1 (a row with L <= 0 gets only empty items: its output is not written).
-struct DeviceSchedule {
-  const int32_t* kv_len;       // dense: [tokens]
-  const int32_t* page_indptr;  // dense: [tokens + 1]
-  const int32_t* positions;    // sparse: [tokens]
-  int top_k;                   // 0: dense
-  int tokens, splits, tile_keys;
-  Item* items;                 // [tokens * splits]
-  Merge* merges;               // [tokens] (splits > 1)
-};
 
 inline size_t smem_bytes(bool fp8, bool wgmma = false) {
   if (wgmma) return fp8 ? CfgWgFp8::kSmemBytes : CfgWg::kSmemBytes;
@@ -142,8 +143,6 @@ inline int tile_keys(bool fp8, bool wgmma = false) {
 // (sm_90a).
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream,
                    bool pdl = false, bool wgmma = false);
-// The device schedule (one thread per row).
-cudaError_t launch_schedule(const DeviceSchedule& s, cudaStream_t stream, bool pdl = false);
 #endif
 
 }  // namespace fp4moe::cuda::attention::decode

@@ -86,7 +86,7 @@ struct Row {
 
 // A GLM-5 layer view over device arrays (dims 512 / 64 / 128).
 inline KvLayerView glm5_layer(void* ckv, void* kpe, void* index_k, int64_t pages, int64_t page_size, KvElem elem,
-                       KvElem index_elem, float scale, float index_scale) {
+                              KvElem index_elem, float scale, float index_scale) {
   KvLayerView L;
   L.ckv = ckv;
   L.kpe = kpe;
@@ -180,8 +180,8 @@ struct Selection {
   void run_topk(cudaStream_t s) const { ix::top_k(topk, s); }
 };
 inline Selection make_selection(const void* q, const float* w, void* q8, float* w8, const KvLayerView& layer,
-                         const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot,
-                         const DeviceMem& ws, size_t ws_bytes, int32_t* cand_counts = nullptr) {
+                                const KvBatchView& b, int L, float* scores, int k, int32_t* pos, int32_t* slot,
+                                const DeviceMem& ws, size_t ws_bytes, int32_t* cand_counts = nullptr) {
   Selection sel;
   sel.q_bf16 = q;
   sel.w = w;

@@ -10,7 +10,7 @@
 #      the FP8 cache once (read flush), then a per-row comparison of the two flushes.
 # Binaries: carried prebuilt ones (source tools/device/prebuilt_env.sh first; see pack_prebuilt.sh:
 #   bash tools/device/pack_prebuilt.sh indexer_test mla_attention_test device_common_test \
-#        gpu_attention_test kv_append_test kv_latent_prep_test index_key_prep_test
+#        gpu_attention_test kv_append_test kv_latent_prep_test index_key_prep_test mla_prefill_expanded_test
 # ) or build-dev/bin. ~6-8 min in all; QUEUE_PARTS="tests bench" picks parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -99,11 +99,11 @@ __device__ __forceinline__ Merge device_merge(const DeviceSchedule& s, int t) {
   return Merge{t, t * s.splits, r.n > 1 ? r.n : 0, 0};
 }
 
-// Byte offsets of 16-byte chunk `part` (dims 8 part ..) of Q row h / of key row r of a tile: padded
-// rows (mma.sync: ldmatrix) or 8 x 8 core matrices (wgmma: CfgWg).
 // wgmma: 16-bit chunk g (dims 8 g ..) of row r in core matrices. The FP8 cache's codes land as plain
 // rows (part: codes 16 part ..) and are converted into that layout.
 __device__ __forceinline__ int core_chunk_at(int r, int g) { return ((r >> 3) * CfgWg::kDimGroups + g) * 128 + (r & 7) * 16; }
+// Byte offsets of 16-byte chunk `part` (dims 8 part ..) of Q row h / of key row r of a tile: padded
+// rows (mma.sync: ldmatrix) or 8 x 8 core matrices (wgmma: CfgWg).
 template <bool kFp8, bool kWg>
 __device__ __forceinline__ int q_chunk_at(int h, int part) {
   if constexpr (kWg) return core_chunk_at(h, part);
@@ -285,22 +285,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     const int d_begin = dh * (kQk / 2);  // 0 or 288
     if constexpr (kWg) {
       // The warpgroup's S[64 heads x 32 keys] over dims d_begin .. +287: 18 k16 steps, each two
-      // core matrices along K (LBO 128 B) of every 8 rows (SBO 72 x 128 B).
-      float acc[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+      // core matrices along K (LBO 128 B) of every 8 rows (SBO 72 x 128 B), into s (zeroed above):
+      // the m64n32 accumulator's n8 tile i is s[i].
       constexpr uint32_t kLbo = 128, kSbo = CfgWg::kDimGroups * 128;
       prims::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kQk / 2 / 16; ++ks) {
         const int dg = d_begin / 8 + 2 * ks;
-        prims::wgmma_m64n32k16_ss<kFp8>(acc, prims::smem_desc(sq + dg * 128, kLbo, kSbo),
+        prims::wgmma_m64n32k16_ss<kFp8>(reinterpret_cast<float(&)[16]>(s), prims::smem_desc(sq + dg * 128, kLbo, kSbo),
                                         prims::smem_desc(kv_op + dg * 128, kLbo, kSbo), ks > 0);
       }
       prims::wgmma_commit();
       prims::wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < C::kNT; ++i) s[i][0] = acc[4 * i], s[i][1] = acc[4 * i + 1], s[i][2] = acc[4 * i + 2], s[i][3] = acc[4 * i + 3];
     } else if constexpr (!kFp8) {
 #pragma unroll 2
       for (int ks = 0; ks < kQk / 2 / 16; ++ks) {  // 18 k-steps of 16 dims
@@ -413,40 +409,41 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
       }
       prims::wgmma_commit();
       prims::wgmma_wait<0>();
-    }
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < (kWg ? 0 : C::kTk / 16); ++kk) {
-      uint32_t a[4];
-      a[0] = pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack_p<kFp8>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack_p<kFp8>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const int mi = lane >> 3, r = lane & 7;
-      const unsigned char* vrow = kv + (kk * 16 + (mi & 1) * 8 + r) * C::kKvPitch;  // keys 16kk + 8 (matrix & 1)
-      if constexpr (!kFp8) {
+      for (int kk = 0; kk < C::kTk / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = pack_p<kFp8>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack_p<kFp8>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack_p<kFp8>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack_p<kFp8>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const int mi = lane >> 3, r = lane & 7;
+        const unsigned char* vrow = kv + (kk * 16 + (mi & 1) * 8 + r) * C::kKvPitch;  // keys 16kk + 8 (matrix & 1)
+        if constexpr (!kFp8) {
 #pragma unroll
-        for (int nb = 0; nb < 16; ++nb) {  // 16 dims per ldmatrix: matrices (keys 0-7 | 8-15) x (dims +0 | +8)
-          uint32_t b[4];
-          prims::ldmatrix_x4_trans(b, vrow + (dh * 256 + nb * 16 + (mi >> 1) * 8) * 2);
-          mma16816<kFp8>(o[2 * nb], a, b[0], b[1]);
-          mma16816<kFp8>(o[2 * nb + 1], a, b[2], b[3]);
-        }
-      } else {
-        // FP8 values: ldmatrix.trans in 16-bit units over [keys 0-7 | 8-15] x [codes +0 | +16]
-        // gives lane (g, c) the bytes (key 2c: dims 2g, 2g+1; key 2c+1: dims 2g, 2g+1) of a
-        // 16-dim block; byte_perm 0x3120 regroups them as (dim 2g: keys 2c, 2c+1 | dim 2g+1:
-        // keys 2c, 2c+1): the B operand of an n8 tile whose column g is dim 2g ("even" tile)
-        // and of one whose column g is dim 2g+1 ("odd" tile). o[4 nb + 0 / 1] hold the even /
-        // odd tiles of dims 32 nb .. +15, o[4 nb + 2 / 3] those of dims 32 nb + 16 .. +31.
+          for (int nb = 0; nb < 16; ++nb) {  // 16 dims per ldmatrix: matrices (keys 0-7 | 8-15) x (dims +0 | +8)
+            uint32_t b[4];
+            prims::ldmatrix_x4_trans(b, vrow + (dh * 256 + nb * 16 + (mi >> 1) * 8) * 2);
+            mma16816<kFp8>(o[2 * nb], a, b[0], b[1]);
+            mma16816<kFp8>(o[2 * nb + 1], a, b[2], b[3]);
+          }
+        } else {
+          // FP8 values: ldmatrix.trans in 16-bit units over [keys 0-7 | 8-15] x [codes +0 | +16]
+          // gives lane (g, c) the bytes (key 2c: dims 2g, 2g+1; key 2c+1: dims 2g, 2g+1) of a
+          // 16-dim block; byte_perm 0x3120 regroups them as (dim 2g: keys 2c, 2c+1 | dim 2g+1:
+          // keys 2c, 2c+1): the B operand of an n8 tile whose column g is dim 2g ("even" tile)
+          // and of one whose column g is dim 2g+1 ("odd" tile). o[4 nb + 0 / 1] hold the even /
+          // odd tiles of dims 32 nb .. +15, o[4 nb + 2 / 3] those of dims 32 nb + 16 .. +31.
 #pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-          uint32_t b[4];
-          prims::ldmatrix_x4_trans(b, vrow + dh * 256 + nb * 32 + (mi >> 1) * 16);
+          for (int nb = 0; nb < 8; ++nb) {
+            uint32_t b[4];
+            prims::ldmatrix_x4_trans(b, vrow + dh * 256 + nb * 32 + (mi >> 1) * 16);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {  // dims 32 nb + 16 h ..
-            const uint32_t k0 = __byte_perm(b[2 * h], 0u, 0x3120), k1 = __byte_perm(b[2 * h + 1], 0u, 0x3120);
-            mma16816<kFp8>(o[4 * nb + 2 * h], a, prims::cvt_e4m3x2_f16x2(k0), prims::cvt_e4m3x2_f16x2(k1));
-            mma16816<kFp8>(o[4 * nb + 2 * h + 1], a, prims::cvt_e4m3x2_f16x2(k0 >> 16), prims::cvt_e4m3x2_f16x2(k1 >> 16));
+            for (int h = 0; h < 2; ++h) {  // dims 32 nb + 16 h ..
+              const uint32_t k0 = __byte_perm(b[2 * h], 0u, 0x3120), k1 = __byte_perm(b[2 * h + 1], 0u, 0x3120);
+              mma16816<kFp8>(o[4 * nb + 2 * h], a, prims::cvt_e4m3x2_f16x2(k0), prims::cvt_e4m3x2_f16x2(k1));
+              mma16816<kFp8>(o[4 * nb + 2 * h + 1], a, prims::cvt_e4m3x2_f16x2(k0 >> 16), prims::cvt_e4m3x2_f16x2(k1 >> 16));
+            }
           }
         }
       }
@@ -538,6 +535,10 @@ __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Param
 #pragma unroll
   for (int w = 0; w < kMergeThreads / 32; ++w) mx = fmaxf(mx, s_max[w]);
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
+  auto add = [&](float w, const float4& v) {
+    wsum += w;
+    acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
+  };
   for (int base = 0; base < mg.count; base += kMergeThreads) {
     const int n = mg.count - base < kMergeThreads ? mg.count - base : kMergeThreads;
     __syncthreads();  // the previous chunk's weights are read
@@ -550,18 +551,9 @@ __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Param
 #pragma unroll
       for (int j = 0; j < kMergeBatch; ++j) v[j] = *reinterpret_cast<const float4*>(rows + int64_t(i + j) * part_stride);
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const float w = s_w[i + j];
-        wsum += w;
-        acc[0] += w * v[j].x, acc[1] += w * v[j].y, acc[2] += w * v[j].z, acc[3] += w * v[j].w;
-      }
+      for (int j = 0; j < kMergeBatch; ++j) add(s_w[i + j], v[j]);
     }
-    for (; i < n; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(rows + int64_t(i) * part_stride);
-      const float w = s_w[i];
-      wsum += w;
-      acc[0] += w * v.x, acc[1] += w * v.y, acc[2] += w * v.z, acc[3] += w * v.w;
-    }
+    for (; i < n; ++i) add(s_w[i], *reinterpret_cast<const float4*>(rows + int64_t(i) * part_stride));
   }
   const float inv = 1.f / wsum;
   uint16_t* out = p.out + (int64_t(mg.token) * p.num_heads + head) * kCkv + tid * 4;
@@ -569,7 +561,6 @@ __global__ void __launch_bounds__(kMergeThreads, 8) mla_merge_kernel(const Param
       uint2{prims::pack_bf16x2(acc[0] * inv, acc[1] * inv), prims::pack_bf16x2(acc[2] * inv, acc[3] * inv)};
   if (p.lse && tid == 0) p.lse[int64_t(mg.token) * p.num_heads + head] = (mx + log2f(wsum)) * kLn2;
 }
-
 
 }  // namespace
 

@@ -28,16 +28,14 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
   const double total = std::accumulate(kv_len.begin(), kv_len.end(), 0.0);
   for (size_t t = 0; t < kv_len.size(); ++t) {
     const int L = kv_len[t];
-    const int64_t tiles = (int64_t(L) + tile_keys - 1) / tile_keys;
-    int64_t n = total > 0 ? int64_t(double(slots) * double(L) / total) : 1;  // its share of the slots
-    n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, tiles / 2));           // parts of >= 2 tiles
-    const int64_t per_tiles = (tiles + n - 1) / n;
-    n = std::max<int64_t>(1, (tiles + per_tiles - 1) / per_tiles);
+    const int tiles = int((int64_t(L) + tile_keys - 1) / tile_keys);
+    const double share = total > 0 ? double(slots) * double(L) / total : 1;  // its share of the slots
+    const auto [n, per_tiles] = split_parts(tiles, int(std::min<double>(share, tiles)));
     if (n == 1) {
       s.items.push_back({int32_t(t), 0, L, -1, table_offset[t], {0, 0, 0}});
       continue;
     }
-    const int per = int(per_tiles) * tile_keys;
+    const int per = per_tiles * tile_keys;
     s.merges.push_back({int32_t(t), s.partials, int32_t(n), 0});
     for (int i = 0; i < int(n); ++i)
       s.items.push_back({int32_t(t), i * per, std::min(L, (i + 1) * per), s.partials++, table_offset[t], {0, 0, 0}});

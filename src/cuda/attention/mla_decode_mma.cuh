@@ -74,11 +74,9 @@ __device__ __forceinline__ RowSpan row_span(const DeviceSchedule& s, int t) {
     r.table = s.page_indptr[t];
   }
   r.L = imax(r.L, 0);
-  const int tiles = (r.L + s.tile_keys - 1) / s.tile_keys;
-  r.n = imin(imax(s.splits, 1), imax(1, tiles / 2));
-  const int per_tiles = imax(1, (tiles + r.n - 1) / r.n);
-  r.n = imax(1, (tiles + per_tiles - 1) / per_tiles);
-  r.per = per_tiles * s.tile_keys;
+  const PartSplit p = split_parts((r.L + s.tile_keys - 1) / s.tile_keys, s.splits);
+  r.n = p.n;
+  r.per = p.per_tiles * s.tile_keys;
   return r;
 }
 __device__ __forceinline__ Item device_item(const DeviceSchedule& s, int t, int i) {

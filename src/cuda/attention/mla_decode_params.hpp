@@ -118,6 +118,25 @@ struct Params {
   DeviceSchedule sched;        // when items / merges are null: computed from it (run_device)
 };
 
+#if defined(__CUDACC__)
+#define FP4MOE_DECODE_HD __host__ __device__
+#else
+#define FP4MOE_DECODE_HD
+#endif
+// The split rule, one for the host schedule (build_schedule) and the kernels' in-place one
+// (DeviceSchedule): `tiles` tiles in about `want` parts of >= 2 tiles each (one part when the row
+// has fewer than 4 tiles), every part but the last `per_tiles` tiles.
+struct PartSplit {
+  int n, per_tiles;
+};
+FP4MOE_DECODE_HD inline PartSplit split_parts(int tiles, int want) {
+  const int cap = tiles / 2 > 1 ? tiles / 2 : 1;
+  const int n = want < 1 ? 1 : want > cap ? cap : want;
+  const int per = (tiles + n - 1) / n > 1 ? (tiles + n - 1) / n : 1;
+  const int parts = (tiles + per - 1) / per;
+  return {parts > 1 ? parts : 1, per};
+}
+
 // The split schedule (host): token t's keys [0, kv_len[t]) in parts of whole tiles (>= 2
 // tiles each, unless the token has fewer), about `slots` parts in all (the CTA slots: SMs per
 // head group), each token getting its share by length; items longest first.

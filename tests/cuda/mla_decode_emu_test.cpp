@@ -242,6 +242,25 @@ TEST(MlaDecodeEmu, ScheduleSplitsLongRowsOnly) {
     EXPECT_GE(s.items[i - 1].kv_end - s.items[i - 1].kv_start, s.items[i].kv_end - s.items[i].kv_start);
 }
 
+// The one split rule (host schedule and the kernels' in-place one): every tile in exactly one
+// part, at most `want` parts, parts of >= 2 tiles when there are several, all but the last equal.
+TEST(MlaDecodeEmu, SplitPartsCoverEveryTileInPartsOfAtLeastTwoTiles) {
+  for (int tiles = 0; tiles <= 300; ++tiles) {
+    for (int want : {-1, 0, 1, 2, 3, 7, 16, 132, 1000}) {
+      const dc::PartSplit p = dc::split_parts(tiles, want);
+      ASSERT_GE(p.n, 1) << tiles << " " << want;
+      ASSERT_GE(p.per_tiles, 1) << tiles << " " << want;
+      EXPECT_LE(p.n, std::max(1, want)) << tiles << " " << want;
+      EXPECT_GE(int64_t(p.n) * p.per_tiles, tiles) << tiles << " " << want;        // covered
+      EXPECT_LT(int64_t(p.n - 1) * p.per_tiles, std::max(tiles, 1)) << tiles << " " << want;  // last part not empty
+      if (p.n > 1) EXPECT_GE(p.per_tiles, 2) << tiles << " " << want;
+    }
+  }
+  const dc::Schedule s = dc::build_schedule({0, 5}, {0, 10}, 132, 32);  // a zero-length row: one empty item
+  ASSERT_EQ(s.items.size(), 2u);
+  EXPECT_TRUE(s.merges.empty());
+}
+
 // The merge kernel alone, against a double-precision merge: rows split in 1 part (a lone
 // partial), below, at and across its load batch (kMergeBatch 8) and its 128-part weight chunk,
 // with LSEs spread over +-40 (weights down to 2^-80), parts of other rows interleaved between

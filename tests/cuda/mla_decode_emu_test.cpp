@@ -253,7 +253,9 @@ TEST(MlaDecodeEmu, SplitPartsCoverEveryTileInPartsOfAtLeastTwoTiles) {
       EXPECT_LE(p.n, std::max(1, want)) << tiles << " " << want;
       EXPECT_GE(int64_t(p.n) * p.per_tiles, tiles) << tiles << " " << want;        // covered
       EXPECT_LT(int64_t(p.n - 1) * p.per_tiles, std::max(tiles, 1)) << tiles << " " << want;  // last part not empty
-      if (p.n > 1) EXPECT_GE(p.per_tiles, 2) << tiles << " " << want;
+      if (p.n > 1) {
+        EXPECT_GE(p.per_tiles, 2) << tiles << " " << want;
+      }
     }
   }
   const dc::Schedule s = dc::build_schedule({0, 5}, {0, 10}, 132, 32);  // a zero-length row: one empty item

@@ -36,8 +36,8 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
       continue;
     }
     const int per = per_tiles * tile_keys;
-    s.merges.push_back({int32_t(t), s.partials, int32_t(n), 0});
-    for (int i = 0; i < int(n); ++i)
+    s.merges.push_back({int32_t(t), s.partials, n, 0});
+    for (int i = 0; i < n; ++i)
       s.items.push_back({int32_t(t), i * per, std::min(L, (i + 1) * per), s.partials++, table_offset[t], {0, 0, 0}});
   }
   // Longest first: the GPU hands CTAs out in order, so the tail of the grid is the short ones.

@@ -132,7 +132,8 @@ struct PartSplit {
 FP4MOE_DECODE_HD inline PartSplit split_parts(int tiles, int want) {
   const int cap = tiles / 2 > 1 ? tiles / 2 : 1;
   const int n = want < 1 ? 1 : want > cap ? cap : want;
-  const int per = (tiles + n - 1) / n > 1 ? (tiles + n - 1) / n : 1;
+  const int q = (tiles + n - 1) / n;
+  const int per = q > 1 ? q : 1;
   const int parts = (tiles + per - 1) / per;
   return {parts > 1 ? parts : 1, per};
 }

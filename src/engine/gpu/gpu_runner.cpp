@@ -320,6 +320,7 @@ void GpuRunner::Impl::choose_attention() {
   }
   fast_indexer = mla_fast && c.has_indexer() &&
                  cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
+  topk_one_cta_keys_many_rows = cuda::indexer::top_k_max_one_cta_keys();
   fast_index_key = fast_indexer && cuda::indexer::index_key_prep_can_implement(
                                        c.index_head_dim, int(c.qk_rope_dim),
                                        c.index_rope == model::RopeLayout::Interleaved)

@@ -211,6 +211,13 @@ struct GpuRunner::Impl {
   bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
   bool fast_index_key = false;  // cuda/indexer's fused key LayerNorm + RoPE + cache write (with fast_indexer)
   bool fast_latent = false;  // cuda/attention's fused latent RMSNorm + RoPE + cache write (every key fused)
+  // cuda/indexer's top-k settings, from bench attention's top-k rows (H100, ad1bda0): at >= 64 rows,
+  // rows of 16K-32K keys on one CTA (0.81x the sampled path's time at 64 rows of 32K; 0.94-0.99x at
+  // 1-16 rows, so not there); longer rows' threshold from a 128-line sample (0.89-0.95x the
+  // 256-line default's time at 32K and 128K, 1-64 rows). The same selection either way.
+  static constexpr int kTopKOneCtaMinRows = 64;
+  static constexpr int kTopKSampleLines = 128;
+  int topk_one_cta_keys_many_rows = 0;  // top_k_max_one_cta_keys(): 32768 where shared memory allows
   // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
   // schedule is planned on the host per step from host_batch; null: the own kernel).
   std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;

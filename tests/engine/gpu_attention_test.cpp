@@ -20,7 +20,8 @@
 //   - a batch of requests of lengths 3, 40 and 180 (decode graphs captured for max_context 256,
 //     so most rows are far shorter than the captured grid) = each request alone.
 // The same with RunnerOptions::attention_kernels = FlashInferDecode (parameters "+fi", sm_90,
-// 64 heads): decode and top-k rows on FlashInfer's kernel over MlaSm90::run_device's schedule.
+// 64 heads): decode and top-k rows on FlashInfer's kernel over MlaSm90::run_device's schedule; and
+// with Auto ("+auto"): that, but a step of <= 2 tokens takes its top-k rows to MlaDecodeMma.
 // Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -86,11 +87,13 @@ RunnerOptions options(AttentionKernels k) {
 }
 
 // A test parameter: "<model>" (MmaDecode: MlaDecodeMma), "<model>+fi" (FlashInferDecode: FlashInfer's
-// kernel over the device-built schedule, sm_90 and 64 heads; what Auto picks there) or "<model>+wg"
-// (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90).
+// kernel over the device-built schedule, sm_90 and 64 heads), "<model>+auto" (Auto there: FlashInfer,
+// but the top-k rows of steps of <= 2 tokens on MlaDecodeMma, so a request alone and the same request
+// in a batch take different kernels) or "<model>+wg" (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90).
 std::string model_of(const std::string& param) { return param.substr(0, param.find('+')); }
 bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
 bool wgmma_of(const std::string& param) { return param.find("+wg") != std::string::npos; }
+bool auto_of(const std::string& param) { return param.find("+auto") != std::string::npos; }
 
 // Loads the model with the fast path; null when this GPU cannot run it (the line says why).
 std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
@@ -98,6 +101,13 @@ std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
     auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::FlashInferDecode));
     EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
+    return g;
+  }
+  if (auto_of(param)) {
+    if (cuda::attention::current_device_sm() != 90) return nullptr;
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::Auto));
+    EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
+    EXPECT_NE(g->attention_line().find("steps of <= 2 tokens: MlaDecodeMma"), std::string::npos) << g->attention_line();
     return g;
   }
   if (wgmma_of(param)) {
@@ -279,7 +289,7 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
 
 INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
                          ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64",
-                                           "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi", "glm5-attn-tiny+wg",
+                                           "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi", "glm5-attn-tiny+auto", "glm5-attn-tiny+wg",
                                            "deepseek-v3-attn-tiny+wg"),
                          [](const auto& i) {
                            std::string s = i.param;

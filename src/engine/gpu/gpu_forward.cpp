@@ -207,7 +207,7 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
     rows.page_size = opt.page_size;
     rows.max_keys = max_ctx;
   }
-  if (mla_fi_decode) {
+  if (mla_fi_decode && !(topk && T <= mma_sparse_max_rows)) {
     mla_fi_decode->run_device(a, rows, stream);
   } else {
     mla_fast->run_device(a, rows, stream);

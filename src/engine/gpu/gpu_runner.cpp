@@ -299,6 +299,10 @@ void GpuRunner::Impl::choose_attention() {
     if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode && !wgmma) {
       mla_fi_decode = std::make_unique<at::MlaSm90>(d);
       mla_fi_decode->reserve_device(int(opt.max_tokens));
+      if (mla_fast && opt.attention_kernels == AttentionKernels::Auto) {  // the smallest steps' DSA rows
+        mma_sparse_max_rows = kMmaSparseMaxRows;
+        mla_fast->reserve_device(mma_sparse_max_rows);
+      }
     } else if (mla_fast) {  // decode and top-k rows on MlaDecodeMma: its workspace only then
       mla_fast->reserve_device(int(opt.max_tokens));
     }
@@ -347,7 +351,10 @@ void GpuRunner::Impl::choose_attention() {
         mla_prefill ? std::string("FlashInfer's SM90 MLA (MlaSm90, causal, planned per eager step; else ") + own + ")"
                     : own + " (" + prefill_why + ")");
   if (!dsa.empty())
-    attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {};", dsa, c.index_topk, fast);
+    attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {}{};", dsa, c.index_topk, fast,
+                                  mma_sparse_max_rows > 0
+                                      ? fmt::format(" (steps of <= {} tokens: MlaDecodeMma, mma.sync)", mma_sparse_max_rows)
+                                      : std::string());
   if (c.has_indexer())
     attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",
                                   fast_index_key ? "by cuda/indexer's fused LayerNorm + RoPE + cache write"

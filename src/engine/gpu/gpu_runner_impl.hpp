@@ -218,6 +218,11 @@ struct GpuRunner::Impl {
   static constexpr int kTopKOneCtaMinRows = 64;
   static constexpr int kTopKSampleLines = 128;
   int topk_one_cta_keys_many_rows = 0;  // top_k_max_one_cta_keys(): 32768 where shared memory allows
+  // Auto with FlashInfer's decode: the DSA rows of steps with at most this many tokens still go to
+  // MlaDecodeMma (bench attention's sparse-mla rows, H100, ad1bda0: 0.85-0.86x FlashInfer's
+  // device-scheduled time at 1 row, 1.17-1.28x at 16; their linear fits cross near 4 rows).
+  static constexpr int kMmaSparseMaxRows = 2;
+  int mma_sparse_max_rows = 0;  // kMmaSparseMaxRows under Auto with FlashInfer's decode, else 0
   // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
   // schedule is planned on the host per step from host_batch; null: the own kernel).
   std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;

@@ -278,7 +278,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--attention-kernels", a->attention_kernels,
                  "auto: decode and top-k rows on FlashInfer's SM90 MLA over a device-built schedule (sm_90, 64 "
-                 "heads; the top-k rows of steps of <= 2 tokens on MlaDecodeMma), else cuda/attention's "
+                 "heads; the top-k rows of one-token steps on MlaDecodeMma), else cuda/attention's "
                  "MlaDecodeMma, where the dims allow (+ cuda/indexer's scores); flashinfer-decode: FlashInfer for "
                  "every decode and top-k row, or an error; mma-decode: always MlaDecodeMma; wgmma-decode: its wgmma "
                  "variant (sm_90); own: the runner's any-dims kernels everywhere (the start-up line says which each "

@@ -21,7 +21,7 @@
 //     so most rows are far shorter than the captured grid) = each request alone.
 // The same with RunnerOptions::attention_kernels = FlashInferDecode (parameters "+fi", sm_90,
 // 64 heads): decode and top-k rows on FlashInfer's kernel over MlaSm90::run_device's schedule; and
-// with Auto ("+auto"): that, but a step of <= 2 tokens takes its top-k rows to MlaDecodeMma.
+// with Auto ("+auto"): that, but a one-token step takes its top-k rows to MlaDecodeMma.
 // Skips without a GPU.
 #include <algorithm>
 #include <cmath>
@@ -88,7 +88,7 @@ RunnerOptions options(AttentionKernels k) {
 
 // A test parameter: "<model>" (MmaDecode: MlaDecodeMma), "<model>+fi" (FlashInferDecode: FlashInfer's
 // kernel over the device-built schedule, sm_90 and 64 heads), "<model>+auto" (Auto there: FlashInfer,
-// but the top-k rows of steps of <= 2 tokens on MlaDecodeMma, so a request alone and the same request
+// but the top-k rows of one-token steps on MlaDecodeMma, so a request alone and the same request
 // in a batch take different kernels) or "<model>+wg" (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90).
 std::string model_of(const std::string& param) { return param.substr(0, param.find('+')); }
 bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
@@ -107,7 +107,7 @@ std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
     auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::Auto));
     EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
-    EXPECT_NE(g->attention_line().find("steps of <= 2 tokens: MlaDecodeMma"), std::string::npos) << g->attention_line();
+    EXPECT_NE(g->attention_line().find("one-token steps: MlaDecodeMma"), std::string::npos) << g->attention_line();
     return g;
   }
   if (wgmma_of(param)) {

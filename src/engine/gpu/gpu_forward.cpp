@@ -152,7 +152,7 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     ta.workspace = s.topk_ws;
     ta.workspace_bytes = s.topk_ws_bytes;
     ta.sample_lines = kTopKSampleLines;
-    ta.one_cta_keys = T >= kTopKOneCtaMinRows ? topk_one_cta_keys_many_rows : 0;
+    ta.one_cta_keys = T >= kTopKOneCtaMinRows && T <= topk_one_cta_max_rows ? topk_one_cta_keys_many_rows : 0;
     cuda::indexer::top_k(ta, stream);
     topk = s.topk_slot;
     mark(StepStage::Attention);

@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "cuda/attention/kv_append.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device.hpp"
 #include "cuda/indexer/indexer.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
 
@@ -325,6 +326,7 @@ void GpuRunner::Impl::choose_attention() {
   fast_indexer = mla_fast && c.has_indexer() &&
                  cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
   topk_one_cta_keys_many_rows = cuda::indexer::top_k_max_one_cta_keys();
+  topk_one_cta_max_rows = cuda::current_device().sm_count;
   fast_index_key = fast_indexer && cuda::indexer::index_key_prep_can_implement(
                                        c.index_head_dim, int(c.qk_rope_dim),
                                        c.index_rope == model::RopeLayout::Interleaved)
@@ -353,7 +355,10 @@ void GpuRunner::Impl::choose_attention() {
   if (!dsa.empty())
     attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {}{};", dsa, c.index_topk, fast,
                                   mma_sparse_max_rows > 0
-                                      ? fmt::format(" (steps of <= {} tokens: MlaDecodeMma, mma.sync)", mma_sparse_max_rows)
+                                      ? fmt::format(" ({}: MlaDecodeMma, mma.sync)", mma_sparse_max_rows == 1
+                                                                              ? std::string("one-token steps")
+                                                                              : fmt::format("steps of <= {} tokens",
+                                                                                            mma_sparse_max_rows))
                                       : std::string());
   if (c.has_indexer())
     attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",

@@ -211,17 +211,21 @@ struct GpuRunner::Impl {
   bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
   bool fast_index_key = false;  // cuda/indexer's fused key LayerNorm + RoPE + cache write (with fast_indexer)
   bool fast_latent = false;  // cuda/attention's fused latent RMSNorm + RoPE + cache write (every key fused)
-  // cuda/indexer's top-k settings, from bench attention's top-k rows (H100, ad1bda0): at >= 64 rows,
-  // rows of 16K-32K keys on one CTA (0.81x the sampled path's time at 64 rows of 32K; 0.94-0.99x at
-  // 1-16 rows, so not there); longer rows' threshold from a 128-line sample (0.89-0.95x the
-  // 256-line default's time at 32K and 128K, 1-64 rows). The same selection either way.
+  // cuda/indexer's top-k settings, from bench attention's top-k rows (H100, ad1bda0 / d7ad5af):
+  // - from 64 rows up to one row per SM, rows of 16K-32K keys on one CTA (one 145 KB block per SM):
+  //   0.81x the sampled path's time at 64 rows of 32K; 0.94-0.99x at 1-16 rows (the 128-line
+  //   sample is faster there) and 1.04x at 256 rows (two waves);
+  // - longer rows' threshold from a 128-line sample: 0.89-0.95x the 256-line default's time at
+  //   32K and 128K, 1-64 rows; 0.94x / 0.99x at 256 rows.
+  // The same selection either way.
   static constexpr int kTopKOneCtaMinRows = 64;
   static constexpr int kTopKSampleLines = 128;
   int topk_one_cta_keys_many_rows = 0;  // top_k_max_one_cta_keys(): 32768 where shared memory allows
+  int topk_one_cta_max_rows = 0;        // the SM count
   // Auto with FlashInfer's decode: the DSA rows of steps with at most this many tokens still go to
-  // MlaDecodeMma (bench attention's sparse-mla rows, H100, ad1bda0: 0.85-0.86x FlashInfer's
-  // device-scheduled time at 1 row, 1.17-1.28x at 16; their linear fits cross near 4 rows).
-  static constexpr int kMmaSparseMaxRows = 2;
+  // MlaDecodeMma (bench attention's sparse-mla rows, H100: 0.85-0.86x FlashInfer's device-scheduled
+  // time at 1 row, 1.00x at 2, 1.12-1.28x at 4-16).
+  static constexpr int kMmaSparseMaxRows = 1;
   int mma_sparse_max_rows = 0;  // kMmaSparseMaxRows under Auto with FlashInfer's decode, else 0
   // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
   // schedule is planned on the host per step from host_batch; null: the own kernel).

@@ -49,18 +49,15 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/host_device.hpp"
+
 // kv_slot / kv_elem_size are usable in CUDA kernels too.
-#if defined(__CUDACC__)
-#define FP4MOE_PAGED_KV_HD __host__ __device__
-#else
-#define FP4MOE_PAGED_KV_HD
-#endif
 
 namespace fp4moe {
 
 enum class KvElem : uint8_t { F32, BF16, FP8_E4M3 };
 
-FP4MOE_PAGED_KV_HD constexpr size_t kv_elem_size(KvElem e) { return e == KvElem::F32 ? 4 : e == KvElem::BF16 ? 2 : 1; }
+FP4MOE_HOST_DEVICE constexpr size_t kv_elem_size(KvElem e) { return e == KvElem::F32 ? 4 : e == KvElem::BF16 ? 2 : 1; }
 std::string_view kv_elem_name(KvElem e);  // "f32" | "bf16" | "fp8_e4m3"
 
 // The geometry of a whole cache (all layers).
@@ -101,7 +98,7 @@ struct KvBatchView {
   const int32_t* page_indices = nullptr;  // [page_indptr[R]]
 };
 
-FP4MOE_PAGED_KV_HD inline int64_t kv_slot(const KvBatchView& b, int64_t page_size, int64_t request, int64_t pos) {
+FP4MOE_HOST_DEVICE inline int64_t kv_slot(const KvBatchView& b, int64_t page_size, int64_t request, int64_t pos) {
   return int64_t(b.page_indices[b.page_indptr[request] + pos / page_size]) * page_size + pos % page_size;
 }
 

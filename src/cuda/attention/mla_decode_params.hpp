@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.hpp"
+
 #if !defined(FP4MOE_CUDA_EMU)  // the emulator test defines the CUDA types itself
 #include <cuda_runtime_api.h>
 #endif
@@ -118,18 +120,13 @@ struct Params {
   DeviceSchedule sched;        // when items / merges are null: computed from it (run_device)
 };
 
-#if defined(__CUDACC__)
-#define FP4MOE_DECODE_HD __host__ __device__
-#else
-#define FP4MOE_DECODE_HD
-#endif
 // The split rule, one for the host schedule (build_schedule) and the kernels' in-place one
 // (DeviceSchedule): `tiles` tiles in about `want` parts of >= 2 tiles each (one part when the row
 // has fewer than 4 tiles), every part but the last `per_tiles` tiles.
 struct PartSplit {
   int n, per_tiles;
 };
-FP4MOE_DECODE_HD inline PartSplit split_parts(int tiles, int want) {
+FP4MOE_HOST_DEVICE inline PartSplit split_parts(int tiles, int want) {
   const int cap = tiles / 2 > 1 ? tiles / 2 : 1;
   const int n = want < 1 ? 1 : want > cap ? cap : want;
   const int q = (tiles + n - 1) / n;

@@ -16,7 +16,7 @@ namespace fp4moe::cuda::sm1xx {
 
 // format/codecs.cpp's e2m1_from_float_nvfp4: round half to even onto {0, .5, 1, 1.5, 2, 3, 4, 6},
 // saturating; sign bit for x < 0; NaN -> 7.
-FP4MOE_SM1XX_HD inline uint32_t e2m1_code(float x) {
+FP4MOE_HOST_DEVICE inline uint32_t e2m1_code(float x) {
   const float a = x < 0.0f ? -x : x;
   if (!(a == a)) return 7u;
   uint32_t ord = (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f);
@@ -32,7 +32,7 @@ struct Nvfp4Block {
 // ModelOpt's per-block rule with a static global g (the linear's input_scale): s = amax / (6 g)
 // (0 -> 1), clamped to [2^-9, 448], E4M3 (RNE, saturating); codes E2M1 of v / (e4m3(s) * g).
 // g == 0: scale 1.0 (0x38), codes 0 (format/fp4.cpp's all-zero tensor).
-FP4MOE_SM1XX_HD inline Nvfp4Block quantize_block16(const float (&v)[16], float g) {
+FP4MOE_HOST_DEVICE inline Nvfp4Block quantize_block16(const float (&v)[16], float g) {
   Nvfp4Block b;
   b.sf = 0x38;
   if (g == 0.0f) return b;

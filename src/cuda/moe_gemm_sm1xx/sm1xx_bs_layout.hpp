@@ -19,11 +19,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FP4MOE_SM1XX_HD __host__ __device__
-#else
-#define FP4MOE_SM1XX_HD
-#endif
+#include "core/host_device.hpp"
 
 namespace fp4moe::cuda::sm1xx {
 
@@ -33,16 +29,16 @@ constexpr int kSfAtomCols = 4;    // Sm1xxBlockScaledBasicChunk::Blk_SF
 constexpr int kSfAtomBytes = kSfAtomRows * kSfAtomCols;
 constexpr int kArgAlign = 256;    // every workspace piece starts on a 256 B boundary
 
-FP4MOE_SM1XX_HD constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+FP4MOE_HOST_DEVICE constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // SF columns of a K-long row (K / 16 padded to the atom's 4) and SF rows (padded to 128).
-FP4MOE_SM1XX_HD constexpr int64_t sf_cols(int64_t k) { return round_up(k / kSfVec, kSfAtomCols); }
-FP4MOE_SM1XX_HD constexpr int64_t sf_rows(int64_t rows) { return round_up(rows, kSfAtomRows); }
+FP4MOE_HOST_DEVICE constexpr int64_t sf_cols(int64_t k) { return round_up(k / kSfVec, kSfAtomCols); }
+FP4MOE_HOST_DEVICE constexpr int64_t sf_rows(int64_t rows) { return round_up(rows, kSfAtomRows); }
 // Bytes of the SF tensor of a [rows, K] operand.
-FP4MOE_SM1XX_HD constexpr int64_t sf_bytes(int64_t rows, int64_t k) { return sf_rows(rows) * sf_cols(k); }
+FP4MOE_HOST_DEVICE constexpr int64_t sf_bytes(int64_t rows, int64_t k) { return sf_rows(rows) * sf_cols(k); }
 
 // Byte offset of the SF of (row, SF column kb = k / 16) in a [*, K] operand's SF tensor.
-FP4MOE_SM1XX_HD constexpr int64_t sf_offset(int64_t row, int64_t kb, int64_t k) {
+FP4MOE_HOST_DEVICE constexpr int64_t sf_offset(int64_t row, int64_t kb, int64_t k) {
   const int64_t atom = (row / kSfAtomRows) * (sf_cols(k) / kSfAtomCols) + kb / kSfAtomCols;
   const int64_t r = row % kSfAtomRows;
   return atom * kSfAtomBytes + (r % 32) * 16 + (r / 32) * 4 + kb % kSfAtomCols;
@@ -53,16 +49,16 @@ FP4MOE_SM1XX_HD constexpr int64_t sf_offset(int64_t row, int64_t kb, int64_t k) 
 // First SF row of expert e: atoms start on 128-row boundaries, so each expert's SF begins on
 // its own atom; (off_e / 128 + e) * 128 leaves room for every expert's padded rows
 // (act_sf_row_base(e + 1) >= act_sf_row_base(e) + sf_rows(m_e) for any offsets).
-FP4MOE_SM1XX_HD constexpr int64_t act_sf_row_base(int64_t e, int64_t off_e) { return (off_e / kSfAtomRows + e) * kSfAtomRows; }
+FP4MOE_HOST_DEVICE constexpr int64_t act_sf_row_base(int64_t e, int64_t off_e) { return (off_e / kSfAtomRows + e) * kSfAtomRows; }
 // SF rows for a batch of m_total rows over `experts` experts (the base of a virtual expert E).
 constexpr int64_t act_sf_rows_bound(int64_t m_total, int64_t experts) { return act_sf_row_base(experts, m_total); }
 
 // ---- the MoE decode recipe (CUTLASS example 92): per-expert slabs of max_n token rows ----
 // Activations [E, max_n, K], their SF [E, sf_rows(max_n), sf_cols(K)], output [E, max_n, N].
-FP4MOE_SM1XX_HD constexpr int64_t slab_row(int64_t e, int64_t row_in_expert, int64_t max_n) {
+FP4MOE_HOST_DEVICE constexpr int64_t slab_row(int64_t e, int64_t row_in_expert, int64_t max_n) {
   return e * max_n + row_in_expert;
 }
-FP4MOE_SM1XX_HD constexpr int64_t slab_sf_row(int64_t e, int64_t row_in_expert, int64_t max_n) {
+FP4MOE_HOST_DEVICE constexpr int64_t slab_sf_row(int64_t e, int64_t row_in_expert, int64_t max_n) {
   return e * sf_rows(max_n) + row_in_expert;
 }
 

@@ -10,7 +10,8 @@ import json
 
 
 def main(path, kv):
-    d = json.load(open(path))
+    with open(path) as f:
+        d = json.load(f)
     copy = d["ceilings"]["copy_gbps"]
     R = {(r["kind"], r["kv"], r["path"], r["batch"], r["ctx"]): r for r in d["results"]}
     cases = sorted({(k[3], k[4]) for k in R if k[1] == kv})

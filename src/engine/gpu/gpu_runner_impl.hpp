@@ -216,7 +216,7 @@ struct GpuRunner::Impl {
   //   0.81x the sampled path's time at 64 rows of 32K; 0.94-0.99x at 1-16 rows (the 128-line
   //   sample is faster there) and 1.04x at 256 rows (two waves);
   // - longer rows' threshold from a 128-line sample: 0.89-0.95x the 256-line default's time at
-  //   32K and 128K, 1-64 rows; 0.94x / 0.99x at 256 rows.
+  //   32K (1-256 rows), 0.95-1.04x at 128K (about even).
   // The same selection either way.
   static constexpr int kTopKOneCtaMinRows = 64;
   static constexpr int kTopKSampleLines = 128;

@@ -300,6 +300,7 @@ void GpuRunner::Impl::choose_attention() {
     if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode && !wgmma) {
       mla_fi_decode = std::make_unique<at::MlaSm90>(d);
       mla_fi_decode->reserve_device(int(opt.max_tokens));
+      static_assert(kMmaSparseMaxRows == 1, "the start-up line says one-token steps");
       if (mla_fast && opt.attention_kernels == AttentionKernels::Auto) {  // the smallest steps' DSA rows
         mma_sparse_max_rows = kMmaSparseMaxRows;
         mla_fast->reserve_device(mma_sparse_max_rows);
@@ -354,12 +355,7 @@ void GpuRunner::Impl::choose_attention() {
                     : own + " (" + prefill_why + ")");
   if (!dsa.empty())
     attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {}{};", dsa, c.index_topk, fast,
-                                  mma_sparse_max_rows > 0
-                                      ? fmt::format(" ({}: MlaDecodeMma, mma.sync)", mma_sparse_max_rows == 1
-                                                                              ? std::string("one-token steps")
-                                                                              : fmt::format("steps of <= {} tokens",
-                                                                                            mma_sparse_max_rows))
-                                      : std::string());
+                                  mma_sparse_max_rows > 0 ? " (one-token steps: MlaDecodeMma, mma.sync)" : "");
   if (c.has_indexer())
     attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",
                                   fast_index_key ? "by cuda/indexer's fused LayerNorm + RoPE + cache write"

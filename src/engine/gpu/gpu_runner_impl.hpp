@@ -213,8 +213,8 @@ struct GpuRunner::Impl {
   bool fast_latent = false;  // cuda/attention's fused latent RMSNorm + RoPE + cache write (every key fused)
   // cuda/indexer's top-k settings, from bench attention's top-k rows (H100, ad1bda0 / d7ad5af):
   // - from 64 rows up to one row per SM, rows of 16K-32K keys on one CTA (one 145 KB block per SM):
-  //   0.81x the sampled path's time at 64 rows of 32K; 0.94-0.99x at 1-16 rows (the 128-line
-  //   sample is faster there) and 1.04x at 256 rows (two waves);
+  //   0.78-0.82x the sampled path's time at 64 and 128 rows of 32K; 0.94-0.99x at 1-16 rows (the
+  //   128-line sample is faster there) and 1.04x at 256 rows (two waves);
   // - longer rows' threshold from a 128-line sample: 0.89-0.95x the 256-line default's time at
   //   32K (1-256 rows), 0.95-1.04x at 128K (about even).
   // The same selection either way.

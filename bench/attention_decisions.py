@@ -19,8 +19,11 @@ def main(path, kv):
     def get(kind, path, B, L):
         return R.get((kind, kv, path, B, L))
 
+    def matching(kind, B, L, pred):  # the point's rows of `kind` whose path satisfies pred
+        return [r for k, r in R.items() if k[0] == kind and k[1] == kv and k[3] == B and k[4] == L and pred(k[2])]
+
     def first(kind, B, L, pred):
-        return next((r for k, r in R.items() if k[0] == kind and k[1] == kv and k[3] == B and k[4] == L and pred(k[2])), None)
+        return next(iter(matching(kind, B, L, pred)), None)
 
     print(f"{d['device']}, commit {d['commit']}, L2 flush {d['l2_flush']}, {kv} cache\n")
     print("| B | ctx | FlashInfer µs | % copy BW | ÷ floor-move | ours-mma ÷ FlashInfer | ours-wgmma ÷ ours-mma | "
@@ -31,8 +34,7 @@ def main(path, kv):
         om, ow, fd = get("decode", "ours-mma", B, L), get("decode", "ours-wgmma", B, L), get("decode", "flashinfer-sm90-dev", B, L)
         if not (fi and fm and om and ow and fd):
             continue
-        forced = [r["us"] for k, r in R.items()
-                  if k[0] == "decode" and k[1] == kv and k[2].startswith("flashinfer-sm90-dev-s") and k[3] == B and k[4] == L]
+        forced = [r["us"] for r in matching("decode", B, L, lambda p: p.startswith("flashinfer-sm90-dev-s"))]
         pct = 100 * fi["bytes"] / (fi["us"] * 1e3) / copy
         rule = f"{fd['us'] / min(forced):.2f}" if forced else "–"
         print(f"| {B} | {L} | {fi['us']:.1f} | {pct:.1f} % | {fi['us'] / fm['us']:.2f} | {om['us'] / fi['us']:.2f} | "

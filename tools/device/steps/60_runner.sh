@@ -35,13 +35,17 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/runner"
 O=$OUT/runner
-for t in gpu_runner_test gpu_decode_test gpu_sampling_test gpu_attention_test fp4moe; do [ -x build-dev/bin/$t ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1; done
+# Binaries: build-dev/bin, or $PRE_BIN when prebuilt ones were carried (tools/device/prebuilt_env.sh).
+BD=${PRE_BIN:-build-dev/bin}
+for t in gpu_runner_test gpu_decode_test gpu_sampling_test gpu_attention_test fp4moe; do
+  [ -x "$BD/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
+done
 rc=0
 # run_test NAME MEMCHECK_FILTER|- TIMEOUT_S PATTERN [EXCLUDE]: one gtest case under compute-sanitizer
 # memcheck (unless -), then the whole test with XML; prints rc, the gtest summary, and the log lines
 # matching PATTERN (less EXCLUDE). Sets rc=1 on any failure.
 run_test() {
-  local name=$1 filter=$2 limit=$3 pattern=$4 exclude=${5:-^$} B=build-dev/bin/$1 r
+  local name=$1 filter=$2 limit=$3 pattern=$4 exclude=${5:-^$} B=$BD/$1 r
   if [ ! -x "$B" ]; then echo "$name: not built"; rc=1; return; fi
   if [ "$filter" != - ]; then
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B" --gtest_filter="$filter" > "$O/${name}_memcheck.log" 2>&1
@@ -67,28 +71,29 @@ if [ -z "${RUNNER_SKIP_TESTS:-}" ]; then  # RUNNER_SKIP_TESTS=1: the model part 
   run_test gpu_attention_test 'RealAttentionDims/FastAttention.GraphReplayEqualsEagerBitForBit/glm5_attn_tiny' 400 \
     '^\[  FAILED  \]|^\[ info \]|Failure|Expected|Which is|hidden state|logits'
 fi
+[ -n "${RUNNER_TESTS_ONLY:-}" ] && exit $rc  # RUNNER_TESTS_ONLY=1: part 1 only
 M=${RUNNER_MODEL_DIR:-/tmp/glm5-runner}
 L=${RUNNER_LAYERS:-5}; D=${RUNNER_DENSE:-3}
 if [ ! -f "$M/config.json" ]; then
   t0=$(date +%s)
-  timeout 900 build-dev/bin/fp4moe make-synthetic "$M" --preset glm5-layer --layers "$L" --dense-layers "$D" > "$O/make_synthetic.log" 2>&1
+  timeout 900 $BD/fp4moe make-synthetic "$M" --preset glm5-layer --layers "$L" --dense-layers "$D" > "$O/make_synthetic.log" 2>&1
   echo "make-synthetic glm5-layer --layers $L --dense-layers $D: rc=$? in $(( $(date +%s) - t0 )) s, $(du -sh "$M" | cut -f1)"
 fi
 # Host side of loading on this machine's cores (tests/cuda/weight_relayout_test
 # DISABLED_TimeLoadPaths): the MoE experts re-laid per tile from the mmap'd views (the loader's
 # fill work) and the BF16 tensors copied into staging, GB/s each, no GPU involved.
-[ -x build-dev/bin/weight_relayout_test ] || bash tools/device/build.sh weight_relayout_test > "$O/build_weight_relayout_test.log" 2>&1
-FP4MOE_TIME_LOAD_DIR="$M" FP4MOE_TIME_LOAD_OWNED=0 timeout 300 build-dev/bin/weight_relayout_test \
+[ -x "$BD/weight_relayout_test" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh weight_relayout_test > "$O/build_weight_relayout_test.log" 2>&1
+FP4MOE_TIME_LOAD_DIR="$M" FP4MOE_TIME_LOAD_OWNED=0 timeout 300 $BD/weight_relayout_test \
   --gtest_also_run_disabled_tests --gtest_filter='*TimeLoad*' 2>&1 | grep -E 'host threads|^layer [0-9]+:|^BF16/F32|FAILED'
 P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(${RUNNER_PROMPT:-1024})))")
 for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p 0.9 --seed 1"; do
   t0=$(date +%s)
-  timeout 400 build-dev/bin/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
+  timeout 400 $BD/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
   r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
   grep -E 'gpu runner|attention:|memory plan|cuda graphs|prefill:|decode|tok/s|error|FP4 →' "$O/generate.err" | sed 's/^/  /' | head -n 12
 done
 t0=$(date +%s)
-timeout 560 build-dev/bin/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
+timeout 560 $BD/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
   ${RUNNER_BENCH_ARGS:---batch 1,8,64,256,1024 --ctx 1024,8192 --prefill 1024,4096,16384 --k 1,2,4,8 --replicate-layers ${RUNNER_REPLICATE:-13}} \
   > "$O/bench_step.log" 2> "$O/bench_step.err"
 r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1

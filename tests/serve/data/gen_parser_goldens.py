@@ -6,9 +6,11 @@ arguments are json.dumps(arguments, ensure_ascii=False) (SGLang's parse_base_jso
 whose schema type is string is verbatim, any other is json.loads'ed, falling back to the
 string; a malformed or cut-off call stays content verbatim; a call to a function missing from
 the tools is dropped; whitespace between content and a call (or a DeepSeek section marker) is
-dropped. Run it from anywhere: python3 tests/serve/data/gen_parser_goldens.py"""
+dropped. Run it from anywhere: python3 tests/serve/data/gen_parser_goldens.py
+(`--fuzz-seeds CORPUS DICT` writes tools/fuzz.sh's seeds for tool_call_parser_fuzz instead)."""
 import json
 import os
+import sys
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -262,7 +264,32 @@ def reasoning_cases():
     return out
 
 
+def fuzz_seeds(corpus, dict_path):
+    """tools/fuzz.sh's seeds for fuzz/tool_call_parser_fuzz.cpp: byte 0 picks the parsers (or,
+    from 0xF0, an endpoint), byte 1 seeds the cut points, the rest is the text (or body)."""
+    os.makedirs(corpus, exist_ok=True)
+    tool_modes = {"glm47": 0, "glm45": 1, "deepseekv3": 2, "deepseekv31": 3}
+    reasoning_modes = {"glm45": 0, "deepseek-r1": 4, "deepseek-v3": 8}
+    seeds = [bytes([tool_modes[c["parser"]], i % 256]) + c["text"].encode() for i, c in enumerate(glm_cases("glm47") + glm_cases("glm45") + ds_cases("deepseekv3") + ds_cases("deepseekv31"))]
+    seeds += [bytes([reasoning_modes[c["parser"]] + (12 if c["starts_open"] else 0), i % 256]) + c["text"].encode()
+              for i, c in enumerate(reasoning_cases())]
+    seeds.append(bytes([0xF0, 0]) + dumps({"text": "<tool_call>get_time</tool_call>", "tool_call_parser": "glm47", "tools": TOOLS}).encode())
+    seeds.append(bytes([0xF1, 0]) + dumps({"text": "<think>a</think>b", "reasoning_parser": "glm45"}).encode())
+    for i, s in enumerate(seeds):
+        with open(os.path.join(corpus, f"seed_{i}"), "wb") as f:
+            f.write(s)
+    tokens = ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "\\n", "get_weather",
+              "get_time", "city", "days", "<think>", "</think>", DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END,
+              DS_SEP, "function", "```json\n", "\n```", "{", "}", "[", "]", '"', '"tools"', '"text"', '"tool_call_parser"']
+    with open(dict_path, "w") as f:
+        for t in tokens:  # libFuzzer's syntax: \\, \" and \xHH escapes
+            f.write('"%s"\n' % "".join(chr(b) if 0x20 <= b < 0x7F and b not in b'\\"' else
+                                        "\\" + chr(b) if b in b'\\"' else "\\x%02X" % b for b in t.encode()))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--fuzz-seeds":
+        return fuzz_seeds(sys.argv[2], sys.argv[3])
     here = os.path.dirname(os.path.abspath(__file__))
     goldens = {"tools": TOOLS, "tool_calls": [], "reasoning": reasoning_cases()}
     for p in ["glm47", "glm45"]:

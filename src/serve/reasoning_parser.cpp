@@ -77,7 +77,8 @@ bool prompt_opens_reasoning(std::string_view prompt) {
 }
 
 ReasoningStream::ReasoningStream(ReasoningFormat format, bool starts_open)
-    : tool_call_ends_reasoning_(format != ReasoningFormat::kDeepSeekR1), starts_open_(starts_open) {}
+    : tool_call_ends_reasoning_(format != ReasoningFormat::kDeepSeekR1),
+      starts_open_(starts_open || format == ReasoningFormat::kDeepSeekR1) {}
 
 ReasoningSplit ReasoningStream::push(std::string_view delta) {
   ReasoningSplit out;

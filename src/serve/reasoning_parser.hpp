@@ -47,6 +47,7 @@ bool prompt_opens_reasoning(std::string_view prompt);
 
 class ReasoningStream {
  public:
+  // deepseek-r1 always starts open (SGLang's detector ignores the request).
   ReasoningStream(ReasoningFormat format, bool starts_open);
 
   // The reasoning and content released by this delta (either may be empty).

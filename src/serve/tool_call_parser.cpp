@@ -116,8 +116,8 @@ bool schema_is_string(const json& s) {
     if (t->is_array()) {
       bool any_string = false;
       for (const auto& x : *t) {
-        if (x == "string") any_string = true;
-        else if (x != "null") return false;
+        if (x != "string") return false;
+        any_string = true;
       }
       return any_string;
     }
@@ -129,12 +129,7 @@ bool schema_is_string(const json& s) {
   for (const char* key : {"anyOf", "oneOf"}) {
     auto b = s.find(key);
     if (b == s.end() || !b->is_array()) continue;
-    bool any_string = false;
-    for (const auto& branch : *b) {
-      if (schema_is_string(branch)) any_string = true;
-      else if (!(branch.is_object() && branch.value("type", json()) == "null")) return false;
-    }
-    return any_string;
+    return !b->empty() && std::all_of(b->begin(), b->end(), [](const json& x) { return schema_is_string(x); });
   }
   return false;
 }
@@ -339,9 +334,8 @@ std::vector<ToolCallEvent> ToolCallStream::finish() {
   buf_ += carry_;
   carry_.clear();
   run(out, true);
-  if (!ws_hold_.empty()) {  // trailing whitespace of the message
+  if (!ws_hold_.empty() && !call_seen_) {  // trailing whitespace of a message without calls
     const std::string ws = std::move(ws_hold_);
-    ws_hold_.clear();
     if (!out.empty() && out.back().kind == ToolCallEvent::Kind::kContent) out.back().text += ws;
     else out.push_back(content_event(ws));
   }
@@ -349,29 +343,27 @@ std::vector<ToolCallEvent> ToolCallStream::finish() {
 }
 
 void ToolCallStream::emit_content(std::vector<ToolCallEvent>& out, std::string_view text) {
-  if (skip_ws_) {
-    while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-    if (text.empty()) return;
-    skip_ws_ = false;
-  }
   size_t body = text.size();
   while (body > 0 && is_space(text[body - 1])) --body;
-  if (body == 0) {
+  if (body == 0) {  // whitespace waits: dropped if a call comes before the end
     ws_hold_.append(text);
     return;
   }
-  std::string piece = std::move(ws_hold_);
+  std::string piece;
+  if (!emitted_ && call_seen_) {  // the content's start follows a call: no leading whitespace
+    while (!text.empty() && is_space(text.front())) text.remove_prefix(1), --body;
+  } else {
+    piece = std::move(ws_hold_);
+  }
+  ws_hold_.clear();
   piece.append(text.substr(0, body));
   ws_hold_.assign(text.substr(body));
+  emitted_ = true;
   if (!out.empty() && out.back().kind == ToolCallEvent::Kind::kContent) out.back().text += piece;
   else out.push_back(content_event(std::move(piece)));
 }
 
-void ToolCallStream::malformed(std::vector<ToolCallEvent>& out, std::string_view raw) {
-  ws_hold_ = std::move(call_ws_);  // the whitespace before it comes back with it
-  call_ws_.clear();
-  emit_content(out, raw);
-}
+void ToolCallStream::malformed(std::vector<ToolCallEvent>& out, std::string_view raw) { emit_content(out, raw); }
 
 void ToolCallStream::close_call(std::vector<ToolCallEvent>& out, std::string_view raw, std::string_view inner) {
   InnerCall c;
@@ -382,8 +374,6 @@ void ToolCallStream::close_call(std::vector<ToolCallEvent>& out, std::string_vie
     case ToolCallFormat::kDeepSeekV31: c = parse_deepseek(*tools_, inner, false); break;
   }
   if (c.kind == InnerCall::Kind::kMalformed) return malformed(out, raw);
-  call_ws_.clear();
-  skip_ws_ = true;
   if (c.kind == InnerCall::Kind::kUnknown) return;  // dropped, as SGLang does
   const int32_t index = calls_++;
   ToolCallEvent start{ToolCallEvent::Kind::kCallStart, "", index, c.tool, ids_(), c.name};
@@ -410,16 +400,13 @@ void ToolCallStream::run(std::vector<ToolCallEvent>& out, bool final) {
       for (auto d : m.dropped) consider(d);
       if (at != std::string::npos) {
         emit_content(out, std::string_view(buf_).substr(0, at));
+        call_seen_ = true;
         if (which == m.open) {
-          call_ws_ = std::move(ws_hold_);
-          ws_hold_.clear();
           call_.assign(buf_, at, std::string::npos);
           call_scanned_ = m.open.size();
           buf_.clear();
           state_ = State::kCall;
-        } else {  // a section marker: dropped with the whitespace around it
-          ws_hold_.clear();
-          skip_ws_ = true;
+        } else {  // a section marker: dropped
           buf_.erase(0, at + which.size());
         }
         continue;

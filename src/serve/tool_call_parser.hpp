@@ -12,8 +12,9 @@
 // tag arrives, so the stream never has to take anything back: a call that is malformed or cut
 // off by the end of the text is returned as plain content, byte for byte; a well-formed call
 // naming a function that is not in the tools list is dropped (SGLang logs and drops it).
-// Whitespace between content and a call (or DeepSeek's section markers, which are dropped) is
-// dropped. The streaming parser emits, for every split of the text into deltas, events whose
+// Content is the text outside the calls (DeepSeek's section markers are dropped); when the
+// text has a call, the content's leading and trailing whitespace is stripped, as SGLang does
+// (leading whitespace only where a call comes before the first content: the stream cannot wait). The streaming parser emits, for every split of the text into deltas, events whose
 // concatenated content and arguments equal the one-shot parse.
 #pragma once
 
@@ -52,8 +53,9 @@ class ToolCatalog {
   bool empty() const { return tools_.empty(); }
   int32_t index_of(std::string_view name) const;  // -1: not in the list
   const std::string& name(int32_t tool) const { return tools_[size_t(tool)].name; }
-  // The tool's schema types the parameter as a string (type "string", ["string", "null"],
-  // a string enum / const, or anyOf / oneOf of those): its value is taken verbatim.
+  // The tool's schema types the parameter as a string and nothing else (type "string" or
+  // ["string"], a string enum / const, or anyOf / oneOf of those; a nullable string is not,
+  // as in SGLang's glm47 detector): its value is taken verbatim.
   bool is_string_param(int32_t tool, std::string_view key) const;
 
  private:
@@ -112,9 +114,9 @@ class ToolCallStream {
   std::string carry_;     // an incomplete UTF-8 character at the end of the last delta
   std::string call_;      // the open call's text so far, from its opening tag
   size_t call_scanned_ = 0;
-  std::string ws_hold_;   // trailing whitespace of the content, released with the next content
-  std::string call_ws_;   // ws_hold_ when the open call began (restored if it is malformed)
-  bool skip_ws_ = false;  // drop the whitespace that follows a call or section marker
+  std::string ws_hold_;     // trailing whitespace of the content, released with the next content
+  bool emitted_ = false;    // some content went out
+  bool call_seen_ = false;  // a call (or section marker) opened
   int32_t calls_ = 0;
 };
 

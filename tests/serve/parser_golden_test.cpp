@@ -142,5 +142,26 @@ TEST(ParserProperties, RandomTagSoupStreamsLikeOneShot) {
   }
 }
 
+// Megabytes of content and of one argument, in 3-byte deltas: linear work (a quadratic rescan
+// would take hours here), and the same result as one-shot.
+TEST(ParserProperties, LongTextsInSmallDeltas) {
+  const auto tools = catalog(goldens()["tools"]);
+  std::string big_arg;
+  for (int i = 0; i < 60000; ++i) big_arg += "line " + std::to_string(i) + " <b>é</b>\n";
+  std::string text;
+  for (int i = 0; i < 60000; ++i) text += "word" + std::to_string(i) + (i % 10 ? " " : "\n");
+  text += "<tool_call>write_file<arg_key>path</arg_key><arg_value>a.txt</arg_value><arg_key>content</arg_key><arg_value>" +
+          big_arg + "</arg_value></tool_call>";
+  std::vector<size_t> at;
+  for (size_t i = 3; i < text.size(); i += 3) at.push_back(i);
+  const auto streamed = testing::stream_tool_calls(ToolCallFormat::kGlm47, tools, cut(text, at));
+  ASSERT_EQ(streamed.parsed.calls.size(), 1u);
+  EXPECT_EQ(json::parse(streamed.parsed.calls[0].arguments)["content"], big_arg);
+  EXPECT_EQ(streamed.parsed, parse_tool_calls(ToolCallFormat::kGlm47, tools, text, counter_ids()));
+  const std::string thought = "<think>" + big_arg + "</think>" + text;
+  EXPECT_EQ(testing::stream_reasoning(ReasoningFormat::kGlm45, true, cut(thought, at)),
+            separate_reasoning(ReasoningFormat::kGlm45, true, thought));
+}
+
 }  // namespace
 }  // namespace fp4moe::serve

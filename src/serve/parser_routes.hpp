@@ -1,0 +1,21 @@
+// The HTTP routes of parser_endpoints.hpp: POST /parse_function_call and POST
+// /separate_reasoning. The server passes its own senders so that the responses, error
+// JSON and error metrics are those of every other route; authentication and body limits are
+// the server's pre-routing checks, as for the other routes.
+#pragma once
+
+#include <functional>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "serve/api_request.hpp"
+
+namespace fp4moe::serve {
+
+using JsonSender = std::function<void(httplib::Response&, const nlohmann::json&)>;
+using ErrorSender = std::function<void(httplib::Response&, const ApiError&)>;
+
+void register_parser_routes(httplib::Server& http, JsonSender send_json, ErrorSender send_error);
+
+}  // namespace fp4moe::serve

@@ -127,6 +127,29 @@ TEST(TextCli, ChatTemplateBadToolsAndKwargsAreOneLineErrors) {
   }
 }
 
+// Issue 37 item 4 through the CLI: a model folder whose template allocates without bound or
+// writes 60 MB ends in one line and exit 1, not in GiBs of memory.
+TEST(TextCli, ChatTemplateHostileTemplateIsBounded) {
+  TempDir tmp("text_cli");
+  write(tmp.path / "chat.json", R"([{"role": "user", "content": "hi"}])");
+  const std::pair<std::string, std::string> cases[] = {
+      {"{% set a=[0]*1000000 %}{% set b=[a]*60000 %}{{b|length}}", "more than 64 MiB of memory"},
+      {"{{ 'x' * 60000000 }}", "output exceeds 4 MiB"},
+  };
+  for (const auto& [tmpl, want] : cases) {
+    const fs::path dir = tmp.path / "model";
+    fs::create_directories(dir);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      fs::copy_file(data("glm_style") + "/" + f, dir / f, fs::copy_options::overwrite_existing);
+    write(dir / "chat_template.jinja", tmpl);
+    const Result r =
+        run_binary(tmp.path, "chat-template " + dir.string() + " --input " + (tmp.path / "chat.json").string());
+    EXPECT_EQ(r.rc, 1) << tmpl;
+    EXPECT_NE(r.err.find(want), std::string::npos) << tmpl << ": " << r.err;
+    EXPECT_NE(r.err.find("model: chat template: line 1: "), std::string::npos) << r.err;
+  }
+}
+
 TEST(TextCli, BadInputsAreOneLineErrors) {
   TempDir tmp("text_cli");
   write(tmp.path / "bad.json", "[1, 2,");

@@ -24,9 +24,9 @@ std::string mib(size_t bytes) {
 
 void Budget::charge(size_t bytes) {
   need(bytes);
+  steps(bytes / 256);  // copying is work: 1 step per 256 bytes made
   live_ += bytes;
   peak_ = std::max(peak_, live_);
-  steps(bytes / 256);  // copying is work: 1 step per 256 bytes made
 }
 
 void Budget::need(size_t bytes) const {

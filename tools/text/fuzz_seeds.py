@@ -70,6 +70,19 @@ def template_seeds(corpus):
                 with open(os.path.join(tdir, sub, name), "rb") as src, \
                         open(os.path.join(corpus, "seed_" + (sub + "_" if sub else "") + name), "wb") as f:
                     f.write(src.read())
+    # Templates that would allocate, write or loop without bound (issue 37): the fuzzer starts
+    # from them so it keeps probing the interpreter's memory / output / step limits.
+    hostile = {
+        "nested_repeat": "{% set a=[0]*1000000 %}{% set b=[a]*60000 %}{{b|length}}",
+        "big_output": "{{ 'x' * 60000000 }}",
+        "copy_loop": "{% set a = 'x' * 1000000 %}{% for i in range(100000) %}{% set b = a ~ a %}{% endfor %}",
+        "deep_nest": "{% set ns=namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}",
+        "unique_n2": "{{ range(200000) | unique | length }}",
+        "tojson_indent": "{{ messages | tojson(indent=100000000) }}",
+    }
+    for name, text in hostile.items():
+        with open(os.path.join(corpus, "hostile_" + name), "wb") as f:
+            f.write(text.encode())
     for p in json.load(open(os.path.join(tdir, "probes.json"), encoding="utf-8"))["probes"]:
         with open(os.path.join(corpus, "probe_" + p["name"]), "wb") as f:
             f.write(p["template"].encode())

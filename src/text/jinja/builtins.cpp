@@ -533,6 +533,7 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
     auto ns = std::make_shared<Namespace>();
     for (const Value& p : a.positional) {
       if (!p.is_dict()) fail("namespace() positional arguments must be dicts");
+      need_bytes(p.json().size() * (kValueBytes + 64));  // an attribute (name, value) per key
       for (auto it = p.json().begin(); it != p.json().end(); ++it) {
         charge_steps(ns->attrs.size() / 16 + 1);  // set() looks the name up
         ns->set(it.key(), p.member(it.value()));

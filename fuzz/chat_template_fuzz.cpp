@@ -1,7 +1,8 @@
 // libFuzzer target for the chat template parser and interpreter.
 //
 // An input is a template source. It is parsed and rendered on a fixed conversation with
-// tools, under small step and output limits. The outcome must be output or a
+// tools, under small step, memory and output limits (the interpreter's own bounds, so a
+// template that would allocate or loop without bound ends in a TemplateError, not an OOM). The outcome must be output or a
 // jinja::TemplateError whose message is one line starting "line N: "; anything else (a
 // crash, a sanitizer report, another exception, a hang past the limits) aborts.
 #include <cstdint>
@@ -50,6 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fp4moe::text::jinja::RenderLimits limits;
   limits.max_steps = 20000;
   limits.max_output_bytes = 1 << 20;
+  limits.max_memory_bytes = 16 << 20;
   limits.max_call_depth = 16;
   try {
     const auto tpl = fp4moe::text::jinja::parse_template(source);

@@ -319,7 +319,17 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(std::string_view text, std::s
     impl->model = std::make_unique<BpeModel>(load_model(cx, cx.field(j, "tokenizer", "model")));
     load_post_processor(cx, j.value("post_processor", json()), "post_processor", *impl);
     impl->decoder = load_decoder(cx, j.value("decoder", json()));
-    impl->added.add(parse_added_tokens(cx, j.value("added_tokens", json())), *impl->model, impl->normalizer);
+    const std::vector<AddedToken> declared = parse_added_tokens(cx, j.value("added_tokens", json()));
+    const std::vector<int32_t> given = impl->added.add(declared, *impl->model, impl->normalizer);
+    // tokenizers gives an added token its vocabulary id, else the next id after the
+    // vocabulary, whatever "id" says (it only logs a warning). An id that differs would
+    // silently change which embedding row the token reaches, so it is a load error here.
+    for (size_t i = 0; i < declared.size(); ++i)
+      if (declared[i].id >= 0 && given[i] >= 0 && given[i] != declared[i].id)
+        cx.fail(fmt::format("added_tokens[{}].id", i),
+                fmt::format("{} for {:?}, but the token gets id {} (an added token's id is its vocabulary id, else the "
+                            "next id after the vocabulary and the added tokens before it)",
+                            declared[i].id, declared[i].content, given[i]));
     // tokenizers adds the post-processor's ids unchecked; an id the vocabulary does not
     // have would reach the model, so it is a load error here.
     for (const auto& tmpl : impl->post_templates)

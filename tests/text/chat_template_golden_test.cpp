@@ -3,6 +3,8 @@
 // byte-for-byte output where jinja2 renders, an error where jinja2 fails.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 
 #include "core/error.hpp"
@@ -87,6 +89,44 @@ TEST(ChatTemplateGolden, ChatTemplatesMatchTransformersByteForByte) {
   }
   EXPECT_GT(rendered, 100);
   EXPECT_GT(failed, 5);
+}
+
+// Issue 41: tool-calling templates in the manner of GLM-4.7/5 and DeepSeek-V3.1 (macros with
+// defaults, namespace(), loop.*, tojson(ensure_ascii=False / indent), type tests, str and dict
+// methods, slices, `in`, whitespace control) on 60 conversations, each with its own 2-5 tools,
+// tool calls with dict and string arguments (nested JSON, unicode), tool results, reasoning
+// history, and enable_thinking / clear_thinking / thinking as chat_template_kwargs.
+TEST(ChatTemplateGolden, AgenticTemplatesMatchTransformersByteForByte) {
+  const std::string dir = templates_dir() + "/agentic";
+  const auto doc = read_json(dir + "/goldens.json");
+  std::vector<std::pair<std::string, std::string>> specials;
+  for (auto it = doc.at("special_tokens").begin(); it != doc.at("special_tokens").end(); ++it)
+    specials.emplace_back(it.key(), it.value().get<std::string>());
+  ASSERT_GE(doc.at("conversations").size(), 50u);
+  std::map<std::string, ChatTemplate> templates;
+  std::set<std::string> conversations;
+  int rendered = 0;
+  for (const auto& c : doc.at("cases")) {
+    const std::string file = c.at("template").get<std::string>();
+    if (!templates.count(file)) templates.emplace(file, ChatTemplate(read_file(dir + "/" + file), file, specials));
+    const auto& conv = doc.at("conversations").at(c.at("conversation").get<std::string>());
+    ChatTemplateOptions opt;
+    opt.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    opt.tools = conv.at("tools");
+    opt.extra = c.at("extra");
+    const std::string what = file + " / " + c.at("conversation").get<std::string>() + " " + c.at("extra").dump();
+    ASSERT_TRUE(c.contains("output")) << what << ": the oracle failed: " << c.at("error");
+    try {
+      EXPECT_EQ(templates.at(file).render(conv.at("messages"), opt), c.at("output").get<std::string>()) << what;
+      ++rendered;
+      conversations.insert(c.at("conversation").get<std::string>());
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << ": unexpected error: " << e.what();
+    }
+  }
+  EXPECT_EQ(templates.size(), 2u);
+  EXPECT_GE(conversations.size(), 50u);
+  EXPECT_GE(rendered, 200);
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 // the folder's template + tokenizer give transformers' apply_chat_template prompt and ids.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <ctime>
 #include <string>
 
 #include "core/error.hpp"
@@ -84,11 +88,103 @@ TEST(ChatTemplate, HostileTemplatesHitLimits) {
   EXPECT_NE(error_of("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").find("nested deeper"), std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(40) %}"
                      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}")
-                .find("too large"),
+                .find("more than 64 MiB of memory"),
             std::string::npos);
   EXPECT_NE(error_of("{{ range(10000000) | length }}").find("1,000,000"), std::string::npos);
   EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
             std::string::npos);
+}
+
+// Issue 37 item 4: memory, output and steps are bounded whatever the template does, with the
+// default limits a server render uses (4 MiB output, 64 MiB of values, 5M steps), each with
+// its own message, in well under a second and without the process growing.
+TEST(ChatTemplate, HostileTemplatesAreBoundedInMemoryOutputAndSteps) {
+  struct Case {
+    const char* what;
+    std::string source;
+    const char* want;
+  };
+  const std::string big_arg(100, 'y');
+  const Case cases[] = {
+      // The probes of the issue: nested repetition (6 GiB before) and 60 MB of output.
+      {"nested repetition", "{% set a=[0]*1000000 %}{% set b=[a]*60000 %}{{b|length}}", "more than 64 MiB of memory"},
+      {"60 MB output", "{{ 'x' * 60000000 }}", "output exceeds 4 MiB"},
+      {"60 MB output in pieces", "{% for i in range(60000) %}{{ 'x' * 1000 }}{% endfor %}", "output exceeds 4 MiB"},
+      {"output of a macro", "{% macro m() %}{% for i in range(60000) %}{{ 'x' * 1000 }}{% endfor %}{% endmacro %}"
+                            "{{ m() | length }}", "output exceeds 4 MiB"},
+      {"set block", "{% set s %}{% for i in range(60000) %}{{ 'x' * 1000 }}{% endfor %}{% endset %}{{ s | length }}",
+       "output exceeds 4 MiB"},
+      // Shared values copied into a list literal, a dict, a concatenation.
+      {"list literal of copies", "{% set a=range(1000000) %}{% set b=[a,a,a,a,a,a,a,a] %}{{ b|length }}",
+       "of memory"},
+      {"dict of copies", "{% set a=range(1000000) %}{{ dict(x=a, y=a, z=a, w=a, v=a)|length }}", "of memory"},
+      {"list concatenation", "{% set a=range(1000000) %}{% set ns=namespace(l=[]) %}{% for i in range(20) %}"
+                             "{% set ns.l = ns.l + a %}{% endfor %}{{ ns.l|length }}", "of memory"},
+      {"values kept in a namespace", "{% set ns=namespace(x=[]) %}{% set a=range(1000000) %}"
+                                     "{% for i in range(20) %}{% set ns.x = [ns.x, a] %}{% endfor %}", "of memory"},
+      // Builtins whose result is larger than their input.
+      {"str.replace", "{{ ('x' * 1000000).replace('x', '" + big_arg + "') | length }}", "of memory"},
+      {"indent", "{{ 'a\nb' | indent(100000000) }}", "of memory"},
+      {"tojson indent", "{{ messages | tojson(indent=100000000) }}", "of memory"},
+      {"split", "{{ (',' * 10000000).split(',') | length }}", "of memory"},
+      {"join", "{% set a=range(200000) %}{{ a | join('" + std::string(1000, 'y') + "') | length }}", "of memory"},
+      {"repr", "{{ [('\\n' * 20000000)] | string | length }}", "of memory"},
+      {"json", "{{ ('\\n' * 20000000) | tojson | length }}", "of memory"},
+      {"characters of a string", "{% for c in 'x' * 1000000 %}{% endfor %}", "of memory"},
+      // Time: loops, quadratic builtins, repeated copies and lookups.
+      {"nested loops", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "more than 5000000 steps"},
+      {"unique", "{{ range(200000) | unique | length }}", "more than 5000000 steps"},
+      {"copying in a loop", "{% set a = 'x' * 15000000 %}{% for i in range(100000) %}{% set b = a ~ 'y' %}{% endfor %}",
+       "more than 5000000 steps"},
+      {"in over a list", "{% set a = range(1000000) %}{% for i in range(100000) %}{% if -1 in a %}{% endif %}"
+                         "{% endfor %}", "more than 5000000 steps"},
+      {"string search", "{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}"
+                        "{% endfor %}", "more than 5000000 steps"},
+      // Nesting that would overflow the stack of the printers.
+      {"deep nesting", "{% set ns=namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% endfor %}"
+                       "{{ ns.a }}", "nested deeper than 512 levels"},
+  };
+  for (const Case& c : cases) {
+    const std::clock_t t0 = std::clock();  // CPU time: the dev machine is shared
+    const std::string msg = error_of(c.source);
+    const double s = double(std::clock() - t0) / CLOCKS_PER_SEC;
+    EXPECT_NE(msg.find(c.want), std::string::npos) << c.what << " -> " << msg;
+    EXPECT_EQ(msg.rfind("t.jinja: line ", 0), 0u) << c.what << " -> " << msg;
+    std::printf("  %-28s %.3f s CPU\n", c.what, s);
+    EXPECT_LT(s, 5.0) << c.what;  // 0.01-0.6 s of CPU each on the dev machine
+  }
+  // The high-water mark of the whole process stays near the 64 MiB budget (plus the test
+  // binary and transient copies inside one builtin), nowhere near the GiBs of before.
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("  process high-water mark: %ld MiB\n", long(ru.ru_maxrss / 1024));
+  EXPECT_LT(ru.ru_maxrss, 400 * 1024) << "KiB";
+}
+
+TEST(ChatTemplate, DeeplyNestedInputIsAnError) {
+  nlohmann::ordered_json deep = "x";
+  for (int i = 0; i < 1000; ++i) deep = nlohmann::ordered_json::array({deep});
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", deep}}};
+  ChatTemplate t("{{ messages }}", "t.jinja");
+  try {
+    t.render(messages);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'messages' is nested deeper than 512 levels"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, LimitsAreAdjustable) {
+  jinja::RenderLimits tight;
+  tight.max_memory_bytes = 1 << 20;
+  EXPECT_NE(render_error("{% set a = range(100000) | list %}", tight).find("more than 1 MiB of memory"),
+            std::string::npos);
+  jinja::RenderLimits loose;
+  loose.max_output_bytes = 64 << 20;
+  loose.max_memory_bytes = 256 << 20;
+  const std::string out = jinja::render(jinja::parse_template("{{ 'x' * 60000000 }}"), {}, loose);
+  EXPECT_EQ(out.size(), 60000000u);
 }
 
 TEST(ChatTemplate, BadConversationsAreErrors) {

@@ -71,6 +71,10 @@ std::string small_tokenizer_json(const std::string& name) {
     if (keep.count(it.key()) || code_point_count_is_one(it.key())) vocab[it.key()] = it.value();
   doc["model"]["vocab"] = vocab;
   doc["model"]["merges"] = merges;
+  // Added tokens outside the cut vocabulary get other ids than the file says (a load error
+  // since issue 37): they keep no declared id.
+  for (auto& t : doc["added_tokens"])
+    if (!vocab.contains(t["content"].get<std::string>())) t.erase("id");
   // A post-processor naming an id that was cut is dropped (it would not load).
   std::set<int64_t> ids;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) ids.insert(it.value().get<int64_t>());
@@ -170,7 +174,8 @@ TEST(TextFuzzSmokeTest, MutatedChatTemplates) {
   std::vector<std::string> sources;
   for (const auto& p : read_json(data_dir() + "/templates/probes.json").at("probes"))
     sources.push_back(p.at("template").get<std::string>());
-  for (const char* f : {"qwen_style.jinja", "glm_style.jinja", "constructs.jinja"})
+  for (const char* f : {"qwen_style.jinja", "glm_style.jinja", "constructs.jinja", "agentic/glm5_style.jinja",
+                        "agentic/deepseek_v31_style.jinja"})
     sources.push_back(read_file(data_dir() + "/templates/" + f));
   const auto goldens = read_json(data_dir() + "/templates/goldens.json");
   std::vector<std::pair<std::string, jinja::Value>> ctx;
@@ -180,6 +185,7 @@ TEST(TextFuzzSmokeTest, MutatedChatTemplates) {
   jinja::RenderLimits limits;
   limits.max_steps = 20000;
   limits.max_output_bytes = 1 << 20;
+  limits.max_memory_bytes = 16 << 20;
   int ok = 0, rejected = 0;
   for (int iter = 0; iter < 3000; ++iter) {
     std::string src = sources[size_t(iter) % sources.size()];

@@ -143,6 +143,13 @@ TEST(TokenizerLoad, UnsupportedComponentsAreNamedErrors) {
          std::swap(p[0], p[1]);
        },
        "after ByteLevel"},
+      // Issue 37: an added token's declared id that tokenizers would not give it is refused,
+      // not silently remapped (16777215 = 2^24 - 1 passes the range check).
+      {"added_id_remapped", [](auto& j) { j["added_tokens"][6]["id"] = 16777215; },
+       "added_tokens[6].id: 16777215 for \"</tool_call>\", but the token gets id 1505"},
+      {"added_id_gap", [](auto& j) { j["added_tokens"][1]["id"] = 1600; }, "added_tokens[1].id: 1600"},
+      {"added_id_in_vocab", [](auto& j) { j["added_tokens"][0]["id"] = 7; }, "but the token gets id 0"},
+      {"added_id_too_large", [](auto& j) { j["added_tokens"][1]["id"] = 16777216; }, "16777216 is out of range"},
       {"not_json", nullptr, "not valid JSON"},
   };
   for (const Case& c : cases) {

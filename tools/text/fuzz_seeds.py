@@ -5,7 +5,7 @@
 
 tokenizer_json: u16 length + a small valid tokenizer.json cut from each test tokenizer of
 tests/text/data (its first merges and the tokens they use) + a text to encode.
-chat_template: the test templates and every Jinja probe of tests/text/data/templates.
+chat_template: the test templates (agentic/ included) and every Jinja probe of tests/text/data/templates.
 regex_scanner: every golden text of the test tokenizers (all scripts, emoji, code, runs).
 """
 import json
@@ -64,10 +64,25 @@ def tokenizer_seeds(corpus):
 
 def template_seeds(corpus):
     tdir = os.path.join(DATA, "templates")
-    for name in sorted(os.listdir(tdir)):
-        if name.endswith(".jinja"):
-            with open(os.path.join(tdir, name), "rb") as src, open(os.path.join(corpus, "seed_" + name), "wb") as f:
-                f.write(src.read())
+    for sub in ("", "agentic"):
+        for name in sorted(os.listdir(os.path.join(tdir, sub))):
+            if name.endswith(".jinja"):
+                with open(os.path.join(tdir, sub, name), "rb") as src, \
+                        open(os.path.join(corpus, "seed_" + (sub + "_" if sub else "") + name), "wb") as f:
+                    f.write(src.read())
+    # Templates that would allocate, write or loop without bound (issue 37): the fuzzer starts
+    # from them so it keeps probing the interpreter's memory / output / step limits.
+    hostile = {
+        "nested_repeat": "{% set a=[0]*1000000 %}{% set b=[a]*60000 %}{{b|length}}",
+        "big_output": "{{ 'x' * 60000000 }}",
+        "copy_loop": "{% set a = 'x' * 1000000 %}{% for i in range(100000) %}{% set b = a ~ a %}{% endfor %}",
+        "deep_nest": "{% set ns=namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}",
+        "unique_n2": "{{ range(200000) | unique | length }}",
+        "tojson_indent": "{{ messages | tojson(indent=100000000) }}",
+    }
+    for name, text in hostile.items():
+        with open(os.path.join(corpus, "hostile_" + name), "wb") as f:
+            f.write(text.encode())
     for p in json.load(open(os.path.join(tdir, "probes.json"), encoding="utf-8"))["probes"]:
         with open(os.path.join(corpus, "probe_" + p["name"]), "wb") as f:
             f.write(p["template"].encode())
@@ -75,7 +90,8 @@ def template_seeds(corpus):
             "endfor", "set", "endset", "macro", "endmacro", "namespace(", "loop.index", "loop.last", "|", "tojson",
             "trim", "length", "selectattr", "items()", "is defined", "is string", "not", "and", "or", "messages",
             "message.content", "raise_exception(", "[::-1]", "break", "continue", "~", "**", "//", "'", "\"", "(", ")",
-            "[", "]", ".", ","]
+            "[", "]", ".", ",", "is mapping", "is not none", ".get(", ".split(", "ensure_ascii=False", "indent=",
+            "tool_calls", "reasoning_content", "enable_thinking", "* 1000000", "[a] *"]
 
 
 def scanner_seeds(corpus):

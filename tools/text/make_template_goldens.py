@@ -12,6 +12,10 @@ writes the goldens the C++ tests compare against, byte for byte.
   through transformers.utils.chat_template_utils.render_jinja_template (what
   apply_chat_template calls), with and without add_generation_prompt, enable_thinking and
   tools.
+- agentic/goldens.json: each *.jinja of OUT_DIR/agentic (tool-calling templates in the manner of
+  GLM-4.7/5 and DeepSeek-V3.1) rendered on the 60 conversations of agentic_conversations.py,
+  each with its own tools, under two of the KWARGS variants (chat_template_kwargs) with and
+  without add_generation_prompt.
 """
 import json
 import os
@@ -22,6 +26,7 @@ import transformers
 from transformers.utils.chat_template_utils import _compile_jinja_template, render_jinja_template
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agentic_conversations import KWARGS, corpus  # noqa: E402
 from conversations import CONVERSATIONS, TOOLS  # noqa: E402
 from template_probes import CONTEXT, PROBES  # noqa: E402
 
@@ -42,6 +47,42 @@ def variants(conversation):
     if conversation in TOOL_CONVERSATIONS:
         out += [(True, None, True), (True, False, True)]
     return out
+
+
+def render(source, conv, tools, agp, extra):
+    try:
+        rendered, _ = render_jinja_template(conversations=[conv], tools=tools, chat_template=source,
+                                            add_generation_prompt=agp, **SPECIAL_TOKENS, **extra)
+        return {"output": rendered[0]}
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def agentic_goldens(out_dir):
+    adir = os.path.join(out_dir, "agentic")
+    conversations = corpus()
+    cases = []
+    for fname in sorted(os.listdir(adir)):
+        if not fname.endswith(".jinja"):
+            continue
+        with open(os.path.join(adir, fname), encoding="utf-8") as f:
+            source = f.read()
+        for i, (name, tools, msgs) in enumerate(conversations):
+            for k in (i % len(KWARGS), (i + 2) % len(KWARGS)):
+                agp = (i + k) % 4 != 0
+                rec = {"template": fname, "conversation": name, "add_generation_prompt": agp, "extra": KWARGS[k]}
+                rec.update(render(source, msgs, tools, agp, KWARGS[k]))
+                cases.append(rec)
+    with open(os.path.join(adir, "goldens.json"), "w", encoding="utf-8") as f:
+        json.dump({"jinja2_version": jinja2.__version__, "transformers_version": transformers.__version__,
+                   "special_tokens": SPECIAL_TOKENS,
+                   "conversations": {n: {"tools": t, "messages": m} for n, t, m in conversations},
+                   "cases": cases}, f, ensure_ascii=False, indent=0)
+    errors = sum("error" in c for c in cases)
+    print(f"{len(conversations)} agentic conversations, {len(cases)} renders ({errors} errors)")
+    for c in cases:
+        if "error" in c:
+            print("  error:", c["template"], c["conversation"], c["error"])
 
 
 def main():
@@ -82,6 +123,7 @@ def main():
     errors = sum("error" in c for c in cases)
     perrors = sum("error" in p for p in probes)
     print(f"{len(probes)} probes ({perrors} errors), {len(cases)} template renders ({errors} errors)")
+    agentic_goldens(out_dir)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // Attribute / item / slice access, iteration, `in`, arithmetic, and the str / dict methods.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -54,6 +55,7 @@ bool prefix_test(const std::string& s, const Value& p, bool suffix, const char* 
 
 Value str_method(const Value& self, const std::string& name, CallArgs& a) {
   const std::string& s = self.str();
+  charge_steps(s.size() / 256);  // every method walks the string
   const std::string m = "str." + name;
   if (name == "startswith" || name == "endswith") {
     check_arity(a, 1, m.c_str());
@@ -100,6 +102,7 @@ Value str_method(const Value& self, const std::string& name, CallArgs& a) {
       if (!item.is_string()) fail(fmt::format("str.join: expected str instance, {} found", type_name(item)));
       if (!first) out += s;
       out += item.str();
+      need_bytes(out.size());
       first = false;
     }
     return Value::string(std::move(out));
@@ -137,8 +140,10 @@ bool is_str_method(const std::string& n) {
 
 Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   const Json& d = self.json();
+  charge_steps(d.size() / 16);  // a lookup in an ordered dict walks its keys
   if (name == "items" || name == "keys" || name == "values") {
     check_arity(a, 0, ("dict." + name).c_str());
+    need_bytes(footprint(d).bytes + d.size() * 40);  // copies of the entries, a pair list each
     Json out = Json::array();
     for (auto it = d.begin(); it != d.end(); ++it) {
       if (name == "items")
@@ -181,7 +186,22 @@ Value bound(const Value& self, const std::string& name, Value (*method)(const Va
                          [self, name, method](CallArgs& a) { return method(self, name, a); });
 }
 
-Value list_method(const Value&, const std::string& name, CallArgs&) {
+// list.index / list.count read the list; the others change it, which the sandbox forbids.
+Value list_method(const Value& self, const std::string& name, CallArgs& a) {
+  if (name == "index" || name == "count") {
+    if (!a.keyword.empty()) fail(fmt::format("list.{}() takes no keyword arguments", name));
+    if (a.positional.size() != 1) fail(fmt::format("list.{}() takes exactly one argument", name));
+    const Json& l = self.json();
+    charge_steps(l.size() / 8);
+    int64_t n = 0;
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (!equals(self.element(i), a.positional[0])) continue;
+      if (name == "index") return Value::integer(int64_t(i));
+      ++n;
+    }
+    if (name == "index") fail(fmt::format("ValueError: {} is not in list", repr(a.positional[0])));
+    return Value::integer(n);
+  }
   fail(fmt::format("list.{}() is not supported (the sandbox forbids changing data)", name));
 }
 
@@ -243,6 +263,7 @@ Value get_attr(const Value& obj, const std::string& name) {
   if (!obj.is_data()) return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(obj), name));
   if (obj.is_dict()) {
     if (is_dict_method(name)) return bound(obj, name, dict_method, "dict");
+    charge_steps(obj.json().size() / 16);  // a lookup in an ordered dict walks its keys
     const auto it = obj.json().find(name);
     if (it != obj.json().end()) return obj.member(*it);
     return Value::undefined(fmt::format("'dict object' has no attribute '{}'", name));
@@ -259,6 +280,7 @@ Value get_item(const Value& obj, const Value& key) {
   if (!obj.is_data()) return Value::undefined();
   if (obj.is_dict()) {
     if (key.is_string()) {
+      charge_steps(obj.json().size() / 16);
       const auto it = obj.json().find(key.str());
       if (it != obj.json().end()) return obj.member(*it);
       return get_attr(obj, key.str());
@@ -306,6 +328,11 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
 std::vector<Value> iterate(const Value& v) {
   std::vector<Value> out;
   if (v.is_undefined()) return out;
+  if (v.is_data()) {  // a Value per item (and for a str or dict a new string each)
+    const size_t n = v.is_string() ? v.str().size() : v.json().size();
+    need_bytes(n * (kValueBytes + (v.is_list() ? 0 : 128)));
+    charge_steps(n / 8);
+  }
   if (v.is_list()) {
     out.reserve(v.json().size());
     for (size_t i = 0; i < v.json().size(); ++i) out.push_back(v.element(i));
@@ -332,14 +359,19 @@ bool contains(const Value& container, const Value& item) {
   if (container.is_string()) {
     if (!item.is_string())
       fail(fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
+    charge_steps(container.str().size() / 256);
     return container.str().find(item.str()) != std::string::npos;
   }
   if (container.is_list()) {
+    charge_steps(container.json().size() / 8);
     for (size_t i = 0; i < container.json().size(); ++i)
       if (equals(container.element(i), item)) return true;
     return false;
   }
-  if (container.is_dict()) return item.is_string() && container.json().contains(item.str());
+  if (container.is_dict()) {
+    charge_steps(container.json().size() / 16);
+    return item.is_string() && container.json().contains(item.str());
+  }
   fail(fmt::format("argument of type '{}' is not iterable", type_name(container)));
 }
 
@@ -348,6 +380,7 @@ constexpr size_t kMaxStringBytes = size_t(64) << 20;
 
 Value concat_strings(const std::string& a, const std::string& b) {
   if (a.size() + b.size() > kMaxStringBytes) fail("string too large (over 64 MiB)");
+  need_bytes(a.size() + b.size());
   return Value::string(a + b);
 }
 }  // namespace
@@ -413,6 +446,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
   if (op == "+" && a.is_string() && b.is_string()) return concat_strings(a.str(), b.str());
   if (op == "+" && a.is_list() && b.is_list()) {
     if (a.json().size() + b.json().size() > (size_t(1) << 24)) fail("list too large");
+    need_bytes(footprint(a.json()).bytes + footprint(b.json()).bytes);
     Json out = a.json();
     for (const Json& x : b.json()) out.push_back(x);
     return Value::data(std::move(out));
@@ -424,6 +458,15 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     const int64_t n = (a.is_int() || a.is_bool() ? a : b).as_int();
     const size_t unit = seq.is_string() ? seq.str().size() : seq.json().size();
     if (n > 0 && unit > 0 && uint64_t(n) * unit > (uint64_t(1) << 26)) fail("sequence repetition too large");
+    // What the copies take, nested data included (issue 37: [a] * 60000 with a of 1M items
+    // is 60000 copies of a, not 60000 items).
+    if (n > 0) {
+      // A list's items are copied; its own node is not.
+      const size_t each =
+          seq.is_string() ? seq.str().size() : footprint(seq.json()).bytes - (sizeof(Json) + 24);
+      if (each > 0 && uint64_t(n) > std::numeric_limits<size_t>::max() / each) fail("sequence repetition too large");
+      need_bytes(size_t(n) * each);
+    }
     if (seq.is_string()) {
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += seq.str();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -130,13 +131,19 @@ std::optional<int64_t> parse_py_int(const std::string& s0, int base) {
 
 Value do_indent(const Value& v, const Params& p) {
   std::string indention;
-  if (p[0].is_string())
+  if (p[0].is_string()) {
     indention = p[0].str();
-  else
-    indention = std::string(size_t(std::max<int64_t>(0, p.given(0) ? p[0].as_int() : 4)), ' ');
+  } else {
+    const int64_t width = p.given(0) ? p[0].as_int() : 4;
+    need_bytes(size_t(std::clamp<int64_t>(width, 0, INT64_MAX >> 1)));
+    indention = std::string(size_t(std::max<int64_t>(0, width)), ' ');
+  }
   const bool first = truthy(p[1]), blank = truthy(p[2]);
   const std::string s = to_str(v) + "\n";
   const std::vector<std::string> lines = pystr::splitlines(s, false);
+  if (!indention.empty() && lines.size() > std::numeric_limits<size_t>::max() / indention.size())
+    fail("indent: the result is too large");
+  need_bytes(s.size() + lines.size() * indention.size());  // at most one indention a line
   std::string rv;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
@@ -155,8 +162,11 @@ Value do_tojson(const Value& v, const Params& p) {
     o.has_indent = true;
     if (p[1].is_string())
       o.indent = p[1].str();
-    else
-      o.indent = std::string(size_t(std::max<int64_t>(0, p[1].as_int())), ' ');
+    else {
+      const int64_t width = p[1].as_int();
+      need_bytes(size_t(std::clamp<int64_t>(width, 0, INT64_MAX >> 1)));
+      o.indent = std::string(size_t(std::max<int64_t>(0, width)), ' ');
+    }
     o.item_sep = ",";
   }
   if (p.given(2) && !p[2].is_none()) {
@@ -278,6 +288,7 @@ Value apply_filter(std::string_view name, const Value& v, CallArgs& a) {
     for (const Value& item : iterate(v)) {
       if (!first) out += sep;
       out += to_str(p.given(1) ? attr_path(item, p[1]) : item);
+      need_bytes(out.size());
       first = false;
     }
     return Value::string(std::move(out));
@@ -286,6 +297,7 @@ Value apply_filter(std::string_view name, const Value& v, CallArgs& a) {
     Params p(f, a, {});
     if (v.is_undefined()) return Value::data(Json::array());
     if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
+    need_bytes(footprint(v.json()).bytes + v.json().size() * 40);  // copies of the entries, a pair list each
     Json out = Json::array();
     for (auto it = v.json().begin(); it != v.json().end(); ++it) out.push_back(Json::array({it.key(), it.value()}));
     return Value::data(std::move(out));
@@ -387,6 +399,7 @@ Value apply_filter(std::string_view name, const Value& v, CallArgs& a) {
     for (const Value& it : items) keys.push_back(fold_case(p.given(2) ? attr_path(it, p[2]) : it, cs));
     std::vector<size_t> order(items.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    charge_steps(order.size() * (1 + size_t(std::log2(double(order.size()) + 1))) / 8);
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
       const int c = rev ? compare(keys[y], keys[x], "<") : compare(keys[x], keys[y], "<");
       return c < 0;
@@ -400,6 +413,7 @@ Value apply_filter(std::string_view name, const Value& v, CallArgs& a) {
     std::vector<Value> out, seen;
     for (const Value& it : iterate(v)) {
       const Value key = fold_case(p.given(1) ? attr_path(it, p[1]) : it, truthy(p[0]));
+      charge_steps(seen.size() / 8 + 1);  // compared with every key kept so far
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) {
         seen.push_back(key);
         out.push_back(it);
@@ -519,7 +533,11 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
     auto ns = std::make_shared<Namespace>();
     for (const Value& p : a.positional) {
       if (!p.is_dict()) fail("namespace() positional arguments must be dicts");
-      for (auto it = p.json().begin(); it != p.json().end(); ++it) ns->set(it.key(), p.member(it.value()));
+      need_bytes(p.json().size() * (kValueBytes + 64));  // an attribute (name, value) per key
+      for (auto it = p.json().begin(); it != p.json().end(); ++it) {
+        charge_steps(ns->attrs.size() / 16 + 1);  // set() looks the name up
+        ns->set(it.key(), p.member(it.value()));
+      }
     }
     for (auto& [k, v] : a.keyword) ns->set(k, v);
     return Value::ns(ns);
@@ -528,10 +546,15 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
     Json out = Json::object();
     for (const Value& p : a.positional) {
       if (!p.is_dict()) fail("dict() positional arguments must be dicts");
-      for (auto it = p.json().begin(); it != p.json().end(); ++it) out[it.key()] = it.value();
+      need_bytes(footprint(p.json()).bytes);
+      for (auto it = p.json().begin(); it != p.json().end(); ++it) {
+        charge_steps(out.size() / 16 + 1);  // an insert looks the key up
+        out[it.key()] = it.value();
+      }
     }
     for (auto& [k, v] : a.keyword) {
       if (!v.is_data()) fail(fmt::format("a {} cannot be stored in a dict", type_name(v)));
+      need_bytes(footprint(out).bytes + footprint(v.json()).bytes);
       out[k] = v.json();
     }
     return Value::data(std::move(out));

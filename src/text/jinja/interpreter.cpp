@@ -30,36 +30,55 @@ ScopePtr child(const ScopePtr& parent) {
   return s;
 }
 
+// Text a template writes (the output, a macro's result, a set block's body): charged to the
+// render's budget while it exists and bounded by the output limit.
+struct Text {
+  std::string s;
+  Charge charged;
+};
+
+std::string size_text(size_t bytes) {
+  return bytes % (size_t(1) << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} bytes", bytes);
+}
+
 class Interpreter {
  public:
-  explicit Interpreter(const RenderLimits& limits) : limits_(limits) {}
+  explicit Interpreter(const RenderLimits& limits)
+      : limits_(limits), budget_(std::make_shared<Budget>(limits.max_memory_bytes, limits.max_steps)) {}
 
   std::string run(const Template& tpl, const std::vector<std::pair<std::string, Value>>& context) {
-    auto root = std::make_shared<Scope>();
-    for (auto& [k, v] : builtin_globals()) root->vars[k] = v;
-    for (const auto& [k, v] : context) root->vars[k] = v;
-    std::string out;
+    const BudgetScope installed(budget_);
+    Text out;
     try {
+      // The caller's data is not charged, but it is walked by recursive printers and
+      // comparisons: its nesting is bounded like that of the values made here.
+      for (const auto& [k, v] : context)
+        if (v.is_data() && footprint(v.json()).depth > kMaxNesting)
+          fail(fmt::format("the variable '{}' is nested deeper than {} levels", k, kMaxNesting));
+      auto root = std::make_shared<Scope>();
+      for (auto& [k, v] : builtin_globals()) root->vars[k] = v;
+      for (const auto& [k, v] : context) root->vars[k] = v;
       exec(tpl.body, root, out);
     } catch (TemplateError& e) {
       if (!e.message.starts_with("line ")) e.message = fmt::format("line {}: {}", line_, e.message);
       throw;
     }
-    return out;
+    return std::move(out.s);
   }
 
  private:
   enum class Flow { Normal, Break, Continue };
 
-  void step() {
-    if (++steps_ > limits_.max_steps) fail(fmt::format("the template ran more than {} steps", limits_.max_steps));
-  }
-  void check_output(const std::string& out) const {
-    if (out.size() > limits_.max_output_bytes)
-      fail(fmt::format("the template output exceeds {} bytes", limits_.max_output_bytes));
+  void step() { budget_->steps(1); }
+  void write(Text& out, std::string_view s) {
+    if (s.size() > limits_.max_output_bytes - out.s.size())
+      fail(fmt::format("the template output exceeds {} (the limit on rendered text)",
+                       size_text(limits_.max_output_bytes)));
+    out.charged.add(s.size());
+    out.s += s;
   }
 
-  Flow exec(const Body& body, const ScopePtr& scope, std::string& out) {
+  Flow exec(const Body& body, const ScopePtr& scope, Text& out) {
     for (const auto& n : body) {
       const Flow f = exec_node(*n, scope, out);
       if (f != Flow::Normal) return f;
@@ -67,18 +86,20 @@ class Interpreter {
     return Flow::Normal;
   }
 
-  Flow exec_node(const Node& n, const ScopePtr& scope, std::string& out) {
+  Flow exec_node(const Node& n, const ScopePtr& scope, Text& out) {
     step();
     line_ = n.line;
     switch (n.kind) {
-      case Node::Kind::Text:
-        out += n.text;
-        check_output(out);
+      case Node::Kind::Text: write(out, n.text); return Flow::Normal;
+      case Node::Kind::Output: {
+        const Value v = eval(*n.expr, scope);
+        if (v.is_string()) {
+          write(out, v.str());
+        } else {
+          write(out, to_str(v));
+        }
         return Flow::Normal;
-      case Node::Kind::Output:
-        out += to_str(eval(*n.expr, scope));
-        check_output(out);
-        return Flow::Normal;
+      }
       case Node::Kind::If:
         for (const auto& [cond, body] : n.branches)
           if (truthy(eval(*cond, scope))) return exec(body, scope, out);
@@ -96,9 +117,9 @@ class Interpreter {
         return Flow::Normal;
       }
       case Node::Kind::SetBlock: {
-        std::string text;
+        Text text;
         exec(n.body, child(scope), text);
-        Value v = Value::string(std::move(text));
+        Value v = Value::string(std::move(text.s));
         if (n.filter) {
           auto tmp = child(scope);
           tmp->vars["__set_body__"] = v;
@@ -140,8 +161,9 @@ class Interpreter {
     for (size_t i = 0; i < targets.size(); ++i) scope->vars[targets[i]] = items[i];
   }
 
-  Flow exec_for(const Node& n, const ScopePtr& scope, std::string& out) {
+  Flow exec_for(const Node& n, const ScopePtr& scope, Text& out) {
     std::vector<Value> items = iterate(eval(*n.expr, scope));
+    const Charge held(items.size() * kValueBytes);
     if (n.filter) {
       std::vector<Value> kept;
       for (const Value& item : items) {
@@ -204,10 +226,10 @@ class Interpreter {
       const auto& [name, dflt] = m.params[i];
       s->vars[name] = dflt ? eval(*dflt, s) : Value::undefined(fmt::format("parameter '{}' was not provided", name));
     }
-    std::string out;
+    Text out;
     exec(m.body, s, out);
     line_ = saved_line;
-    return Value::string(std::move(out));
+    return Value::string(std::move(out.s));
   }
 
   CallArgs eval_args(const Expr& e, size_t first, const ScopePtr& scope) {
@@ -327,12 +349,15 @@ class Interpreter {
       }
       case Expr::Kind::Dict: {
         Json out = Json::object();
+        size_t bytes = 0;  // the copies made so far, checked before each
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           const Value k = eval(*e.args[i], scope);
           const Value v = eval(*e.args[i + 1], scope);
           line_ = e.line;
           if (!k.is_string()) fail("dict literal keys must be strings");
           if (!v.is_data()) fail(fmt::format("a {} cannot be stored in a dict", type_name(v)));
+          bytes += footprint(v.json()).bytes;
+          need_bytes(bytes);
           out[k.str()] = v.json();
         }
         return Value::data(std::move(out));
@@ -342,7 +367,7 @@ class Interpreter {
   }
 
   RenderLimits limits_;
-  uint64_t steps_ = 0;
+  std::shared_ptr<Budget> budget_;
   int depth_ = 0;
   int line_ = 0;
 };

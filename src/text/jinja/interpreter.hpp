@@ -14,9 +14,14 @@
 namespace fp4moe::text::jinja {
 
 // Bounds that keep a hostile template from running forever or filling memory.
+// The defaults: a 200K-token prompt is about 1 MB of text, so 4 MiB of output is ~4x the
+// longest context served; 64 MiB of live values (16x the output: a template holds a few
+// copies of the messages it reshapes; the caller's messages themselves are not counted);
+// 5M steps is a few seconds of CPU, 30-100x what the test templates take on 50 messages.
 struct RenderLimits {
-  size_t max_output_bytes = size_t(64) << 20;
-  uint64_t max_steps = 5'000'000;  // statements, loop iterations and calls (~1 us each)
+  size_t max_output_bytes = size_t(4) << 20;  // the rendered text, and any text a macro / set block builds
+  size_t max_memory_bytes = size_t(64) << 20;  // live values, loop item lists and text buffers
+  uint64_t max_steps = 5'000'000;  // statements, loop iterations, calls, items walked, 256 B copied (~1 us each)
   int max_call_depth = 64;
 };
 

@@ -9,6 +9,13 @@ namespace fp4moe::text::jinja::pystr {
 
 namespace {
 
+// A list of pieces grows: each piece costs its bytes plus a string and a Json node (~96 bytes)
+// once it is a value. Checked against the render's budget as it grows.
+void piece_added(const std::vector<std::string>& out, size_t* bytes) {
+  *bytes += 96 + out.back().size();
+  if ((out.size() & 255) == 0) need_bytes(*bytes);
+}
+
 bool in_set(char32_t cp, const std::vector<char32_t>& set) { return std::find(set.begin(), set.end(), cp) != set.end(); }
 
 bool is_line_break(char32_t cp) {
@@ -41,6 +48,7 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
 
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   std::vector<std::string> out;
+  size_t bytes = 0;
   if (sep) {
     if (sep->empty()) fail("ValueError: empty separator");
     size_t start = 0;
@@ -48,9 +56,11 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
       const size_t at = s.find(*sep, start);
       if (at == std::string_view::npos) break;
       out.emplace_back(s.substr(start, at - start));
+      piece_added(out, &bytes);
       start = at + sep->size();
     }
     out.emplace_back(s.substr(start));
+    piece_added(out, &bytes);
     return out;
   }
   size_t i = 0;
@@ -66,6 +76,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     if (i >= s.size()) break;
     if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
       out.emplace_back(s.substr(i));  // the rest, trailing whitespace kept
+      piece_added(out, &bytes);
       break;
     }
     const size_t start = i;
@@ -75,12 +86,14 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
       i = j;
     }
     out.emplace_back(s.substr(start, i - start));
+    piece_added(out, &bytes);
   }
   return out;
 }
 
 std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   std::vector<std::string> out;
+  size_t bytes = 0;
   if (sep) {
     if (sep->empty()) fail("ValueError: empty separator");
     size_t end = s.size();
@@ -89,9 +102,11 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       const size_t at = s.rfind(*sep, end - sep->size());
       if (at == std::string_view::npos) break;
       out.emplace_back(s.substr(at + sep->size(), end - at - sep->size()));
+      piece_added(out, &bytes);
       end = at;
     }
     out.emplace_back(s.substr(0, end));
+    piece_added(out, &bytes);
     std::reverse(out.begin(), out.end());
     return out;
   }
@@ -108,6 +123,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
     if (e == 0) break;
     if (maxsplit >= 0 && int64_t(out.size()) == maxsplit) {
       out.emplace_back(s.substr(0, e));
+      piece_added(out, &bytes);
       break;
     }
     const size_t end = e;
@@ -117,6 +133,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       e = k;
     }
     out.emplace_back(s.substr(e, end - e));
+    piece_added(out, &bytes);
   }
   std::reverse(out.begin(), out.end());
   return out;
@@ -124,6 +141,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
 
 std::vector<std::string> splitlines(std::string_view s, bool keepends) {
   std::vector<std::string> out;
+  size_t bytes = 0;
   size_t start = 0, i = 0;
   while (i < s.size()) {
     size_t j = i;
@@ -135,9 +153,13 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
     size_t eol = j;
     if (cp == '\r' && eol < s.size() && s[eol] == '\n') ++eol;
     out.emplace_back(s.substr(start, (keepends ? eol : i) - start));
+    piece_added(out, &bytes);
     start = i = eol;
   }
-  if (start < s.size()) out.emplace_back(s.substr(start));
+  if (start < s.size()) {
+    out.emplace_back(s.substr(start));
+    piece_added(out, &bytes);
+  }
   return out;
 }
 
@@ -152,6 +174,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view r
         return out;
       }
       out.append(repl);
+      need_bytes(out.size());
       ++n;
       if (i == s.size()) break;
       size_t j = i;
@@ -167,6 +190,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view r
     const size_t at = s.find(old, start);
     if (at == std::string_view::npos) break;
     out.append(s.substr(start, at - start)).append(repl);
+    need_bytes(out.size());
     start = at + old.size();
     ++n;
   }

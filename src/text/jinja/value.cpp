@@ -12,6 +12,91 @@ namespace fp4moe::text::jinja {
 
 void fail(std::string message) { throw TemplateError{one_line(message)}; }
 
+// ---- Budget --------------------------------------------------------------------------------
+
+namespace {
+thread_local std::shared_ptr<Budget> g_budget;
+
+std::string mib(size_t bytes) {
+  return bytes % (size_t(1) << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} bytes", bytes);
+}
+}  // namespace
+
+void Budget::charge(size_t bytes) {
+  need(bytes);
+  steps(bytes / 256);  // copying is work: 1 step per 256 bytes made
+  live_ += bytes;
+  peak_ = std::max(peak_, live_);
+}
+
+void Budget::need(size_t bytes) const {
+  if (bytes > max_bytes_ || live_ > max_bytes_ - bytes)
+    fail(fmt::format("the template needs more than {} of memory (values it builds, loop items and text; the limit "
+                     "against hostile templates)",
+                     mib(max_bytes_)));
+}
+
+void Budget::steps(uint64_t n) {
+  steps_ += n;
+  if (steps_ > max_steps_)
+    fail(fmt::format("the template ran more than {} steps (statements, loop iterations, calls, items walked by "
+                     "filters and tests, 256-byte units copied)",
+                     max_steps_));
+}
+
+std::shared_ptr<Budget> current_budget() { return g_budget; }
+
+BudgetScope::BudgetScope(std::shared_ptr<Budget> b) : prev_(std::move(g_budget)) { g_budget = std::move(b); }
+BudgetScope::~BudgetScope() { g_budget = std::move(prev_); }
+
+void charge_steps(uint64_t n) {
+  if (g_budget) g_budget->steps(n);
+}
+
+void need_bytes(size_t n) {
+  if (g_budget) g_budget->need(n);
+}
+
+void Charge::add(size_t bytes) {
+  if (!budget_) budget_ = g_budget;
+  if (!budget_) return;
+  budget_->charge(bytes);
+  bytes_ += bytes;
+}
+
+Charge::~Charge() {
+  if (budget_) budget_->release(bytes_);
+}
+
+Footprint footprint(const Json& root) {
+  // nlohmann's node is 16 bytes; a string, array or object is a separate heap object (32 /
+  // 24 / 24 bytes) plus its contents; an object entry holds its key string.
+  Footprint f;
+  std::vector<std::pair<const Json*, size_t>> stack{{&root, 1}};
+  while (!stack.empty()) {
+    const auto [j, d] = stack.back();
+    stack.pop_back();
+    f.depth = std::max(f.depth, d);
+    f.bytes += sizeof(Json);
+    switch (j->type()) {
+      case Json::value_t::string: f.bytes += 32 + j->get_ref<const std::string&>().size(); break;
+      case Json::value_t::array:
+        f.bytes += 24;
+        for (const Json& x : *j) stack.emplace_back(&x, d + 1);
+        break;
+      case Json::value_t::object:
+        f.bytes += 24;
+        for (auto it = j->begin(); it != j->end(); ++it) {
+          f.bytes += 32 + it.key().size();
+          stack.emplace_back(&it.value(), d + 1);
+        }
+        break;
+      default: break;
+    }
+  }
+  return f;
+}
+
 // ---- Namespace -----------------------------------------------------------------------------
 
 Value* Namespace::find(std::string_view name) {
@@ -35,10 +120,33 @@ Value Value::undefined(std::string hint) {
   return v;
 }
 
+namespace {
+// Frees a value made during a render and gives its bytes back to the render's budget.
+struct Release {
+  std::shared_ptr<Budget> budget;
+  size_t bytes;
+  void operator()(const Json* j) const {
+    budget->release(bytes);
+    delete j;
+  }
+};
+constexpr size_t kControlBlock = 48;  // the shared_ptr's control block with its deleter
+}  // namespace
+
 Value Value::data(Json j) {
   Value v;
   v.kind_ = Kind::Data;
-  v.root_ = std::make_shared<const Json>(std::move(j));
+  if (g_budget && (j.is_structured() || j.is_string())) {
+    const Footprint f = footprint(j);
+    if (f.depth > kMaxNesting) fail(fmt::format("a value nested deeper than {} levels", kMaxNesting));
+    g_budget->charge(f.bytes + kControlBlock);
+    v.root_ = std::shared_ptr<const Json>(new Json(std::move(j)), Release{g_budget, f.bytes + kControlBlock});
+  } else if (g_budget) {
+    g_budget->charge(sizeof(Json) + kControlBlock);
+    v.root_ = std::shared_ptr<const Json>(new Json(std::move(j)), Release{g_budget, sizeof(Json) + kControlBlock});
+  } else {
+    v.root_ = std::make_shared<const Json>(std::move(j));
+  }
   v.node_ = v.root_.get();
   return v;
 }
@@ -59,6 +167,12 @@ Value Value::string(std::string s) { return data(Json(std::move(s))); }
 
 Value Value::list(std::vector<Value> items) {
   Json arr = Json::array();
+  if (g_budget) {  // the items are copied: check the total before making it
+    size_t total = 0;
+    for (const Value& it : items)
+      if (it.is_data()) total += footprint(it.json()).bytes;
+    g_budget->need(total);
+  }
   for (const Value& it : items) {
     if (!it.is_data()) fail(fmt::format("a {} cannot be stored in a list", type_name(it)));
     arr.push_back(it.json());
@@ -171,6 +285,7 @@ std::string str_repr(const std::string& s) {
   const bool has_single = s.find('\'') != std::string::npos;
   const bool has_double = s.find('"') != std::string::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
+  need_bytes(4 * s.size() + 2);  // escapes take up to 4 bytes a byte
   std::string out(1, quote);
   for (size_t i = 0; i < s.size();) {
     const char32_t cp = next_code_point(s, i);
@@ -207,7 +322,10 @@ std::string repr_json(const Json& j) {
     case Json::value_t::string: return str_repr(j.get_ref<const std::string&>());
     case Json::value_t::array: {
       std::string out = "[";
-      for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + repr_json(j[i]);
+      for (size_t i = 0; i < j.size(); ++i) {
+        out += (i ? ", " : "") + repr_json(j[i]);
+        need_bytes(out.size());
+      }
       return out + "]";
     }
     case Json::value_t::object: {
@@ -215,6 +333,7 @@ std::string repr_json(const Json& j) {
       bool first = true;
       for (auto it = j.begin(); it != j.end(); ++it) {
         out += (first ? "" : ", ") + str_repr(it.key()) + ": " + repr_json(it.value());
+        need_bytes(out.size());
         first = false;
       }
       return out + "}";
@@ -296,15 +415,20 @@ bool json_equals(const Json& a, const Json& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case Json::value_t::null: return true;
-    case Json::value_t::string: return a.get_ref<const std::string&>() == b.get_ref<const std::string&>();
+    case Json::value_t::string:
+      charge_steps(a.get_ref<const std::string&>().size() / 256);
+      return a.get_ref<const std::string&>() == b.get_ref<const std::string&>();
     case Json::value_t::array:
       if (a.size() != b.size()) return false;
+      charge_steps(a.size() / 16);
       for (size_t i = 0; i < a.size(); ++i)
         if (!json_equals(a[i], b[i])) return false;
       return true;
     case Json::value_t::object:
       if (a.size() != b.size()) return false;
+      charge_steps(a.size() / 16);
       for (auto it = a.begin(); it != a.end(); ++it) {
+        charge_steps(b.size() / 16);  // find() walks an ordered dict's keys
         const auto jt = b.find(it.key());
         if (jt == b.end() || !json_equals(it.value(), *jt)) return false;
       }
@@ -355,6 +479,7 @@ int compare(const Value& a, const Value& b, std::string_view op) {
 namespace {
 
 void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
+  need_bytes(out.size() + 6 * s.size() + 2);  // \u escapes take up to 6 bytes a byte
   out += '"';
   for (size_t i = 0; i < s.size();) {
     const char32_t cp = next_code_point(s, i);
@@ -384,6 +509,7 @@ void dump_string(std::string& out, const std::string& s, bool ensure_ascii) {
 
 void dump(std::string& out, const Json& j, const DumpOptions& o, int level) {
   const auto newline = [&](int lvl) {
+    need_bytes(out.size() + 1 + size_t(lvl) * o.indent.size());
     out += '\n';
     for (int i = 0; i < lvl; ++i) out += o.indent;
   };
@@ -408,6 +534,7 @@ void dump(std::string& out, const Json& j, const DumpOptions& o, int level) {
         if (i) out += o.item_sep;
         if (o.has_indent) newline(level + 1);
         dump(out, j[i], o, level + 1);
+        need_bytes(out.size());
       }
       if (o.has_indent) newline(level);
       out += ']';
@@ -429,6 +556,7 @@ void dump(std::string& out, const Json& j, const DumpOptions& o, int level) {
         dump_string(out, items[i].key(), o.ensure_ascii);
         out += o.key_sep;
         dump(out, items[i].value(), o, level + 1);
+        need_bytes(out.size());
       }
       if (o.has_indent) newline(level);
       out += '}';
@@ -450,6 +578,8 @@ std::string json_dumps(const Value& v, const DumpOptions& opt) {
 // ---- code points ---------------------------------------------------------------------------
 
 std::vector<char32_t> code_points(std::string_view s) {
+  need_bytes(4 * s.size());
+  charge_steps(s.size() / 256);
   std::vector<char32_t> out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) out.push_back(next_code_point(s, i));

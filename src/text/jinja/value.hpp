@@ -7,6 +7,7 @@
 // namespace() object, or something callable (a macro, a builtin, a bound method).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -99,6 +100,73 @@ class Value {
   std::shared_ptr<Callable> fn_;
   std::string hint_;
 };
+
+// ---- What one render may use ----------------------------------------------------------------
+// The interpreter installs a Budget for the thread while it renders. Every data value made
+// during the render is charged its heap footprint (footprint() below) until it is freed, so
+// the live total is bounded whatever the nesting or sharing; builtins that would build a
+// value larger than what is left check first (need_bytes), and every loop over data,
+// comparison and copied byte counts toward the step limit, so time is bounded too. Outside a
+// render (no Budget installed) nothing is charged.
+class Budget {
+ public:
+  Budget(size_t max_bytes, uint64_t max_steps) : max_bytes_(max_bytes), max_steps_(max_steps) {}
+  void charge(size_t bytes);            // throws TemplateError past max_bytes
+  void release(size_t bytes) { live_ -= std::min(bytes, live_); }
+  void need(size_t bytes) const;        // throws if charging `bytes` more would pass max_bytes
+  void steps(uint64_t n);               // throws TemplateError past max_steps
+  size_t live() const { return live_; }
+  size_t peak() const { return peak_; }
+  uint64_t steps_taken() const { return steps_; }
+  size_t max_bytes() const { return max_bytes_; }
+
+ private:
+  size_t max_bytes_;
+  uint64_t max_steps_;
+  size_t live_ = 0, peak_ = 0;
+  uint64_t steps_ = 0;
+};
+
+// The Budget of the render running on this thread (null outside one), set by BudgetScope.
+std::shared_ptr<Budget> current_budget();
+class BudgetScope {
+ public:
+  explicit BudgetScope(std::shared_ptr<Budget> b);
+  ~BudgetScope();
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+ private:
+  std::shared_ptr<Budget> prev_;
+};
+// No-ops outside a render.
+void charge_steps(uint64_t n);
+void need_bytes(size_t n);
+// Charged for the lifetime of the object (a loop's item list, a text buffer).
+class Charge {
+ public:
+  Charge() = default;
+  explicit Charge(size_t bytes) { add(bytes); }
+  ~Charge();
+  Charge(const Charge&) = delete;
+  Charge& operator=(const Charge&) = delete;
+  void add(size_t bytes);
+
+ private:
+  std::shared_ptr<Budget> budget_;
+  size_t bytes_ = 0;
+};
+
+// The heap a Json holds (nodes, strings, containers: an estimate of what the allocator gives)
+// and its nesting depth, walked without recursion. Data made during a render may nest at
+// most kMaxNesting levels (the printers and comparisons recurse).
+struct Footprint {
+  size_t bytes = 0;
+  size_t depth = 0;
+};
+Footprint footprint(const Json& j);
+constexpr size_t kMaxNesting = 512;
+constexpr size_t kValueBytes = sizeof(Value);  // one item of a std::vector<Value>
 
 // Thrown for every template error (syntax, unsupported construct, runtime); the chat
 // template layer turns it into one fp4moe::Error line.

@@ -3,11 +3,17 @@
 // Prints the architecture, the dense/MoE layers, the routing and expert configuration,
 // the MLA and indexer dimensions, the quantization config, the format of every tensor
 // group (counted per role: routed experts, shared experts, router, attention, dense MLP,
-// other) with bytes per format, and a list of problems. Exit 1 when the folder cannot be
-// opened (bad config, bad safetensors, bad index); with --strict also when problems exist.
+// other) with bytes per format, and a list of problems. For the architectures with a forward
+// pass, the problems include what loading for `generate` / `serve` refuses: the config's
+// range checks (model::parse_mla_model_config) and the whole weight binding
+// (model::bind_weights) run on the tensor headers, no tensor data read. The quant config's
+// ignore patterns go through the one bounded matcher (format/quant_config.cpp). Exit 1 when
+// the folder cannot be opened (bad config, bad safetensors, bad index); with --strict also
+// when problems exist.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -20,6 +26,8 @@
 #include "core/error.hpp"
 #include "core/units.hpp"
 #include "format/checkpoint.hpp"
+#include "model/model_config.hpp"
+#include "model/weights.hpp"
 
 namespace fp4moe {
 namespace {
@@ -109,8 +117,25 @@ int run_inspect(const InspectArgs& a) {
     for (const TensorInfo& t : f->tensors()) total += int64_t(t.nbytes());
   fmt::print("files:        {} safetensors file(s), {} of tensor data\n", ck->files().size(), human_bytes(total));
 
+  // What generate and serve do at load, on the headers only.
+  if (c.architecture == "GlmMoeDsaForCausalLM" || c.architecture == "DeepseekV3ForCausalLM" ||
+      c.architecture == "DeepseekV32ForCausalLM") {
+    try {
+      const model::MlaModelConfig mc =
+          model::parse_mla_model_config(ck->config_json(), c, (std::filesystem::path(a.dir) / "config.json").string());
+      (void)model::bind_weights(*ck, mc, /*check_only=*/true);
+      fmt::print("model load:   ok (generate and serve bind every tensor)\n");
+    } catch (const Error& e) {
+      fmt::print("model load:   refused (generate and serve cannot load this folder)\n");
+      problems.push_back(fmt::format("model load: {}", e.what()));
+    }
+  } else {
+    fmt::print("model load:   no forward pass for {} (MoE commands only)\n", c.architecture);
+  }
+
   // Tensor groups: role x format counts, bytes per format.
   const std::vector<TensorGroup> groups = ck->groups();
+  bool ignore_ok = true;  // false once a pattern failed to match (reported once)
   std::map<std::string, std::map<TensorGroupFormat, int64_t>> by_role;
   std::map<TensorGroupFormat, std::pair<int64_t, int64_t>> by_format;  // groups, bytes
   std::set<std::string> grouped;
@@ -123,9 +148,16 @@ int run_inspect(const InspectArgs& a) {
     for (const std::string& p : g.problems) problems.push_back(p);
     const bool fp4 = g.format == TensorGroupFormat::ModelOptNVFP4 || g.format == TensorGroupFormat::CompressedNVFP4 ||
                      g.format == TensorGroupFormat::MXFP4;
-    if (fp4 && !q.quant_method.empty() && q.is_ignored(g.prefix))
-      problems.push_back(fmt::format("{}: is {} but the quant config ignores it", g.prefix,
-                                     tensor_group_format_name(g.format)));
+    if (fp4 && !q.quant_method.empty() && ignore_ok) {
+      try {
+        if (q.is_ignored(g.prefix))
+          problems.push_back(fmt::format("{}: is {} but the quant config ignores it", g.prefix,
+                                         tensor_group_format_name(g.format)));
+      } catch (const Error& e) {
+        problems.push_back(fmt::format("{}: {}", q.source, e.what()));
+        ignore_ok = false;
+      }
+    }
     if (fp4 && q.quant_method.empty())
       problems.push_back(fmt::format("{}: is {} but no quantization config is declared", g.prefix,
                                      tensor_group_format_name(g.format)));

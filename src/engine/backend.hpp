@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/paged_kv.hpp"
 #include "engine/request.hpp"
 
@@ -106,6 +107,18 @@ struct BackendInfo {
   // > 0: the backend planned its KV pool itself at load (the GPU runner: weights, workspace,
   // then the pool from --mem-fraction-static / --max-total-tokens); the plan takes this many tokens.
   int64_t kv_pool_tokens = 0;
+};
+
+// Thrown by Backend::step / decode for a failure that leaves the backend able to serve other
+// requests (a request whose preparation failed, a host allocation too large for this batch):
+// the scheduler aborts the requests named (every request of the batch when none is named),
+// frees their pages and goes on. Any other exception from a backend marks the engine failed
+// (a CUDA sticky error, a broken device) and serving stops.
+class StepError : public Error {
+ public:
+  explicit StepError(std::string msg, std::vector<uint64_t> request_ids = {})
+      : Error(std::move(msg)), request_ids(std::move(request_ids)) {}
+  std::vector<uint64_t> request_ids;
 };
 
 class Backend {

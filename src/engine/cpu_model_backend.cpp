@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <new>
+
+#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "engine/sampling_cpu.hpp"
@@ -16,8 +19,9 @@ CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(o
     if (observer_) observer_->on_moe_gemm(int32_t(layer), per_expert);
   };
   model_ = model::Model::load(opt_.model_dir, mo);
-  for (const auto& e : std::filesystem::directory_iterator(opt_.model_dir))
-    if (e.path().extension() == ".safetensors") weight_bytes_ += int64_t(e.file_size());
+  std::error_code ec;  // the shards the model mmap'd (regular files; anything else was refused or is unused)
+  for (const auto& e : std::filesystem::directory_iterator(opt_.model_dir, ec))
+    if (e.path().extension() == ".safetensors" && e.is_regular_file(ec)) weight_bytes_ += int64_t(e.file_size(ec));
 }
 
 BackendInfo CpuModelBackend::info() const {
@@ -50,8 +54,17 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
   const KvBatchView view = batch.kv_view(kv_len_, rows_);
   const int64_t vocab = model_->config().vocab;
   logits_.resize(rows_.size() * size_t(vocab));
-  model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
-               TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}));
+  // The host model keeps no state across a failed step (its scratch arena resets per step, the
+  // batch's KV pages are freed with its requests): an error or a failed allocation fails this
+  // batch's requests only (StepError), and the engine goes on serving.
+  try {
+    model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
+                 TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}));
+  } catch (const Error& e) {
+    throw StepError(e.what());
+  } catch (const std::bad_alloc&) {
+    throw StepError(fmt::format("out of memory in a step of {} tokens", batch.num_tokens()));
+  }
   size_t k = 0;
   for (int32_t r = 0; r < n; ++r)
     if (batch.sample[size_t(r)]) {

@@ -1,7 +1,10 @@
 #include "engine/fake_backend.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "engine/sampling_cpu.hpp"
@@ -57,6 +60,19 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
   FP4MOE_CHECK(batch.page_size == page_size_, "fake backend: batch page size {} != {}", batch.page_size, page_size_);
   FP4MOE_CHECK(batch.num_tokens() <= max_step_tokens_, "fake backend: step of {} tokens over the bound {}",
                batch.num_tokens(), max_step_tokens_);
+  if (opt_.fail_request_token >= 0) {
+    std::vector<uint64_t> bad;
+    for (int32_t r = 0; r < batch.num_requests(); ++r) {
+      const auto toks = batch.request_tokens(r);
+      if (std::find(toks.begin(), toks.end(), opt_.fail_request_token) != toks.end())
+        bad.push_back(batch.request_ids[size_t(r)]);
+    }
+    if (!bad.empty()) {
+      std::string msg = fmt::format("fake backend: {} request(s) hold the failing token {}", bad.size(),
+                                    opt_.fail_request_token);
+      throw StepError(std::move(msg), std::move(bad));
+    }
+  }
   max_batch_tokens_ = std::max(max_batch_tokens_, batch.num_tokens());
   std::vector<int32_t> per_expert(size_t(opt_.num_experts), 0);
   auto slot = [&](std::span<const int32_t> table, int32_t pos) -> uint64_t& {

@@ -24,6 +24,9 @@ struct FakeBackendOptions {
   int32_t max_context = 1 << 20;
   int32_t step_delay_us = 0;     // sleeps this long per step (to keep requests in flight in tests)
   int64_t fail_after_steps = -1; // >= 0: every step after this many throws (a fatal device error)
+  // >= 0: a step in which a request computes this token throws StepError naming the requests
+  // that do, before anything is written (a per-request failure: the others go on).
+  int32_t fail_request_token = -1;
 };
 
 class FakeBackend : public Backend {

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace fp4moe::engine {
 
@@ -245,6 +246,15 @@ void Scheduler::run_round(const EventSink& sink) {
     }
     s.kv_len = std::min<int32_t>(old_kv + written, int32_t(s.tokens.size()));
   };
+  // A StepError: the step did not happen for anyone. The requests it names (the whole batch
+  // when it names none) are aborted and their pages freed; the others keep their KV length and
+  // run again next round. Any other exception goes up and fails the engine.
+  auto abort_failed = [&](const StepError& e) {
+    const std::vector<uint64_t> ids = e.request_ids.empty() ? batch_.request_ids : e.request_ids;
+    int32_t n = 0;
+    for (uint64_t id : ids) n += cancel(id, std::string("the request failed: ") + e.what(), sink);
+    log_warn("scheduler: a step failed for {} request(s), aborted; serving goes on: {}", n, e.what());
+  };
   if (steps > 1) {
     DecodeLimits limits;
     for (size_t i : rows) {
@@ -256,7 +266,12 @@ void Scheduler::run_round(const EventSink& sink) {
     }
     DecodeOutput out;
     const auto t0 = std::chrono::steady_clock::now();
-    backend_.decode(batch_, limits, steps, out);
+    try {
+      backend_.decode(batch_, limits, steps, out);
+    } catch (const StepError& e) {
+      abort_failed(e);
+      return;
+    }
     totals_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     FP4MOE_CHECK(out.tokens.size() == rows.size(), "backend decode returned {} rows for {}", out.tokens.size(), rows.size());
     int32_t longest = 0;
@@ -277,7 +292,12 @@ void Scheduler::run_round(const EventSink& sink) {
   } else {
     std::vector<GeneratedToken> sampled;
     const auto t0 = std::chrono::steady_clock::now();
-    backend_.step(batch_, sampled);
+    try {
+      backend_.step(batch_, sampled);
+    } catch (const StepError& e) {
+      abort_failed(e);
+      return;
+    }
     totals_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (StepObserver* o = backend_.observer()) o->on_step(batch_.num_requests(), batch_.num_tokens());
     size_t next = 0;

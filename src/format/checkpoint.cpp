@@ -53,15 +53,7 @@ std::string clean(std::string_view s) {
 }
 
 json read_json_file(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(path, ec);
-  FP4MOE_CHECK(!ec, "{}: cannot read: {}", path, ec.message());
-  FP4MOE_CHECK(size <= kMaxJsonFileBytes, "{}: {} bytes is too large for a JSON config", path, size);
-  std::ifstream in(path, std::ios::binary);
-  FP4MOE_CHECK(in.good(), "{}: cannot open", path);
-  std::string text(size_t(size), '\0');
-  in.read(text.data(), std::streamsize(size));
-  FP4MOE_CHECK(size_t(in.gcount()) == size, "{}: short read", path);
+  const std::string text = read_regular_file(path, kMaxJsonFileBytes);  // refuses FIFOs, devices, folders
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

@@ -64,7 +64,7 @@ struct QuantConfig {
   std::string quant_algo;    // "NVFP4", "W4A16_NVFP4", "MXFP4", ...
   int group_size = 0;
   std::vector<std::string> ignore;  // module globs left unquantized (ignore / exclude_modules)
-  bool is_ignored(std::string_view module) const;  // fnmatch-style '*' and '?' wildcards
+  bool is_ignored(std::string_view module) const;  // module_glob_match over `ignore` (may throw, see there)
   std::string format;        // compressed-tensors format, e.g. "nvfp4-pack-quantized"
   bool activation_quant = false;  // activations quantized too (NVFP4 W4A4), not weight-only
   std::string source;        // file the quant config came from ("" if none)
@@ -73,7 +73,9 @@ struct QuantConfig {
 // "quantization_config" (ModelOpt, compressed-tensors, mxfp4). Unknown methods throw.
 QuantConfig parse_quant_config(const nlohmann::json& j, const std::string& path_for_errors);
 // fnmatch-style match of the whole name: '*' any run, '?' one char, "re:<regex>" (as
-// compressed-tensors writes) a regex matched from the start.
+// compressed-tensors writes) a regex matched from the start (PCRE2, Python's re.match). The one
+// matcher of every command (quant_config.cpp): a regex that needs more than a bounded number of
+// backtracking steps throws an Error naming the pattern instead of running on.
 bool module_glob_match(std::string_view pattern, std::string_view name);
 
 // One linear layer's tensors as found in the files ("<prefix>.weight", ...), checked against

@@ -1,5 +1,5 @@
 // config.json (model) and quantization-config parsing for the GLM-5 / DeepSeek-V3 family,
-// GLM-4.5 and Qwen3-MoE; module glob matching for ignore / exclude_modules lists.
+// GLM-4.5 and Qwen3-MoE (the quantization config: quant_config.cpp).
 //
 // Field names are those of the Hugging Face configs:
 //   GlmMoeDsaForCausalLM (GLM-5), DeepseekV3ForCausalLM (and V3.2's DSA fields):
@@ -13,7 +13,6 @@
 //     decoder_sparse_step, mlp_only_layers, (shared_expert_intermediate_size: Qwen2-MoE).
 #include <algorithm>
 #include <cmath>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -28,25 +27,26 @@ using json = nlohmann::json;
 
 enum class Family { DeepSeek, Glm45, Qwen3 };
 
-bool glob_match(std::string_view p, std::string_view s) {
-  // Iterative '*' backtracking: O(|p|·|s|) worst case, no recursion.
-  size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
-  while (si < s.size()) {
-    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
-      ++pi, ++si;
-    } else if (pi < p.size() && p[pi] == '*') {
-      star = pi++;
-      mark = si;
-    } else if (star != std::string_view::npos) {
-      pi = star + 1;
-      si = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
-}
+// What config.json may ask for: each bound is far above the supported models (GLM-5,
+// DeepSeek-V3: hidden 6144-7168, 61-78 layers, vocab ~155K, 128 heads, 256 experts, top-8,
+// ranks <= 1536, 160K-200K positions, index_topk 2048) and keeps every size the engine
+// derives from them (model/model_config.cpp adds the bounds on their products) in int64.
+constexpr int64_t kMaxHidden = 65536;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxVocab = int64_t(1) << 24;  // token ids are int32 and a logits row is vocab FP32
+constexpr int64_t kMaxIntermediate = int64_t(1) << 18;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxRank = 65536;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxTopK = 256;
+constexpr int64_t kMaxSharedExperts = 64;
+constexpr int64_t kMinPositions = 2;
+constexpr int64_t kMaxPositions = int64_t(1) << 24;
+constexpr int64_t kMaxIndexTopk = 65536;
+constexpr double kMinEps = 0.0, kMaxEps = 1.0;
+constexpr double kMinRopeTheta = 1.0, kMaxRopeTheta = 1e12;
+constexpr double kMaxScale = 1e4;
 
 }  // namespace
 
@@ -76,35 +76,40 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
                 path, c.architecture);
   }
 
-  c.hidden_size = r.integer("hidden_size", std::nullopt, 1);
-  c.num_layers = r.integer("num_hidden_layers", std::nullopt, 1);
-  FP4MOE_CHECK(c.num_layers <= 4096, "{}: num_hidden_layers = {} is out of range (at most 4096)", path, c.num_layers);
-  c.vocab_size = r.integer("vocab_size", std::nullopt, 1);
-  c.intermediate_size = r.integer("intermediate_size", 0);
-  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1);
-  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads, 1);
-  c.head_dim = r.integer("head_dim", c.hidden_size / c.num_attention_heads, 1);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 0);
-  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.hidden_size = r.integer("hidden_size", std::nullopt, 1, kMaxHidden);
+  c.num_layers = r.integer("num_hidden_layers", std::nullopt, 1, kMaxLayers);
+  c.vocab_size = r.integer("vocab_size", std::nullopt, 1, kMaxVocab);
+  c.intermediate_size = r.integer("intermediate_size", 0, 0, kMaxIntermediate);
+  c.num_attention_heads = r.integer("num_attention_heads", std::nullopt, 1, kMaxHeads);
+  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads, 1, c.num_attention_heads);
+  FP4MOE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+               "{}: num_attention_heads = {} is not a multiple of num_key_value_heads = {}", path,
+               c.num_attention_heads, c.num_key_value_heads);
+  c.head_dim = r.integer("head_dim", std::max<int64_t>(c.hidden_size / c.num_attention_heads, 1), 1, kMaxHeadDim);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6, kMinEps, kMaxEps);
+  FP4MOE_CHECK(c.rms_norm_eps > 0, "{}: 'rms_norm_eps' = {} must be positive", path, c.rms_norm_eps);
+  // 0: absent (the MoE-only commands need none; the forward pass requires it). At least a
+  // prompt token and a generated one.
+  c.max_position_embeddings = r.integer("max_position_embeddings", 0, kMinPositions, kMaxPositions);
+  c.rope_theta = r.number("rope_theta", 10000.0, kMinRopeTheta, kMaxRopeTheta);
   if (const json* rp = r.field("rope_parameters"); rp && rp->is_object())  // transformers 5
-    c.rope_theta = Reader{*rp, path}.number("rope_theta", c.rope_theta);
+    c.rope_theta = Reader{*rp, path}.number("rope_theta", c.rope_theta, kMinRopeTheta, kMaxRopeTheta);
   c.hidden_act = r.string("hidden_act", "silu");
   FP4MOE_CHECK(c.hidden_act == "silu", "{}: hidden_act '{}' is not supported (only silu)", path, c.hidden_act);
 
   MoeConfig& m = c.moe;
   m.hidden = c.hidden_size;
-  m.inter = r.integer("moe_intermediate_size", std::nullopt, 1);
-  m.top_k = r.integer("num_experts_per_tok", std::nullopt, 1);
+  m.inter = r.integer("moe_intermediate_size", std::nullopt, 1, kMaxIntermediate);
+  m.top_k = r.integer("num_experts_per_tok", std::nullopt, 1, kMaxTopK);
   if (family == Family::Qwen3) {
-    m.num_experts = r.integer("num_experts", std::nullopt, 1);
+    m.num_experts = r.integer("num_experts", std::nullopt, 1, kMaxExperts);
     m.scoring = ScoringFunc::Softmax;
     m.norm_topk_prob = r.boolean("norm_topk_prob", false);
     m.routed_scaling = 1.0f;
     m.n_group = m.topk_group = 1;
-    m.shared_inter = r.integer("shared_expert_intermediate_size", 0);
+    m.shared_inter = r.integer("shared_expert_intermediate_size", 0, 0, kMaxIntermediate);
     c.n_shared_experts = m.shared_inter > 0 ? 1 : 0;
-    c.decoder_sparse_step = r.integer("decoder_sparse_step", 1, 1);
+    c.decoder_sparse_step = r.integer("decoder_sparse_step", 1, 1, c.num_layers);
     if (const json* ml = r.field("mlp_only_layers")) {
       FP4MOE_CHECK(ml->is_array(), "{}: 'mlp_only_layers' must be a list of layer indices", path);
       for (const json& x : *ml) {
@@ -116,7 +121,7 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
     const std::string scoring = r.string("scoring_func", "softmax");
     FP4MOE_CHECK(scoring == "softmax", "{}: Qwen3-MoE scoring_func '{}' is not supported", path, scoring);
   } else {
-    m.num_experts = r.integer("n_routed_experts", std::nullopt, 1);
+    m.num_experts = r.integer("n_routed_experts", std::nullopt, 1, kMaxExperts);
     const std::string scoring = r.string("scoring_func", "sigmoid");
     if (scoring == "sigmoid") {
       m.scoring = ScoringFunc::Sigmoid;
@@ -126,16 +131,20 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
       FP4MOE_FAIL("{}: scoring_func '{}' is not supported (sigmoid or softmax)", path, scoring);
     }
     m.norm_topk_prob = r.boolean("norm_topk_prob", true);
-    m.routed_scaling = float(r.number("routed_scaling_factor", 1.0));
-    m.n_group = r.integer("n_group", 1, 1);
-    m.topk_group = r.integer("topk_group", 1, 1);
-    c.n_shared_experts = r.integer("n_shared_experts", 0);
+    m.routed_scaling = float(r.number("routed_scaling_factor", 1.0, 0.0, kMaxScale));
+    m.n_group = r.integer("n_group", 1, 1, m.num_experts);
+    m.topk_group = r.integer("topk_group", 1, 1, m.n_group);
+    c.n_shared_experts = r.integer("n_shared_experts", 0, 0, kMaxSharedExperts);
     m.shared_inter = c.n_shared_experts * m.inter;
     c.topk_method = r.string("topk_method", family == Family::Glm45 ? "noaux_tc" : "");
-    c.first_k_dense_replace = r.integer("first_k_dense_replace", 0);
-    c.moe_layer_freq = r.integer("moe_layer_freq", 1, 1);
+    c.first_k_dense_replace = r.integer("first_k_dense_replace", 0, 0, c.num_layers);
+    c.moe_layer_freq = r.integer("moe_layer_freq", 1, 1, c.num_layers);
   }
   FP4MOE_CHECK(m.routed_scaling > 0.0f, "{}: routed_scaling_factor must be positive", path);
+  FP4MOE_CHECK(m.shared_inter <= kMaxIntermediate,
+               "{}: the shared experts' intermediate size n_shared_experts x moe_intermediate_size = {} is out of range "
+               "(at most {})",
+               path, m.shared_inter, kMaxIntermediate);
   FP4MOE_CHECK(m.top_k <= m.num_experts, "{}: num_experts_per_tok = {} exceeds the {} experts", path, m.top_k,
                m.num_experts);
   FP4MOE_CHECK(m.num_experts % m.n_group == 0, "{}: {} experts do not split into n_group = {} groups", path,
@@ -147,14 +156,17 @@ ModelConfig parse_model_config(const json& j, const std::string& path) {
                m.top_k, m.topk_group * (m.num_experts / m.n_group), m.topk_group);
 
   if (family == Family::DeepSeek) {
-    c.q_lora_rank = r.integer("q_lora_rank", 0);
-    c.kv_lora_rank = r.integer("kv_lora_rank", std::nullopt, 1);
-    c.qk_nope_head_dim = r.integer("qk_nope_head_dim", std::nullopt, 1);
-    c.qk_rope_head_dim = r.integer("qk_rope_head_dim", std::nullopt, 1);
-    c.v_head_dim = r.integer("v_head_dim", std::nullopt, 1);
-    c.index_n_heads = r.integer("index_n_heads", 0);
-    c.index_head_dim = r.integer("index_head_dim", 0);
-    c.index_topk = r.integer("index_topk", 0);
+    c.q_lora_rank = r.integer("q_lora_rank", 0, 0, kMaxRank);
+    c.kv_lora_rank = r.integer("kv_lora_rank", std::nullopt, 1, kMaxRank);
+    c.qk_nope_head_dim = r.integer("qk_nope_head_dim", std::nullopt, 1, kMaxHeadDim);
+    c.qk_rope_head_dim = r.integer("qk_rope_head_dim", std::nullopt, 1, kMaxHeadDim);
+    c.v_head_dim = r.integer("v_head_dim", std::nullopt, 1, kMaxHeadDim);
+    c.index_n_heads = r.integer("index_n_heads", 0, 0, kMaxHeads);
+    c.index_head_dim = r.integer("index_head_dim", 0, 0, kMaxHeadDim);
+    // The indexer keeps at most index_topk of the positions: more than the context is no choice.
+    const int64_t max_topk = c.max_position_embeddings > 0 ? std::min(kMaxIndexTopk, c.max_position_embeddings)
+                                                           : kMaxIndexTopk;
+    c.index_topk = r.integer("index_topk", 0, 0, max_topk);
     if (c.architecture == "GlmMoeDsaForCausalLM")
       FP4MOE_CHECK(c.index_n_heads > 0 && c.index_head_dim > 0 && c.index_topk > 0,
                    "{}: GlmMoeDsaForCausalLM needs the indexer fields index_n_heads, index_head_dim, index_topk",
@@ -205,108 +217,6 @@ int64_t ModelConfig::num_moe_layers() const {
   int64_t n = 0;
   for (int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l);
   return n;
-}
-
-// ---- quantization config -------------------------------------------------------------
-
-bool module_glob_match(std::string_view pattern, std::string_view name) {
-  if (pattern.substr(0, 3) == "re:") {
-    try {
-      const std::regex re(std::string(pattern.substr(3)));
-      return std::regex_search(name.begin(), name.end(), re, std::regex_constants::match_continuous);
-    } catch (const std::regex_error&) {
-      return false;  // parse_quant_config rejects bad regexes up front
-    }
-  }
-  return glob_match(pattern, name);
-}
-
-bool QuantConfig::is_ignored(std::string_view module) const {
-  for (const std::string& p : ignore) {
-    if (module_glob_match(p, module)) return true;
-    // A plain module name also covers its children ("model.layers.0.mlp" -> "...mlp.gate_proj").
-    if (p.find_first_of("*?") == std::string::npos && p.substr(0, 3) != "re:" && module.size() > p.size() &&
-        module.substr(0, p.size()) == p && module[p.size()] == '.')
-      return true;
-  }
-  return false;
-}
-
-QuantConfig parse_quant_config(const json& root, const std::string& path) {
-  FP4MOE_CHECK(root.is_object(), "{}: quantization config is not a JSON object", path);
-  QuantConfig q;
-  q.source = path;
-  // hf_quant_config.json nests ModelOpt's fields under "quantization".
-  const json& j = root.contains("quantization") && root["quantization"].is_object() ? root["quantization"] : root;
-  const Reader r{j, path};
-  auto read_globs = [&](const char* key) {
-    const json* v = r.field(key);
-    if (!v) return;
-    FP4MOE_CHECK(v->is_array(), "{}: '{}' must be a list of module names or globs", path, key);
-    for (const json& g : *v) {
-      FP4MOE_CHECK(g.is_string(), "{}: '{}' entry {} is not a string", path, key, g.dump());
-      std::string s = g.get<std::string>();
-      if (s.substr(0, 3) == "re:") {
-        try {
-          std::regex re(s.substr(3));
-        } catch (const std::regex_error&) {
-          FP4MOE_FAIL("{}: '{}' entry '{}' is not a valid regex", path, key, s);
-        }
-      }
-      q.ignore.push_back(std::move(s));
-    }
-  };
-
-  std::string method = r.string("quant_method");
-  const std::string algo = r.string("quant_algo");
-  if (method.empty() && !algo.empty()) method = "modelopt";  // hf_quant_config.json has no quant_method
-  if (method == "modelopt") {
-    q.quant_method = "modelopt";
-    q.quant_algo = algo;
-    FP4MOE_CHECK(algo == "NVFP4" || algo == "W4A16_NVFP4" || algo == "MXFP4" || algo == "W4A16_MXFP4",
-                 "{}: ModelOpt quant_algo '{}' is not supported (NVFP4, W4A16_NVFP4, MXFP4)", path, algo);
-    const bool mx = algo.find("MXFP4") != std::string::npos;
-    q.group_size = int(r.integer("group_size", mx ? 32 : 16, 1));
-    q.activation_quant = algo == "NVFP4" || algo == "MXFP4";
-    read_globs("exclude_modules");
-    read_globs("ignore");
-  } else if (method == "compressed-tensors") {
-    q.quant_method = method;
-    q.format = r.string("format");
-    const json* groups = r.field("config_groups");
-    FP4MOE_CHECK(groups && groups->is_object() && !groups->empty(),
-                 "{}: compressed-tensors config has no 'config_groups'", path);
-    for (auto it = groups->begin(); it != groups->end(); ++it) {
-      FP4MOE_CHECK(it.value().is_object(), "{}: config_groups.{} is not an object", path, it.key());
-      const Reader g{it.value(), path};
-      const std::string fmt = g.string("format", q.format);
-      FP4MOE_CHECK(fmt == "nvfp4-pack-quantized" || fmt == "mxfp4-pack-quantized",
-                   "{}: compressed-tensors format '{}' is not supported (nvfp4-pack-quantized, mxfp4-pack-quantized)",
-                   path, fmt);
-      FP4MOE_CHECK(q.format.empty() || q.format == fmt || q.format == "mixed-precision",
-                   "{}: config groups mix formats '{}' and '{}'", path, q.format, fmt);
-      q.format = fmt;
-      if (const json* w = g.field("weights"); w && w->is_object())
-        q.group_size = int(Reader{*w, path}.integer("group_size", 0));
-      if (const json* a = g.field("input_activations"); a && a->is_object()) q.activation_quant = true;
-    }
-    const bool mx = q.format == "mxfp4-pack-quantized";
-    if (q.group_size == 0) q.group_size = mx ? 32 : 16;
-    q.quant_algo = mx ? (q.activation_quant ? "MXFP4" : "W4A16_MXFP4") : (q.activation_quant ? "NVFP4" : "W4A16_NVFP4");
-    read_globs("ignore");
-  } else if (method == "mxfp4") {
-    q.quant_method = method;
-    q.quant_algo = "MXFP4";
-    q.group_size = 32;
-    read_globs("modules_to_not_convert");
-    read_globs("ignore");
-  } else {
-    FP4MOE_FAIL("{}: quant_method '{}' is not supported (modelopt, compressed-tensors, mxfp4)", path, method);
-  }
-  const int want = q.quant_algo.find("MXFP4") != std::string::npos ? 32 : 16;
-  FP4MOE_CHECK(q.group_size == want, "{}: group_size {} does not match {} (needs {})", path, q.group_size,
-               q.quant_algo, want);
-  return q;
 }
 
 std::string_view tensor_group_format_name(TensorGroupFormat f) {

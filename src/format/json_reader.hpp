@@ -24,7 +24,9 @@ struct Reader {
   }
   bool has(const char* key) const { return field(key) != nullptr; }
 
-  int64_t integer(const char* key, std::optional<int64_t> def = std::nullopt, int64_t min = 0) const {
+  // Integers are bounded by [min, max] (max at most 2^40): one line names the key and the range.
+  int64_t integer(const char* key, std::optional<int64_t> def = std::nullopt, int64_t min = 0,
+                  int64_t max = int64_t(1) << 40) const {
     const nlohmann::json* v = field(key);
     if (!v) {
       FP4MOE_CHECK(def.has_value(), "{}: missing '{}'", path, key);
@@ -33,7 +35,7 @@ struct Reader {
     FP4MOE_CHECK(v->is_number_integer(), "{}: '{}' must be an integer (got {})", path, key, v->dump());
     const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX
                                                                                            : v->get<int64_t>();
-    FP4MOE_CHECK(x >= min && x <= (int64_t(1) << 40), "{}: '{}' = {} is out of range", path, key, x);
+    FP4MOE_CHECK(x >= min && x <= max, "{}: '{}' = {} is out of range (allowed {}..{})", path, key, x, min, max);
     return x;
   }
   double number(const char* key, double def) const {
@@ -42,6 +44,13 @@ struct Reader {
     FP4MOE_CHECK(v->is_number(), "{}: '{}' must be a number (got {})", path, key, v->dump());
     const double x = v->get<double>();
     FP4MOE_CHECK(std::isfinite(x), "{}: '{}' is not finite", path, key);
+    return x;
+  }
+  // A finite number in [lo, hi] (the default is not checked).
+  double number(const char* key, double def, double lo, double hi) const {
+    const double x = number(key, def);
+    FP4MOE_CHECK(!has(key) || (x >= lo && x <= hi), "{}: '{}' = {} is out of range (allowed {}..{})", path, key, x,
+                 lo, hi);
     return x;
   }
   bool boolean(const char* key, bool def) const {

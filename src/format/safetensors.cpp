@@ -31,6 +31,66 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 namespace {
 
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a plain file";
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  FP4MOE_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot open: {}", path, std::strerror(errno));
+  FP4MOE_CHECK(S_ISREG(st.st_mode), "{}: not a regular file ({})", path, file_kind(st.st_mode));
+}
+
+int open_regular_file(const std::string& path, uint64_t* size) {
+  require_regular_file(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  FP4MOE_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    FP4MOE_FAIL("{}: cannot stat: {}", path, std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    FP4MOE_FAIL("{}: not a regular file ({})", path, file_kind(st.st_mode));
+  }
+  *size = uint64_t(st.st_size);
+  return fd;
+}
+
+std::string read_regular_file(const std::string& path, uint64_t max_bytes) {
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  if (size > max_bytes) {
+    ::close(fd);
+    FP4MOE_FAIL("{}: {} bytes is over the {} byte limit for this file", path, size, max_bytes);
+  }
+  std::string text(size_t(size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      FP4MOE_FAIL("{}: short read ({} of {} bytes){}", path, got, size, n < 0 ? std::string(": ") + std::strerror(err) : "");
+    }
+    got += size_t(n);
+  }
+  ::close(fd);
+  return text;
+}
+
+namespace {
+
 using json = nlohmann::json;
 
 // Deepest nesting a valid header has: {top {entry [shape]}}. A little slack for errors.
@@ -227,19 +287,8 @@ std::vector<TensorInfo> parse_safetensors_header(std::string_view text, uint64_t
 struct SafetensorsParser {
   static void load(SafetensorsFile& f) {
     const std::string& path = f.path_;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    FP4MOE_CHECK(fd >= 0, "{}: cannot open: {}", path, std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      FP4MOE_FAIL("{}: cannot stat: {}", path, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      FP4MOE_FAIL("{}: not a regular file", path);
-    }
-    const uint64_t size = uint64_t(st.st_size);
+    uint64_t size = 0;
+    const int fd = open_regular_file(path, &size);  // a FIFO would block open(): refused before
     if (size < 8) {
       ::close(fd);
       FP4MOE_FAIL("{}: file is {} bytes, too small for a safetensors header", path, size);

@@ -34,6 +34,16 @@ struct TensorInfo {
 // "[2, 3]" (for messages).
 std::string shape_str(const std::vector<int64_t>& shape);
 
+// Every file of a checkpoint (safetensors, config.json, index, quantization config) is
+// checked with stat() (following symlinks) before it is opened: a FIFO, a device, a socket or
+// a directory is refused with "<path>: not a regular file (<kind>)" instead of blocking in
+// open(). The open itself is O_NONBLOCK and re-checked with fstat (a swap in between).
+void require_regular_file(const std::string& path);
+// Opens a regular file for reading as above; returns the fd (the caller closes it) and its size.
+int open_regular_file(const std::string& path, uint64_t* size);
+// The whole of a small regular file (at most max_bytes), through open_regular_file.
+std::string read_regular_file(const std::string& path, uint64_t max_bytes);
+
 // A validated, memory-mapped safetensors file. Views stay valid while the file lives.
 class SafetensorsFile {
  public:

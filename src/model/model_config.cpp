@@ -64,7 +64,8 @@ RopeSpec parse_rope(const json& j, int64_t dim, int64_t max_pos, const std::stri
   if (rp) FP4MOE_CHECK(rp->is_object(), "{}: '{}' must be an object (got {})", path, where, rp->dump());
   const json& p = rp ? *rp : empty;
   r.theta = number(p, "rope_theta", number(j, "rope_theta", 10000.0, path), path);
-  FP4MOE_CHECK(r.theta > 1.0, "{}: rope_theta = {} must be > 1", path, r.theta);
+  FP4MOE_CHECK(r.theta > 1.0 && r.theta <= 1e12, "{}: rope_theta = {} is out of range (allowed > 1, at most 1e12)",
+               path, r.theta);
   std::string type = "default";
   for (const char* key : {"rope_type", "type"})
     if (const json* t = field(p, key)) {
@@ -87,18 +88,30 @@ RopeSpec parse_rope(const json& j, int64_t dim, int64_t max_pos, const std::stri
   const json* f = field(p, "factor");
   r.original_max_position_embeddings =
       integer(j, "original_max_position_embeddings", integer(p, "original_max_position_embeddings", max_pos, path), path);
-  FP4MOE_CHECK(r.original_max_position_embeddings > 0, "{}: yarn needs original_max_position_embeddings > 0", path);
+  FP4MOE_CHECK(r.original_max_position_embeddings >= 1 && r.original_max_position_embeddings <= max_pos,
+               "{}: yarn original_max_position_embeddings = {} is out of range (allowed 1..max_position_embeddings "
+               "= {})",
+               path, r.original_max_position_embeddings, max_pos);
   r.factor = f ? number(p, "factor", 1.0, path) : double(max_pos) / double(r.original_max_position_embeddings);
-  FP4MOE_CHECK(r.factor > 0, "{}: yarn factor {} must be positive", path, r.factor);
+  FP4MOE_CHECK(r.factor > 0 && r.factor <= 1e4, "{}: {}.factor = {} is out of range (allowed > 0, at most 1e4)",
+               path, where, r.factor);
   r.beta_fast = number(p, "beta_fast", 0.0, path);
   if (r.beta_fast == 0.0) r.beta_fast = 32.0;
   r.beta_slow = number(p, "beta_slow", 0.0, path);
   if (r.beta_slow == 0.0) r.beta_slow = 1.0;
+  for (const auto& [key, v] : {std::pair{"beta_fast", r.beta_fast}, std::pair{"beta_slow", r.beta_slow}})
+    FP4MOE_CHECK(v > 0 && v <= 1e6, "{}: {}.{} = {} is out of range (allowed > 0, at most 1e6; 0 or absent: the default)",
+                 path, where, key, v);
   r.mscale = number(p, "mscale", 0.0, path);
   r.mscale_all_dim = number(p, "mscale_all_dim", 0.0, path);
+  for (const auto& [key, v] : {std::pair{"mscale", r.mscale}, std::pair{"mscale_all_dim", r.mscale_all_dim}})
+    FP4MOE_CHECK(v >= -100 && v <= 100, "{}: {}.{} = {} is out of range (allowed -100..100)", path, where, key, v);
   r.truncate = boolean(p, "truncate", true, path);
   if (const json* af = field(p, "attention_factor")) {
     r.attention_factor = float(number(p, "attention_factor", 1.0, path));
+    FP4MOE_CHECK(r.attention_factor > 0 && r.attention_factor <= 100,
+                 "{}: {}.attention_factor = {} is out of range (allowed > 0, at most 100)", path, where,
+                 r.attention_factor);
     (void)af;
   } else if (r.mscale != 0.0 && r.mscale_all_dim != 0.0) {
     r.attention_factor = float(yarn_mscale(r.factor, r.mscale) / yarn_mscale(r.factor, r.mscale_all_dim));
@@ -106,6 +119,9 @@ RopeSpec parse_rope(const json& j, int64_t dim, int64_t max_pos, const std::stri
     r.attention_factor = float(yarn_mscale(r.factor, 1.0));
   }
   yarn_inv_freq(r);
+  FP4MOE_CHECK(std::isfinite(r.attention_factor) && r.attention_factor > 0,
+               "{}: the yarn parameters give an attention factor of {} (mscale, mscale_all_dim, factor)", path,
+               r.attention_factor);
   return r;
 }
 
@@ -179,11 +195,16 @@ MlaModelConfig parse_mla_model_config(const json& j, const ModelConfig& b, const
   c.rms_norm_eps = number(j, "rms_norm_eps", c.family == Family::GlmMoeDsa ? 1e-5 : 1e-6, path);
   FP4MOE_CHECK(c.rms_norm_eps > 0, "{}: rms_norm_eps {} must be positive", path, c.rms_norm_eps);
   c.max_position_embeddings = b.max_position_embeddings;
-  FP4MOE_CHECK(c.max_position_embeddings > 0, "{}: max_position_embeddings is missing or 0", path);
+  FP4MOE_CHECK(c.max_position_embeddings > 0,
+               "{}: 'max_position_embeddings' is missing (the forward pass needs the context length)", path);
   c.tie_word_embeddings = boolean(j, "tie_word_embeddings", false, path);
   c.moe = b.moe;
   c.topk_method = b.topk_method;
-  c.num_nextn_predict_layers = integer(j, "num_nextn_predict_layers", integer(j, "num_mtp_layers", 0, path), path);
+  {
+    const Reader r{j, path};
+    c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", r.integer("num_mtp_layers", 0, 0, kMaxNextnLayers),
+                                           0, kMaxNextnLayers);
+  }
 
   FP4MOE_CHECK(!boolean(j, "attention_bias", false, path), "{}: attention_bias true is not supported", path);
   FP4MOE_CHECK(!boolean(j, "mlp_bias", false, path), "{}: mlp_bias true is not supported", path);
@@ -193,6 +214,8 @@ MlaModelConfig parse_mla_model_config(const json& j, const ModelConfig& b, const
   FP4MOE_CHECK(b.moe.scoring == ScoringFunc::Sigmoid, "{}: scoring_func softmax is not supported for {}", path,
                b.architecture);
   FP4MOE_CHECK(c.qk_rope_dim % 2 == 0, "{}: qk_rope_head_dim {} is odd", path, c.qk_rope_dim);
+  FP4MOE_CHECK(c.kv_lora_rank > 0 && c.qk_nope_dim > 0 && c.qk_rope_dim > 0 && c.v_head_dim > 0,
+               "{}: {} needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim", path, b.architecture);
   FP4MOE_CHECK(c.intermediate > 0 || b.num_moe_layers() == b.num_layers, "{}: dense layers need intermediate_size",
                path);
 
@@ -229,7 +252,46 @@ MlaModelConfig parse_mla_model_config(const json& j, const ModelConfig& b, const
                  path, b.moe_layer_freq);
     for (int64_t l = 0; l < c.num_layers; ++l) c.moe_layer[size_t(l)] = l >= b.first_k_dense_replace;
   }
+  FP4MOE_CHECK(std::isfinite(c.softmax_scale) && c.softmax_scale > 0,
+               "{}: the attention softmax scale is {} (qk head dims, yarn mscale_all_dim)", path, c.softmax_scale);
+  for (float f : c.rope.inv_freq)
+    FP4MOE_CHECK(std::isfinite(f), "{}: the rope parameters give a non-finite frequency (rope_theta, yarn factor, "
+                 "beta_fast/beta_slow)", path);
+  const MlaSizes z = mla_sizes(c);
+  FP4MOE_CHECK(z.weight_params <= kMaxWeightParams,
+               "{}: the config describes {:.3g} parameters, over the {:.3g} this engine takes (hidden_size, "
+               "num_hidden_layers, n_routed_experts, moe_intermediate_size, vocab_size)",
+               path, z.weight_params, kMaxWeightParams);
+  FP4MOE_CHECK(z.kv_bytes_per_token <= kMaxKvBytesPerToken,
+               "{}: the KV cache of one position is {:.3g} bytes over all layers, over the {:.3g} this engine takes "
+               "(num_hidden_layers x (kv_lora_rank + qk_rope_head_dim + index_head_dim))",
+               path, z.kv_bytes_per_token, kMaxKvBytesPerToken);
+  FP4MOE_CHECK(z.scratch_bytes_per_token <= kMaxScratchBytesPerToken,
+               "{}: one token's step scratch is {:.3g} bytes, over the {:.3g} this engine takes (heads x head dims, "
+               "intermediate sizes, vocab_size, max_position_embeddings, index_topk)",
+               path, z.scratch_bytes_per_token, kMaxScratchBytesPerToken);
   return c;
+}
+
+MlaSizes mla_sizes(const MlaModelConfig& c) {
+  const double H = double(c.hidden), NH = double(c.num_heads), QK = double(c.qk_head_dim());
+  const double C = double(c.kv_lora_rank), R = double(c.qk_rope_dim), N = double(c.qk_nope_dim);
+  const double V = double(c.v_head_dim), QL = double(c.q_lora_rank);
+  const double HI = double(c.index_n_heads), D = double(c.index_head_dim);
+  const double E = double(c.moe.num_experts), I = double(c.moe.inter), SI = double(c.moe.shared_inter);
+  const double DI = double(c.intermediate), vocab = double(c.vocab), P = double(c.max_position_embeddings);
+  MlaSizes z;
+  const double attn = (QL > 0 ? QL * H + NH * QK * QL : NH * QK * H) + (C + R) * H + NH * (N + V) * C + H * NH * V;
+  const double indexer = HI * D * QL + D * H + HI * H;
+  const double moe = E * 3 * I * H + 3 * SI * H + E * H;
+  const double layers = double(c.num_layers) + double(c.num_nextn_predict_layers);
+  z.weight_params = 2 * vocab * H + layers * (attn + indexer + std::max(moe, 3 * DI * H)) +
+                    double(c.num_nextn_predict_layers) * 2 * H * H;
+  z.kv_bytes_per_token = layers * (C + R + D) * 4;
+  const double act = 3 * H + NH * QK + QL + 2 * (C + R) + D + HI * D + HI + P + 2 * NH * V + NH * (N + R) +
+                     2 * NH * C + 2 * std::max({I * double(c.moe.top_k), DI, SI}) + E + vocab;
+  z.scratch_bytes_per_token = act * 4 + double(c.index_topk) * 4;
+  return z;
 }
 
 void rope_cos_sin(const RopeSpec& r, int64_t pos, float* cos, float* sin) {

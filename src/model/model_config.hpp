@@ -69,7 +69,24 @@ struct MlaModelConfig {
   bool has_indexer() const { return index_n_heads > 0; }
 };
 
-// `base` is the checkpoint's already-parsed ModelConfig (routing fields, layer counts).
+// Upper bounds of the sizes the engine derives from a config, computed in double (no
+// overflow whatever the fields): the checkpoint's parameters, the FP32 KV cache of one
+// position over all layers, and the FP32 scratch one token of a step can take (activations,
+// indexer scores over max_position_embeddings, index_topk ids, a logits row).
+struct MlaSizes {
+  double weight_params = 0, kv_bytes_per_token = 0, scratch_bytes_per_token = 0;
+};
+MlaSizes mla_sizes(const MlaModelConfig& c);
+// The ceilings parse_mla_model_config holds them to (the largest supported model, GLM-5:
+// ~7.5e11 parameters, ~220 KB of KV and ~60 MB of scratch per token).
+constexpr double kMaxWeightParams = double(int64_t(1) << 42);      // ~4.4e12
+constexpr double kMaxKvBytesPerToken = double(int64_t(16) << 20);  // 16 MiB
+constexpr double kMaxScratchBytesPerToken = double(int64_t(256) << 20);  // 256 MiB
+constexpr int64_t kMaxNextnLayers = 16;
+
+// `base` is the checkpoint's already-parsed ModelConfig (routing fields, layer counts, each
+// field range-checked). Every value the forward pass reads is checked here: one line names
+// the key and the allowed range; the sizes above are held to their ceilings.
 MlaModelConfig parse_mla_model_config(const nlohmann::json& j, const ModelConfig& base, const std::string& path);
 
 // cos/sin of position `pos`: cos_sin[i] = {cos, sin}(inv_freq[i] · pos) · attention_factor,

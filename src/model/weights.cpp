@@ -21,7 +21,9 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // Binds tensors by name and remembers which ones it used.
 class Binder {
  public:
-  explicit Binder(const Checkpoint& ck) : ck_(ck) {}
+  Binder(const Checkpoint& ck, bool check_only) : ck_(ck), check_only_(check_only) {}
+
+  bool check_only() const { return check_only_; }
 
   const std::string& dir() const { return ck_.dir(); }
 
@@ -73,6 +75,7 @@ class Binder {
     FP4MOE_CHECK(t->shape == std::vector<int64_t>{dim}, "{}: {} '{}' has shape {}, expected [{}]", dir(), what, name,
                  shape_str(t->shape), dim);
     used_.insert(name);
+    if (check_only_) return {};
     const auto b = f->bytes(*t);
     std::vector<float> v(static_cast<size_t>(dim));
     for (int64_t i = 0; i < dim; ++i) {
@@ -128,6 +131,7 @@ class Binder {
 
  private:
   const Checkpoint& ck_;
+  bool check_only_ = false;
   std::set<std::string> used_;
 };
 
@@ -232,8 +236,7 @@ LayerWeights bind_layer(Binder& b, const MlaModelConfig& c, int64_t l, IndexerKi
   MoeLayerWeights& m = w.moe;
   m.cfg = c.moe;
   const int64_t E = c.moe.num_experts, I = c.moe.inter;
-  {
-    const Linear g = b.matrix(M + "gate.weight", E, H, "router");
+  if (const Linear g = b.matrix(M + "gate.weight", E, H, "router"); !b.check_only()) {
     m.router_w.resize(size_t(E * H));
     for (int64_t e = 0; e < E; ++e) cpu::linear_row_cpu(g.w, e, m.router_w.data() + e * H);
     // A non-finite router weight would route every token by NaN comparisons: refused, as the
@@ -268,8 +271,8 @@ LayerWeights bind_layer(Binder& b, const MlaModelConfig& c, int64_t l, IndexerKi
 
 }  // namespace
 
-ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c) {
-  Binder b(ck);
+ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c, bool check_only) {
+  Binder b(ck, check_only);
   ModelWeights w;
   RoleFormats rf;
   bool w4a4 = false;

@@ -85,6 +85,9 @@ struct ModelWeights {
   std::string summary;              // one line: formats by role, MTP, bytes
 };
 
-ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c);
+// check_only: every check of the binding (names, shapes, dtypes, formats, unused tensors) on
+// the headers only, no tensor data read (`fp4moe inspect`): norms, biases and the router are
+// not copied nor checked for finiteness, and the weights returned are views not to be used.
+ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c, bool check_only = false);
 
 }  // namespace fp4moe::model

@@ -21,6 +21,7 @@ constexpr const char* kNamedTokens[] = {"bos_token", "eos_token", "unk_token", "
 
 std::optional<std::string> read_optional(const fs::path& p) {
   std::error_code ec;
+  FP4MOE_CHECK(!fs::exists(p, ec) || fs::is_regular_file(p, ec), "{}: not a regular file", p.string());  // a FIFO would block
   if (!fs::is_regular_file(p, ec)) return std::nullopt;
   std::ifstream f(p, std::ios::binary);
   FP4MOE_CHECK(f, "{}: cannot open", p.string());

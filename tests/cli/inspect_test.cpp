@@ -1,15 +1,22 @@
 // `fp4moe inspect DIR` end to end: the built binary on synthetic checkpoint folders of
 // every layout, a folder with problems, and folders that cannot be opened.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "format/safetensors.hpp"
 #include "format/tiny_checkpoint.hpp"
 
 namespace fp4moe {
@@ -79,7 +86,8 @@ TEST_F(InspectTest, ModelOptShardedFolder) {
         "indexer:      32 heads x 128, top-2048 tokens", "quantization: modelopt W4A16_NVFP4 (group 16)",
         "files:        2 safetensors file(s)", "routed experts  12 modelopt-nvfp4", "shared experts  3 modelopt-nvfp4",
         "router          1 bf16", "dense mlp       3 bf16", "modelopt-nvfp4                 15 groups",
-        "problems: none"})
+        // TinyModel holds the MoE and dense MLP tensors only: generate would refuse it.
+        "model load:   refused", "problems: 1", "  - model load: "})
     EXPECT_NE(i.out.find(want), std::string::npos) << "missing '" << want << "' in:\n" << i.out;
 }
 
@@ -94,7 +102,7 @@ TEST_F(InspectTest, EveryLayout) {
     const Result r = run("inspect " + (dir_ / "ck").string());
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_NE(r.out.find(want), std::string::npos) << "missing '" << want << "' in:\n" << r.out;
-    EXPECT_NE(r.out.find("problems: none"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("problems: 1\n  - model load: "), std::string::npos) << r.out;  // no attention tensors
   }
 }
 
@@ -113,14 +121,14 @@ TEST_F(InspectTest, ProblemsAreListed) {
   m.write(ck);
   const Result r = run("inspect " + ck.string());
   EXPECT_EQ(r.rc, 0) << r.err;
-  for (const char* want : {"problems: 4", "layer 1: 3 of 4 routed experts found",
+  for (const char* want : {"problems: 5", "layer 1: 3 of 4 routed experts found",
                            "model.layers.1.mlp.experts.1.up_proj: missing weight_scale_2",
                            "layer 1: topk_method noaux_tc but no model.layers.1.mlp.gate.e_score_correction_bias",
                            "model.layers.1.mlp.gate: is modelopt-nvfp4 but the quant config ignores it"})
     EXPECT_NE(r.out.find(want), std::string::npos) << "missing '" << want << "' in:\n" << r.out;
   EXPECT_EQ(run("inspect --strict " + ck.string()).rc, 1);
   const Result few = run("inspect --max-problems 1 " + ck.string());
-  EXPECT_NE(few.out.find("... and 3 more"), std::string::npos) << few.out;
+  EXPECT_NE(few.out.find("... and 4 more"), std::string::npos) << few.out;
 }
 
 TEST_F(InspectTest, ExpertShapeAgainstConfig) {
@@ -152,6 +160,121 @@ TEST_F(InspectTest, CannotOpen) {
   m.quant["quantization"]["quant_algo"] = "INT4_AWQ";
   m.write(ck);
   expect_one_line_error(run("inspect " + ck.string()), "hf_quant_config.json: ModelOpt quant_algo 'INT4_AWQ'");
+}
+
+// A loadable model folder (the glm5-tiny-sparse golden model) copied with its tensors edited.
+struct Tensor {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+using Tensors = std::map<std::string, Tensor>;
+
+void copy_golden(const fs::path& dst, const std::function<void(Tensors&)>& edit,
+                 const std::function<void(nlohmann::json&)>& edit_config = {}) {
+  const fs::path src = fs::path(FP4MOE_SOURCE_DIR) / "tests/model/golden/glm5-tiny-sparse/model";
+  fs::create_directories(dst);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(src / "config.json"));
+  if (edit_config) edit_config(config);
+  std::ofstream(dst / "config.json") << config.dump(2);
+  Tensors ts;
+  {
+    const auto f = SafetensorsFile::open((src / "model.safetensors").string());
+    for (const TensorInfo& t : f->tensors()) {
+      const auto b = f->bytes(t);
+      ts[t.name] = {t.dtype, t.shape, std::vector<uint8_t>(b.begin(), b.end())};
+    }
+  }
+  edit(ts);
+  SafetensorsWriter w((dst / "model.safetensors").string());
+  for (auto& [name, t] : ts) w.add(name, t.dtype, t.shape, std::span<const uint8_t>(t.bytes));
+  w.finish();
+}
+
+// inspect --strict runs the binding generate and serve run at load (issue 37, item 6): a folder
+// they refuse is a problem, named as they name it.
+TEST_F(InspectTest, StrictRefusesWhatGenerateRefuses) {
+  copy_golden(dir_ / "ok", [](Tensors&) {});
+  const Result ok = run("inspect --strict " + (dir_ / "ok").string());
+  EXPECT_EQ(ok.rc, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("model load:   ok"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("problems: none"), std::string::npos) << ok.out;
+
+  const std::vector<std::pair<std::function<void(Tensors&)>, std::string>> cases = {
+      {[](Tensors& ts) { ts.erase("lm_head.weight"); }, "lm_head"},
+      // q_a_proj is square in the tiny model ([64, 64]): q_b_proj [192, 64] written as [64, 192].
+      {[](Tensors& ts) { ts["model.layers.0.self_attn.q_b_proj.weight"].shape = {64, 192}; },
+       "model.layers.0.self_attn.q_b_proj"},
+      {[](Tensors& ts) { ts["model.layers.1.self_attn.kv_a_proj_with_mqa.weight"].shape = {64, 80}; },
+       "model.layers.1.self_attn.kv_a_proj_with_mqa"},
+      {[](Tensors& ts) { ts["model.embed_tokens.weight"].dtype = DType::F16; }, "model.embed_tokens.weight"},
+      {[](Tensors& ts) { ts.erase("model.layers.2.self_attn.q_a_layernorm.weight"); }, "q_a_layernorm"},
+      {[](Tensors& ts) { ts["model.layers.0.extra.weight"] = ts["model.norm.weight"]; }, "unexpected tensor"},
+  };
+  int i = 0;
+  for (const auto& [edit, needle] : cases) {
+    const fs::path ck = dir_ / ("bad" + std::to_string(i++));
+    copy_golden(ck, edit);
+    const Result r = run("inspect --strict " + ck.string());
+    EXPECT_EQ(r.rc, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("model load:   refused"), std::string::npos) << r.out;
+    const size_t at = r.out.find("  - model load: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(line.find(needle), std::string::npos) << "expected '" << needle << "' in: " << line;
+    // generate refuses it with the same words.
+    const Result g = run("generate --model " + ck.string() + " --prompt-ids 1,2,3 --max-new-tokens 1");
+    EXPECT_NE(g.rc, 0) << g.out;
+    EXPECT_NE(g.err.find(needle), std::string::npos) << g.err;
+  }
+  // A config value out of range is a load problem too.
+  copy_golden(dir_ / "cfg", [](Tensors&) {}, [](nlohmann::json& c) { c["index_topk"] = int64_t(1) << 40; });
+  const Result cfg = run("inspect --strict " + (dir_ / "cfg").string());
+  EXPECT_EQ(cfg.rc, 1) << cfg.out;
+  EXPECT_NE((cfg.out + cfg.err).find("'index_topk'"), std::string::npos) << cfg.out << cfg.err;
+}
+
+// The ignore patterns go through the one bounded matcher (issue 37, item 6): the probe's
+// pattern, which hung inspect CPU-bound, is answered at once, and one that defeats PCRE2's
+// shortcuts ends in a problem naming it within a time bound, not a hang.
+TEST_F(InspectTest, CatastrophicIgnorePatternIsBounded) {
+  TinyModel m(Layout::ModelOpt);
+  m.quant["quantization"]["exclude_modules"] = {"lm_head", "re:(.|.)*X", "*mlp.gate"};
+  m.write(dir_ / "ck");
+  auto t0 = std::chrono::steady_clock::now();
+  const Result probe = run("inspect " + (dir_ / "ck").string());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(probe.rc, 0) << probe.err;
+  EXPECT_EQ(probe.out.find("too costly"), std::string::npos) << probe.out;
+  m.quant["quantization"]["exclude_modules"] = {"lm_head", "re:(.|.)*ss$", "*mlp.gate"};
+  m.write(dir_ / "ck");
+  t0 = std::chrono::steady_clock::now();
+  const Result r = run("inspect --strict " + (dir_ / "ck").string());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("'re:(.|.)*ss$' is too costly to match"), std::string::npos) << r.out << r.err;
+  // A plain regex still matches from the start of the name (Python's re.match).
+  m.quant["quantization"]["exclude_modules"] = {"lm_head", "re:model\\.layers\\.\\d+\\.mlp\\.gate$"};
+  m.write(dir_ / "ck");
+  const Result ok = run("inspect " + (dir_ / "ck").string());
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(ok.out.find("too costly"), std::string::npos) << ok.out;
+  m.quant["quantization"]["exclude_modules"] = {"re:(unclosed"};
+  m.write(dir_ / "ck");
+  expect_one_line_error(run("inspect " + (dir_ / "ck").string()), "is not a valid regex");
+}
+
+// Checkpoint files that are not regular files are refused before open() (issue 37, item 7).
+TEST_F(InspectTest, NonRegularFilesAreRefusedWithoutBlocking) {
+  TinyModel m(Layout::ModelOpt);
+  const fs::path ck = dir_ / "ck";
+  m.write(ck);
+  fs::remove(ck / "model.safetensors");
+  ASSERT_EQ(::mkfifo((ck / "model.safetensors").c_str(), 0600), 0);
+  expect_one_line_error(run("inspect " + ck.string()), "model.safetensors: not a regular file (a FIFO)");
+  fs::remove(ck / "config.json");
+  ASSERT_EQ(::mkfifo((ck / "config.json").c_str(), 0600), 0);
+  expect_one_line_error(run("inspect " + ck.string()), "config.json: not a regular file (a FIFO)");
 }
 
 TEST_F(InspectTest, Usage) {

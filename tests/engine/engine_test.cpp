@@ -138,3 +138,92 @@ TEST(Engine, BusyTimeHoldsTheBackendTimeAndBothGrow) {
   EXPECT_GE(s.busy_seconds + 1e-3 * 2, s.backend_seconds);  // the last iteration may not be published yet
   EXPECT_LT(s.busy_seconds, 10.0);
 }
+
+namespace {
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kLength;
+  std::string message;
+  bool finished = false;
+};
+
+Finished wait_one(OutputChannel& ch, std::chrono::seconds limit = 10s) {
+  Finished f;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<OutputChannel::Item> items;
+  while (!f.finished && std::chrono::steady_clock::now() < deadline) {
+    items.clear();
+    ch.wait(items, 50ms);
+    for (auto& it : items) {
+      for (auto& t : it.event.tokens) f.tokens.push_back(t.id);
+      if (it.event.finished) {
+        f.finished = true;
+        f.reason = it.event.reason;
+        f.message = it.event.abort_message;
+      }
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+// An error that concerns one request (StepError from the backend) aborts that request only:
+// its pages are freed, the requests batched with it finish with the outputs they have alone,
+// and the engine keeps serving (issue 37, item 5). Only other backend errors fail the engine.
+TEST(Engine, AStepErrorAbortsItsRequestsOnlyAndServingGoesOn) {
+  for (int32_t steps : {1, 4}) {
+    SCOPED_TRACE(steps);
+    auto opt = fake_options();
+    opt.fail_request_token = 258;  // never in a prompt of uniform_requests (0..255) nor sampled (printable)
+    opt.step_delay_us = 500;
+    FakeBackend be(opt);
+    Engine engine(config(4, 256, 8, 32, steps, false), be, {});
+    RequestSpec a = spec(10, 30, 1), c = spec(7, 20, 3), bad = spec(12, 30, 2);
+    bad.prompt[5] = 258;
+    a.sampling.temperature = c.sampling.temperature = 0.0f;
+    const auto ref = run_alone({a, c});
+    auto cha = std::make_shared<OutputChannel>(), chb = std::make_shared<OutputChannel>(),
+         chc = std::make_shared<OutputChannel>();
+    std::vector<uint64_t> ids;
+    ASSERT_EQ(engine.submit({a}, cha, ids), Engine::Submit::kOk);
+    ASSERT_EQ(engine.submit({bad}, chb, ids), Engine::Submit::kOk);
+    ASSERT_EQ(engine.submit({c}, chc, ids), Engine::Submit::kOk);
+    const Finished fa = wait_one(*cha), fb = wait_one(*chb), fc = wait_one(*chc);
+    ASSERT_TRUE(fb.finished);
+    EXPECT_EQ(fb.reason, FinishReason::kAbort);
+    EXPECT_NE(fb.message.find("the request failed: fake backend"), std::string::npos) << fb.message;
+    EXPECT_TRUE(fb.tokens.empty());
+    ASSERT_TRUE(fa.finished && fc.finished);
+    EXPECT_EQ(fa.reason, FinishReason::kLength);
+    EXPECT_EQ(fa.tokens, ref.at(1).tokens);
+    EXPECT_EQ(fc.tokens, ref.at(2).tokens);
+    EXPECT_EQ(engine.failure(), "");
+    // Still serving: a later request runs, and every page is back.
+    ASSERT_EQ(engine.submit({a}, cha, ids), Engine::Submit::kOk);
+    const Finished again = wait_one(*cha);
+    EXPECT_EQ(again.tokens, ref.at(1).tokens);
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (engine.stats().pages_free != 256 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(engine.stats().pages_free, 256);
+    EXPECT_GE(engine.stats().aborted, 1);
+  }
+}
+
+TEST(Engine, AnyOtherBackendErrorFailsTheEngineForGood) {
+  auto opt = fake_options();
+  opt.fail_after_steps = 2;  // a fatal device error from the third step on
+  FakeBackend be(opt);
+  Engine engine(config(4, 256, 8, 32, 1, false), be, {});
+  auto ch = std::make_shared<OutputChannel>();
+  std::vector<uint64_t> ids;
+  ASSERT_EQ(engine.submit({spec(4, 50, 1)}, ch, ids), Engine::Submit::kOk);
+  const Finished f = wait_one(*ch);
+  ASSERT_TRUE(f.finished);
+  EXPECT_EQ(f.reason, FinishReason::kAbort);
+  EXPECT_NE(f.message.find("the engine failed"), std::string::npos) << f.message;
+  EXPECT_NE(engine.failure().find("device failure"), std::string::npos) << engine.failure();
+  EXPECT_EQ(engine.submit({spec(4, 5, 2)}, ch, ids), Engine::Submit::kStopped);
+}

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -191,6 +194,11 @@ TEST(ModelConfigTest, Errors) {
   expect_error([&] { parse_model_config(j, "c"); }, "missing 'moe_intermediate_size'");
   j = glm5_config();
   j["num_experts_per_tok"] = 300;
+  expect_error([&] { parse_model_config(j, "c"); }, "'num_experts_per_tok' = 300 is out of range (allowed 1..256)");
+  j = glm5_config();
+  j["n_routed_experts"] = 8;
+  j["n_group"] = j["topk_group"] = 1;
+  j["num_experts_per_tok"] = 9;
   expect_error([&] { parse_model_config(j, "c"); }, "exceeds");
   j = deepseek_v3_config();
   j["n_group"] = 7;
@@ -292,6 +300,25 @@ TEST(GlobTest, FnmatchSemantics) {
   EXPECT_TRUE(module_glob_match("re:model\\.layers\\.[0-2]\\.", "model.layers.1.mlp"));
   EXPECT_FALSE(module_glob_match("re:layers", "model.layers.1.mlp"));  // anchored at the start
   EXPECT_TRUE(module_glob_match(std::string(50, '*') + "x", std::string(2000, 'a') + "x"));
+}
+
+// "re:" patterns run on PCRE2 with a step limit (issue 37, item 6). The probe's pattern, which
+// std::regex searched exponentially, fails at once (PCRE2 first looks for the 'X' it needs);
+// one that defeats that shortcut stops at the limit with an error naming it, in milliseconds.
+TEST(GlobTest, CatastrophicRegexIsBoundedAndNamed) {
+  const std::string name = "model.layers.12.mlp.experts.100.gate_proj.weight";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(module_glob_match("re:(.|.)*X", name));
+  EXPECT_TRUE(module_glob_match("re:(.|.)*X", "abX"));
+  expect_error([&] { module_glob_match("re:(.|.)*ss$", name); },
+               "'re:(.|.)*ss$' is too costly to match against '" + name + "'");
+  const QuantConfig q = parse_quant_config(json::parse(R"({"quant_algo": "NVFP4", "exclude_modules": ["re:(a|a)*ab$"]})"), "q");
+  expect_error([&] { q.is_ignored(std::string(60, 'a') + "b!"); }, "too costly");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  expect_error([] { parse_quant_config(json{{"quant_algo", "NVFP4"}, {"ignore", {"re:)"}}}, "q.json"); },
+               "q.json: 'ignore' entry 're:)' is not a valid regex");
+  const std::string huge = "re:" + std::string(5000, 'a');
+  expect_error([&] { parse_quant_config(json{{"quant_algo", "NVFP4"}, {"ignore", {huge}}}, "q"); }, "byte limit");
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -540,6 +567,37 @@ TEST_F(CheckpointTest, FolderErrors) {
   expect_error([&] { Checkpoint::open(dir_.string()); }, "no model.safetensors");
   std::ofstream(dir_ / "model.safetensors") << "garbage!garbage!";
   expect_error([&] { Checkpoint::open(dir_.string()); }, "model.safetensors: header length");
+}
+
+// Non-regular files are refused with one line before open() (issue 37, item 7): a FIFO
+// would block open() for good (and a blocked open ignores SIGTERM). Refused before opening,
+// so these cannot hang.
+TEST_F(CheckpointTest, NonRegularFilesAreRefusedBeforeOpen) {
+  TinyModel m(Layout::ModelOpt);
+  m.write(dir_);
+  const fs::path st = dir_ / "model.safetensors";
+  fs::remove(st);
+  ASSERT_EQ(::mkfifo(st.c_str(), 0600), 0);
+  expect_error([&] { Checkpoint::open(dir_.string()); }, st.string() + ": not a regular file (a FIFO)");
+  expect_error([&] { SafetensorsFile::open(st.string()); }, "not a regular file (a FIFO)");
+  fs::remove(st);
+  fs::create_directories(st);  // a folder named *.safetensors
+  expect_error([&] { Checkpoint::open(dir_.string()); }, st.string() + ": not a regular file (a directory)");
+  fs::remove(st);
+  fs::create_symlink("/dev/null", st);  // a link is followed: a character device
+  expect_error([&] { Checkpoint::open(dir_.string()); }, "not a regular file (a character device)");
+  fs::remove(st);
+  m.write(dir_);
+  for (const char* name : {"hf_quant_config.json", "config.json"}) {
+    fs::remove(dir_ / name);
+    ASSERT_EQ(::mkfifo((dir_ / name).c_str(), 0600), 0);
+    expect_error([&] { Checkpoint::open(dir_.string()); }, (dir_ / name).string() + ": not a regular file (a FIFO)");
+    m.write(dir_);
+  }
+  m.write(dir_, 2);
+  fs::remove(dir_ / "model.safetensors.index.json");
+  ASSERT_EQ(::mkfifo((dir_ / "model.safetensors.index.json").c_str(), 0600), 0);
+  expect_error([&] { Checkpoint::open(dir_.string()); }, "model.safetensors.index.json: not a regular file (a FIFO)");
 }
 
 TEST_F(CheckpointTest, GateUpScaleUnification) {

@@ -67,10 +67,10 @@ struct QuantizeOptions {
 // ---- small helpers ---------------------------------------------------------------------
 
 json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  FP4MOE_CHECK(f.good(), "{}: cannot open", p.string());
+  // A FIFO or device named config.json is refused before it can block (format/'s one reader).
+  const std::string text = read_regular_file(p.string(), uint64_t(64) << 20);
   try {
-    return json::parse(f);
+    return json::parse(text);
   } catch (const json::exception& e) {
     FP4MOE_FAIL("{}: not valid JSON: {}", p.string(), e.what());
   }

@@ -22,6 +22,7 @@ case "$target" in
   regex_scanner) max_len=4096 ;;
   api_request) max_len=8192 ;;
   bench_stream) max_len=8192 ;;
+  http_request) max_len=16384 ;;
   *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
 esac
 cxx="$(command -v clang++-14 || command -v clang++)"
@@ -36,7 +37,7 @@ cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${target}_fuzz"
 corpus="$build/corpus/$target"
 dict="$build/$target.dict"
 mkdir -p "$corpus" "$build/artifacts"
-if [[ "$target" == api_request || "$target" == bench_stream ]]; then
+if [[ "$target" == api_request || "$target" == bench_stream || "$target" == http_request ]]; then
   python3 tools/serve/fuzz_seeds.py "$target" "$corpus" "$dict"
 elif [[ "$target" != safetensors_header ]]; then
   python3 tools/text/fuzz_seeds.py "$target" "$corpus" "$dict"

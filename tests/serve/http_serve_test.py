@@ -117,14 +117,19 @@ class ShutdownTest(unittest.TestCase):
                 s = socket.create_connection(("127.0.0.1", srv.port))
                 s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-a: ")
                 slow.append(s)
-            # A finished stream whose client never reads: the answer (~200 KB) fills the socket.
+            # A finished stream whose client never reads: its answer (64 choices x 500 tokens with
+            # logprobs, ~8 MB) outgrows the socket buffers, so its handler is stuck in a write.
             stuck = socket.socket()
             stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             stuck.connect(("127.0.0.1", srv.port))
-            body = json.dumps({"prompt": "x" * 10, "max_tokens": 4000, "stream": True, "ignore_eos": True,
-                               "logprobs": 5}).encode()
+            body = json.dumps({"prompt": "x" * 10, "max_tokens": 500, "stream": True, "ignore_eos": True,
+                               "logprobs": 5, "n": 64}).encode()
             stuck.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            time.sleep(1.0)
+            time.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while metric(srv.port, "fp4moe_num_running_requests") > 0:  # the engine finishes; the writes do not
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.1)
             t0 = time.monotonic()
             srv.proc.send_signal(signal.SIGTERM)
             rc = srv.proc.wait(20)

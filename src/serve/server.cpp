@@ -109,6 +109,9 @@ Server::Server(ServeOptions options)
         l.request_timeout_s = opt_.http_request_timeout;
         l.threads = std::max(64, 2 * opt_.max_running_requests + 32);
         l.max_connections = opt_.http_max_connections;
+        // Requests beyond the workers wait for one (as they did for cpp-httplib's pool): the
+        // connection limit and the body budget bound them; the engine's queue has its own flag.
+        l.max_waiting = opt_.http_max_connections;
         l.max_connections_per_client = opt_.http_max_connections_per_client;
         return l;
       }()) {

@@ -281,7 +281,10 @@ def main(binary):
             stream(port, r, "normal", drain, max_tokens=3000, ignore_eos=True))) for i in range(DRAIN_STREAMS)]
         for t in streams:
             t.start()
-        time.sleep(1.0)
+        started = time.time() + 20
+        while metrics(port)["fp4moe_num_running_requests"] == 0 and time.time() < started:
+            time.sleep(0.05)  # until the streams run
+        time.sleep(0.5)
         running = metrics(port)["fp4moe_num_running_requests"]
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -244,11 +244,19 @@ void HttpServer::Impl::serve(Conn* c, const Route* route) {
     if (!chunked) keep = false;
     ok = write_all(*c, http::serialize_head(res, chunked, keep), limits.write_timeout_s);
     WorkerSink sink(*c, chunked, limits.write_timeout_s);
-    while (ok && !sink.finished) {
-      if (!res.provider(sink.written, sink) || sink.failed()) ok = false;
+    try {
+      while (ok && !sink.finished) {
+        if (!res.provider(sink.written, sink) || sink.failed()) ok = false;
+      }
+    } catch (...) {  // the headers are out: all that is left is to cut the stream short
+      ok = false;
     }
     if (ok && chunked) ok = write_all(*c, "0\r\n\r\n", limits.write_timeout_s);
-    if (res.releaser) res.releaser(ok);
+    try {
+      if (res.releaser) res.releaser(ok);
+    } catch (...) {
+      ok = false;
+    }
   }
   t_conn = nullptr;
   if (logger) logger(c->req, res);

@@ -62,7 +62,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "request is not running is closed")
       ->check(CLI::Range(16, 1 << 20))->capture_default_str();
   app.add_option("--http-max-connections-per-client", o->http_max_connections_per_client,
-                 "Connections per client IP that are idle or still sending their request; beyond, its oldest is closed")
+                 "Connections per client IP that are idle or still sending their request; beyond, its oldest "
+                 "(if it has waited 1 s) is closed")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   auto* fake = "Fake backend (tests)";
   app.add_option("--fake-step-delay-us", o->fake_step_delay_us, "Sleep per model step")

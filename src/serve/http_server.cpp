@@ -33,6 +33,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr size_t kReadChunk = 65536;
+constexpr auto kEvictAfter = std::chrono::seconds(1);
 constexpr size_t kDrainMaxBytes = size_t(64) << 20;
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -129,7 +130,7 @@ struct HttpServer::Impl {
   void reap();
   void set_counted(Conn& c, bool on);
   void watch(Conn& c, uint32_t events, int op = EPOLL_CTL_MOD);
-  bool evict_oldest(const std::string* ip);
+  bool evict_oldest(const std::string* ip, Clock::duration min_age);
   void take_returned();
   void sweep(Clock::time_point now);
   void drain_now();
@@ -324,14 +325,16 @@ void HttpServer::Impl::reap() {
   dead.clear();
 }
 
-bool HttpServer::Impl::evict_oldest(const std::string* ip) {
+// Closes the connection (of `ip`, or any) that has waited longest without a worker, if it has
+// waited at least min_age: a burst of fresh connections evicts nothing, a slow one goes first.
+bool HttpServer::Impl::evict_oldest(const std::string* ip, Clock::duration min_age) {
   Conn* oldest = nullptr;
   for (auto& [fd, p] : conns) {
     Conn& c = *p;
     if (c.dead || c.phase == Conn::Phase::kWorker || (ip && c.ip != *ip)) continue;
     if (!oldest || c.since < oldest->since) oldest = &c;
   }
-  if (!oldest) return false;
+  if (!oldest || Clock::now() - oldest->since < min_age) return false;
   close_conn(*oldest);
   return true;
 }
@@ -345,12 +348,14 @@ void HttpServer::Impl::accept_all() {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::string ip = peer_ip(addr);
-    if (int(conns.size()) >= limits.max_connections && !evict_oldest(nullptr)) {
+    if (int(conns.size()) >= limits.max_connections && !evict_oldest(nullptr, Clock::duration::zero())) {
       ::close(fd);  // every connection runs a request
       continue;
     }
+    // Over the per-client bound, its oldest connection goes if it has waited a second: one
+    // client's burst of fresh connections (a benchmark) is not cut, a slow flood evicts itself.
     auto it = per_ip.find(ip);
-    if (it != per_ip.end() && it->second >= limits.max_connections_per_client) evict_oldest(&ip);
+    if (it != per_ip.end() && it->second >= limits.max_connections_per_client) evict_oldest(&ip, kEvictAfter);
     auto conn = std::make_unique<Conn>();
     Conn& c = *conn;
     c.fd = fd;

@@ -296,12 +296,14 @@ TEST_F(Fixture, SlowClientsAndBusyWorkersDoNotDelayHealth) {
   }
 }
 
-// Item 2: connections per client that are idle or still sending are bounded; the oldest goes.
+// Item 2: connections per client that are idle or still sending are bounded; the oldest goes
+// once it has waited a second (a burst of fresh ones evicts nothing).
 TEST_F(Fixture, PerClientLimitClosesTheOldest) {
   limits.max_connections_per_client = 10;
   start();
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
+    if (i == 10) std::this_thread::sleep_for(1100ms);
     fds.push_back(dial(port));
     send_all(fds.back(), "GET /secret HTTP/1.1\r\n");
     std::this_thread::sleep_for(2ms);
@@ -319,6 +321,23 @@ TEST_F(Fixture, PerClientLimitClosesTheOldest) {
   EXPECT_EQ(closed_count, 10);
   for (int fd : fds) ::close(fd);
   EXPECT_EQ(roundtrip(kHealthClose).rfind("HTTP/1.1 200 ", 0), 0u);
+}
+
+// A burst of fresh connections over the per-client bound is served, none evicted.
+TEST_F(Fixture, ABurstOverThePerClientLimitIsServed) {
+  limits.max_connections_per_client = 4;
+  start();
+  std::vector<int> fds;
+  for (int i = 0; i < 16; ++i) {
+    fds.push_back(dial(port));
+    send_all(fds.back(), "GET /secret HTTP/1.1\r\nHost: t\r\n");  // the head is not finished yet
+  }
+  for (int fd : fds) send_all(fd, "Connection: close\r\n\r\n");
+  for (int fd : fds) {
+    EXPECT_NE(read_until(fd, "", 2000).find("200 OK"), std::string::npos);
+    ::close(fd);
+  }
+  EXPECT_EQ(secret_calls, 16);
 }
 
 // Item 8: a client that half-closes after its request still gets the whole response; one that

@@ -23,6 +23,7 @@ case "$target" in
   api_request) max_len=8192 ;;
   bench_stream) max_len=8192 ;;
   tool_call_parser) max_len=4096 ;;  # serve/: reasoning + tool-call parsers, streamed = one-shot
+  http_request) max_len=16384 ;;
   *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
 esac
 cxx="$(command -v clang++-14 || command -v clang++)"
@@ -39,7 +40,7 @@ dict="$build/$target.dict"
 mkdir -p "$corpus" "$build/artifacts"
 if [[ "$target" == tool_call_parser ]]; then
   python3 tests/serve/data/gen_parser_goldens.py --fuzz-seeds "$corpus" "$dict"
-elif [[ "$target" == api_request || "$target" == bench_stream ]]; then
+elif [[ "$target" == api_request || "$target" == bench_stream || "$target" == http_request ]]; then
   python3 tools/serve/fuzz_seeds.py "$target" "$corpus" "$dict"
 elif [[ "$target" != safetensors_header ]]; then
   python3 tools/text/fuzz_seeds.py "$target" "$corpus" "$dict"

@@ -12,7 +12,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
   app.add_option("--port", o->port, "Port to listen on")->check(CLI::Range(0, 65535))->capture_default_str();
-  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health, /health_generate, /metrics)");
+  app.add_option("--api-key", o->api_key,
+                 "Require 'Authorization: Bearer KEY' (except /health and /health_generate, and /metrics with "
+                 "--metrics-allow-unauthenticated)");
+  app.add_flag("--metrics-allow-unauthenticated", o->metrics_allow_unauthenticated,
+               "With --api-key: serve /metrics without the key (for a Prometheus scraper without credentials)");
   app.add_option("--served-model-name", o->served_model_name, "Model name in the API (default: the folder's name)");
   app.add_option("--max-running-requests", o->max_running_requests, "Requests in the running batch at most")
       ->check(CLI::Range(1, 65536))->capture_default_str();
@@ -53,6 +57,14 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--http-request-timeout", o->http_request_timeout,
                  "Seconds a request's headers and body may take to arrive (slow clients are dropped)")
       ->check(CLI::Range(1, 3600))->capture_default_str();
+  app.add_option("--http-max-connections", o->http_max_connections,
+                 "Open connections at most (also bounded by the descriptor limit); beyond, the oldest one whose "
+                 "request is not running is closed")
+      ->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  app.add_option("--http-max-connections-per-client", o->http_max_connections_per_client,
+                 "Connections per client IP that are idle or still sending their request; beyond, its oldest "
+                 "(if it has waited 1 s) is closed")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   auto* fake = "Fake backend (tests)";
   app.add_option("--fake-step-delay-us", o->fake_step_delay_us, "Sleep per model step")
       ->check(CLI::Range(0, 10000000))->group(fake);

@@ -45,7 +45,7 @@ uint64_t mix_seed(uint64_t seed, uint64_t choice) {
 
 }  // namespace
 
-void Server::handle_generation(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+void Server::handle_generation(ApiKind kind, const http::Request& req, http::Response& res) {
   if (!ready(res)) return;
   auto parsed = parse_api_request(kind, req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
@@ -155,7 +155,7 @@ void Server::handle_generation(ApiKind kind, const httplib::Request& req, httpli
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, call](size_t, httplib::DataSink& sink) {
+      [this, call](size_t, http::DataSink& sink) {
         std::string out;
         if (call->request.kind == ApiKind::kChat && !call->role_sent) {
           call->role_sent = true;
@@ -385,8 +385,40 @@ std::string Server::stream_end(GenerationCall& call) {
   return out + "data: [DONE]\n\n";
 }
 
-void Server::health_generate(httplib::Response& res) {
+// A step within this long means the engine generates: no probe of our own.
+constexpr auto kHealthRecentStep = std::chrono::seconds(2);
+// A probe's result answers every /health_generate for this long after it.
+constexpr auto kHealthProbeReuse = std::chrono::seconds(1);
+
+void Server::health_generate(http::Response& res) {
   if (!ready(res)) return;
+  // The engine finished a step moments ago and has not failed: it generates (SGLang answers
+  // from its last received output the same way). Otherwise one probe runs at a time and its
+  // result is reused, so unauthenticated callers cannot make the engine work.
+  if (step_clock_.since_last_step() < kHealthRecentStep) return send_json(res, {{"status", "ok"}});
+  HealthProbe& p = health_probe_;
+  std::unique_lock<std::mutex> lock(p.mu);
+  while (p.status == 0 || Clock::now() - p.finished_at >= kHealthProbeReuse) {
+    if (p.running) {
+      p.cv.wait(lock);
+      continue;
+    }
+    p.running = true;
+    lock.unlock();
+    std::string message;
+    const int status = run_health_probe(message);
+    lock.lock();
+    p.running = false;
+    p.status = status;
+    p.message = std::move(message);
+    p.finished_at = Clock::now();
+    p.cv.notify_all();
+  }
+  if (p.status == 200) return send_json(res, {{"status", "ok"}});
+  send_error(res, {503, p.message, "server_error", "", "service_unavailable"});
+}
+
+int Server::run_health_probe(std::string& message) {
   engine::RequestSpec s;
   s.prompt = {0};
   s.max_new_tokens = 1;
@@ -394,8 +426,10 @@ void Server::health_generate(httplib::Response& res) {
   s.ignore_eos = true;
   auto channel = std::make_shared<engine::OutputChannel>();
   std::vector<uint64_t> ids;
-  if (engine_->submit({s}, channel, ids) != engine::Engine::Submit::kOk)
-    return send_error(res, {503, "the engine does not accept requests", "server_error", "", "service_unavailable"});
+  if (engine_->submit({s}, channel, ids) != engine::Engine::Submit::kOk) {
+    message = "the engine does not accept requests";
+    return 503;
+  }
   const auto until = Clock::now() + 30s;
   std::vector<engine::OutputChannel::Item> items;
   int32_t tokens = 0;
@@ -405,14 +439,15 @@ void Server::health_generate(httplib::Response& res) {
     for (auto& it : items) {
       tokens += int32_t(it.event.tokens.size());
       if (it.event.finished) {
-        if (tokens == 1 && it.event.reason != engine::FinishReason::kAbort) return send_json(res, {{"status", "ok"}});
-        return send_error(res, {503, "the engine could not generate: " + it.event.abort_message, "server_error", "",
-                                "service_unavailable"});
+        if (tokens == 1 && it.event.reason != engine::FinishReason::kAbort) return 200;
+        message = "the engine could not generate: " + it.event.abort_message;
+        return 503;
       }
     }
   }
   engine_->cancel(ids);
-  send_error(res, {503, "the engine did not generate a token within 30 s", "server_error", "", "service_unavailable"});
+  message = "the engine did not generate a token within 30 s";
+  return 503;
 }
 
 }  // namespace fp4moe::serve

@@ -1,41 +1,75 @@
-// cpp-httplib's Server with fp4moe's connection handling: each connection runs on a stream
-// that gives the whole request (headers and body) one deadline, so a client that trickles
-// bytes (slowloris) is dropped after --http-read-timeout however slowly it sends, and never
-// reaches the engine; handlers can ask whether their client is still connected; a response
-// can close its connection (when the body was refused unread).
+// fp4moe's HTTP/1.1 server (see README.md, "The HTTP server"): one I/O thread owns every
+// connection while its request arrives — accepts, reads heads and bodies non-blocking under
+// deadlines, parses them strictly (http/http_parser.hpp), checks the API key before a body is
+// read, answers cheap GETs (/health) itself — and hands complete requests to a bounded pool of
+// worker threads that run the handlers and write the responses (a stream holds its worker).
+// A slow or idle connection therefore costs a few bytes of state, never a thread, and the
+// cheap endpoints answer in milliseconds whatever the workers are doing.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
 
-#include <httplib.h>
+#include "serve/http/message.hpp"
 
 namespace fp4moe::serve {
 
 struct HttpLimits {
   size_t max_body_bytes = size_t(32) << 20;
-  int request_timeout_s = 30;  // the whole request (headers + body) must arrive within this
-  int idle_timeout_s = 5;      // wait for the next request on a kept-alive connection
+  int request_timeout_s = 30;  // a request's head and body must arrive within this from its first byte
+  int idle_timeout_s = 5;      // a kept-alive connection waits this long for the next request
   int write_timeout_s = 30;    // a client that takes no bytes for this long is dropped
   int max_requests_per_connection = 1000;
-  int threads = 128;           // connections served at once (streams hold one each); started as needed
+  int threads = 128;           // workers: requests handled at once (a stream holds one); started as needed
+  int max_waiting = 64;        // complete requests waiting for a worker; beyond, 503
+  int max_connections = 4096;  // open at once (lowered to fit RLIMIT_NOFILE); beyond, the oldest unserved one goes
+  int max_connections_per_client = 512;  // per IP, not counting those whose request a worker runs
+  size_t body_budget_bytes = 0;          // request bodies buffered at once over all connections (0: 8 x max body)
+  int drain_close_ms = 2000;   // after a refusal the unread body is read and dropped this long before close
+  http::ParserLimits parser;
 };
 
-class HttpServer : public httplib::Server {
+class HttpServer {
  public:
-  explicit HttpServer(HttpLimits limits);
-  const HttpLimits& limits() const { return limits_; }
-  // bind_to_port with a deep accept queue (the library's is 5: a burst of connections beyond
-  // it waits for the client's 1 s SYN retry).
-  bool bind(const std::string& host, int port);
+  using Handler = std::function<void(const http::Request&, http::Response&)>;
+  // On the I/O thread, after the head and before the body: true refuses the request with `res`
+  // (its body is never read and the connection closes).
+  using HeadCheck = std::function<bool(const http::Request& head, http::Response& res)>;
+  // Fills the body of an error the server produces itself (malformed HTTP, no route, limits).
+  using ErrorBody = std::function<void(int status, const std::string& message, http::Response& res)>;
+  using Logger = std::function<void(const http::Request&, const http::Response&)>;
 
-  // For handlers, on their own thread: whether the client is still connected.
+  explicit HttpServer(HttpLimits limits);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // on_io_thread: a cheap handler (no blocking, no streaming) that the I/O thread runs itself.
+  void Get(const std::string& path, Handler h, bool on_io_thread = false);
+  void Post(const std::string& path, Handler h);
+  void set_head_check(HeadCheck f);
+  void set_error_body(ErrorBody f);
+  void set_logger(Logger f);
+
+  bool bind(const std::string& host, int port);  // false with errno set
+  int port() const;                              // the bound port (for port 0)
+  const HttpLimits& limits() const;
+
+  void run();    // the I/O loop; returns after stop(), every worker joined and every socket closed
+  void drain();  // any thread: close idle and half-received connections now; every later response closes its connection
+  void stop();   // any thread: abort every connection (blocked writes fail at once) and end run()
+
+  // For handlers on their worker thread: whether the client is still there. A client that
+  // half-closed after its request (shutdown(SHUT_WR)) is: HTTP allows it. A non-streamed
+  // HTTP/1.1 request whose client sent EOF gets one interim "100 Continue" as a probe; a
+  // closed client answers it with a reset, which the next call sees.
   static bool client_connected();
-  // For handlers: close the connection after this response.
-  static void close_after_response();
 
  private:
-  bool process_and_close_socket(socket_t sock) override;
-  HttpLimits limits_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace fp4moe::serve

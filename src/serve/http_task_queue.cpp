@@ -1,5 +1,7 @@
 #include "serve/http_task_queue.hpp"
 
+#include <cstdint>
+
 #include "core/error.hpp"
 
 namespace fp4moe::serve {
@@ -19,10 +21,13 @@ void GrowingThreadPool::take_finished_locked(std::list<Worker>& out) {
   }
 }
 
-void GrowingThreadPool::enqueue(std::function<void()> fn) {
+void GrowingThreadPool::enqueue(std::function<void()> fn) { try_enqueue(std::move(fn), SIZE_MAX); }
+
+bool GrowingThreadPool::try_enqueue(std::function<void()> fn, size_t max_waiting) {
   std::list<Worker> finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (alive_ >= max_ && jobs_.size() >= idle_ && jobs_.size() - idle_ >= max_waiting) return false;
     jobs_.push_back(std::move(fn));
     take_finished_locked(finished);
     // A new thread when every live one is busy (or already claimed by a queued job).
@@ -35,6 +40,7 @@ void GrowingThreadPool::enqueue(std::function<void()> fn) {
   }
   cv_.notify_one();
   for (Worker& w : finished) w.thread.join();  // already returned: no wait
+  return true;
 }
 
 void GrowingThreadPool::run(Worker* self) {

@@ -1,8 +1,10 @@
 #pragma once
-// The HTTP server's task queue: a thread pool that starts threads as connections need them, up to
-// a maximum, and lets threads idle past a timeout exit (down to a minimum).
+// The HTTP server's worker pool: a thread pool that starts threads as requests need them, up to
+// a maximum, and lets threads idle past a timeout exit (down to a minimum). The I/O thread
+// (http_server.hpp) hands it complete requests; a stream holds its worker to the end.
 //
-// cpp-httplib's own ThreadPool starts all of its threads at construction. `serve` sizes the pool
+// Why it grows rather than starting all threads at once (as cpp-httplib's pool, used before,
+// did): `serve` sizes the pool
 // at 2 x --max-running-requests + 32 (a stream holds its thread), so a server at cap 2048 kept
 // 4,128 threads, nearly all idle and all waiting on one condition variable: one futex, one hash
 // bucket of the kernel's futex table. Measured (fake backend, 256 streams, 2-core dev machine):
@@ -17,20 +19,20 @@
 #include <mutex>
 #include <thread>
 
-#include <httplib.h>
-
 namespace fp4moe::serve {
 
-class GrowingThreadPool : public httplib::TaskQueue {
+class GrowingThreadPool {
  public:
   // max_threads >= 1; min_threads (<= max) never exit; idle threads above it exit after idle_exit.
   GrowingThreadPool(size_t max_threads, size_t min_threads, std::chrono::milliseconds idle_exit);
-  ~GrowingThreadPool() override;
+  ~GrowingThreadPool();
   GrowingThreadPool(const GrowingThreadPool&) = delete;
   GrowingThreadPool& operator=(const GrowingThreadPool&) = delete;
 
-  void enqueue(std::function<void()> fn) override;
-  void shutdown() override;  // runs what is queued, then joins every thread
+  void enqueue(std::function<void()> fn);
+  // Refuses (false) when every thread is busy, none can start and max_waiting jobs already wait.
+  bool try_enqueue(std::function<void()> fn, size_t max_waiting);
+  void shutdown();  // runs what is queued, then joins every thread
 
   size_t threads() const;  // alive now
   size_t peak_threads() const;

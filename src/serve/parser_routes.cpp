@@ -4,10 +4,10 @@
 
 namespace fp4moe::serve {
 
-void register_parser_routes(httplib::Server& http, JsonSender send_json, ErrorSender send_error) {
+void register_parser_routes(HttpServer& http, JsonSender send_json, ErrorSender send_error) {
   using Endpoint = std::variant<nlohmann::json, ApiError> (*)(std::string_view);
   auto route = [send_json, send_error](Endpoint endpoint) {
-    return [=](const httplib::Request& req, httplib::Response& res) {
+    return [=](const http::Request& req, http::Response& res) {
       auto reply = endpoint(req.body);
       if (auto* e = std::get_if<ApiError>(&reply)) return send_error(res, *e);
       send_json(res, std::get<nlohmann::json>(reply));

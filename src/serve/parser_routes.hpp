@@ -6,16 +6,16 @@
 
 #include <functional>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "serve/api_request.hpp"
+#include "serve/http_server.hpp"
 
 namespace fp4moe::serve {
 
-using JsonSender = std::function<void(httplib::Response&, const nlohmann::json&)>;
-using ErrorSender = std::function<void(httplib::Response&, const ApiError&)>;
+using JsonSender = std::function<void(http::Response&, const nlohmann::json&)>;
+using ErrorSender = std::function<void(http::Response&, const ApiError&)>;
 
-void register_parser_routes(httplib::Server& http, JsonSender send_json, ErrorSender send_error);
+void register_parser_routes(HttpServer& http, JsonSender send_json, ErrorSender send_error);
 
 }  // namespace fp4moe::serve

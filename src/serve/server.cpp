@@ -21,6 +21,7 @@
 #ifdef FP4MOE_HAVE_GPU_RUNNER
 #include "engine/gpu/cuda_model_backend.hpp"
 #endif
+#include "serve/parser_routes.hpp"
 #include "serve/server_impl.hpp"
 
 namespace fp4moe::serve {
@@ -28,8 +29,6 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-bool needs_key(const std::string& path) { return path != "/health" && path != "/health_generate" && path != "/metrics"; }
 
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() != b.size();
@@ -48,6 +47,10 @@ const char* status_type(int status) {
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// After the engine is idle at SIGTERM, the handlers get this long to hand their last bytes to
+// clients; one that does not read them is then cut off.
+constexpr int kShutdownFlushMs = 2000;
 
 // --backend cuda without --context-length: the model's positions, at most this many.
 constexpr int32_t kCudaDefaultContext = 32768;
@@ -101,8 +104,18 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
 
 Server::Server(ServeOptions options)
     : opt_(std::move(options)),
-      http_(HttpLimits{size_t(opt_.max_body_bytes), opt_.http_request_timeout, 5, 30, 1000,
-                       std::max(64, 2 * opt_.max_running_requests + 32)}) {
+      http_([&] {
+        HttpLimits l;
+        l.max_body_bytes = size_t(opt_.max_body_bytes);
+        l.request_timeout_s = opt_.http_request_timeout;
+        l.threads = std::max(64, 2 * opt_.max_running_requests + 32);
+        l.max_connections = opt_.http_max_connections;
+        // Requests beyond the workers wait for one (as they did for cpp-httplib's pool): the
+        // connection limit and the body budget bound them; the engine's queue has its own flag.
+        l.max_waiting = opt_.http_max_connections;
+        l.max_connections_per_client = opt_.http_max_connections_per_client;
+        return l;
+      }()) {
   served_name_ = opt_.served_model_name;
   if (served_name_.empty()) {
     const auto p = std::filesystem::path(opt_.model).lexically_normal();
@@ -150,7 +163,7 @@ void Server::load() {
   engine::EngineOptions eo;
   eo.max_queued = opt_.max_queued_requests;
   eo.log_interval_rounds = opt_.decode_log_interval;
-  backend_->set_observer(&metrics_);
+  backend_->set_observer(&step_clock_);
   engine_ = std::make_unique<engine::Engine>(sc, *backend_, eo);
   log_info("serving '{}' ({} backend, tokenizer: {}) on http://{}:{}; memory plan: {}; max running {}, decode steps {}, "
            "chunked prefill {}, context {}{}{}",
@@ -162,7 +175,7 @@ void Server::load() {
              context_length_, max_request_tokens_);
 }
 
-bool Server::ready(httplib::Response& res) {
+bool Server::ready(http::Response& res) {
   switch (state_.load()) {
     case State::kReady:
       if (!engine_->failed()) return true;
@@ -180,91 +193,71 @@ bool Server::ready(httplib::Response& res) {
   return false;
 }
 
-void Server::send_error(httplib::Response& res, const ApiError& e) {
+void Server::send_error(http::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(dump(e.to_json()), "application/json");
 }
 
-void Server::send_json(httplib::Response& res, const json& body, int status) {
+void Server::send_json(http::Response& res, const json& body, int status) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
 
+bool Server::authorized(const http::Request& req) const {
+  if (opt_.api_key.empty() || req.path == "/health" || req.path == "/health_generate") return true;
+  if (req.path == "/metrics" && opt_.metrics_allow_unauthenticated) return true;
+  // "Bearer" is case-insensitive (RFC 9110 auth-scheme); one or more spaces before the token.
+  const std::string auth = req.get_header_value("Authorization");
+  if (auth.size() < 7 || !http::iequals(std::string_view(auth).substr(0, 6), "bearer") || auth[6] != ' ') return false;
+  const size_t token = auth.find_first_not_of(' ', 6);
+  return token != std::string::npos && same_secret(auth.substr(token), opt_.api_key);
+}
+
 void Server::routes() {
-  using httplib::Request;
-  using httplib::Response;
-  // Before the body is read: size, chunked bodies, the API key. A refused body is left unread
-  // and its connection closed.
-  http_.set_pre_routing_handler([this](const Request& req, Response& res) {
-    auto refuse = [&](const ApiError& e) {
-      send_error(res, e);
-      HttpServer::close_after_response();
-      return httplib::Server::HandlerResponse::Handled;
-    };
-    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
-      if (req.has_header("Transfer-Encoding") || !req.has_header("Content-Length"))
-        return refuse({411, "send the body with a Content-Length (chunked bodies are not accepted)",
-                       "invalid_request_error", "", "length_required"});
-      const std::string len = req.get_header_value("Content-Length");
-      const bool digits = !len.empty() && len.size() <= 18 && len.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) return refuse({400, "bad Content-Length", "invalid_request_error", "", ""});
-      if (std::stoll(len) > opt_.max_body_bytes)
-        return refuse({413, fmt::format("the request body ({} bytes) exceeds the limit of {} bytes", len, opt_.max_body_bytes),
-                       "invalid_request_error", "", "request_too_large"});
-    }
-    if (!opt_.api_key.empty() && needs_key(req.path)) {
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string bearer = "Bearer ";
-      if (!auth.starts_with(bearer) || !same_secret(auth.substr(bearer.size()), opt_.api_key))
-        return refuse({401, "Incorrect API key provided.", "authentication_error", "", "invalid_api_key"});
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+  using http::Request;
+  using http::Response;
+  // On the I/O thread, before the body is read (the HTTP layer has already refused malformed
+  // requests, chunked bodies, a missing Content-Length and bodies over the limit).
+  http_.set_head_check([this](const Request& req, Response& res) {
+    if (authorized(req)) return false;
+    send_error(res, {401, "Incorrect API key provided.", "authentication_error", "", "invalid_api_key"});
+    return true;
   });
-  // Errors httplib produced itself (no route, malformed HTTP, body too large) get a JSON body too.
-  http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string msg = res.status == 404 ? fmt::format("Invalid URL ({} {})", req.method, req.path)
-                      : res.status == 413 ? "the request body is too large"
-                                          : fmt::format("HTTP error {}", res.status);
-    res.set_content(dump(ApiError{res.status, msg, status_type(res.status), "", ""}.to_json()), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http_.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    res.status = 500;
-    res.set_content(dump(ApiError{500, what, "server_error", "", ""}.to_json()), "application/json");
+  // Errors the HTTP layer produces itself get an OpenAI error body too.
+  http_.set_error_body([](int status, const std::string& message, Response& res) {
+    res.status = status;
+    res.set_content(dump(ApiError{status, message, status_type(status), "", ""}.to_json()), "application/json");
   });
   http_.set_logger([this](const Request& req, const Response& res) {
     if (res.status >= 400) metrics_.http_error(res.status);
-    if (opt_.log_requests) log_info("{} {} {}", req.method, req.path, res.status);
+    if (opt_.log_requests) log_info("{} {} {}", req.method.empty() ? "-" : req.method, req.path, res.status);
   });
 
   http_.Post("/v1/chat/completions", [this](const Request& q, Response& r) { handle_generation(ApiKind::kChat, q, r); });
   http_.Post("/v1/completions", [this](const Request& q, Response& r) { handle_generation(ApiKind::kCompletion, q, r); });
   http_.Post("/generate", [this](const Request& q, Response& r) { handle_generation(ApiKind::kGenerate, q, r); });
+  // SGLang's /parse_function_call and /separate_reasoning need no model: not gated on ready().
+  register_parser_routes(
+      http_, [this](Response& r, const json& j) { send_json(r, j); }, [this](Response& r, const ApiError& e) { send_error(r, e); });
 
+  // Cheap GETs run on the I/O thread: they answer in milliseconds whatever the workers do.
+  constexpr bool kOnIoThread = true;
   http_.Get("/health", [this](const Request&, Response& res) {
     if (ready(res)) res.status = 200;
-  });
+  }, kOnIoThread);
   http_.Get("/health_generate", [this](const Request&, Response& res) { health_generate(res); });
   http_.Get("/metrics", [this](const Request&, Response& res) {
     const bool loaded = loaded_.load();  // set once engine_ is
     const bool up = loaded && state_ == State::kReady && !engine_->failed();
     const engine::EngineStats st = loaded ? engine_->stats() : engine::EngineStats{};
     res.set_content(metrics_.render(st, up), "text/plain; version=0.0.4");
-  });
+  }, kOnIoThread);
   http_.Get("/v1/models", [this](const Request&, Response& res) {
     if (!ready(res)) return;
     send_json(res, {{"object", "list"},
                     {"data", json::array({{{"id", served_name_}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
                                            {"owned_by", "fp4moe"}, {"root", opt_.model}, {"max_model_len", context_length_}}})}});
-  });
+  }, kOnIoThread);
   http_.Get("/get_model_info", [this](const Request&, Response& res) {
     if (!ready(res)) return;
     send_json(res, {{"model_path", opt_.model},
@@ -273,7 +266,7 @@ void Server::routes() {
                     {"served_model_name", served_name_}, {"backend", backend_info_.name},
                     {"tokenizer", codec_->name()}, {"context_length", context_length_},
                     {"vocab_size", codec_->vocab_size()}, {"eos_token_ids", codec_->eos_ids()}});
-  });
+  }, kOnIoThread);
   http_.Get("/get_server_info", [this](const Request&, Response& res) {
     if (!ready(res)) return;
     const engine::EngineStats st = engine_->stats();
@@ -307,7 +300,7 @@ void Server::routes() {
                     {"internal_states",
                      {{"running", st.running}, {"queued", st.queued}, {"kv_pages_used", st.pages_used},
                       {"kv_pages_cached", st.pages_cached}, {"kv_pages_free", st.pages_free}}}});
-  });
+  }, kOnIoThread);
   http_.Post("/tokenize", [this](const Request& req, Response& res) {
     if (!ready(res)) return;
     auto parsed = parse_tokenize_request(req.body);
@@ -341,6 +334,8 @@ void Server::routes() {
 }
 
 void Server::graceful_shutdown() {
+  // Idle and half-received connections close now; every later response closes its connection.
+  http_.drain();
   const State was = state_.exchange(State::kDraining);
   if (loaded_ && was == State::kReady) {
     engine_->stop_accepting();
@@ -353,7 +348,9 @@ void Server::graceful_shutdown() {
       log_info("shutting down: aborting what is left");
       engine_->abort_all("the server is shutting down");
     }
-    const auto flush_until = Clock::now() + 5s;  // let the handlers send their last bytes
+    // Let the handlers send their last bytes; a client that does not read them is cut off
+    // after this (stop() fails its blocked write).
+    const auto flush_until = Clock::now() + std::chrono::milliseconds(kShutdownFlushMs);
     while (active_calls_ > 0 && Clock::now() < flush_until) std::this_thread::sleep_for(10ms);
   }
   http_.stop();
@@ -371,20 +368,27 @@ int Server::run() {
 
   routes();
   if (!http_.bind(opt_.host, opt_.port)) {
-    log_warn("cannot listen on {}:{} ({})", opt_.host, opt_.port, std::strerror(errno));
-    FP4MOE_FAIL("cannot listen on {}:{}", opt_.host, opt_.port);
+    const std::string why = std::strerror(errno);
+    FP4MOE_FAIL("cannot listen on {}:{} ({})", opt_.host, opt_.port, why);
   }
-  std::atomic<bool> listen_ended{false};
-  std::thread listener([this, &listen_ended] {
-    http_.listen_after_bind();
-    listen_ended = true;
-  });
+  std::thread listener([this] { http_.run(); });
+  // The first SIGTERM / SIGINT drains (on its own thread, so that a second one is seen); the
+  // second exits at once.
   std::thread signals([this, set] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    if (sig == SIGUSR1) return;
-    log_info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    graceful_shutdown();
+    std::thread drainer;
+    for (;;) {
+      int sig = 0;
+      sigwait(&set, &sig);
+      if (sig == SIGUSR1) break;
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (drainer.joinable()) {
+        std::fprintf(stderr, "fp4moe: second %s: exiting now without draining\n", name);
+        std::_Exit(1);
+      }
+      log_info("received {}", name);
+      drainer = std::thread([this] { graceful_shutdown(); });
+    }
+    if (drainer.joinable()) drainer.join();
   });
   int rc = 0;
   try {
@@ -397,15 +401,10 @@ int Server::run() {
     state_ = State::kFailed;
     std::fprintf(stderr, "fp4moe: %s\n", e.what());
     rc = 1;
-    // stop() does nothing until the listener runs, and a quick load failure can come first.
-    while (!listen_ended) {
-      http_.stop();
-      std::this_thread::sleep_for(5ms);
-    }
-    pthread_kill(signals.native_handle(), SIGUSR1);
+    http_.stop();
   }
   listener.join();
-  if (rc == 0) pthread_kill(signals.native_handle(), SIGUSR1);  // listen ended on its own
+  pthread_kill(signals.native_handle(), SIGUSR1);
   signals.join();
   if (engine_) engine_->shutdown();
   if (rc == 0) log_info("stopped");

@@ -33,6 +33,9 @@ struct ServeOptions {
   int32_t graceful_shutdown_timeout = 30;  // seconds SIGTERM waits for running requests
   int32_t http_request_timeout = 30;       // seconds a request's headers + body may take to arrive
   int64_t max_body_bytes = int64_t(32) << 20;
+  int32_t http_max_connections = 4096;             // open at once; beyond, the oldest one not being served closes
+  int32_t http_max_connections_per_client = 512;   // per IP, not counting connections whose request is running
+  bool metrics_allow_unauthenticated = false;      // with --api-key: /metrics without the key
   // The fake backend (tests).
   int32_t fake_step_delay_us = 0;
   int32_t fake_load_delay_ms = 0;

@@ -7,10 +7,10 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/backend.hpp"
@@ -26,6 +26,40 @@
 namespace fp4moe::serve {
 
 using Clock = std::chrono::steady_clock;
+
+// The backend's step observer, passed through, noting when the last model step finished:
+// /health_generate answers from it while the engine is working (as SGLang does).
+class StepClock : public engine::StepObserver {
+ public:
+  explicit StepClock(engine::StepObserver& inner) : inner_(inner) {}
+  void on_step(int32_t requests, int32_t tokens) override {
+    last_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    inner_.on_step(requests, tokens);
+  }
+  void on_moe_gemm(int32_t layer, std::span<const int32_t> tokens_per_expert) override {
+    inner_.on_moe_gemm(layer, tokens_per_expert);
+  }
+  // Time since the last step (a large value before the first).
+  Clock::duration since_last_step() const {
+    const int64_t t = last_ns_.load(std::memory_order_relaxed);
+    return t == 0 ? Clock::duration::max() : Clock::now() - Clock::time_point(Clock::duration(t));
+  }
+
+ private:
+  engine::StepObserver& inner_;
+  std::atomic<int64_t> last_ns_{0};
+};
+
+// /health_generate's own generation: one at a time, its result reused for a while, so that
+// unauthenticated callers cannot drive the engine.
+struct HealthProbe {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool running = false;
+  Clock::time_point finished_at{};  // of the last probe
+  int status = 0;                   // its result: 200, or the 503 it gave
+  std::string message;
+};
 
 // One generation request in flight (all its choices).
 struct GenerationCall {
@@ -61,12 +95,13 @@ class Server {
   void load();
   void routes();
   void graceful_shutdown();
-  bool ready(httplib::Response& res);  // else sends 503
-  void send_error(httplib::Response& res, const ApiError& e);
-  void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
+  bool ready(http::Response& res);  // else sends 503
+  void send_error(http::Response& res, const ApiError& e);
+  void send_json(http::Response& res, const nlohmann::json& body, int status = 200);
+  bool authorized(const http::Request& req) const;
 
   // generation_handlers.cpp
-  void handle_generation(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  void handle_generation(ApiKind kind, const http::Request& req, http::Response& res);
   void pump(GenerationCall& call, std::chrono::milliseconds wait,
             const std::function<void(int32_t, ChoiceDelta&)>& on_delta);
   void abandon(GenerationCall& call);  // the client left: cancel and drain
@@ -77,12 +112,15 @@ class Server {
                                int64_t& text_offset) const;
   nlohmann::json usage_json(const GenerationCall& call) const;
   nlohmann::json generate_object(const GenerationCall& call, int32_t index) const;
-  void health_generate(httplib::Response& res);
+  void health_generate(http::Response& res);
+  int run_health_probe(std::string& message);  // one real generation: 200 or 503
 
   ServeOptions opt_;
   std::string served_name_;
   HttpServer http_;
   Metrics metrics_;
+  StepClock step_clock_{metrics_};
+  HealthProbe health_probe_;
   std::unique_ptr<TextCodec> codec_;
   std::unique_ptr<engine::Backend> backend_;
   std::unique_ptr<engine::Engine> engine_;

@@ -97,19 +97,16 @@ TEST(SeparateReasoning, SplitsWithTheParsersDefault) {
 }
 
 TEST(ParserRoutes, ServeBothEndpointsOverHttp) {
-  httplib::Server http;
+  HttpServer http(HttpLimits{});
   register_parser_routes(
-      http, [](httplib::Response& r, const json& j) { r.set_content(j.dump(), "application/json"); },
-      [](httplib::Response& r, const ApiError& e) {
+      http, [](http::Response& r, const json& j) { r.set_content(j.dump(), "application/json"); },
+      [](http::Response& r, const ApiError& e) {
         r.status = e.status;
         r.set_content(e.to_json().dump(), "application/json");
       });
-  const int port = http.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(port, 0);
-  std::thread server([&] { http.listen_after_bind(); });
-  for (int i = 0; i < 500 && !http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(http.is_running());
-  httplib::Client client("127.0.0.1", port);
+  ASSERT_TRUE(http.bind("127.0.0.1", 0));
+  std::thread server([&] { http.run(); });
+  httplib::Client client("127.0.0.1", http.port());
   auto r = client.Post("/separate_reasoning", R"({"text": "<think>a</think>b", "reasoning_parser": "glm45"})",
                        "application/json");
   ASSERT_TRUE(r);

@@ -7,13 +7,14 @@ api_request: an input's first byte picks the parser (0 chat, 1 completions, 2 ge
 3 tokenize, 4 detokenize); the rest is the HTTP body.
 bench_stream: the first byte picks 0 a completions SSE stream, 1 a chat SSE stream, 2 a JSONL
 dataset; the rest is the bytes.
+http_request: the bytes a client sends (request heads, well-formed and not).
 """
 import json
 import os
 import sys
 
 target, corpus, dict_path = sys.argv[1], sys.argv[2], sys.argv[3]
-assert target in ("api_request", "bench_stream"), target
+assert target in ("api_request", "bench_stream", "http_request"), target
 
 
 def write_dict(tokens):
@@ -25,6 +26,24 @@ def write_dict(tokens):
             f.write('"%s"\n' % "".join(esc(c) for c in t))
 
 
+if target == "http_request":
+    os.makedirs(corpus, exist_ok=True)
+    seeds = {
+        "get": b"GET /v1/models?x=1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n\r\n",
+        "post": b"POST /generate HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}",
+        "http10": b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        "two_lengths": b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "chunked": b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "desync": b"BAD\r\nx\r\nGET /get_server_info HTTP/1.1\r\nHost: a\r\n\r\n",
+        "fold": b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+    }
+    for name, b in seeds.items():
+        with open(os.path.join(corpus, "seed_" + name), "wb") as f:
+            f.write(b)
+    write_dict(["\r\n", "\r\n\r\n", "GET ", "POST ", " HTTP/1.1", " HTTP/1.0", "Host: ", "Content-Length: ",
+                "Transfer-Encoding: chunked", "Connection: close", "Connection: keep-alive", "Expect: 100-continue",
+                ": ", "?", "#", "\t", " ", "\n", "\r", "\x00", "\x7f", "\xff", "18446744073709551616"])
+    sys.exit(0)
 if target == "bench_stream":
     os.makedirs(corpus, exist_ok=True)
     def sse(events):

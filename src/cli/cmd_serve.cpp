@@ -1,5 +1,6 @@
 // fp4moe serve --model DIR: the OpenAI-compatible server (see src/serve/README.md).
 #include "cli/command.hpp"
+#include "serve/chat_output_parser.hpp"
 #include "serve/server.hpp"
 
 namespace {
@@ -48,6 +49,12 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
       ->capture_default_str();
+  app.add_option("--reasoning-parser", o->reasoning_parser,
+                 "Split <think> text into reasoning_content: glm45 | deepseek-r1 | deepseek-v3 (default: none)")
+      ->check([](const std::string& v) { fp4moe::serve::ParserFlags f; return fp4moe::serve::parse_parser_flags(v, "", f); });
+  app.add_option("--tool-call-parser", o->tool_call_parser,
+                 "Parse the model's tool calls into tool_calls: glm47 | glm45 | deepseekv3 | deepseekv31 (default: none)")
+      ->check([](const std::string& v) { fp4moe::serve::ParserFlags f; return fp4moe::serve::parse_parser_flags("", v, f); });
   app.add_flag("--log-requests", o->log_requests, "Log every request");
   app.add_option("--decode-log-interval", o->decode_log_interval, "Scheduling rounds per log line (0: none)")
       ->check(CLI::Range(0, 1 << 30))->capture_default_str();

@@ -28,6 +28,8 @@ struct ServeOptions {
   std::string kv_cache_dtype = "auto";  // auto (bf16) | bf16 | fp8_e4m3 | f32 (CPU reference)
   std::string attention_kernels = "auto";  // --backend cuda: auto | own | flashinfer-decode | mma-decode | wgmma-decode
   bool log_requests = false;
+  std::string reasoning_parser;   // "" | glm45 | deepseek-r1 | deepseek-v3: reasoning_content in chat replies
+  std::string tool_call_parser;   // "" | glm47 | glm45 | deepseekv3 | deepseekv31: tool_calls in chat replies
   // fp4moe's own.
   int32_t decode_log_interval = 40;        // rounds per scheduler log line
   int32_t graceful_shutdown_timeout = 30;  // seconds SIGTERM waits for running requests

@@ -108,8 +108,18 @@ TEST(ByteCodec, EncodesSpecialsDecodesAndRendersChat) {
   EXPECT_EQ(codec->encode("a<|user|>b", true), (std::vector<int32_t>{'a', 258, 'b'}));
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256, 'b'}, true), "ab");
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256}, false), "a<|endoftext|>");
-  nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
-  EXPECT_EQ(codec->render_chat(msgs, true), "<|user|>\nhi\n<|assistant|>\n");
+  ChatInput chat;
+  chat.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(codec->render_chat(chat), "<|user|>\nhi\n<|assistant|>\n");
+  // Tools and template variables reach the stand-in's rendering (JSON lines first).
+  chat.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  chat.kwargs = {{"enable_thinking", false}};
+  chat.add_generation_prompt = false;
+  EXPECT_EQ(codec->render_chat(chat),
+            "<|tools|>\n[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]\n<|kwargs|>\n{\"enable_thinking\":false}\n"
+            "<|user|>\nhi\n");
+  // A token stands for one byte or one special string: "<|assistant|>" is the longest.
+  EXPECT_EQ(codec->max_bytes_per_token(), 13u);
   EXPECT_EQ(codec->eos_ids(), std::vector<int32_t>{256});
   EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82"), 2u);
   EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82\xac"), 5u);

@@ -448,6 +448,33 @@ class MainServer(unittest.TestCase):
             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, 400, "logprobs"),
             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3},
              400, "max_completion_tokens"),
+            # Fields that are not implemented are refused, never silently ignored (issue 37).
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                      "response_format": {"type": "json_object"}}, 400, "response_format"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                      "response_format": {"type": "json_schema", "json_schema": {"name": "n"}}},
+             400, "response_format"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "regex": "a+"}, 400, "regex"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "ebnf": "r"}, 400, "ebnf"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "json_schema": "{}"}, 400,
+             "json_schema"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": 3}}, 400,
+             "logit_bias"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                                      "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True,
+                                      "stream_options": {"continuous_usage_stats": True}}, 400,
+             "stream_options.continuous_usage_stats"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}, 400,
+             "reasoning_effort"),
+            ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, 400,
+             "messages[0].tool_call_id"),
+            ("/v1/completions", {"prompt": "a", "best_of": 3}, 400, "best_of"),
+            ("/v1/completions", {"prompt": "a", "suffix": "b"}, 400, "suffix"),
+            ("/v1/completions", {"prompt": "a", "seed": 18446744073709551616}, 400, "seed"),
+            ("/generate", {"text": "a", "sampling_params": {"regex": "a"}}, 400, "sampling_params.regex"),
+            ("/generate", {"text": "a", "sampling_params": {"json_schema": "{}"}}, 400, "sampling_params.json_schema"),
+            ("/generate", {"text": "a", "image_data": "x"}, 400, "image_data"),
             ("/generate", {}, 400, "text"),
             ("/generate", {"text": "a", "input_ids": [1]}, 400, "text"),
             ("/generate", {"text": 5}, 400, "text"),
@@ -499,10 +526,13 @@ class MainServer(unittest.TestCase):
         with self.assertRaises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"http://127.0.0.1:{self.server.port}/v1", api_key="bad",
                           max_retries=0).models.list()
-        # Unknown fields are ignored.
-        status, r = self.server.json("POST", "/v1/completions", {"prompt": "a", "max_tokens": 2, "frobnicate": [1, {}],
-                                                                 "user": "u", "suffix": None})
+        # Harmless fields and nulls are accepted; unknown fields are refused by name (issue 37).
+        status, r = self.server.json("POST", "/v1/completions", {"prompt": "a", "max_tokens": 2, "user": "u",
+                                                                 "suffix": None, "logit_bias": {}, "echo": False})
         self.assertEqual(status, 200)
+        status, r = self.server.json("POST", "/v1/completions", {"prompt": "a", "frobnicate": [1, {}]})
+        self.assertEqual((status, r["error"]["param"]), (400, "frobnicate"))
+        self.assertIn("unrecognized", r["error"]["message"])
 
     def assert_error(self, status, data, ctype, expected):
         self.assertEqual(status, expected, data[:300])

@@ -115,16 +115,15 @@ void Server::handle_generation(ApiKind kind, const httplib::Request& req, httpli
   // fit is refused on its byte length before it is encoded (text_codec.hpp, max_bytes_per_token).
   const char* prompt_param = kind == ApiKind::kChat ? "messages" : kind == ApiKind::kGenerate ? "input_ids" : "prompt";
   const char* max_param = kind == ApiKind::kGenerate ? "max_new_tokens" : "max_tokens";
-  auto context_error = [&](int64_t len, int64_t want, bool at_least) {
+  auto context_error = [&](int64_t len, int64_t want, size_t bytes) {  // bytes > 0: len is a lower bound from them
+    const std::string prompt =
+        bytes ? fmt::format("the prompt's {} bytes are at least {} tokens, as a token stands for at most {} bytes", bytes,
+                            len, codec_->max_bytes_per_token())
+              : fmt::format("{} in the prompt", len);
     return ApiError{400,
                     fmt::format("This model's maximum context length is {} tokens. However, you requested {}{} tokens "
-                                "({}{} in the prompt, {} for the completion). Please reduce the length of the prompt or "
-                                "the completion.",
-                                max_request_tokens_, at_least ? "at least " : "", len + want, len,
-                                at_least ? fmt::format(" or more (its bytes / {} bytes per token at most)",
-                                                       codec_->max_bytes_per_token())
-                                         : std::string(),
-                                want),
+                                "({}, {} for the completion). Please reduce the length of the prompt or the completion.",
+                                max_request_tokens_, bytes ? "at least " : "", len + want, prompt, want),
                     "invalid_request_error", r.max_tokens ? max_param : prompt_param, "context_length_exceeded"};
   };
   const int64_t min_want = std::max<int64_t>(r.max_tokens.value_or(1), 1);
@@ -132,7 +131,7 @@ void Server::handle_generation(ApiKind kind, const httplib::Request& req, httpli
     const size_t per = codec_->max_bytes_per_token();
     if (per == 0) return std::nullopt;
     const int64_t least = int64_t((bytes + per - 1) / per);
-    if (least + min_want > max_request_tokens_) return context_error(least, min_want, true);
+    if (least + min_want > max_request_tokens_) return context_error(least, min_want, bytes);
     return std::nullopt;
   };
   std::vector<std::vector<int32_t>> prompts;
@@ -169,7 +168,7 @@ void Server::handle_generation(ApiKind kind, const httplib::Request& req, httpli
     const int64_t len = int64_t(prompts[p].size());
     const int64_t want = r.max_tokens ? *r.max_tokens : kind == ApiKind::kCompletion ? 16 : max_request_tokens_ - len;
     if (len + std::max<int64_t>(want, 1) > max_request_tokens_)
-      return send_error(res, context_error(len, std::max<int64_t>(want, 1), false));
+      return send_error(res, context_error(len, std::max<int64_t>(want, 1), 0));
     max_new[p] = int32_t(want);
     logprob_entries += int64_t(want) * r.n * (r.logprobs + 1);
   }

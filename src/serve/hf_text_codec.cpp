@@ -46,6 +46,37 @@ bool strips_whitespace(const nlohmann::json& v) {
   return false;
 }
 
+// Does v hold an object {"type": type} anywhere?
+bool has_type(const nlohmann::json& v, const char* type) {
+  if (v.is_object()) {
+    if (v.value("type", "") == type) return true;
+    for (const auto& [k, x] : v.items())
+      if (has_type(x, type)) return true;
+  } else if (v.is_array()) {
+    for (const auto& x : v)
+      if (has_type(x, type)) return true;
+  }
+  return false;
+}
+
+// GPT-2's byte-level alphabet: the character byte b stands for, as UTF-8.
+std::string byte_level_char(int b) {
+  int n = 0, cp = b;
+  if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+    for (int x = 0; x < b; ++x)
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    cp = 256 + n;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += char(cp);
+  } else {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
 // Does a pre-tokenizer (or a Sequence of them) remove the text it matches?
 bool removes_text(const nlohmann::json& v) {
   if (v.is_object()) {
@@ -63,8 +94,9 @@ bool removes_text(const nlohmann::json& v) {
 // invalid UTF-8 (each bad byte becomes 3 bytes of U+FFFD: more text, never less), may add a
 // prefix space, normalizes, splits and runs BPE, whose tokens concatenate to the pre-tokenized
 // text: every id covers exactly its own bytes (token_bytes; an added token matches its
-// content; an unknown character, at most 4 bytes, becomes one unk id). So without a step that
-// shrinks or drops text, ids >= bytes / max(token bytes, 4).
+// content; an unknown character, at most 4 bytes, becomes one unk id — without an unk token
+// it is dropped, so then every byte must be in the byte-level vocabulary). So without a step
+// that shrinks or drops text, ids >= bytes / max(token bytes, 4).
 size_t byte_bound(const text::Tokenizer& tok, const std::string& dir) {
   namespace fs = std::filesystem;
   const nlohmann::json tj = read_json_skipping(fs::path(dir) / "tokenizer.json", {"vocab", "merges"});
@@ -75,7 +107,14 @@ size_t byte_bound(const text::Tokenizer& tok, const std::string& dir) {
     return 0;
   if (removes_text(tj.value("pre_tokenizer", nlohmann::json()))) return 0;
   const nlohmann::json& model = tj.value("model", nlohmann::json::object());
-  if (!model.value("unk_token", nlohmann::json()).is_null() && model.value("fuse_unk", false) == true) return 0;
+  const nlohmann::json& unk = model.value("unk_token", nlohmann::json());
+  const bool has_unk = unk.is_string() && tok.token_to_id(unk.get<std::string>()) >= 0;
+  if (has_unk && model.value("fuse_unk", false) == true) return 0;
+  if (!has_unk) {  // a character (or byte) outside the vocabulary is dropped: every byte must have its id
+    if (!has_type(tj.value("pre_tokenizer", nlohmann::json()), "ByteLevel")) return 0;
+    for (int b = 0; b < 256; ++b)
+      if (tok.token_to_id(byte_level_char(b)) < 0) return 0;
+  }
   if (strips_whitespace(tj.value("added_tokens", nlohmann::json()))) return 0;
   const nlohmann::json cfg = read_json_skipping(fs::path(dir) / "tokenizer_config.json", {});
   if (strips_whitespace(cfg)) return 0;

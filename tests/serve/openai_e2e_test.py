@@ -12,7 +12,11 @@ clients, SIGTERM, 503 after a backend failure; >= 30 malformed inputs with their
 error JSON; and at the end that the engine still serves and every KV page is free.
 Also `--backend cpu` (and, with FP4MOE_E2E_CUDA=1 on a GPU, `--backend cuda`) on a toy GLM-5 (make-synthetic glm5-tiny) with a real tokenizer: the same
 tokens as `fp4moe generate`, chat and concurrent streams, and /metrics counting every routed
-token (tokens per expert per MoE GEMM) and every step's batch.
+token (tokens per expert per MoE GEMM) and every step's batch; `tools`, `tool_choice: "none"` and a
+tool follow-up with `chat_template_kwargs` rendered by a test template (checked through /tokenize
+and /detokenize against its Python mirror), refused fields with the openai client's exceptions,
+and RSS back near its level after a large prompt. Issue 37's refused fields and the byte-length
+refusal of over-long prompts are in test_malformed_inputs.
 """
 import concurrent.futures
 import http.client
@@ -624,6 +628,12 @@ class RealTokenizer(FolderServer):
         status, t = self.server.json("POST", "/tokenize", {"prompt": "Hello, world!"})
         status, back = self.server.json("POST", "/detokenize", {"tokens": t["tokens"]})
         self.assertEqual(back["text"], "Hello, world!")
+        # glm_style is byte-level BPE without a normalizer: a prompt whose bytes cannot fit is
+        # refused before it is encoded, with the bound in the message.
+        status, err = self.server.json("POST", "/v1/completions", {"prompt": "Hello, world! " * 300000})
+        self.assertEqual(status, 400)
+        self.assertEqual(err["error"]["code"], "context_length_exceeded")
+        self.assertIn("bytes are at least", err["error"]["message"])
 
     def test_a_missing_model_folder_is_one_line_and_exit_1(self):
         p = subprocess.run([BINARY, "serve", "--backend", "fake", "--model", "/nonexistent/dir", "--port",
@@ -800,6 +810,25 @@ class CpuModel(FolderServer):
                 {"role": "tool", "content": "orphan result"}])
         self.assertEqual(cm.exception.body["param"], "messages[1].tool_call_id")
         self.assertEqual(self.server.request("GET", "/health")[0], 200)
+
+    def test_memory_goes_back_after_a_large_prompt(self):
+        """Issue 37 item 9: an 8 MiB prompt (over the context; this tokenizer has no byte bound, so it is
+        encoded) leaves the server's RSS near where it was: the tokenizer's per-thread buffers are
+        released and the heap is trimmed 1 s after the request."""
+        def rss_mb():
+            with open(f"/proc/{self.server.proc.pid}/status") as f:
+                return int([line.split()[1] for line in f if line.startswith("VmRSS")][0]) / 1024
+        self.server.request("POST", "/v1/completions", {"prompt": "warm up", "max_tokens": 2})
+        time.sleep(1.5)
+        before = rss_mb()
+        status, data, _ = self.server.request("POST", "/v1/completions", {"prompt": "word " * (8 << 18)}, timeout=120)
+        self.assertEqual(status, 400, data[:200])
+        self.assertEqual(json.loads(data)["error"]["code"], "context_length_exceeded")
+        time.sleep(2.5)
+        after = rss_mb()
+        print(f"RSS {before:.0f} MB before an 8 MiB prompt, {after:.0f} MB 2.5 s after", file=sys.stderr)
+        # Measured: +0 MB at 8be1c0e (before: BASELINE_PLACEHOLDER).
+        self.assertLess(after - before, 40)
 
     def test_metrics_count_every_routed_token_and_the_step_batches(self):
         name = os.path.basename(self.dir)

@@ -639,7 +639,6 @@ ApiRequest parse(ApiKind kind, const json& body) {
     if (auto x = f.integer("max_tokens", 1, std::numeric_limits<int32_t>::max())) r.max_tokens = *x;
     if (auto x = f.boolean("stream")) r.stream = *x;
     if (const json* so = f.object("stream_options")) {
-      if (!r.stream) invalid("stream_options", "'stream_options' is only allowed when 'stream' is true");
       Fields o(*so, "stream_options.");
       check_fields(o, {kStreamOptionsRules});
       if (auto x = o.boolean("include_usage")) r.include_usage = *x;

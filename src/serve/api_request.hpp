@@ -1,7 +1,9 @@
 // HTTP bodies -> native requests. Everything a client sends is validated here: wrong types and
-// out-of-range values become an ApiError (400 with the parameter's name); unknown fields are
-// ignored, as OpenAI does. Limits that need the model (vocabulary, context) are checked later,
-// when the prompt is tokenized.
+// out-of-range values become an ApiError (400 with the parameter's name). Every field is either
+// honoured, ignored because ignoring it changes nothing the client can observe (`user`, ...), or
+// refused with a 400 naming it: a field we do not implement (`response_format` json, `regex`,
+// `logit_bias`, `tool_choice: "required"`, ...) or do not know. README.md lists each field's fate.
+// Limits that need the model (vocabulary, context) are checked later, when the prompt is tokenized.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.hpp"
+#include "serve/text_codec.hpp"
 
 namespace fp4moe::serve {
 
@@ -35,12 +38,19 @@ struct PromptInput {
   std::vector<int32_t> ids;
 };
 
+enum class ToolChoice { kAuto, kNone };
+
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;                  // empty: not given
   std::vector<PromptInput> prompts;   // completions / generate (a batch); empty for chat
-  nlohmann::json messages;            // chat: [{"role", "content": string}], validated
-  bool add_generation_prompt = true;
+  ChatInput chat;                     // chat: the messages, tools and template variables
+  // chat: the validated tools, also when tool_choice is "none" (chat.tools is then null: they are
+  // not rendered, as SGLang does).
+  nlohmann::ordered_json tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;  // recorded for the tool-call parser
+  bool separate_reasoning = true;   // SGLang's per-request switch, recorded for the reasoning parser
   std::optional<int64_t> max_tokens;  // absent: the endpoint's default
   engine::SamplingParams sampling;
   std::vector<std::string> stop;
@@ -59,17 +69,24 @@ inline constexpr int32_t kMaxStops = 16;
 inline constexpr int32_t kMaxStopBytes = 512;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr int32_t kMaxJsonDepth = 64;
+inline constexpr int32_t kMaxTools = 128;
+// The logprob entries a response may hold: choices x max_tokens x (top_logprobs + 1). A
+// non-streamed response builds them as one JSON document (~1 KB of memory each), so 2^18
+// entries keep a request near 256 MB.
+inline constexpr int64_t kMaxLogprobEntries = int64_t(1) << 18;
 
-// Parses a JSON body with a nesting limit; an ApiError on malformed JSON.
-std::variant<nlohmann::json, ApiError> parse_json_body(std::string_view body);
+// Parses a JSON body with a nesting limit (objects keep their key order); an ApiError on
+// malformed JSON.
+std::variant<nlohmann::ordered_json, ApiError> parse_json_body(std::string_view body);
 
 std::variant<ApiRequest, ApiError> parse_api_request(ApiKind kind, std::string_view body);
 
-// POST /tokenize: {"prompt" | "text": string} (or "messages" to render the chat template).
+// POST /tokenize: {"prompt" | "text": string}, or "messages" (with "tools",
+// "chat_template_kwargs", "add_generation_prompt", as in a chat request) to render the chat
+// template exactly as /v1/chat/completions would.
 struct TokenizeRequest {
   std::string text;
-  nlohmann::json messages;  // non-null: render these instead
-  bool add_generation_prompt = true;
+  ChatInput chat;  // chat.messages non-null: render these instead
 };
 std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view body);
 

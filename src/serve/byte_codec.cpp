@@ -1,4 +1,5 @@
 // The byte-level stand-in tokenizer (see text_codec.hpp).
+#include <algorithm>
 #include <array>
 
 #include "core/error.hpp"
@@ -75,12 +76,24 @@ class ByteCodec : public TextCodec {
     return std::make_unique<ByteStreamDecoder>(skip_special);
   }
   bool has_chat_template() const override { return true; }
-  std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt) const override {
+  // Tools and template variables go in as a first "<|tools|>" line of JSON, tool calls after
+  // their message's content, so tests can see that they reach the template.
+  std::string render_chat(const ChatInput& chat) const override {
     std::string out;
-    for (const auto& m : messages)
+    if (!chat.tools.is_null()) out += "<|tools|>\n" + chat.tools.dump() + "\n";
+    if (!chat.kwargs.is_null()) out += "<|kwargs|>\n" + chat.kwargs.dump() + "\n";
+    for (const auto& m : chat.messages) {
       out += "<|" + m.at("role").get<std::string>() + "|>\n" + m.at("content").get<std::string>() + "\n";
-    if (add_generation_prompt) out += "<|assistant|>\n";
+      if (m.contains("tool_calls")) out += m["tool_calls"].dump() + "\n";
+    }
+    if (chat.add_generation_prompt) out += "<|assistant|>\n";
     return out;
+  }
+  // A token is one byte or one special string (the longest: "<|assistant|>").
+  size_t max_bytes_per_token() const override {
+    size_t n = 1;
+    for (const char* s : kSpecials) n = std::max(n, std::string_view(s).size());
+    return n;
   }
 };
 

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <malloc.h>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -37,6 +41,54 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
+// Memory back to the system after large requests: glibc keeps freed heap pages (a 30 MB
+// body's copies, a prompt's ids, a response's JSON document) resident, and its mmap threshold
+// grows to the largest block freed, so even big buffers land on the heap after the first.
+// malloc_trim(0) returns the free pages. A large request asks for it when it ends; the trim
+// runs 1 s after the last such request (once the response is written and the stream closed),
+// on its own thread — never after every request, since trimming walks the whole heap.
+constexpr size_t kLargeBodyBytes = size_t(8) << 20;
+constexpr int64_t kLargeLogprobEntries = 1 << 16;  // ~64 MB of response document
+
+void trim_heap_soon() {
+  struct Trimmer {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool pending = false;
+    Trimmer() {
+      std::thread([this] {
+        std::unique_lock<std::mutex> lock(mu);
+        for (;;) {
+          cv.wait(lock, [this] { return pending; });
+          do {  // until 1 s passes with no new request for a trim
+            pending = false;
+            lock.unlock();
+            std::this_thread::sleep_for(1s);
+            lock.lock();
+          } while (pending);
+          lock.unlock();
+          malloc_trim(0);
+          lock.lock();
+        }
+      }).detach();
+    }
+  };
+  static Trimmer* trimmer = new Trimmer;  // never destroyed: its thread runs until the process exits
+  {
+    std::lock_guard<std::mutex> lock(trimmer->mu);
+    trimmer->pending = true;
+  }
+  trimmer->cv.notify_one();
+}
+
+// Calls trim_heap_soon() when it goes out of scope, if armed.
+struct TrimOnExit {
+  bool armed = false;
+  ~TrimOnExit() {
+    if (armed) trim_heap_soon();
+  }
+};
+
 uint64_t mix_seed(uint64_t seed, uint64_t choice) {
   uint64_t x = seed + 0x9E3779B97F4A7C15ull * (choice + 1);
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -47,6 +99,7 @@ uint64_t mix_seed(uint64_t seed, uint64_t choice) {
 
 void Server::handle_generation(ApiKind kind, const http::Request& req, http::Response& res) {
   if (!ready(res)) return;
+  TrimOnExit trim{req.body.size() >= kLargeBodyBytes};  // refused or not, a large body leaves garbage
   auto parsed = parse_api_request(kind, req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   auto call = std::make_shared<GenerationCall>();
@@ -58,21 +111,46 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
     return send_error(res, e);
   }
 
-  // Prompts -> token ids, checked against the vocabulary and the context.
+  // Prompts -> token ids, checked against the vocabulary and the context. A text that cannot
+  // fit is refused on its byte length before it is encoded (text_codec.hpp, max_bytes_per_token).
+  const char* prompt_param = kind == ApiKind::kChat ? "messages" : kind == ApiKind::kGenerate ? "input_ids" : "prompt";
+  const char* max_param = kind == ApiKind::kGenerate ? "max_new_tokens" : "max_tokens";
+  auto context_error = [&](int64_t len, int64_t want, size_t bytes) {  // bytes > 0: len is a lower bound from them
+    const std::string prompt =
+        bytes ? fmt::format("the prompt's {} bytes are at least {} tokens, as a token stands for at most {} bytes", bytes,
+                            len, codec_->max_bytes_per_token())
+              : fmt::format("{} in the prompt", len);
+    return ApiError{400,
+                    fmt::format("This model's maximum context length is {} tokens. However, you requested {}{} tokens "
+                                "({}, {} for the completion). Please reduce the length of the prompt or the completion.",
+                                max_request_tokens_, bytes ? "at least " : "", len + want, prompt, want),
+                    "invalid_request_error", r.max_tokens ? max_param : prompt_param, "context_length_exceeded"};
+  };
+  const int64_t min_want = std::max<int64_t>(r.max_tokens.value_or(1), 1);
+  auto fits_by_bytes = [&](size_t bytes) -> std::optional<ApiError> {
+    const size_t per = codec_->max_bytes_per_token();
+    if (per == 0) return std::nullopt;
+    const int64_t least = int64_t((bytes + per - 1) / per);
+    if (least + min_want > max_request_tokens_) return context_error(least, min_want, bytes);
+    return std::nullopt;
+  };
   std::vector<std::vector<int32_t>> prompts;
   if (kind == ApiKind::kChat) {
     std::string text;
     try {
-      text = codec_->render_chat(r.messages, r.add_generation_prompt);
+      text = codec_->render_chat(r.chat);
     } catch (const Error& e) {  // the template refused the conversation (raise_exception), or there is none
       return send_error(res, {400, e.what(), "invalid_request_error", "messages", ""});
     }
+    if (auto e = fits_by_bytes(text.size())) return send_error(res, *e);
     prompts.push_back(codec_->encode(text, false));
   } else {
+    for (const PromptInput& p : r.prompts)
+      if (!p.is_ids)
+        if (auto e = fits_by_bytes(p.text.size())) return send_error(res, *e);
     for (const PromptInput& p : r.prompts) prompts.push_back(p.is_ids ? p.ids : codec_->encode(p.text, true));
   }
   const int32_t vocab = codec_->vocab_size();
-  const char* prompt_param = kind == ApiKind::kChat ? "messages" : kind == ApiKind::kGenerate ? "input_ids" : "prompt";
   for (const auto& ids : prompts) {
     if (ids.empty()) return send_error(res, {400, "the prompt is empty", "invalid_request_error", prompt_param, ""});
     for (int32_t t : ids)
@@ -84,22 +162,29 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
     if (t >= vocab)
       return send_error(res, {400, fmt::format("stop token id {} is outside the vocabulary (size {})", t, vocab),
                               "invalid_request_error", "stop_token_ids", ""});
-  const char* max_param = kind == ApiKind::kGenerate ? "max_new_tokens" : "max_tokens";
   std::vector<int32_t> max_new(prompts.size());
+  int64_t logprob_entries = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int64_t len = int64_t(prompts[p].size());
     const int64_t want = r.max_tokens ? *r.max_tokens : kind == ApiKind::kCompletion ? 16 : max_request_tokens_ - len;
     if (len + std::max<int64_t>(want, 1) > max_request_tokens_)
-      return send_error(res, {400,
-                              fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
-                                          "tokens ({} in the prompt, {} for the completion). Please reduce the length of "
-                                          "the prompt or the completion.",
-                                          max_request_tokens_, len + std::max<int64_t>(want, 1), len,
-                                          std::max<int64_t>(want, 1)),
-                              "invalid_request_error", r.max_tokens ? max_param : prompt_param,
-                              "context_length_exceeded"});
+      return send_error(res, context_error(len, std::max<int64_t>(want, 1), 0));
     max_new[p] = int32_t(want);
+    logprob_entries += int64_t(want) * r.n * (r.logprobs + 1);
   }
+  // The response's size: every logprob entry is built into the answer (api_request.hpp).
+  if (r.logprobs >= 0 && logprob_entries > kMaxLogprobEntries) {
+    const char* lp_param = kind == ApiKind::kGenerate ? "top_logprobs_num"
+                           : kind == ApiKind::kChat   ? (r.logprobs > 0 ? "top_logprobs" : "logprobs")
+                                                      : "logprobs";
+    return send_error(res, {400,
+                            fmt::format("n x {} x ({} + 1) = {} logprob entries; at most {} per request: lower n, {} "
+                                        "or {}",
+                                        max_param, lp_param, logprob_entries, kMaxLogprobEntries, max_param, lp_param),
+                            "invalid_request_error", lp_param, ""});
+  }
+  const bool large = trim.armed || (r.logprobs >= 0 && logprob_entries >= kLargeLogprobEntries);
+  trim.armed = large;  // a non-streamed answer trims after its handler; a stream when it closes (below)
 
   // One engine request per (prompt, choice).
   std::vector<engine::RequestSpec> specs;
@@ -151,6 +236,7 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
     return send_json(res, full_response(*call));
   }
 
+  trim.armed = false;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -184,8 +270,9 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
         }
         return true;
       },
-      [this, call](bool) {
+      [this, call, large](bool) {
         if (!call->done()) abandon(*call);
+        if (large) trim_heap_soon();
       });
 }
 

@@ -308,8 +308,7 @@ void Server::routes() {
     const TokenizeRequest& t = std::get<TokenizeRequest>(parsed);
     std::vector<int32_t> ids;
     try {
-      ids = t.messages.is_null() ? codec_->encode(t.text, true)
-                                 : codec_->encode(codec_->render_chat(t.messages, t.add_generation_prompt), false);
+      ids = t.chat.messages.is_null() ? codec_->encode(t.text, true) : codec_->encode(codec_->render_chat(t.chat), false);
     } catch (const Error& e) {
       return send_error(res, {400, e.what(), "invalid_request_error", "messages", ""});
     }

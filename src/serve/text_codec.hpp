@@ -14,6 +14,17 @@
 
 namespace fp4moe::serve {
 
+// What the chat template renders: the conversation, the tools and extra template variables.
+struct ChatInput {
+  // [{"role", "content": string, and where given "name", "tool_calls" (each
+  // {"id", "type": "function", "function": {"name", "arguments": object}}), "tool_call_id",
+  // "reasoning_content"}], validated; key order as the client sent it.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;   // null, or the client's [{"type": "function", "function": {...}}]
+  nlohmann::ordered_json kwargs;  // null, or chat_template_kwargs: an object of extra template variables
+  bool add_generation_prompt = true;
+};
+
 // Turns generated ids into text as they come, holding back bytes of an incomplete UTF-8
 // character (or whatever the tokenizer needs) until the next id completes them.
 class StreamDecoder {
@@ -39,13 +50,22 @@ class TextCodec {
   virtual std::string token_text(int32_t id) const = 0;
   virtual std::unique_ptr<StreamDecoder> stream_decoder(bool skip_special) const = 0;
   virtual bool has_chat_template() const = 0;
-  // Renders validated chat messages (each {"role": string, "content": string}) into the prompt
-  // text; throws fp4moe::Error when the template refuses them (raise_exception).
-  virtual std::string render_chat(const nlohmann::json& messages, bool add_generation_prompt) const = 0;
+  // Renders a validated conversation (api_request.cpp) into the prompt text: the template sees
+  // `messages`, `tools` (None when null), `add_generation_prompt` and chat.kwargs as extra
+  // variables; throws fp4moe::Error when the template refuses them (raise_exception).
+  virtual std::string render_chat(const ChatInput& chat) const = 0;
+  // The most bytes of input text one token can stand for, or 0 when no bound holds (a
+  // normalizer that can shrink text, a pre-tokenizer that removes text, added tokens that strip
+  // whitespace, fused unknown tokens). A text of B bytes then encodes to at least
+  // ceil(B / max_bytes_per_token()) tokens: the server refuses a prompt that cannot fit the
+  // context before encoding it.
+  virtual size_t max_bytes_per_token() const = 0;
 };
 
 // The stand-in: ids 0-255 are bytes, then <|endoftext|> (EOS, 256), <|system|>, <|user|>,
-// <|assistant|>. Chat: "<|role|>\n" + content + "\n" per message, then "<|assistant|>\n".
+// <|assistant|>. Chat: "<|role|>\n" + content + "\n" per message (and its tool_calls as a JSON
+// line), then "<|assistant|>\n"; tools and template variables first as "<|tools|>" / "<|kwargs|>"
+// lines of JSON.
 std::unique_ptr<TextCodec> make_byte_codec();
 
 // A model folder's tokenizer (tokenizer.json, tokenizer_config.json, generation_config.json,

@@ -179,6 +179,9 @@ void BpeModel::merge_small(std::vector<int32_t>& s) const {
   s.resize(n);
 }
 
+// Words longer than this (in symbols) do not leave their scratch buffers allocated per thread.
+constexpr size_t kLargeWord = size_t(1) << 16;
+
 void BpeModel::merge_heap(std::vector<int32_t>& s) const {
   // Symbols in a linked list; candidate merges in a min-heap of (rank << 32 | position). A
   // popped candidate is stale when its left symbol is gone or the pair there now has another
@@ -227,6 +230,11 @@ void BpeModel::merge_heap(std::vector<int32_t>& s) const {
   for (size_t i = 0; i < n; ++i)
     if (next[i] != kGone) s[w++] = s[i];
   s.resize(w);
+  if (n > kLargeWord) {  // a huge word's buffers are not kept on this thread
+    std::vector<int32_t>().swap(next);
+    std::vector<int32_t>().swap(prev);
+    std::vector<uint64_t>().swap(heap);
+  }
 }
 
 // Up to this many symbols the quadratic scan (no heap, no lists) is faster.
@@ -258,6 +266,7 @@ void BpeModel::tokenize(std::string_view word, bool byte_level, std::vector<int3
   else
     merge_heap(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
+  if (symbols.capacity() > kLargeWord) std::vector<int32_t>().swap(symbols);
 }
 
 }  // namespace fp4moe::text

@@ -39,9 +39,14 @@ void PreTokenizer::add(PreTokenizerStep step) {
   steps_.push_back(std::move(step));
 }
 
+namespace {
+void release_large_scratch();
+}
+
 void PreTokenizer::run(std::string_view text, FunctionRef<void(std::string_view)> emit) const {
   if (text.empty()) return;
   run_step(0, text, emit);
+  release_large_scratch();
 }
 
 namespace {
@@ -97,10 +102,22 @@ void apply_behavior(std::vector<Span>& m, SplitBehavior behavior, std::vector<Sp
 
 // Scratch vectors per step depth, reused across calls on this thread (a deque: growing it
 // for a deeper step keeps the shallower vectors in place).
-std::vector<Span>& scratch(size_t k, int which) {
+std::deque<std::vector<Span>>& scratch_buffers() {
   thread_local std::deque<std::vector<Span>> bufs;
+  return bufs;
+}
+
+std::vector<Span>& scratch(size_t k, int which) {
+  auto& bufs = scratch_buffers();
   if (bufs.size() <= 2 * k + 1) bufs.resize(2 * k + 2);
   return bufs[2 * k + size_t(which)];
+}
+
+// After a large text the vectors would keep its size on this thread for good (a 30 MB prompt
+// of short words: ~150 MB each): those past 64k spans are given back.
+void release_large_scratch() {
+  for (auto& b : scratch_buffers())
+    if (b.capacity() > (size_t(1) << 16)) std::vector<Span>().swap(b);
 }
 
 }  // namespace

@@ -29,9 +29,19 @@ inline std::string request_violation(const ApiRequest& r) {
   if (r.n < 1 || r.n > kMaxChoices) return "n out of range";
   if (int64_t(std::max<size_t>(1, r.prompts.size())) * r.n > kMaxChoices) return "too many choices";
   if (r.kind == ApiKind::kChat) {
-    if (!r.messages.is_array() || r.messages.empty()) return "chat without messages";
-    for (const auto& m : r.messages)
+    if (!r.chat.messages.is_array() || r.chat.messages.empty()) return "chat without messages";
+    if (!r.chat.tools.is_null() && (!r.chat.tools.is_array() || r.chat.tools.empty())) return "tools not a list";
+    if (!r.chat.kwargs.is_null() && !r.chat.kwargs.is_object()) return "chat_template_kwargs not an object";
+    for (const auto& m : r.chat.messages)
+    {
       if (!m.is_object() || !m["role"].is_string() || !m["content"].is_string()) return "a message without role/content";
+      if (m["role"] == "tool" && !(m.contains("tool_call_id") && m["tool_call_id"].is_string()))
+        return "a tool message without tool_call_id";
+      if (m.contains("tool_calls"))
+        for (const auto& c : m["tool_calls"])
+          if (!c["function"]["name"].is_string() || !c["function"]["arguments"].is_object())
+            return "a tool call without a name or object arguments";
+    }
   } else {
     if (r.prompts.empty()) return "no prompt";
     for (const auto& p : r.prompts) {

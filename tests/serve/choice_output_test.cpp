@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "serve/choice_output.hpp"
@@ -108,10 +111,51 @@ TEST(ByteCodec, EncodesSpecialsDecodesAndRendersChat) {
   EXPECT_EQ(codec->encode("a<|user|>b", true), (std::vector<int32_t>{'a', 258, 'b'}));
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256, 'b'}, true), "ab");
   EXPECT_EQ(codec->decode(std::vector<int32_t>{'a', 256}, false), "a<|endoftext|>");
-  nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
-  EXPECT_EQ(codec->render_chat(msgs, true), "<|user|>\nhi\n<|assistant|>\n");
+  ChatInput chat;
+  chat.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(codec->render_chat(chat), "<|user|>\nhi\n<|assistant|>\n");
+  // Tools and template variables reach the stand-in's rendering (JSON lines first).
+  chat.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  chat.kwargs = {{"enable_thinking", false}};
+  chat.add_generation_prompt = false;
+  EXPECT_EQ(codec->render_chat(chat),
+            "<|tools|>\n[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]\n<|kwargs|>\n{\"enable_thinking\":false}\n"
+            "<|user|>\nhi\n");
+  // A token stands for one byte or one special string: "<|assistant|>" is the longest.
+  EXPECT_EQ(codec->max_bytes_per_token(), 13u);
   EXPECT_EQ(codec->eos_ids(), std::vector<int32_t>{256});
   EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82"), 2u);
   EXPECT_EQ(utf8_complete_prefix("ab\xe2\x82\xac"), 5u);
   EXPECT_EQ(utf8_complete_prefix("\xff"), 1u);
+}
+
+// The byte bound the server refuses long prompts with (text_codec.hpp): where a model folder's
+// tokenizer allows one, no text encodes to fewer than ceil(bytes / bound) ids.
+TEST(HfTextCodec, MaxBytesPerTokenIsALowerBoundOnTheIdsOrZero) {
+  const std::string data = std::string(FP4MOE_SOURCE_DIR) + "/tests/text/data/";
+  // behaviors: an NFD + NFC normalizer and a pre-tokenizer that removes punctuation: no bound.
+  EXPECT_EQ(make_hf_text_codec(data + "behaviors")->max_bytes_per_token(), 0u);
+  // qwen_style (NFC), gpt2_digits (NFKC, lstrip), chars_unk (NFKC, fuse_unk, Removed): none.
+  for (const char* dir : {"qwen_style", "gpt2_digits", "chars_unk"})
+    EXPECT_EQ(make_hf_text_codec(data + dir)->max_bytes_per_token(), 0u) << dir;
+  // Byte-level BPE without a normalizer: a bound, checked on random texts.
+  for (const char* dir : {"glm_style", "deepseek_style"}) {
+    auto codec = make_hf_text_codec(data + dir);
+    const size_t per = codec->max_bytes_per_token();
+    ASSERT_GT(per, 0u) << dir;
+    size_t longest = 0;
+    for (int32_t id = 0; id < codec->vocab_size(); ++id) longest = std::max(longest, codec->token_text(id).size());
+    EXPECT_GE(per, longest) << dir;
+    std::mt19937_64 rng(7);
+    const char* pieces[] = {"the ", "Hello", ", ", "\n\n", "1234567", "\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "\xf0\x9f\x98\x80",
+                            "<|endoftext|>", "    ", "\xff", "\xe2\x82", "aaaaaaaaaaaaaaaa", "!!!", "\t"};
+    for (int i = 0; i < 300; ++i) {
+      std::string text;
+      for (int k = int(rng() % 200); k > 0; --k) text += pieces[rng() % std::size(pieces)];
+      for (bool special : {false, true}) {
+        const size_t ids = codec->encode(text, special).size();
+        EXPECT_GE(ids * per, text.size()) << dir << ": " << text;
+      }
+    }
+  }
 }

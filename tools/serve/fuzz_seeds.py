@@ -78,18 +78,48 @@ seeds = {
     3: {"prompt": "abc", "messages": [{"role": "user", "content": "x"}]},
     4: {"tokens": [1, 2, 3]},
 }
+# Issue 41's chat fields (tools, tool calls, tool messages, template variables) and issue 37's
+# refused fields at their accepted defaults.
+tool = {"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+extra_seeds = {
+    "tools": (0, {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"P\"}"}},
+            {"id": "c2", "type": "function", "index": 1, "function": {"name": "get_weather", "arguments": {"a": [1]}}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"}],
+        "tools": [tool], "tool_choice": "auto", "parallel_tool_calls": False, "separate_reasoning": True,
+        "chat_template_kwargs": {"enable_thinking": False}}),
+    "tool_choice": (0, {"messages": [{"role": "user", "content": "x"}], "tools": [tool],
+                        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    "defaults": (0, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"},
+                     "logit_bias": {}, "stream": True, "stream_options": {"include_usage": True,
+                     "continuous_usage_stats": False}, "user": "u", "seed": 18446744073709551615}),
+    "generate_defaults": (2, {"text": "x", "logprob_start_len": -1, "sampling_params": {"min_new_tokens": 0,
+                              "regex": None, "stream_interval": 2}}),
+    "tokenize_tools": (3, {"messages": [{"role": "user", "content": "x"}], "tools": [tool],
+                           "chat_template_kwargs": {"k": 1}, "add_generation_prompt": False}),
+}
 os.makedirs(corpus, exist_ok=True)
 for kind, body in seeds.items():
     with open(os.path.join(corpus, f"seed_{kind}"), "wb") as f:
         f.write(bytes([kind]) + json.dumps(body).encode())
     with open(os.path.join(corpus, f"seed_ids_{kind}"), "wb") as f:
         f.write(bytes([kind]) + b'{"prompt": [[1, 2], [3]], "input_ids": [[4]], "text": ["x", "y"]}')
+for name, (kind, body) in extra_seeds.items():
+    with open(os.path.join(corpus, f"seed_{name}"), "wb") as f:
+        f.write(bytes([kind]) + json.dumps(body).encode())
 keys = ["model", "messages", "role", "content", "type", "text", "prompt", "input_ids", "sampling_params",
         "max_tokens", "max_new_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
         "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "sampling_seed", "stop",
         "stop_token_ids", "n", "logprobs", "top_logprobs", "top_logprobs_num", "return_logprob", "stream",
         "stream_options", "include_usage", "ignore_eos", "skip_special_tokens", "echo", "logit_bias", "tokens",
-        "add_generation_prompt", "user", "assistant", "system", "tool"]
+        "add_generation_prompt", "user", "assistant", "system", "tool", "tools", "tool_choice", "tool_calls",
+        "tool_call_id", "function", "name", "arguments", "parameters", "description", "strict", "auto", "none",
+        "required", "parallel_tool_calls", "separate_reasoning", "chat_template_kwargs", "reasoning_content",
+        "response_format", "json_object", "json_schema", "regex", "ebnf", "best_of", "suffix", "min_tokens",
+        "continuous_usage_stats", "logprob_start_len", "id", "index"]
 tokens = ['"%s"' % k for k in keys] + ['{', '}', '[', ']', ':', ',', 'null', 'true', 'false', '-1', '0', '1e309',
                                       '2.5', '18446744073709551616', '9223372036854775807', '\\u0000', '\\ud800']
 write_dict(tokens)

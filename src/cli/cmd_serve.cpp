@@ -80,6 +80,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--fake-fail-after-steps", o->fake_fail_after_steps,
                  "Every model step after this many fails, as a fatal device error would (default: never)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40))->group(fake);
+  app.add_option("--fake-script", o->fake_script,
+                 "The greedy answer after each <|assistant|> token, then EOS (tests of the reasoning / tool-call "
+                 "parsers)");
   app.add_option("--fake-eos-period", o->fake_eos_period, "EOS is the greedy choice about once in this many positions (0: never)")
       ->check(CLI::Range(0, 1 << 30))->group(fake);
   run = [o] { return fp4moe::serve::run_serve(*o); };

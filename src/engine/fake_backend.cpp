@@ -43,6 +43,14 @@ void FakeBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_step
   page_size_ = page_size;
   max_step_tokens_ = max_step_tokens;
   kv_.assign(size_t(num_pages) * size_t(page_size), kUnwritten);
+  if (!opt_.script.empty()) since_marker_.assign(kv_.size(), -1);
+}
+
+void FakeBackend::script_logits(int32_t since, std::vector<float>& logits) const {
+  logits.assign(size_t(opt_.vocab_size), -10.0f);
+  const size_t k = size_t(since - 1);
+  const int32_t next = k < opt_.script.size() ? opt_.script[k] : opt_.eos_id;
+  if (next >= 0 && next < opt_.vocab_size) logits[size_t(next)] = 20.0f;
 }
 
 void FakeBackend::logits_after(uint64_t entry, std::vector<float>& logits) const {
@@ -84,20 +92,30 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
     const auto table = batch.page_table(r);
     const auto toks = batch.request_tokens(r);
     uint64_t h = kStart;
+    int32_t since = -1;  // script: tokens since the last marker
     const int32_t start = batch.start(r);
     if (start > 0) {
       h = slot(table, start - 1);
       FP4MOE_CHECK(h != kUnwritten, "fake backend: request {} reads position {}, never written", batch.request_ids[size_t(r)],
                    start - 1);
+      if (!since_marker_.empty()) since = since_marker_[size_t(&slot(table, start - 1) - kv_.data())];
     }
     for (size_t t = 0; t < toks.size(); ++t) {
       h = mix(h, mix(uint64_t(uint32_t(toks[t])), uint64_t(start) + t));
-      slot(table, start + int32_t(t)) = h;
+      uint64_t& entry = slot(table, start + int32_t(t));
+      entry = h;
+      if (!since_marker_.empty()) {
+        since = toks[t] == opt_.script_marker ? 0 : since < 0 ? -1 : since + 1;
+        since_marker_[size_t(&entry - kv_.data())] = since;
+      }
       ++per_expert[size_t(h % uint64_t(opt_.num_experts))];
       ++per_expert[size_t((h / 7 + 1) % uint64_t(opt_.num_experts))];
     }
     if (batch.sample[size_t(r)]) {
-      logits_after(h, logits_);
+      if (since >= 1)
+        script_logits(since, logits_);
+      else
+        logits_after(h, logits_);
       out.push_back(sample_row_cpu(logits_.data(), int64_t(logits_.size()), batch.sampling[size_t(r)]));
     }
   }

@@ -27,6 +27,13 @@ struct FakeBackendOptions {
   // >= 0: a step in which a request computes this token throws StepError naming the requests
   // that do, before anything is written (a per-request failure: the others go on).
   int32_t fail_request_token = -1;
+  // Not empty: a test scripts what the "model" says (e.g. reasoning and tool-call text for the
+  // output parsers). After a position k tokens past the last script_marker token (k >= 1), the
+  // greedy token is script[k - 1], then EOS once the script is spent: a prompt that ends in the
+  // marker and one separator (the byte codec's "<|assistant|>\n") is answered with the whole
+  // script. Positions before any marker, and the marker itself, keep the hash model.
+  std::vector<int32_t> script;
+  int32_t script_marker = -1;
 };
 
 class FakeBackend : public Backend {
@@ -40,12 +47,15 @@ class FakeBackend : public Backend {
   int32_t max_batch_tokens_seen() const { return max_batch_tokens_; }
   // Logits after a KV entry (exposed so tests can predict the greedy next token).
   void logits_after(uint64_t kv_entry, std::vector<float>& logits) const;
+  // With a script: the logits after a position `since` tokens past the last marker (>= 1).
+  void script_logits(int32_t since, std::vector<float>& logits) const;
 
  private:
   FakeBackendOptions opt_;
   int32_t page_size_ = 0;
   int32_t max_step_tokens_ = 0;
   std::vector<uint64_t> kv_;  // num_pages * page_size entries
+  std::vector<int32_t> since_marker_;  // per KV slot: tokens since the last script marker (-1: none yet)
   std::vector<float> logits_;
   int64_t steps_ = 0;
   int32_t max_batch_tokens_ = 0;

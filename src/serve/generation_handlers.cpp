@@ -144,6 +144,14 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
     }
     if (auto e = fits_by_bytes(text.size())) return send_error(res, *e);
     prompts.push_back(codec_->encode(text, false));
+    std::shared_ptr<const ToolCatalog> catalog;
+    if (parser_flags_.tool_calls && r.tools.is_array() && !r.tools.empty()) {
+      auto tools = ToolCatalog::from_json(r.tools);
+      if (auto* e = std::get_if<FieldError>(&tools)) return send_error(res, {400, e->message, "invalid_request_error", e->param, ""});
+      catalog = std::make_shared<const ToolCatalog>(std::move(std::get<ToolCatalog>(tools)));
+    }
+    call->parsing = chat_parsing(parser_flags_, r.separate_reasoning, r.chat.kwargs, text, std::move(catalog),
+                                 r.tool_choice == ToolChoice::kNone);
   } else {
     for (const PromptInput& p : r.prompts)
       if (!p.is_ids)
@@ -202,6 +210,7 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
       specs.push_back(std::move(s));
       call->prompt_of.push_back(int32_t(p));
       call->choices.emplace_back(*codec_, r.stop, r.skip_special_tokens);
+      if (r.stream && call->parsed()) call->stream_parsers.emplace_back(call->parsing);
     }
   }
   const size_t n = specs.size();
@@ -404,13 +413,21 @@ json Server::full_response(const GenerationCall& call) const {
     const ChoiceOutput& c = call.choices[size_t(i)];
     int64_t offset = 0;
     json lp = r.logprobs >= 0 ? logprobs_json(call, i, c.tokens(), offset) : json(nullptr);
-    if (r.kind == ApiKind::kChat)
+    if (r.kind == ApiKind::kChat && call.parsed()) {
+      ChatMessageParts parts = parse_chat_output(call.parsing, c.text());
+      if (!r.parallel_tool_calls && parts.tool_calls.size() > 1) parts.tool_calls.resize(1);  // the first call only
+      choices.push_back({{"index", i},
+                         {"message", chat_message_json(call.parsing, parts)},
+                         {"logprobs", lp},
+                         {"finish_reason", chat_finish_reason(c.finish_reason(), !parts.tool_calls.empty())},
+                         {"matched_stop", c.matched()}});
+    } else if (r.kind == ApiKind::kChat) {
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", c.text()}}},
                          {"logprobs", lp},
                          {"finish_reason", c.finish_reason()},
                          {"matched_stop", c.matched()}});
-    else
+    } else
       choices.push_back({{"index", i}, {"text", c.text()}, {"logprobs", lp}, {"finish_reason", c.finish_reason()},
                          {"matched_stop", c.matched()}});
   }
@@ -438,7 +455,23 @@ std::string Server::stream_chunks(GenerationCall& call, int32_t i, const ChoiceD
     if (r.include_usage) j["usage"] = nullptr;
     out += sse(j);
   };
-  if (!d.text.empty() || !lp.is_null()) {
+  if (r.kind == ApiKind::kChat && call.parsed()) {
+    // The parsers turn the text into reasoning / content / tool-call deltas (chat_output_parser.hpp);
+    // the tokens' logprobs ride on the first chunk of the step (or on an empty content delta).
+    ChatStreamParser& parser = call.stream_parsers[size_t(i)];
+    std::vector<json> deltas = parser.push(d.text);
+    if (d.finished)
+      for (json& f : parser.finish()) deltas.push_back(std::move(f));
+    json pending_lp = lp;
+    for (json& delta : deltas) {
+      if (!r.parallel_tool_calls && delta.contains("tool_calls") && delta["tool_calls"][0].value("index", 0) > 0)
+        continue;  // parallel_tool_calls false: the first call only
+      chunk({{"index", i}, {"delta", std::move(delta)}, {"logprobs", pending_lp}, {"finish_reason", nullptr}});
+      pending_lp = nullptr;
+    }
+    if (!pending_lp.is_null())
+      chunk({{"index", i}, {"delta", {{"content", ""}}}, {"logprobs", pending_lp}, {"finish_reason", nullptr}});
+  } else if (!d.text.empty() || !lp.is_null()) {
     if (r.kind == ApiKind::kChat)
       chunk({{"index", i}, {"delta", {{"content", d.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}});
     else
@@ -446,7 +479,10 @@ std::string Server::stream_chunks(GenerationCall& call, int32_t i, const ChoiceD
   }
   if (d.finished) {
     if (r.kind == ApiKind::kChat)
-      chunk({{"index", i}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason()},
+      chunk({{"index", i}, {"delta", json::object()}, {"logprobs", nullptr},
+             {"finish_reason",
+              call.parsed() ? chat_finish_reason(c.finish_reason(), call.stream_parsers[size_t(i)].has_tool_calls())
+                            : c.finish_reason()},
              {"matched_stop", c.matched()}});
     else
       chunk({{"index", i}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason()},

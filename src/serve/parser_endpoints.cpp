@@ -33,8 +33,9 @@ std::string joined(const std::vector<std::string>& names) {
 std::variant<json, ApiError> object_body(std::string_view body) {
   auto parsed = parse_json_body(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  if (!std::get<json>(parsed).is_object()) return bad("", "the request body must be a JSON object");
-  return parsed;
+  json b(std::get<nlohmann::ordered_json>(parsed));
+  if (!b.is_object()) return bad("", "the request body must be a JSON object");
+  return b;
 }
 
 const json* string_field(const json& b, const char* key, std::optional<ApiError>& error) {

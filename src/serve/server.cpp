@@ -63,6 +63,12 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     f.eos_period = o.fake_eos_period;
     f.step_delay_us = o.fake_step_delay_us;
     f.fail_after_steps = o.fake_fail_after_steps;
+    if (!o.fake_script.empty()) {
+      const std::vector<int32_t> marker = codec.encode("<|assistant|>", false);
+      FP4MOE_CHECK(marker.size() == 1, "--fake-script needs a tokenizer with an <|assistant|> token");
+      f.script_marker = marker[0];
+      f.script = codec.encode(o.fake_script, false);
+    }
     f.max_context = 1 << 20;
     if (o.fake_load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.fake_load_delay_ms));
     return std::make_unique<engine::FakeBackend>(f);
@@ -124,6 +130,8 @@ Server::Server(ServeOptions options)
 }
 
 void Server::load() {
+  const std::string parser_error = parse_parser_flags(opt_.reasoning_parser, opt_.tool_call_parser, parser_flags_);
+  FP4MOE_CHECK(parser_error.empty(), "{}", parser_error);
   FP4MOE_CHECK(opt_.kv_cache_dtype == "auto" || opt_.kv_cache_dtype == "bf16" || opt_.kv_cache_dtype == "fp8_e4m3" ||
                    opt_.kv_cache_dtype == "f32",
                "--kv-cache-dtype must be auto, bf16, fp8_e4m3 or f32 (got '{}')", opt_.kv_cache_dtype);

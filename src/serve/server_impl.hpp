@@ -17,6 +17,7 @@
 #include "engine/engine.hpp"
 #include "engine/memory_plan.hpp"
 #include "serve/api_request.hpp"
+#include "serve/chat_output_parser.hpp"
 #include "serve/choice_output.hpp"
 #include "serve/http_server.hpp"
 #include "serve/metrics.hpp"
@@ -77,6 +78,11 @@ struct GenerationCall {
   Clock::time_point start = Clock::now();
   int32_t finished = 0;
   bool role_sent = false;
+  // chat: what runs over each choice's text (--reasoning-parser / --tool-call-parser and the
+  // request's fields), and each streamed choice's parser state.
+  ChatParsing parsing;
+  std::vector<ChatStreamParser> stream_parsers;
+  bool parsed() const { return parsing.reasoning || parsing.tool_calls; }
   std::atomic<int>* active = nullptr;    // the server's count of calls in flight
   ~GenerationCall() {
     if (active) --*active;
@@ -116,6 +122,7 @@ class Server {
   int run_health_probe(std::string& message);  // one real generation: 200 or 503
 
   ServeOptions opt_;
+  ParserFlags parser_flags_;  // --reasoning-parser, --tool-call-parser
   std::string served_name_;
   HttpServer http_;
   Metrics metrics_;

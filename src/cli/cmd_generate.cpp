@@ -88,6 +88,10 @@ int run_generate(const GenerateArgs& a) {
     ro.mem_fraction_static = a.mem_fraction_static;
     ro.max_total_tokens = P + a.max_new_tokens + a.page_size;
     ro.cuda_graph_max_bs = 1;
+    // One prefill step over the whole prompt (the memory plan refuses it, naming the prompt, when
+    // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
+    ro.max_logits_rows = go.keep_logits ? 0 : 1;
+    ro.tokens_flag = "the prompt length";
     if (a.kv_dtype != "bf16") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype {} is the CPU's)", a.kv_dtype);
     auto runner = engine::gpu::GpuRunner::load(a.model, ro);  // prints its start-up and memory plan lines
     vocab = runner->config().vocab;

@@ -177,6 +177,7 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
     }
   }
   p.max_tokens = T;
+  p.tokens_asked = in.max_tokens;
   p.logits_rows = rows_at(T);
   p.ws = runner_workspace(in, T, p.logits_rows);
   p.kv_budget_bytes = avail - in.weight_bytes - p.ws.total() - p.graph_bytes;
@@ -200,7 +201,8 @@ std::string RunnerPlan::describe() const {
   return fmt::format(
       "workspace {} of its {} budget ({} tokens/step{}, {} logits rows: attention/indexer {}, activations {}, MoE {}, "
       "logits {}, sampling {}, other {}), graphs ~{} (estimate)",
-      gb(ws.total()), gb(workspace_budget), max_tokens, tokens_lowered ? ", lowered to fit the budget" : "",
+      gb(ws.total()), gb(workspace_budget), max_tokens,
+      tokens_lowered ? fmt::format(", lowered from {} to fit", tokens_asked) : std::string(),
       logits_rows, gb(ws.indexer), gb(ws.activations), gb(ws.moe), gb(ws.logits), gb(ws.sampling), gb(ws.fixed),
       gb(graph_bytes));
 }

@@ -108,6 +108,7 @@ struct RunnerPlan {
   std::string error;            // one line when refused
   int64_t max_tokens = 0;       // tokens per step planned
   bool tokens_lowered = false;  // below what was asked (to fit the budget)
+  int64_t tokens_asked = 0;
   int64_t logits_rows = 0;
   RunnerWorkspace ws;
   int64_t workspace_budget = 0;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One device call for issue 44 (long context inside the memory plan), after
+#   bash tools/device/build.sh fp4moe gpu_runner_test gpu_decode_test
+# (or with carried binaries: PRE_BIN, tools/device/prebuilt_env.sh). Reruns the issue's table on
+# a 5-layer GLM-5-dims checkpoint run as 13 layers (3 dense + 10 MoE), printing each run's memory
+# plan line and results, then the runner's GPU tests. ~6-8 min on an H100 (make-synthetic ~2-4 min
+# when $MEMPLAN_MODEL_DIR is not there yet; each bench step start-up ~10-20 s).
+#   MEMPLAN_PARTS="bench tests" picks parts.
+# Look for:
+#   - every "memory plan:" line: "workspace X GB of its Y GB budget (T tokens/step[, lowered from A
+#     to fit] ...)" with X <= Y = 10 % of the device, the pieces (attention/indexer, activations,
+#     MoE, logits, sampling, other), graphs ~G GB (estimate), and the KV pool;
+#   - 32K B 1 / 8 and 128K B 1 run (the issue: CUDA out-of-memory at 32K before) or are refused by
+#     the plan's one line ("memory plan: ... lower --context-length ..."), never by CUDA: the
+#     script prints "RAW CUDA OOM" if any log holds cudaErrorMemoryAllocation (a bug);
+#   - decode at 128K B 1: "x floor" (target <= 1.3; 1.54 before), the indexer's share of the step;
+#   - the refusal run (200K context at --mem-fraction-static 0.80): rc=1 and one "memory plan:" line;
+#   - "cuda graphs: ... X GB of device memory" vs the plan's graphs estimate;
+#   - gpu_runner_test / gpu_decode_test: rc=0 (the runner's behaviour at small contexts unchanged).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/memplan"
+O=$OUT/memplan
+BD=${PRE_BIN:-build-dev/bin}
+PARTS=${MEMPLAN_PARTS:-bench tests}
+for t in fp4moe gpu_runner_test gpu_decode_test; do
+  [ -x "$BD/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
+done
+rc=0
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
+if [[ " $PARTS " == *" bench "* ]]; then
+  M=${MEMPLAN_MODEL_DIR:-/tmp/glm5-runner}
+  if [ ! -f "$M/config.json" ]; then
+    t0=$(date +%s)
+    timeout 400 "$BD/fp4moe" make-synthetic "$M" --preset glm5-layer --layers 5 --dense-layers 3 > "$O/make_synthetic.log" 2>&1
+    echo "make-synthetic glm5-layer --layers 5 --dense-layers 3: rc=$? in $(( $(date +%s) - t0 )) s, $(du -sh "$M" | cut -f1)"
+  fi
+  n=0
+  # bench NAME TIMEOUT ARGS...: one bench step run; prints rc, the plan / graph lines, the tables.
+  bench() {
+    local name=$1 limit=$2; shift 2
+    n=$((n + 1))
+    local t0; t0=$(date +%s)
+    timeout "$limit" "$BD/fp4moe" bench step --model "$M" --replicate-layers 13 --json "$O/$name.json" "$@" \
+      > "$O/$name.log" 2> "$O/$name.err"
+    local r=$?
+    echo "== bench step $*: rc=$r in $(( $(date +%s) - t0 )) s"
+    grep -E 'memory plan|cuda graphs|error|fp4moe:' "$O/$name.err" | cut -c1-900
+    grep -E '^\||start-up|ceilings|per-stage|K greedy|memory plan' "$O/$name.log"
+    return $r
+  }
+  bench ctx32k 150 --batch 1,8 --ctx 32768 --k 1,8 --iters 10 || rc=1
+  bench ctx128k 150 --batch 1 --ctx 131072 --k 1,8 --iters 10 || rc=1
+  bench ctx1k 150 --batch 1,8,64,256 --ctx 1024 --k 1,8 --iters 10 || rc=1
+  # A refusal: 200K context with less of the device; expected rc=1 with the plan's one line.
+  bench refuse200k 90 --batch 1 --ctx 200000 --prefill 1024 --k 1 --iters 2 --mem-fraction-static 0.80
+  echo "refusal run: rc=$? (1 expected, with one 'memory plan:' line above)"
+  if grep -l cudaErrorMemoryAllocation "$O"/*.err "$O"/*.log 2>/dev/null; then
+    echo "RAW CUDA OOM: a cudaErrorMemoryAllocation reached the user (a bug)"; rc=1
+  else
+    echo "no raw CUDA out-of-memory error in any run"
+  fi
+fi
+if [[ " $PARTS " == *" tests "* ]]; then
+  for t in gpu_runner_test gpu_decode_test; do
+    t0=$(date +%s)
+    timeout 200 "$BD/$t" > "$O/$t.log" 2>&1
+    r=$?; echo "$t: rc=$r in $(( $(date +%s) - t0 )) s $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | tr '\n' ' ')"
+    [ $r -eq 0 ] || rc=1
+    grep -E '^\[  FAILED  \]|Failure|memory plan' "$O/$t.log" | head -n 20
+  done
+fi
+exit $rc

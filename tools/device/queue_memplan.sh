@@ -49,11 +49,18 @@ if [[ " $PARTS " == *" bench "* ]]; then
     grep -E '^\||start-up|ceilings|per-stage|K greedy|memory plan' "$O/$name.log"
     return $r
   }
-  bench ctx32k 150 --batch 1,8 --ctx 32768 --k 1,8 --iters 10 || rc=1
-  bench ctx128k 150 --batch 1 --ctx 131072 --k 1,8 --iters 10 || rc=1
-  bench ctx1k 150 --batch 1,8,64,256 --ctx 1024 --k 1,8 --iters 10 || rc=1
-  # A refusal: 200K context with less of the device; expected rc=1 with the plan's one line.
-  bench refuse200k 90 --batch 1 --ctx 200000 --prefill 1024 --k 1 --iters 2 --mem-fraction-static 0.80
+  # 32K with the default prefills (16384 asked: the plan lowers the tokens per step to what fits
+  # and skips the longer prefill, said in the table); 128K and 1K with 4096 tokens per step (the
+  # issue's first row).
+  bench ctx32k 150 --batch 1,8 --ctx 32768 --prefill 1024,4096,16384 --k 1,8 --iters 10 || rc=1
+  bench ctx128k 150 --batch 1 --ctx 131072 --prefill 1024,4096 --k 1,8 --iters 10 || rc=1
+  bench ctx1k 150 --batch 1,8,64,256 --ctx 1024 --prefill 4096 --k 1,8 --iters 10 || rc=1
+  # A refusal: 200K context with a --mem-fraction-static that leaves ~2 GB beside the 64.9 GB of
+  # weights (one 200K request's KV is 3.7 GB); expected rc=1 with the plan's one line, before the
+  # weights are uploaded.
+  TOT=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  F=$(python3 -c "print(round((64.9e9 + 2.0e9) / ($TOT * 1048576), 3))")
+  bench refuse200k 90 --batch 1 --ctx 200000 --prefill 1024 --k 1 --iters 2 --mem-fraction-static "$F"
   echo "refusal run: rc=$? (1 expected, with one 'memory plan:' line above)"
   if grep -l cudaErrorMemoryAllocation "$O"/*.err "$O"/*.log 2>/dev/null; then
     echo "RAW CUDA OOM: a cudaErrorMemoryAllocation reached the user (a bug)"; rc=1

@@ -108,8 +108,9 @@ void GpuRunner::Impl::capture_graphs() {
   stats.graph_capture_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.graph_bytes = int64_t(free0) - int64_t(free1);
   graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}) captured in {:.2f} s, {:.3f} GB of device "
-                           "memory (taken after the KV pool: inside --mem-fraction-static's remainder); eager above {}",
-                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9, gmax);
+                           "memory (the memory plan kept ~{:.3f} GB free for them beside the KV pool); eager above {}",
+                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
+                           double(plan.graph_bytes) / 1e9, gmax);
 }
 
 const GraphEntry* GpuRunner::Impl::decode_graph(int64_t B) {

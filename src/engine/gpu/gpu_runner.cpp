@@ -673,7 +673,8 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
     for (const TensorInfo& t : f->tensors()) {
       total += t.nbytes();
       int64_t l = -1;  // MTP layers (past num_layers) are not loaded
-      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) != 1 || l < ck_layers) weight_estimate += t.nbytes();
+      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) != 1 || l < ck_layers)
+        weight_estimate += t.nbytes();
     }
   const size_t extra = m.replicate_layers();
   total += extra;

@@ -83,6 +83,15 @@ int64_t sample_estimate(int64_t rows, int64_t vocab) { return rows * (vocab * 5 
 
 }  // namespace
 
+int64_t runner_score_rows(const RunnerPlanInput& in, int64_t tokens) {
+  if (!in.dims.indexer) return tokens;
+  const int64_t budget = int64_t(double(in.device_bytes) * in.workspace_fraction * in.indexer_share);
+  int64_t rows = budget / (std::max<int64_t>(in.max_context, 1) * 4);
+  if (in.max_score_rows > 0) rows = std::min(rows, in.max_score_rows);
+  rows = std::max({rows, in.min_score_rows, int64_t(1)});
+  return std::min(rows, tokens);
+}
+
 RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows) {
   const RunnerDims& d = in.dims;
   const int64_t T = tokens, H = d.hidden, NH = d.heads, C = d.kv_lora, Rd = d.rope, D = d.index_dim,
@@ -95,8 +104,9 @@ RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int6
                     T * d.max_inter * 2, T * d.max_inter * 2, T * d.max_inter * 2})
     w.activations += align256(b);
   const int64_t topk = std::max<int64_t>(d.index_topk, 1);
-  w.indexer = align256(d.indexer ? T * ctx * 4 : 4) + 2 * align256(T * topk * 4);
-  if (d.indexer) w.indexer += in.topk_workspace ? in.topk_workspace(T, ctx) : topk_estimate(T, ctx);
+  const int64_t SR = runner_score_rows(in, T);
+  w.indexer = align256(d.indexer ? SR * ctx * 4 : 4) + align256((in.max_requests + 2) * 4) + 2 * align256(T * topk * 4);
+  if (d.indexer) w.indexer += in.topk_workspace ? in.topk_workspace(SR, ctx) : topk_estimate(SR, ctx);
   w.moe = in.moe_workspace ? in.moe_workspace(T) : moe_estimate(d, T);
   if (d.dense_experts) {
     const int64_t E = d.experts, k = d.top_k, I = d.moe_inter;
@@ -179,6 +189,7 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
   p.max_tokens = T;
   p.tokens_asked = in.max_tokens;
   p.logits_rows = rows_at(T);
+  p.score_rows = runner_score_rows(in, T);
   p.ws = runner_workspace(in, T, p.logits_rows);
   p.kv_budget_bytes = avail - in.weight_bytes - p.ws.total() - p.graph_bytes;
   if (p.kv_budget_bytes < p.min_kv_bytes) {
@@ -199,11 +210,11 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
 
 std::string RunnerPlan::describe() const {
   return fmt::format(
-      "workspace {} of its {} budget ({} tokens/step{}, {} logits rows: attention/indexer {}, activations {}, MoE {}, "
-      "logits {}, sampling {}, other {}), graphs ~{} (estimate)",
+      "workspace {} of its {} budget ({} tokens/step{}, {} logits rows, indexer scores in chunks of {} rows: "
+      "attention/indexer {}, activations {}, MoE {}, logits {}, sampling {}, other {}), graphs ~{} (estimate)",
       gb(ws.total()), gb(workspace_budget), max_tokens,
       tokens_lowered ? fmt::format(", lowered from {} to fit", tokens_asked) : std::string(),
-      logits_rows, gb(ws.indexer), gb(ws.activations), gb(ws.moe), gb(ws.logits), gb(ws.sampling), gb(ws.fixed),
+      logits_rows, score_rows, gb(ws.indexer), gb(ws.activations), gb(ws.moe), gb(ws.logits), gb(ws.sampling), gb(ws.fixed),
       gb(graph_bytes));
 }
 

@@ -82,6 +82,12 @@ struct RunnerPlanInput {
   int64_t max_total_tokens = 0;  // > 0: the KV pool's cap
   int64_t graph_buckets = 0;     // decode graphs to capture
   int64_t fixed_workspace_bytes = 0;  // size-independent scratch (the FP4 linears' GEMM workspace)
+  // The indexer's score rows [rows, max_context] FP32 run in chunks of rows: the rows take at most
+  // indexer_share of the workspace budget, at least min_score_rows (a decode step's: never
+  // chunked), at most max_score_rows when > 0, at most the tokens per step.
+  double indexer_share = 0.25;
+  int64_t min_score_rows = 1;
+  int64_t max_score_rows = 0;
   // Device-side sizes (the runner passes cuda/'s functions; null: the estimates in memory_plan.cpp)
   std::function<int64_t(int64_t tokens)> moe_workspace;    // MoeLayerCuda::workspace_bytes(T)
   std::function<int64_t(int64_t tokens)> router_workspace;  // the BF16-experts router's
@@ -94,7 +100,7 @@ struct RunnerPlanInput {
 // The workspace's parts at T tokens per step (bytes, each buffer 256-aligned as laid out).
 struct RunnerWorkspace {
   int64_t activations = 0;  // [T, ...] per-layer buffers (residual, norms, MLA, MLP)
-  int64_t indexer = 0;      // scores [T, max_context] FP32 + top-k rows + the long rows' top-k scratch
+  int64_t indexer = 0;      // scores [score rows, max_context] FP32 + top-k rows [T] + the long rows' top-k scratch
   int64_t moe = 0;          // the MoE scratch shared by every layer (+ the BF16-experts fallback's)
   int64_t logits = 0;       // [logits rows, vocab] FP32 + the gathered rows
   int64_t sampling = 0;     // device sampling of max_requests rows + penalty histories
@@ -102,6 +108,8 @@ struct RunnerWorkspace {
   int64_t total() const { return activations + indexer + moe + logits + sampling + fixed; }
 };
 RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows);
+// The score rows per chunk at `tokens` tokens per step (= tokens where the indexer is absent).
+int64_t runner_score_rows(const RunnerPlanInput& in, int64_t tokens);
 
 struct RunnerPlan {
   bool ok = false;
@@ -110,6 +118,7 @@ struct RunnerPlan {
   bool tokens_lowered = false;  // below what was asked (to fit the budget)
   int64_t tokens_asked = 0;
   int64_t logits_rows = 0;
+  int64_t score_rows = 0;       // the indexer's rows per chunk
   RunnerWorkspace ws;
   int64_t workspace_budget = 0;
   int64_t graph_bytes = 0;      // estimate

@@ -183,22 +183,42 @@ TEST(RunnerMemoryPlan, Glm5OnEightGpusServeTable) {
   }
 }
 
-TEST(RunnerMemoryPlan, TheIndexerScoresBoundTheChunkedPrefill) {
-  // 200K context, 64 requests on an H200 share: --chunked-prefill-size 16384 needs 16448 score
-  // rows of 200K x 4 B = 13.2 GB alone, over the 14.1 GB budget with the rest: refused, naming the
-  // flag and what fits.
+TEST(RunnerMemoryPlan, TheIndexerScoresRunInChunksOfRows) {
+  // 200K context, 64 requests on an H200 share, --chunked-prefill-size 16384: the score rows of
+  // the whole step would be 16448 x 200000 x 4 B = 13.2 GB (over the 14.1 GB budget with the
+  // rest); in chunks of a quarter of the budget / (200000 x 4 B) = 4406 rows they take 3.5 GB.
   RunnerPlanInput in = serve_input(kH200, 200000, 64);
   in.max_tokens = 16384 + 64;
+  const int64_t rows = int64_t(double(kH200) * 0.10 * 0.25) / (200000 * 4);
+  EXPECT_EQ(rows, 4406);
+  EXPECT_EQ(runner_score_rows(in, in.max_tokens), rows);
   const RunnerPlan p = plan_runner_memory(in);
-  ASSERT_FALSE(p.ok);
-  EXPECT_NE(p.error.find("over its budget of 14.10 GB (10 % of the device's 141.00 GB); lower --chunked-prefill-size "
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.score_rows, rows);
+  EXPECT_LE(p.ws.total(), kH200 / 10);
+  auto a = [](int64_t b) { return (b + 255) / 256 * 256; };
+  EXPECT_EQ(p.ws.indexer, a(rows * 200000 * 4) + a(66 * 4) + 2 * a(16448LL * 2048 * 4) + a(rows * 64) +
+                              a(rows * 4096 * 8) + a(rows * 6250 * 4));
+  EXPECT_GT(16448LL * 200000 * 4 + p.ws.total() - p.ws.indexer, kH200 / 10);  // unchunked: over the budget
+  // Decode steps never chunk: at least a row per request (1024 requests at 200K, the 80 GB share:
+  // 2 GB / 800 KB = 2500 rows a chunk; with a 1 % share 1024, the requests' floor).
+  RunnerPlanInput many = serve_input(kH100, 200000, 1024);
+  many.min_score_rows = 1024;
+  EXPECT_EQ(runner_score_rows(many, 3072), 2500);
+  many.indexer_share = 0.01;
+  EXPECT_EQ(runner_score_rows(many, 3072), 1024);
+  // A short context: one chunk, the whole step.
+  EXPECT_EQ(runner_score_rows(serve_input(kH100, 4096, 64), 2112), 2112);
+  // What no chunking helps: --chunked-prefill-size 32768 at 32K on the 80 GB share (the activations
+  // and MoE scratch of 32832 tokens alone pass the 8 GB budget): refused, naming the flag and what fits.
+  RunnerPlanInput big = serve_input(kH100, 32768, 64);
+  big.max_tokens = 32768 + 64;
+  const RunnerPlan q = plan_runner_memory(big);
+  ASSERT_FALSE(q.ok);
+  EXPECT_NE(q.error.find("over its budget of 8.00 GB (10 % of the device's 80.00 GB); lower --chunked-prefill-size "
                          "(at most "),
             std::string::npos)
-      << p.error;
-  const RunnerWorkspace w = runner_workspace(in, in.max_tokens, 64);
-  EXPECT_EQ(w.indexer, (16448LL * 200000 * 4 + 255) / 256 * 256 + 2 * ((16448LL * 2048 * 4 + 255) / 256 * 256) +
-                           (16448LL * 64 + 255) / 256 * 256 + (16448LL * 4096 * 8 + 255) / 256 * 256 +
-                           (16448LL * 6250 * 4 + 255) / 256 * 256);
+      << q.error;
 }
 
 TEST(RunnerMemoryPlan, BenchStepLowersTheTokensPerStepToFit) {

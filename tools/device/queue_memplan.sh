@@ -16,6 +16,7 @@
 #   - decode at 128K B 1: "x floor" (target <= 1.3; 1.54 before), the indexer's share of the step;
 #   - the refusal run (200K context at --mem-fraction-static 0.80): rc=1 and one "memory plan:" line;
 #   - "cuda graphs: ... X GB of device memory" vs the plan's graphs estimate;
+#   - "indexer in chunks of 200 rows == one chunk: identical" (the chunked score / top-k path);
 #   - gpu_runner_test / gpu_decode_test: rc=0 (the runner's behaviour at small contexts unchanged).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,6 +63,23 @@ if [[ " $PARTS " == *" bench "* ]]; then
   F=$(python3 -c "print(round((64.9e9 + 2.0e9) / ($TOT * 1048576), 3))")
   bench refuse200k 90 --batch 1 --ctx 200000 --prefill 1024 --k 1 --iters 2 --mem-fraction-static "$F"
   echo "refusal run: rc=$? (1 expected, with one 'memory plan:' line above)"
+  # The indexer's score rows in chunks (RunnerOptions::max_score_rows): a 1024-token prompt's
+  # scores and top-k in chunks of 200 rows must give the very bytes of one chunk (logits of every
+  # prompt row and the greedy tokens, compared with cmp).
+  P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(1024)))")
+  for rows in 0 200; do
+    t0=$(date +%s)
+    timeout 120 "$BD/fp4moe" generate --model "$M" --backend cuda --prompt-ids "$P" --max-new-tokens 4 \
+      --indexer-score-rows $rows --dump-logits "$O/logits_rows$rows.safetensors" > "$O/generate_rows$rows.out" \
+      2> "$O/generate_rows$rows.err"
+    r=$?; echo "generate --indexer-score-rows $rows: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+    grep -E 'memory plan|error|fp4moe:' "$O/generate_rows$rows.err" | cut -c1-600
+  done
+  if cmp "$O/logits_rows0.safetensors" "$O/logits_rows200.safetensors"; then
+    echo "indexer in chunks of 200 rows == one chunk: identical logits and tokens"
+  else
+    echo "INDEXER CHUNKS DIFFER from one chunk (a bug in the chunked score / top-k path)"; rc=1
+  fi
   if grep -l cudaErrorMemoryAllocation "$O"/*.err "$O"/*.log 2>/dev/null; then
     echo "RAW CUDA OOM: a cudaErrorMemoryAllocation reached the user (a bug)"; rc=1
   else

@@ -408,6 +408,9 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
   in.page_size = opt.page_size;
   in.max_total_tokens = opt.max_total_tokens;
   in.graph_buckets = int64_t(graph_buckets(gmax).size());
+  // Decode steps (graphs included) never chunk their score rows: at least a row per request.
+  in.min_score_rows = std::max<int64_t>({opt.max_requests, gmax, 1});
+  in.max_score_rows = opt.max_score_rows;
   in.tokens_flag = opt.tokens_flag;
   const int E = int(std::max<int64_t>(c.moe.num_experts, 1));
   in.router_workspace = [E](int64_t T) { return int64_t(cuda::router_workspace_bytes(T, E)); };
@@ -460,6 +463,7 @@ void GpuRunner::Impl::plan_memory() {
     plan = p;
     opt.max_tokens = plan.max_tokens;
     logits_rows = plan.logits_rows;
+    score_rows = plan.score_rows;
   }
   const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
                 Rd = c.qk_rope_dim, V = c.v_head_dim, D = c.index_head_dim, HI = c.index_n_heads;
@@ -490,7 +494,8 @@ void GpuRunner::Impl::plan_memory() {
   take(s.iq, t * HI * D * 2);
   take(s.iw16, t * HI * 2);
   take(s.iw, t * HI * 4);
-  take(s.scores, c.has_indexer() ? t * size_t(opt.max_context) * 4 : 4);
+  take(s.scores, c.has_indexer() ? size_t(score_rows) * size_t(opt.max_context) * 4 : 4);
+  take(s.chunk_qo, size_t(opt.max_requests + 2) * 4);
   take(s.topk_pos, t * std::max<int64_t>(c.index_topk, 1) * 4);
   take(s.topk_slot, t * std::max<int64_t>(c.index_topk, 1) * 4);
   take(s.g, t * maxI * 2);
@@ -508,7 +513,7 @@ void GpuRunner::Impl::plan_memory() {
   take(s.ey, size_t(E) * t * H * 4);
   take(s.moe_ws, moe_ws);
   take(s.router_ws, router_ws);
-  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(T, int(opt.max_context)) : 0;
+  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(score_rows, int(opt.max_context)) : 0;
   take(s.topk_ws, topk_ws);
   take(s.fp4_ws, fp4_ws);
   // Device sampling (gpu_sample.cpp): max_requests rows, max_decode_steps results per launch.
@@ -696,6 +701,7 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   }
   m.opt.max_tokens = m.plan.max_tokens;  // lowered to fit where opt.min_tokens allows
   m.logits_rows = m.plan.logits_rows;
+  m.score_rows = m.plan.score_rows;
   try {
     FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
     {

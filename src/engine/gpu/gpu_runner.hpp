@@ -74,6 +74,10 @@ struct RunnerOptions {
   int64_t max_logits_rows = 0;        // > 0: logits rows per step at most (raised to max_requests and the
                                       // graph cap); 0: max_tokens (every token's)
   double workspace_fraction = 0.10;   // the workspace's budget: this share of the device
+  // > 0: the indexer's score rows per chunk at most (tests / `generate --indexer-score-rows`);
+  // 0: the plan's (a quarter of the workspace budget over max_context x 4 B, at least a row per
+  // request and graph bucket). A step of more tokens scores and selects its rows in chunks.
+  int64_t max_score_rows = 0;
   std::string tokens_flag = "--max-tokens";  // what sets max_tokens, for the plan's refusal
   int64_t max_requests = 256;         // the most requests in one step
   int64_t max_context = 8192;         // the longest request (positions); sizes the indexer scores

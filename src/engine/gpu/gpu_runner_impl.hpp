@@ -82,7 +82,8 @@ struct Scratch {
   uint16_t* iq = nullptr;      // [T, HI, D]
   uint16_t* iw16 = nullptr;    // [T, HI]
   float* iw = nullptr;         // [T, HI]
-  float* scores = nullptr;     // [T, max_context]
+  float* scores = nullptr;     // [score_rows, max_context] (a step's rows in chunks of score_rows)
+  int32_t* chunk_qo = nullptr;  // [max_requests + 2] a chunk's request boundaries (chunk_qo_indptr)
   int32_t* topk_pos = nullptr;   // [T, index_topk]
   int32_t* topk_slot = nullptr;  // [T, index_topk]
   uint16_t* g = nullptr;       // [T, max(I_dense, shared I)] (dense: gate out; then SiLU·up)
@@ -198,6 +199,7 @@ struct GpuRunner::Impl {
   StepMeta meta;
   int64_t workspace_bytes = 0;
   int64_t logits_rows = 0;  // s.logits / s.rows / s.greedy rows (the plan's)
+  int64_t score_rows = 0;   // s.scores rows: the indexer scores / top-k of a step run in chunks of these
   RunnerPlanInput plan_in;  // the plan's input (from load)
   RunnerPlan plan;          // plan_runner_memory's: before the load (estimates), then with the measured sizes
   int64_t start_in_use = 0;  // device bytes in use before the runner allocated anything

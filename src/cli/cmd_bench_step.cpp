@@ -87,7 +87,13 @@ int run_bench_step(const BenchStepArgs& a) {
   const int64_t max_l = std::max(*std::max_element(a.ctx.begin(), a.ctx.end()), max_p);
   engine::gpu::RunnerOptions ro;
   ro.max_requests = max_b;
+  // The tokens per step from the plan: the longest --prefill asked, lowered (down to the largest
+  // batch) where the workspace would not fit its budget beside the weights and one request at the
+  // longest context; longer prefills are then skipped (said in the table).
   ro.max_tokens = std::max(max_b, max_p);
+  ro.min_tokens = max_b;
+  ro.max_logits_rows = max_b;  // one row per request (a prefill asks for its last)
+  ro.tokens_flag = "--prefill / --batch";
   ro.max_context = max_l + max_k;
   ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
@@ -96,6 +102,9 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.replicate_layers = a.replicate_layers;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::gpu::GpuRunner::load(a.model, ro);
+  if (r->options().max_tokens < ro.max_tokens)
+    fmt::print("memory plan: {} tokens per step fit (of {} asked): longer --prefill rows are skipped\n",
+               r->options().max_tokens, ro.max_tokens);
   fmt::print("start-up (load + plan + graphs): {:.1f} s\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   cudaStream_t s = nullptr;
@@ -228,7 +237,14 @@ int run_bench_step(const BenchStepArgs& a) {
              "|---|---|---|---|---|---|\n");
   for (int64_t P : a.prefill) {
     const int64_t per = (P + ps - 1) / ps;
-    if (per > r->free_pages()) continue;
+    if (P > r->options().max_tokens) {
+      fmt::print("| {} | skipped: the memory plan fits {} tokens per step | | | | |\n", P, r->options().max_tokens);
+      continue;
+    }
+    if (per > r->free_pages()) {
+      fmt::print("| {} | skipped: the KV pool holds {} tokens | | | | |\n", P, r->num_pages() * ps);
+      continue;
+    }
     std::vector<int32_t> tok(static_cast<size_t>(P)), pos(static_cast<size_t>(P));
     for (int64_t i = 0; i < P; ++i) tok[size_t(i)] = int32_t(7 + i * 37 % (V - 7)), pos[size_t(i)] = int32_t(i);
     std::vector<int32_t> pages = r->alloc_pages(per);

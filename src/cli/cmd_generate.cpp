@@ -36,6 +36,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
   int64_t max_new_tokens = 16, page_size = 16, tp = 1, ep = 1;
+  int64_t indexer_score_rows = 0;  // cuda: the DSA indexer's score rows per chunk at most (0: the plan's)
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
   cpu::SamplingParams sampling;
@@ -59,6 +60,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
+  FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
   dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
@@ -88,6 +90,11 @@ int run_generate(const GenerateArgs& a) {
     ro.mem_fraction_static = a.mem_fraction_static;
     ro.max_total_tokens = P + a.max_new_tokens + a.page_size;
     ro.cuda_graph_max_bs = 1;
+    // One prefill step over the whole prompt (the memory plan refuses it, naming the prompt, when
+    // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
+    ro.max_logits_rows = go.keep_logits ? 0 : 1;
+    ro.tokens_flag = "the prompt length";
+    ro.max_score_rows = a.indexer_score_rows;
     if (a.kv_dtype != "bf16") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype {} is the CPU's)", a.kv_dtype);
     auto runner = engine::gpu::GpuRunner::load(a.model, ro);  // prints its start-up and memory plan lines
     vocab = runner->config().vocab;
@@ -162,6 +169,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--frequency-penalty", a->sampling.frequency_penalty, "0: off")->capture_default_str();
   app.add_option("--seed", a->sampling.seed, "sampling seed (same seed, same tokens)")->capture_default_str();
   app.add_option("--logprobs", a->logprobs, "print each sampled token's logprob and the top N (0..20)");
+  app.add_option("--indexer-score-rows", a->indexer_score_rows,
+                 "cuda: the DSA indexer scores and selects at most this many prompt rows per launch (0: the memory "
+                 "plan's chunk; a smaller one gives the same tokens and logits)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--backend", a->backend, "cpu, or cuda (the GPU runner: BF16 KV cache, greedy on the device)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/backend.hpp"
@@ -30,5 +31,106 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req);
+
+}  // namespace fp4moe::engine
+
+namespace fp4moe::engine {
+
+// ---------------------------------------------------------------------------------------------
+// The GPU runner's plan (engine/gpu/gpu_runner.cpp calls it before it allocates anything on the
+// device, and again after the weights are up, with the measured sizes). Pure arithmetic: tested
+// on the CPU (tests/engine/memory_plan_test.cpp) for GLM-5's dimensions.
+//
+// The per-step workspace grows with the tokens per step T (activations, the MoE scratch) and with
+// T x max_context (the indexer's FP32 score rows); the logits with the logits rows. The plan
+// keeps it within `workspace_fraction` of the device: where the tokens per step may shrink
+// (min_tokens > 0) it takes the largest T in [min_tokens, max_tokens] that fits, else it refuses.
+// Then weights + workspace + graphs (estimate) + the smallest KV pool (one request at the full
+// context) must fit mem_fraction_static x device minus what is already in use; else it refuses,
+// one line naming the part, the bytes and the flag to change.
+
+// What the workspace depends on (model::MlaModelConfig; per GPU where sharded).
+struct RunnerDims {
+  int64_t hidden = 0, heads = 0, qk_head_dim = 0, kv_lora = 0, rope = 0, v_head = 0, q_lora = 0;
+  int64_t index_heads = 0, index_dim = 0, index_topk = 0;
+  bool indexer = false;      // some layer computes DSA scores
+  int64_t vocab = 0;
+  int64_t max_inter = 0;     // the widest dense MLP (dense layers, a shared expert run as one)
+  // FP4 MoE layers (MoeLayerCuda): rows per token in the routed GEMMs (top_k + folded shared experts)
+  bool moe = false;
+  int64_t experts = 0, top_k = 0, moe_inter = 0, moe_rows_per_token = 0;
+  // BF16 routed experts run dense over all experts (the fallback's [E, T, ...] scratch)
+  bool dense_experts = false;
+  int64_t kv_bytes_per_token = 0;  // every layer's latent + rope (+ index key) BF16
+};
+
+struct RunnerPlanInput {
+  RunnerDims dims;
+  int64_t device_bytes = 0;     // the device's memory
+  int64_t in_use_bytes = 0;     // already taken before the plan's parts (CUDA context, other processes;
+                                // after the load: weights and attention workspaces too)
+  int64_t weight_bytes = 0;     // weights still to upload (0 after the load: they are in in_use_bytes)
+  double mem_fraction_static = 0.88;
+  double workspace_fraction = 0.10;  // the workspace budget: this share of the device
+  int64_t max_tokens = 4096;    // tokens per step asked
+  int64_t min_tokens = 0;       // > 0: the plan may lower max_tokens down to this to fit the budget
+  int64_t max_logits_rows = 0;  // 0: max_tokens
+  int64_t max_requests = 1;
+  int64_t max_context = 8192;
+  int64_t max_decode_steps = 16;
+  int64_t page_size = 64;
+  int64_t max_total_tokens = 0;  // > 0: the KV pool's cap
+  int64_t graph_buckets = 0;     // decode graphs to capture
+  int64_t fixed_workspace_bytes = 0;  // size-independent scratch (the FP4 linears' GEMM workspace)
+  // The indexer's score rows [rows, max_context] FP32 run in chunks of rows: the rows take at most
+  // indexer_share of the workspace budget, at least min_score_rows (a decode step's: never
+  // chunked), at most max_score_rows when > 0, at most the tokens per step.
+  double indexer_share = 0.25;
+  int64_t min_score_rows = 1;
+  int64_t max_score_rows = 0;
+  // Device-side sizes (the runner passes cuda/'s functions; null: the estimates in memory_plan.cpp)
+  std::function<int64_t(int64_t tokens)> moe_workspace;    // MoeLayerCuda::workspace_bytes(T)
+  std::function<int64_t(int64_t tokens)> router_workspace;  // the BF16-experts router's
+  std::function<int64_t(int64_t rows, int64_t ctx)> topk_workspace;  // cuda::indexer::top_k_workspace_bytes
+  std::function<int64_t(int64_t rows)> sample_workspace;   // cuda::sampling::sample_workspace_bytes
+  // What sets the tokens per step, for the refusal ("--chunked-prefill-size", "the prompt", ...).
+  std::string tokens_flag = "--chunked-prefill-size";
+};
+
+// The workspace's parts at T tokens per step (bytes, each buffer 256-aligned as laid out).
+struct RunnerWorkspace {
+  int64_t activations = 0;  // [T, ...] per-layer buffers (residual, norms, MLA, MLP)
+  int64_t indexer = 0;      // scores [score rows, max_context] FP32 + top-k rows [T] + the long rows' top-k scratch
+  int64_t moe = 0;          // the MoE scratch shared by every layer (+ the BF16-experts fallback's)
+  int64_t logits = 0;       // [logits rows, vocab] FP32 + the gathered rows
+  int64_t sampling = 0;     // device sampling of max_requests rows + penalty histories
+  int64_t fixed = 0;
+  int64_t total() const { return activations + indexer + moe + logits + sampling + fixed; }
+};
+RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows);
+// The score rows per chunk at `tokens` tokens per step (= tokens where the indexer is absent).
+int64_t runner_score_rows(const RunnerPlanInput& in, int64_t tokens);
+
+struct RunnerPlan {
+  bool ok = false;
+  std::string error;            // one line when refused
+  int64_t max_tokens = 0;       // tokens per step planned
+  bool tokens_lowered = false;  // below what was asked (to fit the budget)
+  int64_t tokens_asked = 0;
+  int64_t logits_rows = 0;
+  int64_t score_rows = 0;       // the indexer's rows per chunk
+  RunnerWorkspace ws;
+  int64_t workspace_budget = 0;
+  int64_t graph_bytes = 0;      // estimate
+  int64_t min_kv_tokens = 0, min_kv_bytes = 0;
+  int64_t kv_budget_bytes = 0;  // what the KV pool may take
+  int64_t kv_tokens = 0;        // tokens the pool would hold (before paging)
+  std::string describe() const;  // the pieces, one line
+};
+
+// Graph memory estimate per captured decode bucket (measured graphs are reported after capture).
+inline constexpr int64_t kGraphBytesPerBucket = int64_t(16) << 20;
+
+RunnerPlan plan_runner_memory(const RunnerPlanInput& in);
 
 }  // namespace fp4moe::engine

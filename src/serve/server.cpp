@@ -90,6 +90,8 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     auto& r = c.runner;
     r.max_requests = o.max_running_requests;
     r.max_tokens = int64_t(o.chunked_prefill_size) + o.max_running_requests;  // the scheduler's largest step
+    r.max_logits_rows = o.max_running_requests;  // one sampled row per request
+    r.tokens_flag = "--chunked-prefill-size";   // the memory plan's refusal names it
     // The indexer's score rows and the page tables are sized by the context: without
     // --context-length the runner takes the model's, at most kCudaDefaultContext.
     r.max_context = o.context_length > 0 ? o.context_length : kCudaDefaultContext;

@@ -3,6 +3,10 @@
 #include "core/error.hpp"
 #include "engine/memory_plan.hpp"
 
+#include <cstdio>
+
+#include <fmt/format.h>
+
 using namespace fp4moe;
 using namespace fp4moe::engine;
 
@@ -78,4 +82,196 @@ TEST(MemoryPlan, AHostPlanDoesNotPrintADeviceFraction) {
   r.page_size = 4;
   r.max_total_tokens = 64;
   EXPECT_EQ(plan_memory(host, r).describe().find("device"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GPU runner's plan (plan_runner_memory) for GLM-5's real dimensions (DESIGN.md / make-synthetic's
+// glm5-layer preset: H 6144, 64 heads, q_lora 2048, kv_lora 512 + rope 64, v 256, DSA indexer 32 x 128,
+// top-2048, vocab 154880, 256 experts top-8 of inter 2048, a BF16 shared expert and dense layers of
+// 12288 run as dense MLPs; 78 layers, every one with an index key: (512 + 64 + 128) x 2 B = 1408 B
+// per token and layer). Per GPU over `gpus` GPUs: the weights (~440 GB in NVFP4) and the attention
+// heads divided; the rest (indexer, MoE rows, vocab) as on one GPU: an upper bound.
+namespace {
+
+RunnerDims glm5_dims(int64_t gpus, int64_t layers) {
+  RunnerDims d;
+  d.hidden = 6144, d.heads = 64 / gpus, d.qk_head_dim = 192 + 64, d.kv_lora = 512, d.rope = 64, d.v_head = 256;
+  d.q_lora = 2048, d.index_heads = 32, d.index_dim = 128, d.index_topk = 2048, d.indexer = true;
+  d.vocab = 154880, d.max_inter = 12288;
+  d.moe = true, d.experts = 256, d.top_k = 8, d.moe_inter = 2048, d.moe_rows_per_token = 8;
+  d.kv_bytes_per_token = layers * (512 + 64 + 128) * 2;
+  return d;
+}
+
+// Decode graph buckets up to n (gpu_runner.cpp's graph_buckets).
+int64_t buckets(int64_t n) {
+  int64_t c = 0;
+  for (int64_t x : {1, 2, 4}) c += x <= n;
+  for (int64_t x = 8; x <= std::min<int64_t>(n, 64); x += 8) ++c;
+  for (int64_t x = 96; x <= std::min<int64_t>(n, 256); x += 32) ++c;
+  for (int64_t x = 320; x <= std::min<int64_t>(n, 1024); x += 64) ++c;
+  return c;
+}
+
+// serve's sizing (make_backend): tokens per step = --chunked-prefill-size 2048 + the running
+// requests (fixed), one logits row per request, graphs up to the running requests.
+RunnerPlanInput serve_input(int64_t device, int64_t ctx, int64_t reqs) {
+  RunnerPlanInput in;
+  in.dims = glm5_dims(8, 78);
+  in.device_bytes = device;
+  in.in_use_bytes = 600'000'000;  // the CUDA context and libraries
+  in.weight_bytes = 440'000'000'000 / 8;
+  in.max_tokens = 2048 + reqs;
+  in.max_logits_rows = reqs;
+  in.max_requests = reqs;
+  in.max_context = ctx;
+  in.graph_buckets = buckets(reqs);
+  return in;
+}
+
+constexpr int64_t kH100 = 80'000'000'000, kH200 = 141'000'000'000;
+
+}  // namespace
+
+TEST(RunnerMemoryPlan, Glm5OnEightGpusServeTable) {
+  const int64_t ctxs[] = {4096, 32768, 131072, 200000}, reqs[] = {1, 64, 1024};
+  for (int64_t device : {kH100, kH200})
+    for (int64_t ctx : ctxs)
+      for (int64_t r : reqs) {
+        const RunnerPlanInput in = serve_input(device, ctx, r);
+        const RunnerPlan p = plan_runner_memory(in);
+        const RunnerWorkspace w = p.ok ? p.ws : runner_workspace(in, in.max_tokens, r);
+        std::printf("%s ctx %6lld reqs %4lld | T %5lld | indexer %6.2f act %5.2f moe %5.2f logits %5.2f sampling %5.2f"
+                    " = ws %6.2f GB | graphs %.2f | min KV %6.2f GB | %s\n",
+                    device == kH100 ? "H100" : "H200", (long long)ctx, (long long)r, (long long)in.max_tokens,
+                    w.indexer / 1e9, w.activations / 1e9, w.moe / 1e9, w.logits / 1e9, w.sampling / 1e9,
+                    w.total() / 1e9, double(r == 0 ? 0 : buckets(r) * kGraphBytesPerBucket) / 1e9,
+                    double(((ctx + 63) / 64 + 1) * 64 * in.dims.kv_bytes_per_token) / 1e9,
+                    p.ok ? fmt::format("ok, KV pool {} tokens", p.kv_tokens).c_str() : p.error.c_str());
+        // The serve sizing never lowers the tokens per step; every plan keeps the workspace in its
+        // budget (10 % of the device), and it is refused exactly when the pieces do not fit.
+        EXPECT_FALSE(p.tokens_lowered);
+        const int64_t avail = int64_t(double(device) * 0.88) - in.in_use_bytes;
+        const int64_t need = in.weight_bytes + w.total() + in.graph_buckets * kGraphBytesPerBucket +
+                             ((ctx + 63) / 64 + 1) * 64 * in.dims.kv_bytes_per_token;
+        EXPECT_EQ(p.ok, need <= avail && w.total() <= device / 10) << ctx << " x " << r;
+        if (p.ok) {
+          EXPECT_LE(p.ws.total(), device / 10);
+          EXPECT_EQ(p.kv_tokens, (avail - need + p.min_kv_bytes) / in.dims.kv_bytes_per_token);
+          EXPECT_GE(p.kv_tokens, ctx);
+        } else {
+          EXPECT_EQ(p.error.find('\n'), std::string::npos);
+          EXPECT_NE(p.error.find("memory plan: "), std::string::npos);
+          EXPECT_NE(p.error.find("--context-length"), std::string::npos) << p.error;
+        }
+        if (ctx == 131072) {
+          EXPECT_LE(w.total(), kH100 / 10) << "workspace at 128K, " << r << " requests";
+        }
+      }
+  // The H100's 80 GB leave 14.8 GB beside 55 GB of weights: 4K and 32K serve every count, 128K and
+  // 200K (14.4 / 22.0 GB of KV for one request alone) none; the H200 serves all of them.
+  for (int64_t r : reqs) {
+    EXPECT_TRUE(plan_runner_memory(serve_input(kH100, 4096, r)).ok) << r;
+    EXPECT_TRUE(plan_runner_memory(serve_input(kH100, 32768, r)).ok) << r;
+    const RunnerPlan p128 = plan_runner_memory(serve_input(kH100, 131072, r));
+    EXPECT_FALSE(p128.ok);
+    EXPECT_NE(p128.error.find("the smallest KV pool 14.40 GB (one request of 131072 tokens at 109824 B/token)"),
+              std::string::npos)
+        << p128.error;
+    EXPECT_FALSE(plan_runner_memory(serve_input(kH100, 200000, r)).ok);
+    EXPECT_TRUE(plan_runner_memory(serve_input(kH200, 200000, r)).ok) << r;
+  }
+}
+
+TEST(RunnerMemoryPlan, TheIndexerScoresRunInChunksOfRows) {
+  // 200K context, 64 requests on an H200 share, --chunked-prefill-size 16384: the score rows of
+  // the whole step would be 16448 x 200000 x 4 B = 13.2 GB (over the 14.1 GB budget with the
+  // rest); in chunks of a quarter of the budget / (200000 x 4 B) = 4406 rows they take 3.5 GB.
+  RunnerPlanInput in = serve_input(kH200, 200000, 64);
+  in.max_tokens = 16384 + 64;
+  const int64_t rows = int64_t(double(kH200) * 0.10 * 0.25) / (200000 * 4);
+  EXPECT_EQ(rows, 4406);
+  EXPECT_EQ(runner_score_rows(in, in.max_tokens), rows);
+  const RunnerPlan p = plan_runner_memory(in);
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.score_rows, rows);
+  EXPECT_LE(p.ws.total(), kH200 / 10);
+  auto a = [](int64_t b) { return (b + 255) / 256 * 256; };
+  EXPECT_EQ(p.ws.indexer, a(rows * 200000 * 4) + a(66 * 4) + 2 * a(16448LL * 2048 * 4) + a(rows * 64) +
+                              a(rows * 4096 * 8) + a(rows * 6250 * 4));
+  EXPECT_GT(16448LL * 200000 * 4 + p.ws.total() - p.ws.indexer, kH200 / 10);  // unchunked: over the budget
+  // Decode steps never chunk: at least a row per request (1024 requests at 200K, the 80 GB share:
+  // 2 GB / 800 KB = 2500 rows a chunk; with a 1 % share 1024, the requests' floor).
+  RunnerPlanInput many = serve_input(kH100, 200000, 1024);
+  many.min_score_rows = 1024;
+  EXPECT_EQ(runner_score_rows(many, 3072), 2500);
+  many.indexer_share = 0.01;
+  EXPECT_EQ(runner_score_rows(many, 3072), 1024);
+  // A short context: one chunk, the whole step.
+  EXPECT_EQ(runner_score_rows(serve_input(kH100, 4096, 64), 2112), 2112);
+  // What no chunking helps: --chunked-prefill-size 32768 at 32K on the 80 GB share (the activations
+  // and MoE scratch of 32832 tokens alone pass the 8 GB budget): refused, naming the flag and what fits.
+  RunnerPlanInput big = serve_input(kH100, 32768, 64);
+  big.max_tokens = 32768 + 64;
+  const RunnerPlan q = plan_runner_memory(big);
+  ASSERT_FALSE(q.ok);
+  EXPECT_NE(q.error.find("over its budget of 8.00 GB (10 % of the device's 80.00 GB); lower --chunked-prefill-size "
+                         "(at most "),
+            std::string::npos)
+      << q.error;
+}
+
+TEST(RunnerMemoryPlan, BenchStepLowersTheTokensPerStepToFit) {
+  // bench step on 13 glm5-layer layers (3 dense + 10 MoE, 64.88 GB of weights) on an H100 (85.5 GB
+  // as cudaMemGetInfo reports it): --prefill up to 16384 asked, the decode batch the floor.
+  RunnerPlanInput in;
+  in.dims = glm5_dims(1, 13);
+  in.device_bytes = 85'500'000'000;
+  in.in_use_bytes = 600'000'000;
+  in.weight_bytes = 64'880'000'000;
+  in.max_tokens = 16384;
+  in.min_tokens = 8;
+  in.max_logits_rows = 8;
+  in.max_requests = 8;
+  in.max_decode_steps = 8;
+  in.graph_buckets = buckets(8);
+  in.tokens_flag = "--prefill";
+  for (int64_t ctx : {1024 + 8, 32768 + 8, 131072 + 8}) {
+    in.max_context = ctx;
+    const RunnerPlan p = plan_runner_memory(in);
+    std::printf("13 layers, ctx %lld: %s\n", (long long)ctx, p.ok ? p.describe().c_str() : p.error.c_str());
+    ASSERT_TRUE(p.ok) << p.error;
+    EXPECT_LE(p.ws.total(), in.device_bytes / 10);
+    EXPECT_GE(p.kv_tokens, ctx);
+    EXPECT_GE(p.max_tokens, 1024);  // the shortest prefill still runs
+    // The largest: one more token would not fit.
+    if (p.tokens_lowered) {
+      const int64_t room = std::min(p.workspace_budget, int64_t(85'500'000'000 * 0.88) - in.in_use_bytes -
+                                                            in.weight_bytes - p.graph_bytes - p.min_kv_bytes);
+      EXPECT_GT(runner_workspace(in, p.max_tokens + 1, 8).total(), room);
+    }
+  }
+  // Where it fits, what was asked is kept: 4096 tokens/step at 1K (the first row).
+  in.max_context = 1024 + 8;
+  in.max_tokens = 4096;
+  EXPECT_FALSE(plan_runner_memory(in).tokens_lowered);
+  EXPECT_EQ(plan_runner_memory(in).max_tokens, 4096);
+  in.max_context = 131072 + 8;
+  EXPECT_FALSE(plan_runner_memory(in).tokens_lowered);  // 4096 fit at 128K too
+  in.max_tokens = 16384;
+  EXPECT_TRUE(plan_runner_memory(in).tokens_lowered);
+  // A floor that cannot fit: 8192 running requests at 128K.
+  in.min_tokens = in.max_requests = in.max_logits_rows = 8192;
+  const RunnerPlan p = plan_runner_memory(in);
+  EXPECT_FALSE(p.ok);
+  EXPECT_NE(p.error.find("lower --max-running-requests"), std::string::npos) << p.error;
+}
+
+TEST(RunnerMemoryPlan, WeightsThatDoNotFitAreSaidFirst) {
+  RunnerPlanInput in = serve_input(kH100, 4096, 1);
+  in.weight_bytes = 440'000'000'000 / 4;  // 110 GB on one 80 GB GPU
+  const RunnerPlan p = plan_runner_memory(in);
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error.rfind("memory plan: the weights (110.00 GB) do not fit 0.88 x the device's 80.00 GB", 0), 0u)
+      << p.error;
 }

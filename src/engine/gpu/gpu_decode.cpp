@@ -150,13 +150,21 @@ void decode_launch(GpuRunner::Impl& m, const DecodeInput& in, bool sampled, std:
 
 void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
                               std::vector<int32_t>* expert_counts, std::vector<float>* last_logits) {
-  decode_launch(*impl_, in, false, tokens_out, produced, nullptr, expert_counts, last_logits);
+  try {
+    decode_launch(*impl_, in, false, tokens_out, produced, nullptr, expert_counts, last_logits);
+  } catch (const Error& e) {
+    impl_->rethrow_out_of_memory(e, "running a K-step decode launch");
+  }
 }
 
 void GpuRunner::decode_sampled(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
                                std::vector<GeneratedToken>* details, std::vector<int32_t>* expert_counts,
                                std::vector<float>* last_logits) {
-  decode_launch(*impl_, in, true, tokens_out, produced, details, expert_counts, last_logits);
+  try {
+    decode_launch(*impl_, in, true, tokens_out, produced, details, expert_counts, last_logits);
+  } catch (const Error& e) {
+    impl_->rethrow_out_of_memory(e, "running a K-step decode launch");
+  }
 }
 
 }  // namespace fp4moe::engine::gpu

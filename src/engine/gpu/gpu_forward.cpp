@@ -120,43 +120,58 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     L.weights_proj.run(s.h, T, s.iw16, false, x);
     const float w_scale = 1.0f / std::sqrt(float(HI));
     if (!fast_indexer) bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, w_scale, stream);
-    if (fast_indexer) {  // cuda/indexer's mma scores (32 heads x 128; device metadata only)
-      cuda::indexer::IndexerScoreArgs ia;
-      ia.q = s.iq;
-      ia.w_bf16 = s.iw16;
-      ia.w_bf16_scale = w_scale;
-      if (fused_q) {
-        ia.q_rope_inv_freq = inv_freq.as<float>();
-        ia.q_rope_dim = Rd;
-        ia.q_rope_attn_factor = af;
+    // The score rows [T, max_ctx] in chunks of at most score_rows rows (the memory plan's: the
+    // score buffer is [score_rows, max_context]); one chunk (the whole batch, as it is) unless a
+    // long prefill step exceeds it. A chunk is the batch's rows [r0, r0 + n) as a batch of its own
+    // (chunk_qo_indptr, positions + r0): the same scores and selection per row.
+    const int rows_per_chunk = int(std::min<int64_t>(T, score_rows));
+    for (int r0 = 0; r0 < T; r0 += rows_per_chunk) {
+      const int n = std::min(rows_per_chunk, T - r0);
+      KvBatchView cb = kv_batch;
+      DeviceBatch db = b;
+      if (n < T) {
+        chunk_qo_indptr(meta.qo_indptr, R, r0, n, s.chunk_qo, stream);
+        cb.num_tokens = n, cb.qo_indptr = s.chunk_qo, cb.positions = meta.positions + r0;
+        db.tokens = n, db.qo_indptr = s.chunk_qo, db.positions = meta.positions + r0, db.token_req = meta.token_req + r0;
       }
-      ia.layer = kvl;
-      ia.batch = kv_batch;
-      ia.max_ctx = max_ctx;
-      ia.scores = s.scores;
-      ia.score_stride = opt.max_context;
-      cuda::indexer::index_scores(ia, stream);
-    } else {
-      indexer_scores(s.iq, s.iw, kvl, b, HI, D, 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context,
-                     stream);
+      if (fast_indexer) {  // cuda/indexer's mma scores (32 heads x 128; device metadata only)
+        cuda::indexer::IndexerScoreArgs ia;
+        ia.q = s.iq + size_t(r0) * HI * D;
+        ia.w_bf16 = s.iw16 + size_t(r0) * HI;
+        ia.w_bf16_scale = w_scale;
+        if (fused_q) {
+          ia.q_rope_inv_freq = inv_freq.as<float>();
+          ia.q_rope_dim = Rd;
+          ia.q_rope_attn_factor = af;
+        }
+        ia.layer = kvl;
+        ia.batch = cb;
+        ia.max_ctx = max_ctx;
+        ia.scores = s.scores;
+        ia.score_stride = opt.max_context;
+        cuda::indexer::index_scores(ia, stream);
+      } else {
+        indexer_scores(s.iq + size_t(r0) * HI * D, s.iw + size_t(r0) * HI, kvl, db, HI, D, 1.0f / std::sqrt(float(D)),
+                       max_ctx, s.scores, opt.max_context, stream);
+      }
+      cuda::indexer::TopKArgs ta;
+      ta.scores = s.scores;
+      ta.score_stride = opt.max_context;
+      ta.max_ctx = max_ctx;
+      ta.batch = cb;
+      ta.top_k = int(c.index_topk);
+      ta.out_pos = s.topk_pos + size_t(r0) * c.index_topk;
+      ta.out_slot = s.topk_slot + size_t(r0) * c.index_topk;
+      ta.page_size = opt.page_size;
+      ta.workspace = s.topk_ws;
+      ta.workspace_bytes = s.topk_ws_bytes;
+      ta.sample_lines = kTopKSampleLines;
+      ta.one_cta_keys = n >= kTopKOneCtaMinRows && n <= topk_one_cta_max_rows ? topk_one_cta_keys_many_rows : 0;
+      cuda::indexer::top_k(ta, stream);
     }
-    cuda::indexer::TopKArgs ta;
-    ta.scores = s.scores;
-    ta.score_stride = opt.max_context;
-    ta.max_ctx = max_ctx;
-    ta.batch = kv_batch;
-    ta.top_k = int(c.index_topk);
-    ta.out_pos = s.topk_pos;
-    ta.out_slot = s.topk_slot;
-    ta.page_size = opt.page_size;
-    ta.workspace = s.topk_ws;
-    ta.workspace_bytes = s.topk_ws_bytes;
-    ta.sample_lines = kTopKSampleLines;
-    ta.one_cta_keys = T >= kTopKOneCtaMinRows && T <= topk_one_cta_max_rows ? topk_one_cta_keys_many_rows : 0;
-    cuda::indexer::top_k(ta, stream);
     topk = s.topk_slot;
     mark(StepStage::Attention);
-    if (choices) choices->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * ta.top_k, stream);
+    if (choices) choices->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * c.index_topk, stream);
   } else if (c.indexer[size_t(l)] == model::IndexerKind::Shared) {
     topk = s.topk_slot;
   }

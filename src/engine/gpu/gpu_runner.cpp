@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,8 @@
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
 #include "cuda/indexer/indexer.hpp"
+#include "cuda/routing/router.hpp"
+#include "cuda/sampling/sampling.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
 
 namespace fp4moe::engine::gpu {
@@ -364,15 +367,67 @@ void GpuRunner::Impl::choose_attention() {
   if (attention_line.back() == ';') attention_line.pop_back();
 }
 
+RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_t device_bytes) const {
+  const model::MlaModelConfig& c = cfg;
+  RunnerPlanInput in;
+  RunnerDims& d = in.dims;
+  d.hidden = c.hidden, d.heads = c.num_heads, d.qk_head_dim = c.qk_head_dim(), d.kv_lora = c.kv_lora_rank;
+  d.rope = c.qk_rope_dim, d.v_head = c.v_head_dim, d.q_lora = c.q_lora_rank;
+  d.index_heads = c.index_n_heads, d.index_dim = c.index_head_dim, d.index_topk = c.index_topk;
+  d.indexer = c.has_indexer();
+  d.vocab = c.vocab;
+  d.max_inter = c.intermediate;
+  d.experts = c.moe.num_experts, d.top_k = c.moe.top_k, d.moe_inter = c.moe.inter;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const model::LayerWeights& lw = w.layers[size_t(layer_src[size_t(l)])];
+    d.kv_bytes_per_token += (c.kv_lora_rank + c.qk_rope_dim) * 2 + (lw.attn.indexer ? c.index_head_dim * 2 : 0);
+    if (!lw.is_moe) continue;
+    const MoeLayerWeights& m = lw.moe;
+    const bool fp4 = m.w13.is_fp4();
+    const bool folded = fp4 && m.shared_w13 && m.shared_w13->is_fp4() && m.shared_w2 && m.shared_w2->is_fp4();
+    if (m.shared_w13 && !folded) d.max_inter = std::max(d.max_inter, m.cfg.shared_inter);
+    if (fp4) {
+      d.moe = true;
+      // the fold's pieces of inter rows each (moe::shared_fold_pieces), at least one
+      const int64_t pieces = folded ? std::max<int64_t>(1, (m.cfg.shared_inter + m.cfg.inter - 1) / m.cfg.inter) : 0;
+      d.moe_rows_per_token = std::max(d.moe_rows_per_token, m.cfg.top_k + pieces);
+    } else {
+      d.dense_experts = true;
+    }
+  }
+  in.device_bytes = device_bytes;
+  in.mem_fraction_static = opt.mem_fraction_static;
+  in.workspace_fraction = opt.workspace_fraction;
+  in.max_tokens = opt.max_tokens;
+  in.min_tokens = opt.min_tokens;
+  const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
+  in.max_logits_rows = opt.max_logits_rows > 0 ? std::max({opt.max_logits_rows, opt.max_requests, gmax}) : 0;
+  in.max_requests = opt.max_requests;
+  in.max_context = opt.max_context;
+  in.max_decode_steps = opt.max_decode_steps;
+  in.page_size = opt.page_size;
+  in.max_total_tokens = opt.max_total_tokens;
+  in.graph_buckets = int64_t(graph_buckets(gmax).size());
+  // Decode steps (graphs included) never chunk their score rows: at least a row per request.
+  in.min_score_rows = std::max<int64_t>({opt.max_requests, gmax, 1});
+  in.max_score_rows = opt.max_score_rows;
+  in.tokens_flag = opt.tokens_flag;
+  const int E = int(std::max<int64_t>(c.moe.num_experts, 1));
+  in.router_workspace = [E](int64_t T) { return int64_t(cuda::router_workspace_bytes(T, E)); };
+  in.topk_workspace = [](int64_t rows, int64_t ctx) {
+    return int64_t(cuda::indexer::top_k_workspace_bytes(rows, int(ctx)));
+  };
+  const int64_t V = c.vocab;
+  in.sample_workspace = [V](int64_t rows) { return int64_t(cuda::sampling::sample_workspace_bytes(rows, V)); };
+  return in;
+}
+
 void GpuRunner::Impl::plan_memory() {
   const model::MlaModelConfig& c = cfg;
-  const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
-                Rd = c.qk_rope_dim, V = c.v_head_dim, D = c.index_head_dim, HI = c.index_n_heads;
   int64_t maxI = c.intermediate, E = 0, k = 0, I = 0;
-  size_t moe_ws = 0, fp4_ws = 0;
+  size_t fp4_ws = 0;
   bool dense_experts = false;
   for (const DeviceLayer& L : layers) {
-    if (L.moe) moe_ws = std::max(moe_ws, L.moe->workspace_bytes(T));
     if (L.shared) maxI = std::max(maxI, L.shared->inter);
     if (L.dense_experts) dense_experts = true;
     for (const GpuLinear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
@@ -382,13 +437,44 @@ void GpuRunner::Impl::plan_memory() {
       for (const GpuLinear* g : {&L.shared->gate, &L.shared->up, &L.shared->down})
         fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
   }
+  auto moe_ws_at = [&](int64_t tokens) {
+    size_t b = 0;
+    for (const DeviceLayer& L : layers)
+      if (L.moe) b = std::max(b, L.moe->workspace_bytes(tokens));
+    return b;
+  };
+  // The plan again with what is measured now (weights and attention workspaces in use, the MoE
+  // layers' own workspace sizes), before the workspace and the KV pool are allocated. Where
+  // opt.min_tokens allows, the tokens per step may come down further (everything loaded was sized
+  // for the larger count, which holds any smaller one).
+  {
+    size_t free0 = 0, total0 = 0;
+    FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free0, &total0));
+    RunnerPlanInput in = plan_in;
+    in.in_use_bytes = int64_t(total0 - free0);
+    in.weight_bytes = 0;
+    in.max_tokens = opt.max_tokens;
+    in.min_tokens = opt.min_tokens > 0 ? std::min(opt.min_tokens, opt.max_tokens) : 0;
+    in.fixed_workspace_bytes = int64_t(fp4_ws);
+    in.moe_workspace = [&](int64_t tokens) { return int64_t(moe_ws_at(tokens)); };
+    RunnerPlan p = plan_runner_memory(in);
+    FP4MOE_CHECK(p.ok, "{}", p.error);
+    if (plan.tokens_lowered) p.tokens_lowered = true, p.tokens_asked = plan.tokens_asked;
+    plan = p;
+    opt.max_tokens = plan.max_tokens;
+    logits_rows = plan.logits_rows;
+    score_rows = plan.score_rows;
+  }
+  const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
+                Rd = c.qk_rope_dim, V = c.v_head_dim, D = c.index_head_dim, HI = c.index_n_heads;
+  const size_t moe_ws = moe_ws_at(T);
   if (dense_experts) E = c.moe.num_experts, k = c.moe.top_k, I = c.moe.inter;
   const size_t router_ws = dense_experts ? cuda::router_workspace_bytes(T, int(E)) : 0;
 
   size_t off = 0;
-  std::vector<std::pair<void**, size_t>> plan;
+  std::vector<std::pair<void**, size_t>> layout;
   auto take = [&](auto*& p, size_t bytes) {
-    plan.emplace_back(reinterpret_cast<void**>(&p), off);
+    layout.emplace_back(reinterpret_cast<void**>(&p), off);
     off += align256(std::max<size_t>(bytes, 1));
   };
   const size_t t = size_t(T);
@@ -408,15 +494,17 @@ void GpuRunner::Impl::plan_memory() {
   take(s.iq, t * HI * D * 2);
   take(s.iw16, t * HI * 2);
   take(s.iw, t * HI * 4);
-  take(s.scores, c.has_indexer() ? t * size_t(opt.max_context) * 4 : 4);
+  take(s.scores, c.has_indexer() ? size_t(score_rows) * size_t(opt.max_context) * 4 : 4);
+  take(s.chunk_qo, size_t(opt.max_requests + 2) * 4);
   take(s.topk_pos, t * std::max<int64_t>(c.index_topk, 1) * 4);
   take(s.topk_slot, t * std::max<int64_t>(c.index_topk, 1) * 4);
   take(s.g, t * maxI * 2);
   take(s.u, t * maxI * 2);
   take(s.hm, t * maxI * 2);
-  take(s.rows, t * H * 2);
-  take(s.logits, t * c.vocab * 4);
-  take(s.greedy, t * 4);
+  const size_t lr = size_t(logits_rows);
+  take(s.rows, lr * H * 2);
+  take(s.logits, lr * c.vocab * 4);
+  take(s.greedy, lr * 4);
   take(s.rlogits, t * E * 4);
   take(s.rids, t * k * 4);
   take(s.rw, t * k * 4);
@@ -425,7 +513,7 @@ void GpuRunner::Impl::plan_memory() {
   take(s.ey, size_t(E) * t * H * 4);
   take(s.moe_ws, moe_ws);
   take(s.router_ws, router_ws);
-  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(T, int(opt.max_context)) : 0;
+  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(score_rows, int(opt.max_context)) : 0;
   take(s.topk_ws, topk_ws);
   take(s.fp4_ws, fp4_ws);
   // Device sampling (gpu_sample.cpp): max_requests rows, max_decode_steps results per launch.
@@ -437,8 +525,13 @@ void GpuRunner::Impl::plan_memory() {
   take(s.sample_in, sample_in_bytes(sample_rows));
   take(s.sample_out, sample_out_ints(sample_steps, sample_rows) * 4);
   take(s.sample_hist, size_t(sample_hist_ints) * 4);
+  // The layout above is the plan's arithmetic buffer for buffer (the KV pool below is measured
+  // after the allocation, so a difference would show there, not as an allocation failure).
+  if (int64_t(off) != plan.ws.total())
+    log_debug("memory plan: workspace laid out {} B, planned {} B", off, plan.ws.total());
+  phase = "allocating the step workspace";
   workspace = cuda::DeviceBuffer(off);
-  for (auto& [p, o] : plan) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
+  for (auto& [p, o] : layout) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
   s.moe_ws_bytes = moe_ws;
   s.router_ws_bytes = router_ws;
   s.topk_ws_bytes = topk_ws;
@@ -472,17 +565,25 @@ void GpuRunner::Impl::plan_memory() {
   size_t free_b = 0, total_b = 0;
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t used = int64_t(total_b - free_b);
-  int64_t budget = int64_t(double(total_b) * opt.mem_fraction_static) - used;
+  // The graphs' estimate stays free for their capture (after the pool).
+  const int64_t budget = int64_t(double(total_b) * opt.mem_fraction_static) - used - plan.graph_bytes;
   const int64_t page_bytes = kv_per_token * opt.page_size;
-  int64_t pages = budget / page_bytes;
+  int64_t pages = std::max<int64_t>(budget, 0) / page_bytes;
   if (opt.max_total_tokens > 0) pages = std::min<int64_t>(pages, (opt.max_total_tokens + opt.page_size - 1) / opt.page_size);
-  FP4MOE_CHECK(pages >= 2,
-               "memory plan: no room for the KV pool ({:.2f} GB of {:.2f} GB used by weights + workspace; "
-               "--mem-fraction-static {})",
-               double(used) / 1e9, double(total_b) / 1e9, opt.mem_fraction_static);
+  // At least one request at the full context + the padding rows' page (less when --max-total-tokens caps it).
+  int64_t need = plan.min_kv_tokens / opt.page_size;
+  if (opt.max_total_tokens > 0) need = std::min(need, (opt.max_total_tokens + opt.page_size - 1) / opt.page_size);
+  need = std::max<int64_t>(need, 2);
+  FP4MOE_CHECK(pages >= need,
+               "memory plan: the KV pool gets {} pages of {} tokens ({:.2f} GB of {:.2f} x {:.2f} GB after {:.2f} GB in "
+               "use and ~{:.2f} GB for graphs), one request of {} tokens needs {}; lower --context-length or "
+               "--max-running-requests, or raise --mem-fraction-static",
+               pages, opt.page_size, double(std::max<int64_t>(budget, 0)) / 1e9, opt.mem_fraction_static,
+               double(total_b) / 1e9, double(used) / 1e9, double(plan.graph_bytes) / 1e9, opt.max_context, need);
   pages = std::min<int64_t>(pages, INT32_MAX / opt.page_size - 1);
   num_pages = pages - 1;  // the last page takes the padding rows' cache writes
   trash_page = num_pages;
+  phase = "allocating the KV pool";
   kv = cuda::DeviceBuffer(size_t(pages * page_bytes));
   FP4MOE_CUDA_CHECK(cudaMemset(kv.ptr(), 0, kv.bytes()));
   uint8_t* p = kv.as<uint8_t>();
@@ -505,11 +606,12 @@ void GpuRunner::Impl::plan_memory() {
   free_list.clear();
   for (int64_t i = num_pages - 1; i >= 0; --i) free_list.push_back(int32_t(i));
   plan_line = fmt::format(
-      "memory plan: weights {:.2f} GB, workspace {:.2f} GB (max {} tokens/step, device sampling of {} rows), KV pool {:.2f} GB = {} tokens "
-      "({} pages of {}, {} B/token, BF16); device {:.1f} GB, --mem-fraction-static {}",
-      double(weight_bytes) / 1e9, double(workspace_bytes) / 1e9, T, sample_rows, double(kv.bytes()) / 1e9,
-      num_pages * opt.page_size, num_pages, opt.page_size, kv_per_token, double(total_b) / 1e9,
-      opt.mem_fraction_static);
+      "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, BF16); device "
+      "{:.1f} GB ({:.2f} GB in use before the load), --mem-fraction-static {}",
+      double(weight_bytes) / 1e9, plan.describe(), double(kv.bytes()) / 1e9, num_pages * opt.page_size, num_pages,
+      opt.page_size, kv_per_token, double(total_b) / 1e9, double(start_in_use) / 1e9, opt.mem_fraction_static);
+  if (int64_t(workspace_bytes) != plan.ws.total())
+    plan_line += fmt::format(" (workspace laid out: {:.2f} GB)", double(workspace_bytes) / 1e9);
 }
 
 void GpuRunner::Impl::plan_counters() {
@@ -570,33 +672,82 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
                m.cfg.kv_lora_rank, m.cfg.qk_rope_dim);
   FP4MOE_CHECK(!m.cfg.has_indexer() || m.cfg.index_topk <= 4096, "gpu runner: index_topk {} > 4096",
                m.cfg.index_topk);
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-  size_t total = 0;
-  for (const auto& f : m.ck->files())
-    for (const TensorInfo& t : f->tensors()) total += t.nbytes();
+  size_t total = 0, weight_estimate = 0;  // the progress bar's total; the weights the runner uploads
   const int64_t ck_layers = m.cfg.num_layers;
-  total += m.replicate_layers();
+  for (const auto& f : m.ck->files())
+    for (const TensorInfo& t : f->tensors()) {
+      total += t.nbytes();
+      int64_t l = -1;  // MTP layers (past num_layers) are not loaded
+      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) != 1 || l < ck_layers)
+        weight_estimate += t.nbytes();
+    }
+  const size_t extra = m.replicate_layers();
+  total += extra;
+  weight_estimate += extra;
+  // The plan before any device allocation: the weights as the checkpoint stores them, the
+  // workspace from the dims (the MoE scratch estimated), the graphs, the smallest KV pool.
+  size_t free0 = 0, total0 = 0;
+  FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free0, &total0));
+  m.start_in_use = int64_t(total0 - free0);
+  m.plan_in = m.plan_input(w, int64_t(total0));
   {
-    Loader ld(opt.quiet ? 0 : total);
-    m.load_weights(w, ld);
-    m.description = fmt::format("gpu runner: {} ({}), {} layers{}, hidden {}, vocab {}; {}; uploaded {}", dir,
-                                m.cfg.architecture, m.cfg.num_layers,
-                                m.cfg.num_layers > ck_layers
-                                    ? fmt::format(" ({} in the checkpoint, MoE layers copied)", ck_layers)
-                                    : std::string(),
-                                m.cfg.hidden, m.cfg.vocab, w.summary, ld.summary());
+    RunnerPlanInput in = m.plan_in;
+    // + the load's own overheads beyond the tensors (kernel modules, cuBLAS, attention
+    // workspaces, allocation rounding): 0.5 GB + 1 % of the weights, re-planned when measured
+    in.in_use_bytes = m.start_in_use + (int64_t(512) << 20) + int64_t(weight_estimate / 100);
+    in.weight_bytes = int64_t(weight_estimate);
+    m.plan = plan_runner_memory(in);
+    FP4MOE_CHECK(m.plan.ok, "{}", m.plan.error);
   }
-  m.choose_attention();
-  m.plan_memory();
-  m.plan_counters();
-  m.plan_sampling();
-  if (!opt.quiet) fmt::print(stderr, "{}\n{}\n{}\n", m.description, m.attention_line, m.plan_line);
-  const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
-  if (gmax > 0) m.capture_graphs();
-  if (!opt.quiet && !m.graph_line.empty()) fmt::print(stderr, "{}\n", m.graph_line);
+  m.opt.max_tokens = m.plan.max_tokens;  // lowered to fit where opt.min_tokens allows
+  m.logits_rows = m.plan.logits_rows;
+  m.score_rows = m.plan.score_rows;
+  try {
+    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+    {
+      m.phase = "uploading the weights";
+      Loader ld(opt.quiet ? 0 : total);
+      m.load_weights(w, ld);
+      m.description = fmt::format("gpu runner: {} ({}), {} layers{}, hidden {}, vocab {}; {}; uploaded {}", dir,
+                                  m.cfg.architecture, m.cfg.num_layers,
+                                  m.cfg.num_layers > ck_layers
+                                      ? fmt::format(" ({} in the checkpoint, MoE layers copied)", ck_layers)
+                                      : std::string(),
+                                  m.cfg.hidden, m.cfg.vocab, w.summary, ld.summary());
+    }
+    m.phase = "reserving the attention kernels' workspaces";
+    m.choose_attention();
+    m.phase = "planning the workspace";
+    m.plan_memory();
+    m.phase = "allocating the step counters";
+    m.plan_counters();
+    m.phase = "allocating the device sampling buffers";
+    m.plan_sampling();
+    if (!opt.quiet) fmt::print(stderr, "{}\n{}\n{}\n", m.description, m.attention_line, m.plan_line);
+    const int64_t gmax = opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs;
+    m.phase = "capturing the CUDA graphs";
+    if (gmax > 0) m.capture_graphs();
+    if (!opt.quiet && !m.graph_line.empty()) fmt::print(stderr, "{}\n", m.graph_line);
+  } catch (const Error& e) {
+    m.rethrow_out_of_memory(e, m.phase);
+  }
   log_debug("gpu runner start-up {:.1f} s",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return r;
+}
+
+void GpuRunner::Impl::rethrow_out_of_memory(const Error& e, const std::string& doing) const {
+  const bool oom = std::string_view(e.what()).find("cudaErrorMemoryAllocation") != std::string_view::npos;
+  if (!oom) throw e;
+  (void)cudaGetLastError();  // clear it: the runtime stays usable after a failed cudaMalloc
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  throw Error(fmt::format(
+      "memory plan: the device ran out of memory while {} although the plan fit ({:.2f} GB in use now of {:.2f} GB, "
+      "{:.2f} GB before the load; the plan: {}): another process may be using the device; lower "
+      "--mem-fraction-static, --context-length, --max-running-requests or {}",
+      doing, double(total_b - free_b) / 1e9, double(total_b) / 1e9, double(start_in_use) / 1e9,
+      plan.ok ? plan.describe() : std::string("none yet"), opt.tokens_flag));
 }
 
 const model::MlaModelConfig& GpuRunner::config() const { return impl_->cfg; }
@@ -612,6 +763,7 @@ int64_t GpuRunner::page_size() const { return impl_->opt.page_size; }
 int64_t GpuRunner::kv_bytes_per_token() const { return impl_->kv_per_token; }
 int64_t GpuRunner::weight_bytes() const { return impl_->weight_bytes; }
 int64_t GpuRunner::workspace_bytes() const { return impl_->workspace_bytes; }
+int64_t GpuRunner::max_logits_rows() const { return impl_->logits_rows; }
 int64_t GpuRunner::free_pages() const { return int64_t(impl_->free_list.size()); }
 void GpuRunner::set_graphs_enabled(bool on) { impl_->graphs_enabled = on; }
 

@@ -11,9 +11,13 @@
 //      experts the dense-over-experts fallback (every expert on every token through cuBLAS
 //      batched GEMMs, then the routed combine; said once); a shared expert the MoE layer cannot
 //      take (BF16 next to FP4 experts, NVIDIA's layout) runs as a dense MLP;
-//   3. one memory plan: weights, ONE workspace for the largest step (activations, the MoE
-//      workspace shared by every layer, indexer scores), then the paged KV pool from what is
-//      left (mem_fraction_static of the device, or max_total_tokens) — one line;
+//   3. one memory plan (engine::plan_runner_memory, before any device allocation and again
+//      after the upload with the measured sizes): weights, ONE workspace for the largest step
+//      (activations, the MoE workspace shared by every layer, indexer scores, logits, sampling)
+//      within workspace_fraction of the device (the tokens per step lowered to fit where
+//      min_tokens allows), graphs (estimate), then the paged KV pool from what is left
+//      (mem_fraction_static of the device, or max_total_tokens), at least one request at
+//      max_context — one line; what does not fit is refused in one line before allocating;
 //   4. CUDA graphs for decode per batch-size bucket up to cuda_graph_max_bs (timed; their
 //      memory measured and reported).
 //
@@ -62,6 +66,19 @@ AttentionKernels parse_attention_kernels(const std::string& name);
 
 struct RunnerOptions {
   int64_t max_tokens = 4096;          // the largest step (tokens); sizes the workspace
+  // > 0: the memory plan may lower max_tokens down to this so that the workspace fits its budget
+  // (and beside the weights and the smallest KV pool); options().max_tokens is then the plan's.
+  // 0: max_tokens is what the caller needs (serve's chunked prefill, generate's prompt): refused
+  // when it does not fit.
+  int64_t min_tokens = 0;
+  int64_t max_logits_rows = 0;        // > 0: logits rows per step at most (raised to max_requests and the
+                                      // graph cap); 0: max_tokens (every token's)
+  double workspace_fraction = 0.10;   // the workspace's budget: this share of the device
+  // > 0: the indexer's score rows per chunk at most (tests / `generate --indexer-score-rows`);
+  // 0: the plan's (a quarter of the workspace budget over max_context x 4 B, at least a row per
+  // request and graph bucket). A step of more tokens scores and selects its rows in chunks.
+  int64_t max_score_rows = 0;
+  std::string tokens_flag = "--max-tokens";  // what sets max_tokens, for the plan's refusal
   int64_t max_requests = 256;         // the most requests in one step
   int64_t max_context = 8192;         // the longest request (positions); sizes the indexer scores
   int64_t page_size = 64;             // KV page size (a power of two)
@@ -178,6 +195,7 @@ class GpuRunner {
   int64_t kv_bytes_per_token() const;
   int64_t weight_bytes() const;
   int64_t workspace_bytes() const;
+  int64_t max_logits_rows() const;  // logits rows one step may ask for
   std::vector<int32_t> alloc_pages(int64_t n);  // throws when fewer are free
   void release_pages(const std::vector<int32_t>& pages);
   int64_t free_pages() const;

@@ -22,6 +22,7 @@
 #include "engine/gpu/gpu_loader.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu/gpu_step_kernels.hpp"
+#include "engine/memory_plan.hpp"
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"
 #include "moe/moe_layer_cuda.hpp"
@@ -81,7 +82,8 @@ struct Scratch {
   uint16_t* iq = nullptr;      // [T, HI, D]
   uint16_t* iw16 = nullptr;    // [T, HI]
   float* iw = nullptr;         // [T, HI]
-  float* scores = nullptr;     // [T, max_context]
+  float* scores = nullptr;     // [score_rows, max_context] (a step's rows in chunks of score_rows)
+  int32_t* chunk_qo = nullptr;  // [max_requests + 2] a chunk's request boundaries (chunk_qo_indptr)
   int32_t* topk_pos = nullptr;   // [T, index_topk]
   int32_t* topk_slot = nullptr;  // [T, index_topk]
   uint16_t* g = nullptr;       // [T, max(I_dense, shared I)] (dense: gate out; then SiLU·up)
@@ -196,6 +198,19 @@ struct GpuRunner::Impl {
   Scratch s;
   StepMeta meta;
   int64_t workspace_bytes = 0;
+  int64_t logits_rows = 0;  // s.logits / s.rows / s.greedy rows (the plan's)
+  int64_t score_rows = 0;   // s.scores rows: the indexer scores / top-k of a step run in chunks of these
+  RunnerPlanInput plan_in;  // the plan's input (from load)
+  RunnerPlan plan;          // plan_runner_memory's: before the load (estimates), then with the measured sizes
+  int64_t start_in_use = 0;  // device bytes in use before the runner allocated anything
+  std::string phase = "starting";  // what the load is doing (an out-of-memory error names it)
+  // The plan's input for this model and options (dims from cfg and the bound weights; device sizes
+  // from cuda/'s host functions where they exist).
+  // e is a CUDA out-of-memory error: throws the plan's one line instead (what ran out, the plan,
+  // what to change); else rethrows e.
+  [[noreturn]] void rethrow_out_of_memory(const Error& e, const std::string& doing) const;
+  void run_step(const StepInput& in, const StepOutput& out);  // GpuRunner::step
+  RunnerPlanInput plan_input(const model::ModelWeights& w, int64_t device_bytes) const;
   int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;
   std::vector<KvLayerView> kv_layers;
   std::vector<int32_t> free_list;

@@ -30,6 +30,9 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
     }
   }
   for (int32_t r : in.logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
+  FP4MOE_CHECK(std::max(rows, Tp > T ? Tp : int64_t(0)) <= logits_rows,
+               "step asks for {} logits rows: the runner was planned for {} (RunnerOptions::max_logits_rows)",
+               std::max(rows, Tp > T ? Tp : int64_t(0)), logits_rows);
   const int64_t entries = (T > 0 ? b.page_indptr[R] : 0) + (Tp - T);
   FP4MOE_CHECK(entries <= meta.max_page_entries, "step page tables: {} entries, room for {}", entries,
                meta.max_page_entries);
@@ -105,8 +108,9 @@ void GpuRunner::Impl::capture_graphs() {
   stats.graph_capture_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.graph_bytes = int64_t(free0) - int64_t(free1);
   graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}) captured in {:.2f} s, {:.3f} GB of device "
-                           "memory (taken after the KV pool: inside --mem-fraction-static's remainder); eager above {}",
-                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9, gmax);
+                           "memory (the memory plan kept ~{:.3f} GB free for them beside the KV pool); eager above {}",
+                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
+                           double(plan.graph_bytes) / 1e9, gmax);
 }
 
 const GraphEntry* GpuRunner::Impl::decode_graph(int64_t B) {
@@ -128,7 +132,15 @@ void GpuRunner::Impl::poison_activations() {
 }
 
 void GpuRunner::step(const StepInput& in, const StepOutput& out) {
-  Impl& m = *impl_;
+  try {
+    impl_->run_step(in, out);
+  } catch (const Error& e) {
+    impl_->rethrow_out_of_memory(e, "running a step");
+  }
+}
+
+void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
+  Impl& m = *this;
   const KvBatchView& b = in.batch;
   const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
   FP4MOE_CHECK(T >= 1 && R >= 1, "step: empty batch ({} tokens, {} requests)", T, R);

@@ -54,7 +54,17 @@ __global__ void greedy_advance_kernel(GreedyAdvanceArgs a, int32_t j) {
   a.kv_len[r] += 1;
 }
 
+__global__ void chunk_qo_indptr_kernel(const int32_t* qo, int32_t R, int32_t r0, int32_t n, int32_t* out) {
+  for (int32_t i = int32_t(threadIdx.x); i <= R; i += int32_t(blockDim.x)) out[i] = min(max(qo[i] - r0, 0), n);
+}
+
 }  // namespace
+
+void chunk_qo_indptr(const int32_t* qo_indptr, int32_t R, int32_t r0, int32_t n, int32_t* out, cudaStream_t s) {
+  FP4MOE_CHECK(R >= 1 && r0 >= 0 && n >= 1, "chunk_qo_indptr: {} requests, rows {} + {}", R, r0, n);
+  chunk_qo_indptr_kernel<<<1, 256, 0, s>>>(qo_indptr, R, r0, n, out);
+  FP4MOE_CUDA_CHECK(cudaGetLastError());
+}
 
 void count_experts(const int32_t* ids, int T, int k, const int32_t* token_req, const int32_t* active, int E,
                    int32_t* counts, cudaStream_t s) {

@@ -52,4 +52,10 @@ struct GreedyAdvanceArgs {
 // token, position and kv_len advance by one. A finished request writes -1.
 void greedy_advance(const GreedyAdvanceArgs& a, int32_t step, cudaStream_t s);
 
+// The request boundaries of the token rows [r0, r0 + n) of a batch, in the rows' own numbering:
+// out[i] = min(max(qo_indptr[i] - r0, 0), n) for i in 0..R. With positions + r0 (and token_req +
+// r0) it is a batch of n tokens whose request of each token is the original's (requests outside
+// the rows become empty): the indexer's score and top-k launches over a chunk of rows.
+void chunk_qo_indptr(const int32_t* qo_indptr, int32_t R, int32_t r0, int32_t n, int32_t* out, cudaStream_t s);
+
 }  // namespace fp4moe::engine::gpu

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One device call for issue 44 (long context inside the memory plan), after
+#   bash tools/device/build.sh fp4moe gpu_runner_test gpu_decode_test
+# (or with carried binaries: PRE_BIN, tools/device/prebuilt_env.sh). Reruns the issue's table on
+# a 5-layer GLM-5-dims checkpoint run as 13 layers (3 dense + 10 MoE), printing each run's memory
+# plan line and results, then the runner's GPU tests. ~6-8 min on an H100 (make-synthetic ~2-4 min
+# when $MEMPLAN_MODEL_DIR is not there yet; each bench step start-up ~10-20 s).
+#   MEMPLAN_PARTS="bench tests" picks parts.
+# Look for:
+#   - every "memory plan:" line: "workspace X GB of its Y GB budget (T tokens/step[, lowered from A
+#     to fit] ...)" with X <= Y = 10 % of the device, the pieces (attention/indexer, activations,
+#     MoE, logits, sampling, other), graphs ~G GB (estimate), and the KV pool;
+#   - 32K B 1 / 8 and 128K B 1 run (the issue: CUDA out-of-memory at 32K before) or are refused by
+#     the plan's one line ("memory plan: ... lower --context-length ..."), never by CUDA: the
+#     script prints "RAW CUDA OOM" if any log holds cudaErrorMemoryAllocation (a bug);
+#   - decode at 128K B 1: "x floor" (target <= 1.3; 1.54 before), the indexer's share of the step;
+#   - the refusal run (200K context at --mem-fraction-static 0.80): rc=1 and one "memory plan:" line;
+#   - "cuda graphs: ... X GB of device memory" vs the plan's graphs estimate;
+#   - "indexer in chunks of 200 rows == one chunk: identical" (the chunked score / top-k path);
+#   - gpu_runner_test / gpu_decode_test: rc=0 (the runner's behaviour at small contexts unchanged).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/memplan"
+O=$OUT/memplan
+BD=${PRE_BIN:-build-dev/bin}
+PARTS=${MEMPLAN_PARTS:-bench tests}
+for t in fp4moe gpu_runner_test gpu_decode_test; do
+  [ -x "$BD/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
+done
+rc=0
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
+if [[ " $PARTS " == *" bench "* ]]; then
+  M=${MEMPLAN_MODEL_DIR:-/tmp/glm5-runner}
+  if [ ! -f "$M/config.json" ]; then
+    t0=$(date +%s)
+    timeout 400 "$BD/fp4moe" make-synthetic "$M" --preset glm5-layer --layers 5 --dense-layers 3 > "$O/make_synthetic.log" 2>&1
+    echo "make-synthetic glm5-layer --layers 5 --dense-layers 3: rc=$? in $(( $(date +%s) - t0 )) s, $(du -sh "$M" | cut -f1)"
+  fi
+  n=0
+  # bench NAME TIMEOUT ARGS...: one bench step run; prints rc, the plan / graph lines, the tables.
+  bench() {
+    local name=$1 limit=$2; shift 2
+    n=$((n + 1))
+    local t0; t0=$(date +%s)
+    timeout "$limit" "$BD/fp4moe" bench step --model "$M" --replicate-layers 13 --json "$O/$name.json" "$@" \
+      > "$O/$name.log" 2> "$O/$name.err"
+    local r=$?
+    echo "== bench step $*: rc=$r in $(( $(date +%s) - t0 )) s"
+    grep -E 'memory plan|cuda graphs|error|fp4moe:' "$O/$name.err" | cut -c1-900
+    grep -E '^\||start-up|ceilings|per-stage|K greedy|memory plan' "$O/$name.log"
+    return $r
+  }
+  # 32K with the default prefills (16384 asked: the plan lowers the tokens per step to what fits
+  # and skips the longer prefill, said in the table); 128K and 1K with 4096 tokens per step (the
+  # issue's first row).
+  bench ctx32k 150 --batch 1,8 --ctx 32768 --prefill 1024,4096,16384 --k 1,8 --iters 10 || rc=1
+  bench ctx128k 150 --batch 1 --ctx 131072 --prefill 1024,4096 --k 1,8 --iters 10 || rc=1
+  bench ctx1k 150 --batch 1,8,64,256 --ctx 1024 --prefill 4096 --k 1,8 --iters 10 || rc=1
+  # A refusal: 200K context with a --mem-fraction-static that leaves ~2 GB beside the 64.9 GB of
+  # weights (one 200K request's KV is 3.7 GB); expected rc=1 with the plan's one line, before the
+  # weights are uploaded.
+  TOT=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  F=$(python3 -c "print(round((64.9e9 + 2.0e9) / ($TOT * 1048576), 3))")
+  bench refuse200k 90 --batch 1 --ctx 200000 --prefill 1024 --k 1 --iters 2 --mem-fraction-static "$F"
+  echo "refusal run: rc=$? (1 expected, with one 'memory plan:' line above)"
+  # The indexer's score rows in chunks (RunnerOptions::max_score_rows): a 1024-token prompt's
+  # scores and top-k in chunks of 200 rows must give the very bytes of one chunk (logits of every
+  # prompt row and the greedy tokens, compared with cmp).
+  P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(1024)))")
+  for rows in 0 200; do
+    t0=$(date +%s)
+    timeout 120 "$BD/fp4moe" generate --model "$M" --backend cuda --prompt-ids "$P" --max-new-tokens 4 \
+      --indexer-score-rows $rows --dump-logits "$O/logits_rows$rows.safetensors" > "$O/generate_rows$rows.out" \
+      2> "$O/generate_rows$rows.err"
+    r=$?; echo "generate --indexer-score-rows $rows: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+    grep -E 'memory plan|error|fp4moe:' "$O/generate_rows$rows.err" | cut -c1-600
+  done
+  if cmp "$O/logits_rows0.safetensors" "$O/logits_rows200.safetensors"; then
+    echo "indexer in chunks of 200 rows == one chunk: identical logits and tokens"
+  else
+    echo "INDEXER CHUNKS DIFFER from one chunk (a bug in the chunked score / top-k path)"; rc=1
+  fi
+  if grep -l cudaErrorMemoryAllocation "$O"/*.err "$O"/*.log 2>/dev/null; then
+    echo "RAW CUDA OOM: a cudaErrorMemoryAllocation reached the user (a bug)"; rc=1
+  else
+    echo "no raw CUDA out-of-memory error in any run"
+  fi
+fi
+if [[ " $PARTS " == *" tests "* ]]; then
+  for t in gpu_runner_test gpu_decode_test; do
+    t0=$(date +%s)
+    timeout 200 "$BD/$t" > "$O/$t.log" 2>&1
+    r=$?; echo "$t: rc=$r in $(( $(date +%s) - t0 )) s $(grep -E '^\[  (PASSED|FAILED|  SKIPPED) ' "$O/$t.log" | tr '\n' ' ')"
+    [ $r -eq 0 ] || rc=1
+    grep -E '^\[  FAILED  \]|Failure|memory plan' "$O/$t.log" | head -n 20
+  done
+fi
+exit $rc

@@ -70,6 +70,7 @@ fuzz_one() {
   fi
   if [[ ${#regressions[@]} -gt 0 ]]; then
     "$bin" -artifact_prefix="$art/" -timeout=25 "${regressions[@]}" >>"$log" 2>&1 || rc=$?
+    [[ $rc -eq 0 ]] || echo "$t: a committed regression input (fuzz/corpus/$t/regressions/) fails again" >&2
   fi
   if [[ $rc -eq 0 ]]; then
     local dict=()

@@ -3,7 +3,7 @@
 # bounded time from the committed seed corpus. The targets, their -max_len and their seed
 # scripts are listed in fuzz/targets.txt (the one list; fuzz/README.md).
 #
-#   tools/fuzz.sh [SECONDS] [TARGET]     one target (default 60 s, safetensors_header)
+#   tools/fuzz.sh [SECONDS] [TARGET]     one target (default 60 s, safetensors_header; also TARGET [SECONDS])
 #   tools/fuzz.sh --all [SECONDS]        every target of fuzz/targets.txt, SECONDS each (default 45),
 #                                        then a table: executions, corpus size, findings
 #   tools/fuzz.sh --seeds [TARGET ...]   rewrite fuzz/corpus/<t>/seed_* and fuzz/dicts/<t>.dict
@@ -111,6 +111,7 @@ case "${1:-}" in
     if [[ ${#failed[@]} -gt 0 ]]; then echo "fuzz FAILED: ${failed[*]}" >&2; exit 1; fi
     ;;
   *)
+    if [[ -n "${1:-}" && ! "$1" =~ ^[0-9]+$ ]]; then set -- "${2:-60}" "$1"; fi  # also: TARGET [SECONDS]
     seconds="${1:-60}"
     target="${2:-safetensors_header}"
     field "$target" 1 >/dev/null

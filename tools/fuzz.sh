@@ -1,96 +1,121 @@
 #!/usr/bin/env bash
-# Builds a libFuzzer target (clang, ASan + UBSan) in its own build dir, writes a seed corpus
-# and a dictionary, and fuzzes for a bounded time. Exit status is libFuzzer's: 0 when
-# nothing was found.
+# Builds the libFuzzer targets (clang, ASan + UBSan) in their own build dir and fuzzes them for a
+# bounded time from the committed seed corpus. The targets, their -max_len and their seed
+# scripts are listed in fuzz/targets.txt (the one list; fuzz/README.md).
 #
-#   tools/fuzz.sh [SECONDS] [TARGET]   (default 60 s, safetensors_header; FUZZ_BUILD_DIR
-#                                       overrides build-fuzz)
-# Targets: safetensors_header (format/ header parser), tokenizer_json (text/: tokenizer.json
-# loading and encoding arbitrary bytes), chat_template (text/jinja: parser + interpreter),
-# regex_scanner (text/: the hand-written pre-tokenizer scanners must match PCRE2), api_request
-# (serve/: the HTTP request body parsers), bench_stream (bench serve: streamed responses and
-# JSONL datasets).
+#   tools/fuzz.sh [SECONDS] [TARGET]     one target (default 60 s, safetensors_header; also TARGET [SECONDS])
+#   tools/fuzz.sh --all [SECONDS]        every target of fuzz/targets.txt, SECONDS each (default 45),
+#                                        then a table: executions, corpus size, findings
+#   tools/fuzz.sh --seeds [TARGET ...]   rewrite fuzz/corpus/<t>/seed_* and fuzz/dicts/<t>.dict
+#                                        from tools/<dir>/fuzz_seeds.py (then commit them)
+# Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_JOBS (2), FUZZ_ARTIFACTS (<build>/artifacts).
+#
+# Each run first replays fuzz/corpus/<t>/regressions/* (inputs that once failed), then fuzzes
+# from fuzz/corpus/<t>/ into a working corpus <build>/corpus/<t>/ (never into the repository).
+# Exit status: 0 when nothing was found; otherwise non-zero, with the failing input saved under
+# the artifact dir (printed). Keep it as a regression test: copy it to
+# fuzz/corpus/<t>/regressions/ and commit it with the fix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-60}"
-target="${2:-safetensors_header}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
-case "$target" in
-  safetensors_header) max_len=4096 ;;
-  tokenizer_json) max_len=16384 ;;
-  chat_template) max_len=8192 ;;
-  regex_scanner) max_len=4096 ;;
-  api_request) max_len=8192 ;;
-  bench_stream) max_len=8192 ;;
-  tool_call_parser) max_len=4096 ;;  # serve/: reasoning + tool-call parsers, streamed = one-shot
-  http_request) max_len=16384 ;;
-  *) echo "unknown fuzz target '$target' (safetensors_header, tokenizer_json, chat_template, regex_scanner, api_request, bench_stream)" >&2; exit 2 ;;
-esac
-cxx="$(command -v clang++-14 || command -v clang++)"
-cc="$(command -v clang-14 || command -v clang)"
+artifacts="${FUZZ_ARTIFACTS:-$build/artifacts}"
+list=fuzz/targets.txt
 
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
-    -DFP4MOE_FUZZ=ON -DFP4MOE_CUDA=OFF -DFP4MOE_TESTS=OFF >/dev/null
-fi
-cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${target}_fuzz"
-
-corpus="$build/corpus/$target"
-dict="$build/$target.dict"
-mkdir -p "$corpus" "$build/artifacts"
-if [[ "$target" == tool_call_parser ]]; then
-  python3 tests/serve/data/gen_parser_goldens.py --fuzz-seeds "$corpus" "$dict"
-elif [[ "$target" == api_request || "$target" == bench_stream || "$target" == http_request ]]; then
-  python3 tools/serve/fuzz_seeds.py "$target" "$corpus" "$dict"
-elif [[ "$target" != safetensors_header ]]; then
-  python3 tools/text/fuzz_seeds.py "$target" "$corpus" "$dict"
-else
-python3 - "$corpus" "$dict" <<'PY'
-import json, struct, sys, os
-corpus, dict_path = sys.argv[1], sys.argv[2]
-sizes = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "U8": 1, "I8": 1, "I16": 2, "I32": 4, "I64": 8,
-         "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "BOOL": 1}
-def file_bytes(entries, meta=None, pad=True):
-    header, off = {}, 0
-    if meta is not None:
-        header["__metadata__"] = meta
-    for name, dtype, shape in entries:
-        n = 1
-        for d in shape:
-            n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n * sizes[dtype]]}
-        off += n * sizes[dtype]
-    text = json.dumps(header, separators=(",", ":")).encode()
-    if pad:
-        text += b" " * ((8 - len(text) % 8) % 8)
-    return struct.pack("<Q", len(text)) + text + bytes(off)
-seeds = {
-    "empty": file_bytes([]),
-    "meta": file_bytes([], {"format": "pt"}),
-    "all_dtypes": file_bytes([(f"t.{d}", d, [2, 3]) for d in sizes], {"format": "pt", "k": "v"}),
-    "scalar_and_empty": file_bytes([("s", "F32", []), ("z", "BF16", [0, 7]), ("v", "U8", [5])]),
-    "nvfp4_layer": file_bytes([("model.layers.3.mlp.experts.0.gate_proj.weight", "U8", [4, 8]),
-                               ("model.layers.3.mlp.experts.0.gate_proj.weight_scale", "F8_E4M3", [4, 1]),
-                               ("model.layers.3.mlp.experts.0.gate_proj.weight_scale_2", "F32", [])]),
-    "unpadded": file_bytes([("a", "I64", [3])], pad=False),
+targets() { grep -vE '^\s*(#|$)' "$list" | awk '{print $1}'; }
+field() {  # field TARGET COLUMN
+  local v
+  v=$(grep -vE '^\s*(#|$)' "$list" | awk -v t="$1" -v c="$2" '$1 == t {print $c}')
+  [[ -n "$v" ]] || { echo "unknown fuzz target '$1' (fuzz/targets.txt: $(targets | tr '\n' ' '))" >&2; exit 2; }
+  echo "$v"
 }
-for name, b in seeds.items():
-    with open(os.path.join(corpus, "seed_" + name), "wb") as f:
-        f.write(b)
-tokens = ['"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '{', '}', '[', ']', ':', ',', '"',
-          '\\u0000', '\\n', '-1', '1.5', '1e309', '18446744073709551615', '9223372036854775808', 'null',
-          'true'] + ['"%s"' % d for d in sizes]
-with open(dict_path, "w") as f:
-    for t in tokens:
-        f.write('"%s"\n' % t.replace("\\", "\\\\").replace('"', '\\"'))
-PY
-fi
 
-echo "fuzzing $target for ${seconds}s (corpus $corpus)"
-set +e
-"$build/bin/${target}_fuzz" "$corpus" -dict="$dict" -max_total_time="$seconds" -max_len="$max_len" -timeout=30 \
-  -print_final_stats=1 -artifact_prefix="$build/artifacts/" 2>&1 | tee "$build/fuzz_$target.log" | tail -25
-rc=${PIPESTATUS[0]}
-set -e
-echo "fuzz result ($target): exit $rc ($( [[ $rc -eq 0 ]] && echo 'no crash, no sanitizer report, no broken invariant' || echo "FAILURE: see $build/artifacts/"))"
-exit "$rc"
+seeds() {  # seeds TARGET: the committed corpus and dictionary from the target's seed script
+  local t=$1 dir
+  dir=$(field "$t" 3)
+  mkdir -p "fuzz/corpus/$t" fuzz/dicts
+  find "fuzz/corpus/$t" -maxdepth 1 -type f -delete  # regressions/ stays
+  python3 "tools/$dir/fuzz_seeds.py" "$t" "fuzz/corpus/$t" "fuzz/dicts/$t.dict"
+  echo "seeds $t: $(find "fuzz/corpus/$t" -maxdepth 1 -type f | wc -l) files, $(du -sb "fuzz/corpus/$t" | cut -f1) bytes"
+}
+
+build_targets() {  # build_targets TARGET ...
+  local cxx cc
+  cxx="$(command -v clang++-14 || command -v clang++)"
+  cc="$(command -v clang-14 || command -v clang)"
+  if [[ ! -f "$build/CMakeCache.txt" ]]; then
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+      -DFP4MOE_FUZZ=ON -DFP4MOE_CUDA=OFF -DFP4MOE_TESTS=OFF >/dev/null
+  fi
+  local names=()
+  for t in "$@"; do names+=("${t}_fuzz"); done
+  cmake --build "$build" -j"${FUZZ_JOBS:-2}" --target "${names[@]}"
+}
+
+# fuzz_one TARGET SECONDS: replay the regressions, fuzz, print one summary line; returns non-zero
+# on a finding.
+fuzz_one() {
+  local t=$1 seconds=$2 max_len bin corpus work art log rc=0
+  max_len=$(field "$t" 2)
+  bin="$build/bin/${t}_fuzz"
+  corpus="fuzz/corpus/$t"
+  work="$build/corpus/$t"
+  art="$artifacts/$t"
+  log="$build/fuzz_$t.log"
+  [[ -d "$corpus" ]] || { echo "$t: no committed corpus $corpus (tools/fuzz.sh --seeds $t)" >&2; return 2; }
+  mkdir -p "$work" "$art"
+  : > "$log"
+  local regressions=()
+  if [[ -d "$corpus/regressions" ]]; then
+    mapfile -t regressions < <(find "$corpus/regressions" -type f | sort)
+  fi
+  if [[ ${#regressions[@]} -gt 0 ]]; then
+    "$bin" -artifact_prefix="$art/" -timeout=25 "${regressions[@]}" >>"$log" 2>&1 || rc=$?
+    [[ $rc -eq 0 ]] || echo "$t: a committed regression input (fuzz/corpus/$t/regressions/) fails again" >&2
+  fi
+  if [[ $rc -eq 0 ]]; then
+    local dict=()
+    [[ -f "fuzz/dicts/$t.dict" ]] && dict=(-dict="fuzz/dicts/$t.dict")
+    "$bin" "$work" "$corpus" "${dict[@]}" -max_total_time="$seconds" -max_len="$max_len" -timeout=25 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/" >>"$log" 2>&1 || rc=$?
+  fi
+  local execs corp findings
+  execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')
+  corp=$(grep -oE 'corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -n 1 | awk '{print $2}')
+  findings=$(find "$art" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  printf '%-20s %4ss  exit %-3s  executions %-10s  corpus %-12s  regressions %-3s  findings %s\n' \
+    "$t" "$seconds" "$rc" "${execs:-?}" "${corp:-?}" "${#regressions[@]}" "$findings"
+  if [[ $rc -ne 0 ]]; then
+    echo "FUZZ FAILURE ($t): log $log; the failing input is in $art/:" >&2
+    ls -l "$art" >&2 || true
+    grep -E 'ERROR: |runtime error|SUMMARY' "$log" | head -n 5 >&2 || true
+    echo "keep it as a regression test: cp $art/<file> fuzz/corpus/$t/regressions/ && git add fuzz/corpus/$t/regressions" >&2
+  fi
+  return "$rc"
+}
+
+case "${1:-}" in
+  --seeds)
+    shift
+    if [[ $# -eq 0 ]]; then mapfile -t all < <(targets); set -- "${all[@]}"; fi
+    for t in "$@"; do seeds "$t"; done
+    ;;
+  --all)
+    seconds="${2:-45}"
+    mapfile -t all < <(targets)
+    t0=$(date +%s)
+    build_targets "${all[@]}"
+    echo "fuzz build: $(( $(date +%s) - t0 )) s (${#all[@]} targets, $build)"
+    failed=()
+    for t in "${all[@]}"; do fuzz_one "$t" "$seconds" || failed+=("$t"); done
+    echo "fuzz: ${#all[@]} targets in $(( $(date +%s) - t0 )) s; artifacts (failing inputs) in $artifacts/"
+    if [[ ${#failed[@]} -gt 0 ]]; then echo "fuzz FAILED: ${failed[*]}" >&2; exit 1; fi
+    ;;
+  *)
+    if [[ -n "${1:-}" && ! "$1" =~ ^[0-9]+$ ]]; then set -- "${2:-60}" "$1"; fi  # also: TARGET [SECONDS]
+    seconds="${1:-60}"
+    target="${2:-safetensors_header}"
+    field "$target" 1 >/dev/null
+    build_targets "$target"
+    fuzz_one "$target" "$seconds"
+    ;;
+esac

@@ -15,6 +15,7 @@
 #include "cuda/moe_gemm_sm1xx/moe_gemm_sm1xx.hpp"
 #include "cuda/moe_gemm_sm1xx/sm1xx_bs_kernels.hpp"
 #include "cuda/moe_gemm_sm1xx/sm1xx_bs_layout.hpp"
+#include "tuner/sm1xx_build.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::cuda;
@@ -151,7 +152,8 @@ TEST(Sm1xxArgs, GroupedPointersStridesAndScaleFactorLayoutsMatchTheLayoutArithme
     }
     ++checked;
   }
-  if (checked == 0) GTEST_SKIP() << "no grouped Blackwell kernels in this build";
+  if (checked == 0) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  EXPECT_GT(checked, 0) << "built for Blackwell but no grouped kernel is registered";
 }
 
 TEST(Sm1xxArgs, DecodeRecipeSlabsMatchTheLayoutArithmetic) {
@@ -181,11 +183,13 @@ TEST(Sm1xxArgs, DecodeRecipeSlabsMatchTheLayoutArithmetic) {
     }
     ++checked;
   }
-  if (checked == 0) GTEST_SKIP() << "no sm_100a decode recipe in this build";
+  if (checked == 0) FP4MOE_SKIP_UNLESS_BUILT_FOR(100);
+  EXPECT_GT(checked, 0) << "built for sm_100a but its decode recipe is not registered";
 }
 
 TEST(Sm1xxArgs, CutlassCanImplementAcceptsGlm5AndRefusesMisalignedShapes) {
-  if (bs_kernels().empty()) GTEST_SKIP() << "no Blackwell kernels in this build";
+  if (bs_kernels().empty()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_FALSE(bs_kernels().empty()) << "built for Blackwell but no kernel is registered";
   for (const BsKernel& kern : bs_kernels()) {
     SCOPED_TRACE(kern.facts.name());
     const std::vector<int32_t> m = {1, 0, 17, 64};
@@ -205,7 +209,8 @@ TEST(Sm1xxArgs, CutlassCanImplementAcceptsGlm5AndRefusesMisalignedShapes) {
 }
 
 TEST(Sm1xxArgs, WorkspaceComesFromCutlassAndTheCarveUp) {
-  if (bs_kernels().empty()) GTEST_SKIP() << "no Blackwell kernels in this build";
+  if (bs_kernels().empty()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_FALSE(bs_kernels().empty()) << "built for Blackwell but no kernel is registered";
   for (const BsKernel& kern : bs_kernels()) {
     SCOPED_TRACE(kern.facts.name());
     // Argument types: Shape<int,int,int>; strides / SF layouts as CUTLASS defines them.

@@ -21,6 +21,7 @@
 #include "format/fp4.hpp"
 #include "gpu_test.hpp"
 #include "moe_test_util.hpp"
+#include "tuner/sm1xx_build.hpp"
 
 namespace fp4moe::test {
 namespace {
@@ -38,7 +39,8 @@ int device_cc() { return cuda::current_device().cc; }
 #define SKIP_WITHOUT_BLACKWELL(cc)                                                                          \
   do {                                                                                                      \
     if ((cc) != 120 && (cc) != 100) GTEST_SKIP() << "needs an sm_120 / sm_100 GPU (this one: " << (cc) << ")"; \
-    if (cuda::sm1xx_configs(cc).empty()) GTEST_SKIP() << "no sm_" << (cc) << "a kernels in this build";     \
+    FP4MOE_SKIP_UNLESS_BUILT_FOR(cc);                                                                       \
+    ASSERT_FALSE(cuda::sm1xx_configs(cc).empty()) << "built for sm_" << (cc) << "a but no kernel registered"; \
   } while (0)
 
 // Experts quantized from random weights (quantize_nvfp4: the checkpoint's own codes / scales).

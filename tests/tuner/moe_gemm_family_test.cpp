@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
+#include "tuner/sm1xx_build.hpp"
 #include "tuner/moe_gemm_family.hpp"
 #include "tuner/sm1xx_tactics.hpp"
 
@@ -172,7 +173,8 @@ TEST(MoeGemmFamily, Sm90DeviceGetsTheSm90KernelsEachWithinItsSharedMemoryShare) 
 }
 
 TEST(MoeGemmFamily, Sm120DeviceGetsTheCutlassBlockScaledKernelsWithin99KB) {
-  if (!have_kernels(120)) GTEST_SKIP() << "no sm_120a kernels in this build (" << compiled_cuda_archs_text() << ")";
+  if (!have_kernels(120)) FP4MOE_SKIP_UNLESS_BUILT_FOR(120);
+  ASSERT_TRUE(have_kernels(120)) << "built for sm_120a but no kernel of it is registered";
   const ArchInfo a = arch_of_device(fake_device(120));
   ASSERT_EQ(a.smem_per_block_optin, 101376);
   for (bool gate_up : {true, false}) {
@@ -205,7 +207,8 @@ TEST(MoeGemmFamily, Sm120DeviceGetsTheCutlassBlockScaledKernelsWithin99KB) {
 }
 
 TEST(MoeGemmFamily, Sm100DeviceGetsTheTcgen05BlockScaledKernels) {
-  if (!have_kernels(100)) GTEST_SKIP() << "no sm_100a kernels in this build (" << compiled_cuda_archs_text() << ")";
+  if (!have_kernels(100)) FP4MOE_SKIP_UNLESS_BUILT_FOR(100);
+  ASSERT_TRUE(have_kernels(100)) << "built for sm_100a but no kernel of it is registered";
   const ArchInfo a = arch_of_device(fake_device(100));
   for (bool gate_up : {true, false}) {
     const FamilyChoice c = select_moe_gemm_family(a, glm5(gate_up), kCi);

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tuner/sm1xx_build.hpp"
 #include "tuner/arch.hpp"
 #include "tuner/sm1xx_tactics.hpp"
 #include "tuner/tactic.hpp"
@@ -113,12 +114,13 @@ TEST(Sm120SmemArithmetic, CutlassTypesEqualTheHandSumsTermByTerm) {
     EXPECT_EQ(f->smem_bytes, r.hand_bytes);
     EXPECT_EQ(f->builder_capacity, kOptin);
   }
-  if (seen == 0) GTEST_SKIP() << "no sm_120a CUTLASS facts in this build";
+  if (seen == 0) FP4MOE_SKIP_UNLESS_BUILT_FOR(120);
   EXPECT_EQ(seen, int(std::size(kTable)));
 }
 
 TEST(Sm120SmemArithmetic, TunerVerdictsFollowTheBytes) {
-  if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
+  if (!sm1xx_facts_available()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_TRUE(sm1xx_facts_available()) << "built for Blackwell but no CUTLASS facts";
   const ArchInfo& a = arch_by_name("sm_120");
   const GemmProblem p = preset_problems("glm5", ActFormat::NVFP4_EMULATED)[0];
   const ProblemFeasibility pf = check_feasibility("moe-gemm", p, a);

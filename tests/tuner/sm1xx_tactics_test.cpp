@@ -12,6 +12,7 @@
 #include "tuner/sm1xx_tactics.hpp"
 #include "tuner/tactic.hpp"
 #include "tuner/tune_report.hpp"
+#include "tuner/sm1xx_build.hpp"
 
 #ifdef FP4MOE_HAVE_CUDA
 #include "cuda/moe_gemm_sm1xx/sm1xx_bs_kernels.hpp"
@@ -22,7 +23,8 @@ using namespace fp4moe::tuner;
 
 #define SKIP_WITHOUT_FACTS(cc)                                                                   \
   do {                                                                                          \
-    if (!have_facts(cc)) GTEST_SKIP() << "no sm_" << cc << "a CUTLASS facts in this build";      \
+    if (!have_facts(cc)) FP4MOE_SKIP_UNLESS_BUILT_FOR(cc);                                      \
+    ASSERT_TRUE(have_facts(cc)) << "built for sm_" << cc << "a but its CUTLASS facts are missing";  \
   } while (0)
 
 namespace {
@@ -92,7 +94,8 @@ TEST(Sm1xxFacts, Sm120WideTilesFitAtK128BesideABf16EpilogueButNotBesideAnF32Sour
 // The arch model agrees with the builders' capacity constants, and no auto stage count
 // overshoots it (CUTLASS reserves the epilogue's whole SharedStorage and the kernel's extras).
 TEST(Sm1xxFacts, AutoStageCountsFitTheArchModelAndTheBuildersAgreeWithIt) {
-  if (!have_facts(120) && !have_facts(100)) GTEST_SKIP() << "no Blackwell facts in this build";
+  if (!have_facts(120) && !have_facts(100)) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_TRUE(have_facts(120) || have_facts(100)) << "built for Blackwell but no CUTLASS facts";
   for (const bs::BsKernelFacts& f : bs::bs_type_facts()) {
     const ArchInfo& a = arch_by_name(bs::recipe_cc(f.recipe) == 120 ? "sm_120" : "sm_100");
     EXPECT_EQ(f.builder_capacity, a.smem_per_block_optin) << f.name();
@@ -109,7 +112,8 @@ TEST(Sm1xxFacts, AutoStageCountsFitTheArchModelAndTheBuildersAgreeWithIt) {
 
 // Each instantiated kernel's own facts are a row of the table (the same types).
 TEST(Sm1xxFacts, EveryBuiltKernelIsARowOfTheFactsTable) {
-  if (bs::bs_kernels().empty()) GTEST_SKIP() << "no Blackwell kernels in this build";
+  if (bs::bs_kernels().empty()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_FALSE(bs::bs_kernels().empty()) << "built for Blackwell but no kernel is registered";
   for (const bs::BsKernel& k : bs::bs_kernels()) {
     const auto* f = facts(k.facts.recipe, k.facts.tile_m, k.facts.tile_n, k.facts.tile_k, k.facts.stages, true);
     ASSERT_NE(f, nullptr) << k.facts.name();

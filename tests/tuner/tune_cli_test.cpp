@@ -15,6 +15,7 @@
 
 #include "tuner/sm1xx_tactics.hpp"
 #include "tuner/tune_report.hpp"
+#include "tuner/sm1xx_build.hpp"
 
 using namespace fp4moe::tuner;
 namespace fs = std::filesystem;
@@ -44,7 +45,8 @@ bool have_binary() { return fs::exists(FP4MOE_BINARY_DIR "/bin/fp4moe"); }
 }  // namespace
 
 TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
-  if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
+  if (!sm1xx_facts_available()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_TRUE(sm1xx_facts_available()) << "built for Blackwell but: " << sm1xx_absence_reason();
   const ArchInfo& a = arch_by_name("sm_120");
   std::vector<ProblemFeasibility> all;
   for (const GemmProblem& p : preset_problems("glm5", ActFormat::NVFP4_EMULATED)) all.push_back(check_feasibility("moe-gemm", p, a));
@@ -65,8 +67,9 @@ TEST(TuneReport, DryRunForSm120NamesTheTilesAndTheBytes) {
 }
 
 TEST(TuneCli, DryRunSm120WritesReportPlanAndJson) {
-  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
-  if (!sm1xx_facts_available()) GTEST_SKIP() << sm1xx_absence_reason();
+  ASSERT_TRUE(have_binary()) << FP4MOE_BINARY_DIR "/bin/fp4moe not built (ctest runs after the full build)";
+  if (!sm1xx_facts_available()) FP4MOE_SKIP_UNLESS_BUILT_FOR_BLACKWELL();
+  ASSERT_TRUE(sm1xx_facts_available()) << "built for Blackwell but: " << sm1xx_absence_reason();
   const fs::path json = fs::temp_directory_path() / "fp4moe_tune_cli_test.json";
   const RunResult r = run("tune --preset glm5 --arch sm_120 --dry-run --act w4a4 --json " + json.string());
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -95,7 +98,7 @@ TEST(TuneCli, DryRunSm120WritesReportPlanAndJson) {
 }
 
 TEST(TuneCli, DryRunSm100PrintsTheWholeModelPlan) {
-  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  ASSERT_TRUE(have_binary()) << FP4MOE_BINARY_DIR "/bin/fp4moe not built (ctest runs after the full build)";
   const RunResult r = run("tune --preset glm5 --arch sm_100 --dry-run --tokens 1,8192");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("whole-model plan on sm_100"), std::string::npos) << r.out;
@@ -113,7 +116,7 @@ TEST(TuneCli, DryRunSm100PrintsTheWholeModelPlan) {
 }
 
 TEST(TuneCli, EveryTableArchitectureDryRuns) {
-  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  ASSERT_TRUE(have_binary()) << FP4MOE_BINARY_DIR "/bin/fp4moe not built (ctest runs after the full build)";
   for (const ArchInfo& a : arch_table()) {
     const RunResult r = run("tune --preset tiny --arch " + a.name + " --dry-run");
     EXPECT_EQ(r.rc, 0) << a.name << "\n" << r.out;
@@ -122,7 +125,7 @@ TEST(TuneCli, EveryTableArchitectureDryRuns) {
 }
 
 TEST(TuneCli, BadInputIsOneClearLine) {
-  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  ASSERT_TRUE(have_binary()) << FP4MOE_BINARY_DIR "/bin/fp4moe not built (ctest runs after the full build)";
   struct Case {
     const char* args;
     const char* message;
@@ -140,11 +143,11 @@ TEST(TuneCli, BadInputIsOneClearLine) {
 }
 
 TEST(TuneCli, ModelShapesComeFromTheCheckpointConfig) {
-  if (!have_binary()) GTEST_SKIP() << "fp4moe binary not built";
+  ASSERT_TRUE(have_binary()) << FP4MOE_BINARY_DIR "/bin/fp4moe not built (ctest runs after the full build)";
   const fs::path dir = fs::temp_directory_path() / "fp4moe_tune_cli_model";
   fs::remove_all(dir);
   const RunResult made = run("make-synthetic --preset glm5-tiny " + dir.string());
-  if (made.rc != 0) GTEST_SKIP() << "make-synthetic unavailable: " << made.out;
+  ASSERT_EQ(made.rc, 0) << "make-synthetic failed:\n" << made.out;
   const RunResult r = run("tune --model " + dir.string() + " --arch sm_90 --dry-run");
   EXPECT_EQ(r.rc, 0) << r.out;
   // glm5-tiny: H=256, I=128, E=16, top-4 -> gate_up N=256 K=256, down N=256 K=128.

@@ -14,7 +14,12 @@ import os
 import sys
 
 target, corpus, dict_path = sys.argv[1], sys.argv[2], sys.argv[3]
-assert target in ("api_request", "bench_stream", "http_request"), target
+assert target in ("api_request", "bench_stream", "http_request", "tool_call_parser"), target
+if target == "tool_call_parser":  # the reasoning / tool-call parsers: from their goldens' generator
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "serve", "data"))
+    import gen_parser_goldens
+    gen_parser_goldens.fuzz_seeds(corpus, dict_path)
+    sys.exit(0)
 
 
 def write_dict(tokens):

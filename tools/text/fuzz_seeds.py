@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Seed corpus and dictionary for the text/ fuzz targets (called by tools/fuzz.sh).
+"""Seed corpus and dictionary for the text/ fuzz targets (tools/fuzz.sh --seeds NAME writes them to
+fuzz/corpus/NAME/ and fuzz/dicts/NAME.dict, which are committed).
 
     python3 tools/text/fuzz_seeds.py tokenizer_json|chat_template|regex_scanner CORPUS_DIR DICT_FILE
 

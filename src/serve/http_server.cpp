@@ -141,6 +141,8 @@ struct HttpServer::Impl {
 
   // --- workers ---
   void serve(Conn* c, const Route* route);
+  // The route's handler; an exception becomes a 500 with the error body.
+  http::Response run_handler(const Route& route, const http::Request& req);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -220,11 +222,10 @@ class WorkerSink final : public http::DataSink {
 
 }  // namespace
 
-void HttpServer::Impl::serve(Conn* c, const Route* route) {
-  t_conn = c;
+http::Response HttpServer::Impl::run_handler(const Route& route, const http::Request& req) {
   http::Response res;
   try {
-    route->handler(c->req, res);
+    route.handler(req, res);
   } catch (const std::exception& e) {
     res = {};
     res.status = 500;
@@ -234,6 +235,12 @@ void HttpServer::Impl::serve(Conn* c, const Route* route) {
     res.status = 500;
     if (error_body) error_body(500, "internal error", res);
   }
+  return res;
+}
+
+void HttpServer::Impl::serve(Conn* c, const Route* route) {
+  t_conn = c;
+  http::Response res = run_handler(*route, c->req);
   bool keep = c->keep_alive && !drain_requested.load();
   bool ok;
   if (!res.provider) {
@@ -490,18 +497,7 @@ void HttpServer::Impl::start_body(Conn& c) {
 void HttpServer::Impl::dispatch(Conn& c) {
   const Route& route = routes.at({c.req.method, c.req.path});
   if (route.on_io_thread) {
-    http::Response res;
-    try {
-      route.handler(c.req, res);
-    } catch (const std::exception& e) {
-      res = {};
-      res.status = 500;
-      if (error_body) error_body(500, e.what(), res);
-    } catch (...) {
-      res = {};
-      res.status = 500;
-      if (error_body) error_body(500, "internal error", res);
-    }
+    http::Response res = run_handler(route, c.req);
     return respond(c, res, !c.keep_alive);
   }
   c.phase = Conn::Phase::kWorker;

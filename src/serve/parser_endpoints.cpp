@@ -51,21 +51,38 @@ const json* string_field(const json& b, const char* key, std::optional<ApiError>
   return &*it;
 }
 
-}  // namespace
-
-std::variant<json, ApiError> parse_function_call_endpoint(std::string_view body) {
+// The body's "text" and its parser's name (field parser_key, one of `names`), as the endpoints
+// take them; an ApiError naming the field otherwise.
+template <class Format>
+struct TextAndParser {
+  json body;
+  std::string text;
+  Format format;
+};
+template <class Format, class Lookup>
+std::variant<TextAndParser<Format>, ApiError> text_and_parser(std::string_view body, const char* parser_key,
+                                                              Lookup lookup, const std::vector<std::string>& names) {
   auto parsed = object_body(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& b = std::get<json>(parsed);
+  json b = std::move(std::get<json>(parsed));
   std::optional<ApiError> error;
   const json* text = string_field(b, "text", error);
   if (!text) return *error;
-  const json* parser = string_field(b, "tool_call_parser", error);
+  const json* parser = string_field(b, parser_key, error);
   if (!parser) return *error;
-  const auto format = tool_call_format(parser->get_ref<const std::string&>());
+  const std::optional<Format> format = lookup(parser->get_ref<const std::string&>());
   if (!format)
-    return bad("tool_call_parser", "unknown tool_call_parser " + quoted(*parser) +
-                                       " (valid: " + joined(tool_call_format_names()) + ")");
+    return bad(parser_key, std::string("unknown ") + parser_key + " " + quoted(*parser) + " (valid: " + joined(names) + ")");
+  std::string t = text->get<std::string>();
+  return TextAndParser<Format>{std::move(b), std::move(t), *format};
+}
+
+}  // namespace
+
+std::variant<json, ApiError> parse_function_call_endpoint(std::string_view body) {
+  auto got = text_and_parser<ToolCallFormat>(body, "tool_call_parser", tool_call_format, tool_call_format_names());
+  if (auto* e = std::get_if<ApiError>(&got)) return *e;
+  const auto& [b, text, format] = std::get<TextAndParser<ToolCallFormat>>(got);
   json tools_json = b.value("tools", json::array());
   if (tools_json.is_null()) tools_json = json::array();
   auto catalog = ToolCatalog::from_json(tools_json);
@@ -73,28 +90,18 @@ std::variant<json, ApiError> parse_function_call_endpoint(std::string_view body)
   auto tools = std::make_shared<const ToolCatalog>(std::move(std::get<ToolCatalog>(catalog)));
 
   json calls = json::array();
-  if (tools->empty()) return json{{"normal_text", *text}, {"calls", calls}};
-  const ParsedToolCalls result = parse_tool_calls(*format, tools, text->get_ref<const std::string&>());
+  if (tools->empty()) return json{{"normal_text", text}, {"calls", calls}};
+  const ParsedToolCalls result = parse_tool_calls(format, tools, text);
   for (const auto& c : result.calls)
     calls.push_back({{"tool_index", c.tool_index}, {"name", c.name}, {"parameters", c.arguments}});
   return json{{"normal_text", result.content}, {"calls", std::move(calls)}};
 }
 
 std::variant<json, ApiError> separate_reasoning_endpoint(std::string_view body) {
-  auto parsed = object_body(body);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
-  const json& b = std::get<json>(parsed);
-  std::optional<ApiError> error;
-  const json* text = string_field(b, "text", error);
-  if (!text) return *error;
-  const json* parser = string_field(b, "reasoning_parser", error);
-  if (!parser) return *error;
-  const auto format = reasoning_format(parser->get_ref<const std::string&>());
-  if (!format)
-    return bad("reasoning_parser", "unknown reasoning_parser " + quoted(*parser) +
-                                       " (valid: " + joined(reasoning_format_names()) + ")");
-  const ReasoningSplit split =
-      separate_reasoning(*format, reasoning_starts_open(*format), text->get_ref<const std::string&>());
+  auto got = text_and_parser<ReasoningFormat>(body, "reasoning_parser", reasoning_format, reasoning_format_names());
+  if (auto* e = std::get_if<ApiError>(&got)) return *e;
+  const auto& [b, text, format] = std::get<TextAndParser<ReasoningFormat>>(got);
+  const ReasoningSplit split = separate_reasoning(format, reasoning_starts_open(format), text);
   return json{{"text", split.content}, {"reasoning_text", split.reasoning}};
 }
 

@@ -6,7 +6,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "core/error.hpp"
+
 namespace fp4moe::cuda {
+
+// What fail_cuda throws for cudaErrorMemoryAllocation, so that a caller that can say more (the
+// GPU runner names its memory plan) catches this one error and lets every other pass.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
 
 [[noreturn]] void fail_cuda(cudaError_t err, const char* stmt, const char* file, int line);
 [[noreturn]] void fail_cublas(cublasStatus_t st, const char* stmt, const char* file, int line);

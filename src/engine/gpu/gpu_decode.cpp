@@ -152,8 +152,8 @@ void GpuRunner::decode_greedy(const DecodeInput& in, std::vector<int32_t>& token
                               std::vector<int32_t>* expert_counts, std::vector<float>* last_logits) {
   try {
     decode_launch(*impl_, in, false, tokens_out, produced, nullptr, expert_counts, last_logits);
-  } catch (const Error& e) {
-    impl_->rethrow_out_of_memory(e, "running a K-step decode launch");
+  } catch (const cuda::OutOfMemory&) {
+    impl_->rethrow_out_of_memory("running a K-step decode launch");
   }
 }
 
@@ -162,8 +162,8 @@ void GpuRunner::decode_sampled(const DecodeInput& in, std::vector<int32_t>& toke
                                std::vector<float>* last_logits) {
   try {
     decode_launch(*impl_, in, true, tokens_out, produced, details, expert_counts, last_logits);
-  } catch (const Error& e) {
-    impl_->rethrow_out_of_memory(e, "running a K-step decode launch");
+  } catch (const cuda::OutOfMemory&) {
+    impl_->rethrow_out_of_memory("running a K-step decode launch");
   }
 }
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -728,17 +727,15 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
     m.phase = "capturing the CUDA graphs";
     if (gmax > 0) m.capture_graphs();
     if (!opt.quiet && !m.graph_line.empty()) fmt::print(stderr, "{}\n", m.graph_line);
-  } catch (const Error& e) {
-    m.rethrow_out_of_memory(e, m.phase);
+  } catch (const cuda::OutOfMemory&) {
+    m.rethrow_out_of_memory(m.phase);
   }
   log_debug("gpu runner start-up {:.1f} s",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return r;
 }
 
-void GpuRunner::Impl::rethrow_out_of_memory(const Error& e, const std::string& doing) const {
-  const bool oom = std::string_view(e.what()).find("cudaErrorMemoryAllocation") != std::string_view::npos;
-  if (!oom) throw e;
+void GpuRunner::Impl::rethrow_out_of_memory(const std::string& doing) const {
   (void)cudaGetLastError();  // clear it: the runtime stays usable after a failed cudaMalloc
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);

@@ -206,9 +206,9 @@ struct GpuRunner::Impl {
   std::string phase = "starting";  // what the load is doing (an out-of-memory error names it)
   // The plan's input for this model and options (dims from cfg and the bound weights; device sizes
   // from cuda/'s host functions where they exist).
-  // e is a CUDA out-of-memory error: throws the plan's one line instead (what ran out, the plan,
-  // what to change); else rethrows e.
-  [[noreturn]] void rethrow_out_of_memory(const Error& e, const std::string& doing) const;
+  // After a CUDA out-of-memory error (cuda::OutOfMemory) while `doing`: throws the plan's one
+  // line instead (what ran out, the plan, what to change).
+  [[noreturn]] void rethrow_out_of_memory(const std::string& doing) const;
   void run_step(const StepInput& in, const StepOutput& out);  // GpuRunner::step
   RunnerPlanInput plan_input(const model::ModelWeights& w, int64_t device_bytes) const;
   int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;

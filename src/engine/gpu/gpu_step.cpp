@@ -134,8 +134,8 @@ void GpuRunner::Impl::poison_activations() {
 void GpuRunner::step(const StepInput& in, const StepOutput& out) {
   try {
     impl_->run_step(in, out);
-  } catch (const Error& e) {
-    impl_->rethrow_out_of_memory(e, "running a step");
+  } catch (const cuda::OutOfMemory&) {
+    impl_->rethrow_out_of_memory("running a step");
   }
 }
 

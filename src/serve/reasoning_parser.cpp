@@ -1,6 +1,7 @@
 #include "serve/reasoning_parser.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace fp4moe::serve {
 namespace {
@@ -36,23 +37,22 @@ size_t incomplete_utf8_tail(std::string_view s) {
   return 0;
 }
 
+// The flag's names, in --help order: the one table the lookup and the list read.
+constexpr std::pair<std::string_view, ReasoningFormat> kReasoningFormats[] = {
+    {"glm45", ReasoningFormat::kGlm45}, {"deepseek-r1", ReasoningFormat::kDeepSeekR1},
+    {"deepseek-v3", ReasoningFormat::kDeepSeekV3}};
+
 std::optional<ReasoningFormat> reasoning_format(std::string_view name) {
-  if (name == "glm45") return ReasoningFormat::kGlm45;
-  if (name == "deepseek-r1") return ReasoningFormat::kDeepSeekR1;
-  if (name == "deepseek-v3") return ReasoningFormat::kDeepSeekV3;
+  for (const auto& [n, f] : kReasoningFormats)
+    if (n == name) return f;
   return std::nullopt;
 }
 
-std::string_view reasoning_format_name(ReasoningFormat format) {
-  switch (format) {
-    case ReasoningFormat::kGlm45: return "glm45";
-    case ReasoningFormat::kDeepSeekR1: return "deepseek-r1";
-    case ReasoningFormat::kDeepSeekV3: return "deepseek-v3";
-  }
-  return "";
+std::vector<std::string> reasoning_format_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : kReasoningFormats) names.emplace_back(entry.first);
+  return names;
 }
-
-std::vector<std::string> reasoning_format_names() { return {"glm45", "deepseek-r1", "deepseek-v3"}; }
 
 bool reasoning_starts_open(ReasoningFormat format) { return format == ReasoningFormat::kDeepSeekR1; }
 

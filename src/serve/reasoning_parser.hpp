@@ -26,7 +26,6 @@ namespace fp4moe::serve {
 enum class ReasoningFormat { kGlm45, kDeepSeekR1, kDeepSeekV3 };
 
 std::optional<ReasoningFormat> reasoning_format(std::string_view name);
-std::string_view reasoning_format_name(ReasoningFormat format);
 std::vector<std::string> reasoning_format_names();  // in --help order
 
 struct ReasoningSplit {

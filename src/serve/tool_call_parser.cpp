@@ -4,6 +4,7 @@
 #include <array>
 #include <mutex>
 #include <random>
+#include <utility>
 
 #include "serve/reasoning_parser.hpp"  // incomplete_utf8_tail
 
@@ -233,25 +234,22 @@ InnerCall parse_deepseek(const ToolCatalog& tools, std::string_view inner, bool 
 
 }  // namespace
 
+// The flag's names, in --help order: the one table the lookup and the list read.
+constexpr std::pair<std::string_view, ToolCallFormat> kToolCallFormats[] = {
+    {"glm47", ToolCallFormat::kGlm47}, {"glm45", ToolCallFormat::kGlm45},
+    {"deepseekv3", ToolCallFormat::kDeepSeekV3}, {"deepseekv31", ToolCallFormat::kDeepSeekV31}};
+
 std::optional<ToolCallFormat> tool_call_format(std::string_view name) {
-  if (name == "glm47") return ToolCallFormat::kGlm47;
-  if (name == "glm45") return ToolCallFormat::kGlm45;
-  if (name == "deepseekv3") return ToolCallFormat::kDeepSeekV3;
-  if (name == "deepseekv31") return ToolCallFormat::kDeepSeekV31;
+  for (const auto& [n, f] : kToolCallFormats)
+    if (n == name) return f;
   return std::nullopt;
 }
 
-std::string_view tool_call_format_name(ToolCallFormat format) {
-  switch (format) {
-    case ToolCallFormat::kGlm47: return "glm47";
-    case ToolCallFormat::kGlm45: return "glm45";
-    case ToolCallFormat::kDeepSeekV3: return "deepseekv3";
-    case ToolCallFormat::kDeepSeekV31: return "deepseekv31";
-  }
-  return "";
+std::vector<std::string> tool_call_format_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : kToolCallFormats) names.emplace_back(entry.first);
+  return names;
 }
-
-std::vector<std::string> tool_call_format_names() { return {"glm47", "glm45", "deepseekv3", "deepseekv31"}; }
 
 std::variant<ToolCatalog, FieldError> ToolCatalog::from_json(const json& tools, const std::string& param) {
   if (!tools.is_array()) return FieldError{param, "'" + param + "' must be an array of tools"};

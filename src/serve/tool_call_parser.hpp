@@ -34,7 +34,6 @@ namespace fp4moe::serve {
 enum class ToolCallFormat { kGlm45, kGlm47, kDeepSeekV3, kDeepSeekV31 };
 
 std::optional<ToolCallFormat> tool_call_format(std::string_view name);
-std::string_view tool_call_format_name(ToolCallFormat format);
 std::vector<std::string> tool_call_format_names();  // in --help order
 
 // A refusal of a request field: the parameter's name and a message.

@@ -83,10 +83,10 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
   }
   max_batch_tokens_ = std::max(max_batch_tokens_, batch.num_tokens());
   std::vector<int32_t> per_expert(size_t(opt_.num_experts), 0);
-  auto slot = [&](std::span<const int32_t> table, int32_t pos) -> uint64_t& {
+  auto slot = [&](std::span<const int32_t> table, int32_t pos) -> size_t {  // index into kv_ (and since_marker_)
     const int32_t page = table[size_t(pos / page_size_)];
     FP4MOE_CHECK(page >= 0 && size_t(page) * size_t(page_size_) < kv_.size(), "fake backend: bad page id {}", page);
-    return kv_[size_t(page) * size_t(page_size_) + size_t(pos % page_size_)];
+    return size_t(page) * size_t(page_size_) + size_t(pos % page_size_);
   };
   for (int32_t r = 0; r < batch.num_requests(); ++r) {
     const auto table = batch.page_table(r);
@@ -95,18 +95,19 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
     int32_t since = -1;  // script: tokens since the last marker
     const int32_t start = batch.start(r);
     if (start > 0) {
-      h = slot(table, start - 1);
+      const size_t prev = slot(table, start - 1);
+      h = kv_[prev];
       FP4MOE_CHECK(h != kUnwritten, "fake backend: request {} reads position {}, never written", batch.request_ids[size_t(r)],
                    start - 1);
-      if (!since_marker_.empty()) since = since_marker_[size_t(&slot(table, start - 1) - kv_.data())];
+      if (!since_marker_.empty()) since = since_marker_[prev];
     }
     for (size_t t = 0; t < toks.size(); ++t) {
       h = mix(h, mix(uint64_t(uint32_t(toks[t])), uint64_t(start) + t));
-      uint64_t& entry = slot(table, start + int32_t(t));
-      entry = h;
+      const size_t at = slot(table, start + int32_t(t));
+      kv_[at] = h;
       if (!since_marker_.empty()) {
         since = toks[t] == opt_.script_marker ? 0 : since < 0 ? -1 : since + 1;
-        since_marker_[size_t(&entry - kv_.data())] = since;
+        since_marker_[at] = since;
       }
       ++per_expert[size_t(h % uint64_t(opt_.num_experts))];
       ++per_expert[size_t((h / 7 + 1) % uint64_t(opt_.num_experts))];

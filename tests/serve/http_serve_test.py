@@ -25,14 +25,11 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from socket_util import free_port, recv_to_close  # noqa: E402
+
 BINARY = None
 KEY = "sekret"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raw(port, data, timeout=10.0, half_close=False):
@@ -41,15 +38,7 @@ def raw(port, data, timeout=10.0, half_close=False):
     s.sendall(data)
     if half_close:
         s.shutdown(socket.SHUT_WR)
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except socket.timeout:
-        pass
+    out = recv_to_close(s)
     s.close()
     return out
 

@@ -31,6 +31,9 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from socket_util import free_port  # noqa: E402
+
 try:
     import openai
 except ImportError:
@@ -39,12 +42,6 @@ except ImportError:
 
 BINARY = None
 API_KEY = "test-key"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:

@@ -29,6 +29,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from socket_util import free_port, recv_to_close  # noqa: E402
+
 CLIENTS = 64
 ROUNDS = 3
 DRAIN_STREAMS = 32
@@ -42,12 +45,6 @@ DRAIN_STREAMS = 32
 THREADS_MARGIN_MB = 64
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORDS = "the of and to in is was for on that with as by at from his her an which or be are this had".split()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid):
@@ -177,15 +174,7 @@ def malformed(port, name, data, stats):
         s.sendall(data)
     except OSError:
         pass  # the server refused early and closed: read what it said
-    out = b""
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            out += b
-    except OSError:
-        pass
+    out = recv_to_close(s, tolerate=OSError)
     s.close()
     ok = out.startswith(b"HTTP/1.1 4") and out.count(b"HTTP/1.1 ") == 1
     stats.add("malformed", ok, f"{name}: {out[:120]!r}")

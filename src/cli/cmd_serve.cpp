@@ -73,18 +73,27 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "(if it has waited 1 s) is closed")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   auto* fake = "Fake backend (tests)";
-  app.add_option("--fake-step-delay-us", o->fake_step_delay_us, "Sleep per model step")
-      ->check(CLI::Range(0, 10000000))->group(fake);
-  app.add_option("--fake-load-delay-ms", o->fake_load_delay_ms, "Sleep while 'loading'")
-      ->check(CLI::Range(0, 600000))->group(fake);
-  app.add_option("--fake-fail-after-steps", o->fake_fail_after_steps,
-                 "Every model step after this many fails, as a fatal device error would (default: never)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))->group(fake);
-  app.add_option("--fake-script", o->fake_script,
-                 "The greedy answer after each <|assistant|> token, then EOS (tests of the reasoning / tool-call "
-                 "parsers)");
-  app.add_option("--fake-eos-period", o->fake_eos_period, "EOS is the greedy choice about once in this many positions (0: never)")
-      ->check(CLI::Range(0, 1 << 30))->group(fake);
+  std::vector<CLI::Option*> fake_options = {
+      app.add_option("--fake-step-delay-us", o->fake_step_delay_us, "Sleep per model step")
+          ->check(CLI::Range(0, 10000000))->group(fake),
+      app.add_option("--fake-load-delay-ms", o->fake_load_delay_ms, "Sleep while 'loading'")
+          ->check(CLI::Range(0, 600000))->group(fake),
+      app.add_option("--fake-fail-after-steps", o->fake_fail_after_steps,
+                     "Every model step after this many fails, as a fatal device error would (default: never)")
+          ->check(CLI::Range(int64_t(0), int64_t(1) << 40))->group(fake),
+      app.add_option("--fake-script", o->fake_script,
+                     "The greedy answer after each <|assistant|> token, then EOS (tests of the reasoning / tool-call "
+                     "parsers)")
+          ->group(fake),
+      app.add_option("--fake-eos-period", o->fake_eos_period,
+                     "EOS is the greedy choice about once in this many positions (0: never)")
+          ->check(CLI::Range(0, 1 << 30))->group(fake)};
+  // The fake backend's options mean nothing to a real model: refused there, not ignored.
+  app.callback([o, fake_options] {
+    for (const CLI::Option* f : fake_options)
+      if (f->count() > 0 && o->backend != "fake")
+        throw CLI::ValidationError(f->get_name(), "only with --backend fake (got --backend " + o->backend + ")");
+  });
   run = [o] { return fp4moe::serve::run_serve(*o); };
 }
 

@@ -201,6 +201,13 @@ class Flags(unittest.TestCase):
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("unknown parser 'qwen9'", p.stderr + p.stdout)
 
+    def test_fake_options_are_refused_on_a_real_backend(self):
+        for flag, value in (("--fake-script", "hi"), ("--fake-eos-period", "0")):
+            p = subprocess.run([e2e.BINARY, "serve", "--backend", "cpu", "--model", "/nonexistent", flag, value],
+                               capture_output=True, text=True, timeout=20)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(f"{flag}: only with --backend fake (got --backend cpu)", p.stderr)
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or not os.access(sys.argv[1], os.X_OK):

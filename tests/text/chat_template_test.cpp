@@ -34,6 +34,8 @@ std::string error_of(const std::string& source) {
   return "";
 }
 
+std::string render(const std::string& source) { return ChatTemplate(source, "t.jinja").render(kHello); }
+
 TEST(ChatTemplate, UnsupportedConstructsAreOneLineErrors) {
   const std::pair<const char*, const char*> cases[] = {
       {"{% include 'x' %}", "the 'include' tag is not supported"},
@@ -160,6 +162,21 @@ TEST(ChatTemplate, HostileTemplatesAreBoundedInMemoryOutputAndSteps) {
   getrusage(RUSAGE_SELF, &ru);
   std::printf("  process high-water mark: %ld MiB\n", long(ru.ru_maxrss / 1024));
   EXPECT_LT(ru.ru_maxrss, 400 * 1024) << "KiB";
+}
+
+// The CI fuzz finding after issue 37: an empty sequence repeated 10**15 times looped 10**15
+// times (no bytes made, so no budget charged). Repetition is now O(bytes made): empty stays
+// empty at once, a string doubles its copies, and the results are Python's.
+TEST(ChatTemplate, RepetitionCostsTheBytesItMakes) {
+  const std::clock_t t0 = std::clock();
+  EXPECT_EQ(render("{{ ('' * 1000000000000000) | length }}"), "0");
+  EXPECT_EQ(render("{{ ([] * 1000000000000000) | length }}"), "0");
+  EXPECT_EQ(render("{{ ('x' * -5) | length }}|{{ ([1] * 0) | length }}"), "0|0");
+  EXPECT_EQ(render("{{ 'ab' * 3 }}|{{ 3 * 'c' }}|{{ [1, 2] * 2 }}|{{ 'abc' * 1 }}"), "ababab|ccc|[1, 2, 1, 2]|abc");
+  EXPECT_EQ(render("{{ ('xyz' * 1000001) | length }}"), "3000003");
+  EXPECT_EQ(render("{{ ('xyz' * 1000001)[2999997:] }}"), "xyzxyz");
+  const double s = double(std::clock() - t0) / CLOCKS_PER_SEC;
+  EXPECT_LT(s, 2.0) << "CPU seconds";  // ~0.01 s: a few MB of copies
 }
 
 TEST(ChatTemplate, DeeplyNestedInputIsAnError) {

@@ -467,11 +467,20 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
       if (each > 0 && uint64_t(n) > std::numeric_limits<size_t>::max() / each) fail("sequence repetition too large");
       need_bytes(size_t(n) * each);
     }
+    // An empty sequence repeated any number of times is empty: no loop over n (issue 37's fuzz
+    // finding: '' * 10**15 looped 10**15 times inside the step budget's blind spot).
+    if (n <= 0 || unit == 0) return seq.is_string() ? Value::string("") : Value::data(Json::array());
     if (seq.is_string()) {
+      // Doubling copies: O(bytes made), whatever the unit's length (n single bytes were n appends).
+      const std::string& u = seq.str();
       std::string out;
-      for (int64_t i = 0; i < n; ++i) out += seq.str();
+      out.reserve(size_t(n) * u.size());
+      out = u;
+      while (out.size() * 2 <= size_t(n) * u.size()) out += out;
+      out.append(out.data(), size_t(n) * u.size() - out.size());
       return Value::string(std::move(out));
     }
+    charge_steps(uint64_t(n) * unit / 8);  // every item copied is work, as a list's walk is charged
     Json out = Json::array();
     for (int64_t i = 0; i < n; ++i)
       for (const Json& x : seq.json()) out.push_back(x);

@@ -5,7 +5,7 @@
 // stream, the per-expert counts of each step copied aside on the device; the tokens, logprobs,
 // counts and the last logits come back in one synchronisation.
 //
-// The bookkeeping between steps is greedy_advance (gpu_step_kernels.hpp), not cuda/sampling's
+// The bookkeeping between steps is greedy_advance (cuda/step/step.hpp), not cuda/sampling's
 // decode_advance: the runner's forward reads positions, kv_len and page tables (upload_meta's
 // layout) rather than decode_advance's per-row kv_slot, and a finished row must become a dummy
 // on the trash page; greedy_advance does that, and for sampled launches also advances the draw

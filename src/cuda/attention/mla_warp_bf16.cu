@@ -14,7 +14,7 @@ void kv_append_bf16(const KvLayerView& layer, const DeviceBatch& b, const uint16
   FP4MOE_CHECK(layer.elem == KvElem::BF16 && (!layer.index_k || layer.index_elem == KvElem::BF16),
                "the GPU runner's cache append takes a BF16 cache");
   if (b.tokens == 0) return;
-  mlawarp::kv_append_kernel<<<b.tokens, kKvAppendRunnerThreads, 0, s>>>(layer, b, ckv, cs, kpe, ks, ik);
+  mlawarp::kv_append_kernel<<<b.tokens, mlawarp::kKvAppendRunnerThreads, 0, s>>>(layer, b, ckv, cs, kpe, ks, ik);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,7 +19,6 @@ namespace fp4moe::cuda::attention {
 inline constexpr int kMlaWarpWarps = 4;
 inline constexpr int kMlaWarpMaxCkv = 1024;  // ckv_dim: a multiple of 32, at most this
 inline constexpr int kMlaWarpMaxKpe = 128;   // kpe_dim at most this
-inline constexpr int kKvAppendRunnerThreads = 128;
 
 // The step's keys into their slots (BF16 cache only): ckv [T, ckv_dim] (row stride ckv_stride),
 // kpe [T, kpe_dim] (kpe_stride), index_k [T, index_dim] contiguous or null. Tokens whose slot is

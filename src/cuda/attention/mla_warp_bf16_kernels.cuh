@@ -9,6 +9,9 @@
 
 namespace fp4moe::cuda::attention {
 namespace mlawarp {
+
+inline constexpr int kKvAppendRunnerThreads = 128;
+
 namespace {
 
 using prims::warp_sum;

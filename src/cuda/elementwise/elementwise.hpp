@@ -3,17 +3,11 @@
 // threads. CPU reference: cpu/row_ops_cpu.hpp; checked by tests/ops.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
 
 namespace fp4moe::cuda::elementwise {
-
-inline constexpr int kThreads = 256;
-// Launch grids (the emulator rows of tests/ops use the same).
-inline int silu_mul_grid_x(int n) { return std::min((n + kThreads - 1) / kThreads, 64); }  // grid (x, rows)
-inline int grid_1d(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
 // h[r, i] = SiLU(g[r, i]) · u[r, i]: g at g + r·g_stride, u at u + r·u_stride, h [rows, n].
 void silu_mul(const uint16_t* g, int64_t g_stride, const uint16_t* u, int64_t u_stride, uint16_t* h, int rows, int n,

@@ -2,10 +2,18 @@
 // tests/ops/backend_ops_emu_test runs them through the CUDA emulator.
 #pragma once
 
+#include <algorithm>
+
 #include "cuda/common/device_prims.cuh"
 #include "cuda/common/row_prims.cuh"
 
 namespace fp4moe::cuda::elementwise {
+
+inline constexpr int kThreads = 256;
+// Launch grids (the emulator rows of tests/ops use the same).
+inline int silu_mul_grid_x(int n) { return std::min((n + kThreads - 1) / kThreads, 64); }  // grid (x, rows)
+inline int grid_1d(int64_t n) { return int(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
+
 namespace {
 
 using rowprims::ld;

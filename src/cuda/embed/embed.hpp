@@ -10,9 +10,6 @@
 
 namespace fp4moe::cuda::embed {
 
-inline constexpr int kEmbedThreads = 256;
-inline constexpr int kGatherThreads = 256;
-
 // x[t, :] = FP32(table[tokens[t], :]); table BF16 (f32_table false) or F32, [vocab, H].
 void embed_rows(const void* table, bool f32_table, const int32_t* tokens, int T, int H, float* x, cudaStream_t s);
 

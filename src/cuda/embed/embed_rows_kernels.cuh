@@ -6,6 +6,10 @@
 #include "cuda/common/row_prims.cuh"
 
 namespace fp4moe::cuda::embed {
+
+inline constexpr int kEmbedThreads = 256;
+inline constexpr int kGatherThreads = 256;
+
 namespace {
 
 using rowprims::ld;

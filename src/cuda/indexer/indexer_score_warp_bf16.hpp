@@ -15,12 +15,8 @@
 namespace fp4moe::cuda::indexer {
 
 inline constexpr int kScoreWarpKeysPerBlock = 128;
-inline constexpr int kScoreWarpThreads = 256;
 inline constexpr int kScoreWarpMaxDim = 128;
 inline constexpr int kScoreWarpMaxQ = 8192;  // heads · dim
-
-// Dynamic shared memory of one CTA: q [heads · dim] then w [heads], FP32.
-inline size_t score_warp_smem_bytes(int heads, int dim) { return size_t(heads * dim + heads) * sizeof(float); }
 
 // scores[t, j] = Σ_h w[t,h] · ReLU(scale · q[t,h]·k_j) for j <= positions[t] (index_k of the
 // layer, BF16); q [T, heads, dim] BF16, w [T, heads] FP32. max_ctx >= positions[t] + 1.

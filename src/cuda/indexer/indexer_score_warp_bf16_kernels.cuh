@@ -2,12 +2,19 @@
 // launches it, tests/ops/backend_ops_emu_test runs it through the CUDA emulator.
 #pragma once
 
+#include <cstddef>
+
 #include "cuda/common/device_prims.cuh"
 #include "cuda/common/row_prims.cuh"
 
 #include "core/paged_kv.hpp"
 
 namespace fp4moe::cuda::indexer {
+
+inline constexpr int kScoreWarpThreads = 256;
+// Dynamic shared memory of one CTA: q [heads · dim] then w [heads], FP32.
+inline size_t score_warp_smem_bytes(int heads, int dim) { return size_t(heads * dim + heads) * sizeof(float); }
+
 namespace scorewarp {
 namespace {
 

@@ -11,10 +11,6 @@
 
 namespace fp4moe::cuda::norm {
 
-// CTA sizes of the launches (also the emulator's).
-inline constexpr int kRmsNormThreads = 256;
-inline constexpr int kLayerNormThreads = 128;
-
 // y = RMSNorm(x) · w (FP32 math), x FP32 or BF16 with a row stride, y BF16 with a row stride.
 void rms_norm(const float* x, int64_t x_stride, int rows, int dim, const float* w, float eps, uint16_t* y,
               int64_t y_stride, cudaStream_t s);

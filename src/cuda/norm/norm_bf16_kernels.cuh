@@ -6,6 +6,11 @@
 #include "cuda/common/row_prims.cuh"
 
 namespace fp4moe::cuda::norm {
+
+// CTA sizes of the launches (also the emulator's).
+inline constexpr int kRmsNormThreads = 256;
+inline constexpr int kLayerNormThreads = 128;
+
 namespace {
 
 using rowprims::block_sum;

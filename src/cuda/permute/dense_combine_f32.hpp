@@ -10,8 +10,6 @@
 
 namespace fp4moe::cuda {
 
-inline constexpr int kDenseCombineThreads = 256;
-
 // y [E, T, H] FP32, ids / wts [T, k], shared FP32 [T, H] or null, out FP32 [T, H].
 void moe_dense_combine_f32(const float* y, const int32_t* ids, const float* wts, const float* shared, int T, int k,
                            int H, float* out, cudaStream_t s);

@@ -5,6 +5,9 @@
 #include "cuda/common/device_prims.cuh"
 
 namespace fp4moe::cuda::densecombine {
+
+inline constexpr int kDenseCombineThreads = 256;
+
 namespace {
 
 __global__ void combine_kernel(const float* y, const int32_t* ids, const float* wts, const float* shared, int T, int k,

@@ -9,8 +9,6 @@
 
 namespace fp4moe::cuda::rope {
 
-inline constexpr int kRopeThreads = 256;
-
 // RoPE in place on `heads` vectors per token: x[t · token_stride + h · head_stride + offset
 // + (0 .. rope_dim)], angle_i = inv_freq[i] · positions[t] (FP32), cos/sin × attn_factor;
 // interleaved pairs (2i, 2i+1) or halves (i, i + rope_dim/2) — model/model_config.hpp.

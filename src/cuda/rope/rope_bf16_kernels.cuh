@@ -6,6 +6,9 @@
 #include "cuda/common/row_prims.cuh"
 
 namespace fp4moe::cuda::rope {
+
+inline constexpr int kRopeThreads = 256;
+
 namespace {
 
 using rowprims::bf16;

@@ -7,7 +7,7 @@ namespace fp4moe::cuda::sampling {
 
 void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t s) {
   if (rows == 0) return;
-  argmax::argmax_kernel<<<rows, kArgmaxThreads, 0, s>>>(logits, vocab, out);
+  argmax::argmax_kernel<<<rows, argmax::kArgmaxThreads, 0, s>>>(logits, vocab, out);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,8 +10,6 @@
 
 namespace fp4moe::cuda::sampling {
 
-inline constexpr int kArgmaxThreads = 1024;
-
 // out[r] = argmax_v logits[r, v] (logits [rows, vocab], contiguous).
 void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t s);
 

@@ -5,6 +5,9 @@
 #include "cuda/common/device_prims.cuh"
 
 namespace fp4moe::cuda::sampling::argmax {
+
+inline constexpr int kArgmaxThreads = 1024;
+
 namespace {
 
 __global__ void argmax_kernel(const float* logits, int V, int32_t* out) {

@@ -4,8 +4,8 @@
 //   - greedy_advance: between two steps of a K-step decode launch, the step's token becomes
 //     the next input, positions and kv_len advance, stop ids / max_new finish a request;
 //   - chunk_qo_indptr: a chunk of a batch's token rows as a batch of its own.
-// CPU references: cpu/row_ops_cpu.hpp (count_experts_cpu, greedy_advance_cpu,
-// chunk_qo_indptr_cpu); checked by tests/ops.
+// CPU references: cpu/row_ops_cpu.hpp (count_experts_cpu, chunk_qo_indptr_cpu),
+// cpu/greedy_advance.hpp (greedy_advance_cpu); checked by tests/ops.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +16,7 @@
 
 namespace fp4moe::cuda::step {
 
-inline constexpr int kCountExpertsThreads = 512;
 inline constexpr int kCountExpertsMaxExperts = 4096;
-inline constexpr int kGreedyAdvanceThreads = 128;
-inline constexpr int kChunkQoThreads = 256;
 
 // counts[e] = #{(t, j) : t < T, active[token_req[t]] != 0, ids[t·k + j] == e} for e < E
 // (ids outside [0, E) are not counted). One CTA; E <= 4096.

@@ -7,6 +7,11 @@
 #include "cuda/step/greedy_advance_args.hpp"
 
 namespace fp4moe::cuda::step {
+
+inline constexpr int kCountExpertsThreads = 512;
+inline constexpr int kGreedyAdvanceThreads = 128;
+inline constexpr int kChunkQoThreads = 256;
+
 namespace {
 
 __global__ void count_experts_kernel(const int32_t* ids, int T, int k, const int32_t* token_req,

@@ -31,6 +31,7 @@
 #include "engine/gpu/gpu_loader.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/memory_plan.hpp"
+#include "engine/page_pool.hpp"
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"
 #include "moe/moe_layer_cuda.hpp"
@@ -242,7 +243,7 @@ struct GpuRunner::Impl {
   RunnerPlanInput plan_input(const model::ModelWeights& w, int64_t device_bytes) const;
   int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;
   std::vector<KvLayerView> kv_layers;
-  std::vector<int32_t> free_list;
+  std::unique_ptr<PagePool> page_pool;  // the pool's page ids for alloc_pages (generate, bench step, tests)
 
   StepCounters counters;
   StageMarks* marks = nullptr;      // set during a timed eager forward

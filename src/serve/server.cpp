@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -104,7 +105,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     // Sized so that every round the scheduler makes runs on the device: K steps per call, and
     // each request's stop ids (the API's most plus the EOS ids) — engine/decode_capacity.hpp.
     const engine::DecodeCapacity cap = engine::serve_decode_capacity(o.num_continuous_decode_steps, codec.eos_ids().size());
-    r.max_decode_steps = cap.max_steps;
+    r.max_decode_steps = std::max(cap.max_steps, engine::gpu::RunnerOptions{}.max_decode_steps);  // the plan as before up to 16
     r.max_stop_ids = cap.max_stop_ids;
     return std::make_unique<engine::gpu::CudaModelBackend>(c);
 #else

@@ -39,7 +39,9 @@
 #include "cuda/indexer/indexer.hpp"
 #include "cuda/indexer/topk_flashinfer.hpp"
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
-#include "engine/gpu/gpu_kernels.hpp"
+#include "cuda/attention/mla_warp_bf16.hpp"
+#include "cuda/norm/norm.hpp"
+#include "cuda/rope/rope.hpp"
 #endif
 #endif
 

@@ -134,7 +134,6 @@ void Bench::prefill_selection(const Pool& pool, const DevBatch& db, int N, const
 // projections read and the cache rows written once, at copy bandwidth.
 void Bench::key_writes() {
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
-  namespace eg = fp4moe::engine::gpu;
   constexpr int kCtx = 4096, kRow = at::kCkvDim + at::kKpeDim, kRope = 64;
   for (auto [R, per] : {std::pair{1, 1}, {16, 1}, {64, 1}, {256, 1}, {1, kCtx}}) {
     const int T = R * per, ppr = kCtx / opt_.page_size;
@@ -165,7 +164,7 @@ void Bench::key_writes() {
     Row ru{"key-writes", "bf16", "runner-unfused-5", R, per};
     ru.bytes = bytes;
     ru.floor_us = copy_floor_us(bytes);
-    eg::DeviceBatch gb;
+    cuda::DeviceBatch gb;
     gb.tokens = T;
     gb.requests = R;
     gb.qo_indptr = db.v.qo_indptr;
@@ -178,11 +177,11 @@ void Bench::key_writes() {
     auto* k16 = kva.as<uint16_t>();
     auto* i16 = ik.as<uint16_t>();
     ru.us = time_us([&] {
-      eg::rms_norm(k16, kRow, T, at::kCkvDim, w.as<float>(), 1e-6f, ckv.as<uint16_t>(), at::kCkvDim, s_);
-      eg::rope(k16, T, 1, kRow, 0, at::kCkvDim, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
-      eg::layer_norm(i16, T, at::kIndexDim, lnw.as<float>(), lnb.as<float>(), 1e-6f, i16, s_);
-      eg::rope(i16, T, 1, at::kIndexDim, 0, 0, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
-      eg::kv_append_bf16(layer, gb, ckv.as<uint16_t>(), at::kCkvDim, k16 + at::kCkvDim, kRow, i16, s_);
+      cuda::norm::rms_norm(k16, kRow, T, at::kCkvDim, w.as<float>(), 1e-6f, ckv.as<uint16_t>(), at::kCkvDim, s_);
+      cuda::rope::rope(k16, T, 1, kRow, 0, at::kCkvDim, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
+      cuda::norm::layer_norm(i16, T, at::kIndexDim, lnw.as<float>(), lnb.as<float>(), 1e-6f, i16, s_);
+      cuda::rope::rope(i16, T, 1, at::kIndexDim, 0, 0, kRope, db.v.positions, freq.as<float>(), 1.0f, true, s_);
+      at::kv_append_bf16(layer, gb, ckv.as<uint16_t>(), at::kCkvDim, k16 + at::kCkvDim, kRow, i16, s_);
     });
     ru.note = fmt::format("{} new tokens ({} per request)", T, per);
     report(ru);

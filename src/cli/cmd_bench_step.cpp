@@ -287,7 +287,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--batch", a->batch, "decode batch sizes")->delimiter(',');
   app.add_option("--ctx", a->ctx, "decode context lengths")->delimiter(',');
   app.add_option("--prefill", a->prefill, "prefill lengths (one request)")->delimiter(',');
-  app.add_option("--k", a->k, "decode steps per launch (decode_greedy) to time")->delimiter(',');
+  app.add_option("--k", a->k, "decode steps per launch (decode_greedy) to time, 1 .. 64 each (the runner is sized for the largest)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   app.add_option("--json", a->json, "write the results as JSON here");
   app.add_option("--iters", a->iters, "timed steps per point")->capture_default_str();
   app.add_option("--mem-fraction-static", a->mem_fraction_static, "share of the device for weights + workspace + KV")

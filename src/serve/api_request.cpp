@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/decode_capacity.hpp"
+
 namespace fp4moe::serve {
 namespace {
 
@@ -381,7 +383,8 @@ void sampling_fields(const Fields& f, ApiRequest& r) {
   r.stop = stops(f, "stop");
   if (const json* v = f.get("stop_token_ids")) {
     r.stop_ids = token_ids(*v, f.name("stop_token_ids"));
-    if (int32_t(r.stop_ids.size()) > 64) invalid(f.name("stop_token_ids"), "at most 64 stop token ids");
+    if (int32_t(r.stop_ids.size()) > engine::kMaxStopTokenIds)
+      invalid(f.name("stop_token_ids"), fmt::format("at most {} stop token ids", engine::kMaxStopTokenIds));
   }
   if (auto x = f.boolean("ignore_eos")) r.ignore_eos = *x;
   if (auto x = f.boolean("skip_special_tokens")) r.skip_special_tokens = *x;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -17,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/cpu_model_backend.hpp"
+#include "engine/decode_capacity.hpp"
 #include "engine/fake_backend.hpp"
 #ifdef FP4MOE_HAVE_GPU_RUNNER
 #include "engine/gpu/cuda_model_backend.hpp"
@@ -100,6 +102,11 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     r.max_total_tokens = o.max_total_tokens;
     r.cuda_graph_max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : -1;  // 0: up to --max-running-requests
     r.attention_kernels = engine::gpu::parse_attention_kernels(o.attention_kernels);
+    // Sized so that every round the scheduler makes runs on the device: K steps per call, and
+    // each request's stop ids (the API's most plus the EOS ids) — engine/decode_capacity.hpp.
+    const engine::DecodeCapacity cap = engine::serve_decode_capacity(o.num_continuous_decode_steps, codec.eos_ids().size());
+    r.max_decode_steps = std::max(cap.max_steps, engine::gpu::RunnerOptions{}.max_decode_steps);  // the plan as before up to 16
+    r.max_stop_ids = cap.max_stop_ids;
     return std::make_unique<engine::gpu::CudaModelBackend>(c);
 #else
     FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA; --backend cpu runs the model on the host");

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "engine/decode_capacity.hpp"
 #include "engine/device_sampling.hpp"
 
 namespace fp4moe::engine::gpu {
@@ -101,18 +102,16 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
 void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
   const int32_t n = batch.num_requests();
   const RunnerOptions& ro = runner_->options();
-  bool device = steps >= 1 && steps <= ro.max_decode_steps && int32_t(limits.stop_ids.size()) == n &&
-                int32_t(limits.max_new.size()) == n;
+  // Every round runs on the device: one the runner was not sized for is refused (the requests
+  // named get the reason), never sent to Backend's host loop over step() in silence.
+  if (const auto no = decode_capacity_refusal(batch, limits, steps, {ro.max_decode_steps, ro.max_stop_ids}))
+    throw StepError("cuda backend: " + no->reason, no->request_ids);
   rows_.clear();
   bool greedy = true;
-  for (int32_t r = 0; device && r < n; ++r) {
-    device = batch.count(r) == 1 && batch.sample[size_t(r)] &&
-             int32_t(limits.stop_ids[size_t(r)].size()) <= ro.max_stop_ids;
-    if (!device) break;
+  for (int32_t r = 0; r < n; ++r) {
     rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
     greedy = greedy && plain_greedy(rows_.back().params);
   }
-  if (!device) return Backend::decode(batch, limits, steps, out);  // host loop over step()
   FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
   DecodeInput in;
   const StepInput first = view(batch);

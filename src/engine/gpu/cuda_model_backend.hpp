@@ -7,10 +7,12 @@
 // the device (cuda/sampling: engine/device_sampling.hpp's rows) and reads back only tokens and
 // logprobs. Seeded draws are the device scheme's (Philox Gumbel-max), not the CPU backend's
 // inverse-CDF draw: a seed reproduces its tokens per backend (src/engine/gpu/README.md).
-// K decode steps per round: when every request has one token and its stop ids fit, one
-// GpuRunner::decode_greedy (all plain greedy) or decode_sampled call (K graph replays back to
-// back with sampling, the next token, positions and stop checks on the device; the host reads
-// the tokens once); otherwise Backend's host loop over step().
+// K decode steps per round: one GpuRunner::decode_greedy (all plain greedy) or decode_sampled
+// call (K graph replays back to back with sampling, the next token, positions and stop checks on
+// the device; the host reads the tokens once). A round beyond what the runner was sized for
+// (RunnerOptions::max_decode_steps, max_stop_ids; engine/decode_capacity.hpp) is refused with a
+// StepError naming its requests, never run on a host loop instead; `serve` sizes the runner from
+// --num-continuous-decode-steps and the API's stop-id limit, so its rounds always fit.
 // /metrics' tokens per expert come from the runner's per-layer device counts.
 #pragma once
 

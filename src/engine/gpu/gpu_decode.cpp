@@ -5,7 +5,7 @@
 // stream, the per-expert counts of each step copied aside on the device; the tokens, logprobs,
 // counts and the last logits come back in one synchronisation.
 //
-// The bookkeeping between steps is greedy_advance (gpu_step_kernels.hpp), not cuda/sampling's
+// The bookkeeping between steps is greedy_advance (cuda/step/step.hpp), not cuda/sampling's
 // decode_advance: the runner's forward reads positions, kv_len and page tables (upload_meta's
 // layout) rather than decode_advance's per-row kv_slot, and a finished row must become a dummy
 // on the trash page; greedy_advance does that, and for sampled launches also advances the draw
@@ -65,19 +65,22 @@ void decode_launch(GpuRunner::Impl& m, const DecodeInput& in, bool sampled, std:
   const int64_t pad = g ? g->bucket : 0;
   m.upload_meta(si, pad);  // validates the batch; the first step's metadata
 
-  // The launch's limits: max_new, stop ids (-1 padded), produced = 0.
+  // The launch's limits: max_new, stop ids (-1 padded to this launch's most per request, so
+  // greedy_advance reads what the requests have, not the runner's cap), produced = 0.
+  int64_t stops = 0;
+  for (const auto& ids : in.stop_ids) stops = std::max<int64_t>(stops, int64_t(ids.size()));
   int32_t* h = c.dec_host.p;
   std::fill(h, h + c.in_ints(), -1);
   for (int64_t r = 0; r < B; ++r) {
     h[r] = in.max_new ? in.max_new[r] : int32_t(K);
-    if (!in.stop_ids.empty()) std::copy(in.stop_ids[size_t(r)].begin(), in.stop_ids[size_t(r)].end(), h + c.rm + r * c.stops);
+    if (!in.stop_ids.empty()) std::copy(in.stop_ids[size_t(r)].begin(), in.stop_ids[size_t(r)].end(), h + c.rm + r * stops);
     h[c.rm * (c.stops + 1) + r] = 0;
   }
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(c.dec.ptr(), h, c.in_ints() * 4, cudaMemcpyHostToDevice, m.stream));
 
   GreedyAdvanceArgs a;
   a.requests = int32_t(B);
-  a.stop_stride = int32_t(c.stops);
+  a.stop_stride = int32_t(stops);
   a.trash_page = int32_t(m.trash_page);
   a.greedy = m.s.greedy;
   a.tokens = m.meta.tokens;

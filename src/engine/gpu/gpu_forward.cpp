@@ -151,8 +151,8 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
         ia.score_stride = opt.max_context;
         cuda::indexer::index_scores(ia, stream);
       } else {
-        indexer_scores(s.iq + size_t(r0) * HI * D, s.iw + size_t(r0) * HI, kvl, db, HI, D, 1.0f / std::sqrt(float(D)),
-                       max_ctx, s.scores, opt.max_context, stream);
+        indexer_scores_warp_bf16(s.iq + size_t(r0) * HI * D, s.iw + size_t(r0) * HI, kvl, db, HI, D,
+                                 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context, stream);
       }
       cuda::indexer::TopKArgs ta;
       ta.scores = s.scores;
@@ -193,7 +193,7 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
   const KvLayerView& kvl = kv_layers[size_t(l)];
   const bool prefill = !topk && !decode && prefill_planned;
   if (!mla_fast || (!topk && !decode && !prefill)) {
-    mla_attention(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R), NH, c.softmax_scale, topk,
+    mla_attention_warp_bf16(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R), NH, c.softmax_scale, topk,
                   int(c.index_topk), s.ol, stream);
     return;
   }
@@ -286,7 +286,7 @@ void GpuRunner::Impl::mlp(int64_t l, int T, StepChoices* choices) {
     silu_mul(s.gu, 2 * I, s.gu + I, 2 * I, s.eh, E * T, I, stream);
     blas.batched(true, int(H), T, I, d.w2.ptr(), I, H * I, s.eh, I, int64_t(T) * I, s.ey, true, H, int64_t(T) * H, E,
                  stream);
-    moe_dense_combine(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
+    moe_dense_combine_f32(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
     count_layer(l, s.rids, T, k);
     if (choices) {
       choices->router_logits[size_t(l)] = download(s.rlogits, size_t(T) * E, stream);
@@ -352,7 +352,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, bool decode, 
     gather_rows(s.h, H, meta.rows, rows, s.rows, stream);
     lm_head.run(s.rows, rows, s.logits, true, lctx());
     mark(StepStage::Sampling);
-    argmax_rows(s.logits, rows, int(c.vocab), s.greedy, stream);
+    argmax_rows_f32(s.logits, rows, int(c.vocab), s.greedy, stream);
   }
   mark(StepStage::Sampling);  // the end of the last stage
 }

@@ -602,8 +602,7 @@ void GpuRunner::Impl::plan_memory() {
     }
     kv_layers.push_back(v);
   }
-  free_list.clear();
-  for (int64_t i = num_pages - 1; i >= 0; --i) free_list.push_back(int32_t(i));
+  page_pool = std::make_unique<PagePool>(int32_t(num_pages));  // the engine's allocator: page 0 first, LIFO
   plan_line = fmt::format(
       "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, BF16); device "
       "{:.1f} GB ({:.2f} GB in use before the load), --mem-fraction-static {}",
@@ -761,23 +760,19 @@ int64_t GpuRunner::kv_bytes_per_token() const { return impl_->kv_per_token; }
 int64_t GpuRunner::weight_bytes() const { return impl_->weight_bytes; }
 int64_t GpuRunner::workspace_bytes() const { return impl_->workspace_bytes; }
 int64_t GpuRunner::max_logits_rows() const { return impl_->logits_rows; }
-int64_t GpuRunner::free_pages() const { return int64_t(impl_->free_list.size()); }
+int64_t GpuRunner::free_pages() const { return impl_->page_pool ? impl_->page_pool->num_free() : 0; }
 void GpuRunner::set_graphs_enabled(bool on) { impl_->graphs_enabled = on; }
 
 std::vector<int32_t> GpuRunner::alloc_pages(int64_t n) {
-  auto& f = impl_->free_list;
-  FP4MOE_CHECK(n >= 0 && n <= int64_t(f.size()), "KV pool: {} pages wanted, {} free", n, f.size());
-  std::vector<int32_t> out(f.end() - n, f.end());
-  std::reverse(out.begin(), out.end());
-  f.resize(f.size() - size_t(n));
+  std::vector<int32_t> out;
+  FP4MOE_CHECK(n >= 0 && n <= free_pages() && (n == 0 || impl_->page_pool->allocate(int32_t(n), out)),
+               "KV pool: {} pages wanted, {} free", n, free_pages());
   return out;
 }
 
 void GpuRunner::release_pages(const std::vector<int32_t>& pages) {
-  for (int32_t p : pages) {
-    FP4MOE_CHECK(p >= 0 && p < impl_->num_pages, "KV pool: page {} released is not in the pool", p);
-    impl_->free_list.push_back(p);
-  }
+  FP4MOE_CHECK(impl_->page_pool || pages.empty(), "KV pool: {} pages released before the pool exists", pages.size());
+  if (impl_->page_pool) impl_->page_pool->release(pages);  // refuses a page out of the pool or released twice
 }
 
 }  // namespace fp4moe::engine::gpu

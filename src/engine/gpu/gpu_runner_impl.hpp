@@ -14,20 +14,50 @@
 #include "core/paged_kv.hpp"
 #include "cuda/attention/mla.hpp"
 #include "cuda/attention/mla_decode.hpp"
+#include "cuda/attention/mla_warp_bf16.hpp"
+#include "cuda/common/device_batch.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/elementwise/elementwise.hpp"
+#include "cuda/embed/embed.hpp"
+#include "cuda/indexer/indexer_score_warp_bf16.hpp"
+#include "cuda/norm/norm.hpp"
+#include "cuda/permute/dense_combine_f32.hpp"
+#include "cuda/rope/rope.hpp"
 #include "cuda/routing/router.hpp"
+#include "cuda/sampling/argmax_f32.hpp"
 #include "cuda/sampling/sampling.hpp"
-#include "engine/gpu/gpu_kernels.hpp"
+#include "cuda/step/step.hpp"
 #include "engine/gpu/gpu_linear.hpp"
 #include "engine/gpu/gpu_loader.hpp"
 #include "engine/gpu/gpu_runner.hpp"
-#include "engine/gpu/gpu_step_kernels.hpp"
 #include "engine/memory_plan.hpp"
+#include "engine/page_pool.hpp"
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"
 #include "moe/moe_layer_cuda.hpp"
 
 namespace fp4moe::engine::gpu {
+
+// The runner's kernels (src/cuda families), called unqualified in gpu_forward / gpu_decode.
+using cuda::DeviceBatch;
+using cuda::moe_dense_combine_f32;
+using cuda::attention::kv_append_bf16;
+using cuda::attention::mla_attention_warp_bf16;
+using cuda::elementwise::add_into;
+using cuda::elementwise::bf16_to_f32_scaled;
+using cuda::elementwise::f32_to_bf16;
+using cuda::elementwise::silu_mul;
+using cuda::embed::embed_rows;
+using cuda::embed::gather_rows;
+using cuda::indexer::indexer_scores_warp_bf16;
+using cuda::norm::layer_norm;
+using cuda::norm::rms_norm;
+using cuda::rope::rope;
+using cuda::sampling::argmax_rows_f32;
+using cuda::step::chunk_qo_indptr;
+using cuda::step::count_experts;
+using cuda::step::greedy_advance;
+using cuda::step::GreedyAdvanceArgs;
 
 struct DeviceNorm {
   cuda::DeviceBuffer w, b;  // FP32 [dim]; b only for LayerNorm
@@ -213,7 +243,7 @@ struct GpuRunner::Impl {
   RunnerPlanInput plan_input(const model::ModelWeights& w, int64_t device_bytes) const;
   int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;
   std::vector<KvLayerView> kv_layers;
-  std::vector<int32_t> free_list;
+  std::unique_ptr<PagePool> page_pool;  // the pool's page ids for alloc_pages (generate, bench step, tests)
 
   StepCounters counters;
   StageMarks* marks = nullptr;      // set during a timed eager forward

@@ -12,7 +12,8 @@
 // Supported: threadIdx / blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl*_sync,
 // __ballot_sync, __any_sync, __all_sync, __match_any_sync, atomics (plain: fibers are
 // cooperative), __threadfence (no-op), static __shared__ (one block at a time) and dynamic
-// shared memory (FP4MOE_DYNAMIC_SMEM), plus the warp-level primitives of device_prims.cuh.
+// shared memory (FP4MOE_DYNAMIC_SMEM), plus the warp-level primitives of device_prims.cuh,
+// __nv_bfloat16 with its two conversions, __expf (as std::exp), and int min / max.
 #pragma once
 
 #if !defined(FP4MOE_CUDA_EMU)
@@ -323,6 +324,21 @@ inline float __uint_as_float(unsigned u) { return emu::from_bits<float>(u); }
 inline int __float_as_int(float f) { return emu::from_bits<int>(emu::to_bits(f)); }
 inline float __int_as_float(int u) { return emu::from_bits<float>(emu::to_bits(u)); }
 inline float exp2f_approx(float x) { return std::exp2(x); }
+inline float __expf(float x) { return std::exp(x); }  // the device's ex2.approx-based one is ~2 ulp off
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+using std::isnan;
+
+// BF16 as the row kernels use it (cuda_bf16.h's type, conversions round to nearest even).
+struct __nv_bfloat16 {
+  unsigned short x;
+};
+inline float __bfloat162float(__nv_bfloat16 h) { return emu::from_bits<float>(uint64_t(h.x) << 16); }
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  const uint32_t u = emu::from_bits<uint32_t>(emu::to_bits(f));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40)};  // NaN stays (quiet) NaN
+  return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
 
 template <typename T>
 inline T __ldcg(const T* p) { return *p; }

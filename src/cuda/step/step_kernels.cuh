@@ -1,14 +1,22 @@
-#include "engine/gpu/gpu_step_kernels.hpp"
+// The kernels behind step.hpp. Kernels only: step.cu launches them,
+// tests/ops/backend_ops_emu_test runs them through the CUDA emulator.
+#pragma once
 
-#include "core/error.hpp"
-#include "cuda/common/cuda_check.hpp"
+#include "cuda/common/device_prims.cuh"
 
-namespace fp4moe::engine::gpu {
+#include "cuda/step/greedy_advance_args.hpp"
+
+namespace fp4moe::cuda::step {
+
+inline constexpr int kCountExpertsThreads = 512;
+inline constexpr int kGreedyAdvanceThreads = 128;
+inline constexpr int kChunkQoThreads = 256;
+
 namespace {
 
 __global__ void count_experts_kernel(const int32_t* ids, int T, int k, const int32_t* token_req,
                                      const int32_t* active, int E, int32_t* counts) {
-  extern __shared__ int32_t bins[];
+  FP4MOE_DYNAMIC_SMEM(int32_t, bins);
   for (int e = threadIdx.x; e < E; e += blockDim.x) bins[e] = 0;
   __syncthreads();
   const int n = T * k;
@@ -59,24 +67,4 @@ __global__ void chunk_qo_indptr_kernel(const int32_t* qo, int32_t R, int32_t r0,
 }
 
 }  // namespace
-
-void chunk_qo_indptr(const int32_t* qo_indptr, int32_t R, int32_t r0, int32_t n, int32_t* out, cudaStream_t s) {
-  FP4MOE_CHECK(R >= 1 && r0 >= 0 && n >= 1, "chunk_qo_indptr: {} requests, rows {} + {}", R, r0, n);
-  chunk_qo_indptr_kernel<<<1, 256, 0, s>>>(qo_indptr, R, r0, n, out);
-  FP4MOE_CUDA_CHECK(cudaGetLastError());
-}
-
-void count_experts(const int32_t* ids, int T, int k, const int32_t* token_req, const int32_t* active, int E,
-                   int32_t* counts, cudaStream_t s) {
-  FP4MOE_CHECK(E >= 1 && E <= 4096 && k >= 1, "count_experts: {} experts, top-k {}", E, k);
-  count_experts_kernel<<<1, 512, size_t(E) * 4, s>>>(ids, T, k, token_req, active, E, counts);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-}
-
-void greedy_advance(const GreedyAdvanceArgs& a, int32_t step, cudaStream_t s) {
-  if (a.requests == 0) return;
-  greedy_advance_kernel<<<(a.requests + 127) / 128, 128, 0, s>>>(a, step);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-}
-
-}  // namespace fp4moe::engine::gpu
+}  // namespace fp4moe::cuda::step

@@ -1,0 +1,30 @@
+#include "cuda/indexer/indexer_score_warp_bf16.hpp"
+#include "cuda/indexer/indexer_score_warp_bf16_kernels.cuh"
+
+#include "core/error.hpp"
+#include "cuda/common/cuda_check.hpp"
+
+namespace fp4moe::cuda::indexer {
+
+static_assert(kScoreWarpKeysPerBlock == scorewarp::kIdxKeysPerBlock);
+
+void indexer_scores_warp_bf16(const uint16_t* q, const float* w, const KvLayerView& layer, const DeviceBatch& b,
+                              int heads, int dim, float scale, int max_ctx, float* scores, int64_t stride,
+                              cudaStream_t s) {
+  FP4MOE_CHECK(dim <= kScoreWarpMaxDim && heads * dim <= kScoreWarpMaxQ && layer.index_k &&
+                   layer.index_elem == KvElem::BF16,
+               "indexer (runner kernel): {} heads x {} dims (dim <= 128, heads x dim <= 8192), BF16 keys", heads, dim);
+  if (b.tokens == 0) return;
+  const size_t smem = score_warp_smem_bytes(heads, dim);
+  static bool attr = false;
+  if (!attr && smem > 48 * 1024) {
+    FP4MOE_CUDA_CHECK(
+        cudaFuncSetAttribute(scorewarp::indexer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+    attr = true;
+  }
+  scorewarp::indexer_kernel<<<dim3(b.tokens, (max_ctx + kScoreWarpKeysPerBlock - 1) / kScoreWarpKeysPerBlock),
+                              kScoreWarpThreads, smem, s>>>(q, w, layer, b, heads, dim, scale, scores, stride);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp4moe::cuda::indexer

@@ -1,0 +1,264 @@
+// The backend-ops table, part 2: the paged-cache ops (kv_append_bf16, mla_attention_warp_bf16,
+// indexer_scores_warp_bf16) against cpu/attention, and the table of every row (op_rows).
+#pragma once
+
+#include "ops/ops_cases.hpp"
+
+namespace fp4moe::test::ops {
+
+// A BF16 latent cache (and index keys) for a batch: every slot random (a slot an op reads is
+// defined, wherever it is), in host vectors and in backend buffers, with both views.
+template <class B>
+struct CacheCase {
+  std::vector<uint16_t> ckv, kpe, idx;
+  typename B::template Buf<uint16_t> d_ckv, d_kpe, d_idx;
+  KvLayerView host{}, dev{};
+  CacheCase(Rng& rng, const PagedBatch& b, int C, int Rd, int I, bool poison)
+      : ckv(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * C, kPoisonBf16)
+                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * C, -1.0f, 1.0f)),
+        kpe(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * Rd, kPoisonBf16)
+                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * Rd, -1.0f, 1.0f)),
+        idx(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * I, kPoisonBf16)
+                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * I, -1.0f, 1.0f)),
+        d_ckv(B::up(ckv)), d_kpe(B::up(kpe)), d_idx(B::up(idx)) {
+    host.num_pages = dev.num_pages = b.num_pages;
+    host.page_size = dev.page_size = b.page_size;
+    host.ckv_dim = dev.ckv_dim = C;
+    host.kpe_dim = dev.kpe_dim = Rd;
+    host.index_dim = dev.index_dim = I;
+    host.ckv = ckv.data();
+    host.kpe = kpe.data();
+    host.index_k = I ? idx.data() : nullptr;
+    dev.ckv = d_ckv.p();
+    dev.kpe = d_kpe.p();
+    dev.index_k = I ? static_cast<void*>(d_idx.p()) : nullptr;
+  }
+};
+
+// The step's keys into their slots: copies, so the whole cache (written slots and the poisoned
+// rest) equals cpu::kv_append_cpu's bit for bit. Rows as the runner passes them: latent and
+// rope key in one [T, C + Rd] row, the index key contiguous.
+template <class B>
+void kv_append_case(bool with_index, int page_size, uint64_t seed) {
+  Rng rng(seed);
+  const int C = 64, Rd = 32, I = with_index ? 48 : 0;
+  const PagedBatch b = make_batch(rng, {7, 40, 1, 19}, {7, 1, 1, 5}, page_size);
+  CacheCase<B> cache(rng, b, C, Rd, I, /*poison=*/true);
+  const std::vector<uint16_t> kv = rand_bf16(rng, size_t(b.tokens) * (C + Rd), -2.0f, 2.0f),
+                              ik = rand_bf16(rng, size_t(b.tokens) * std::max(I, 1), -2.0f, 2.0f);
+  auto dkv = B::up(kv);
+  auto dik = B::up(ik);
+  BackendBatch<B> db(b);
+  B::kv_append_bf16(cache.dev, db.view, dkv.p(), C + Rd, dkv.p() + C, C + Rd, with_index ? dik.p() : nullptr);
+  std::vector<float> ckv(size_t(b.tokens) * C), kpe(size_t(b.tokens) * Rd);
+  for (int t = 0; t < b.tokens; ++t) {
+    for (int i = 0; i < C; ++i) ckv[size_t(t * C + i)] = bf16_to_float(kv[size_t(t * (C + Rd) + i)]);
+    for (int i = 0; i < Rd; ++i) kpe[size_t(t * Rd + i)] = bf16_to_float(kv[size_t(t * (C + Rd) + C + i)]);
+  }
+  const std::vector<float> ik32 = widen(ik);
+  cpu::kv_append_cpu(cache.host, b.host(), ckv.data(), kpe.data(), with_index ? ik32.data() : nullptr);
+  expect_equal("kv_append_bf16: latent cache", B::down(cache.d_ckv), cache.ckv);
+  expect_equal("kv_append_bf16: rope key cache", B::down(cache.d_kpe), cache.kpe);
+  expect_equal("kv_append_bf16: index key cache", B::down(cache.d_idx), cache.idx);
+}
+
+// Absorbed MLA → BF16, per (token, head) row. Scores: FP32 dot products of C + Rd terms in
+// another order than the reference's (each side off by <= (C + Rd) · 2^-24 · scale · Σ|q·k| =
+// δ per key); the softmax moves by at most 2δ relative, each weight by __expf's error (<= 40 ulp
+// for arguments down to −30); the FP32 running sums of n keys add n · 2^-24; all of it times
+// max|ckv| in each of the C values (√C in L2); then the BF16 rounding of the output (2^-9 of
+// it). The reference (FP32) has the same kind of error: bound = 3 × the sum.
+template <class B>
+void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>& ctx, const std::vector<int32_t>& fresh,
+              int topk_k, uint64_t seed) {
+  Rng rng(seed);
+  const PagedBatch b = make_batch(rng, ctx, fresh, 16);
+  CacheCase<B> cache(rng, b, C, Rd, 0, /*poison=*/false);
+  const int T = b.tokens, QK = Rd + 16;  // q_pe inside a wider [T, heads, QK] row, at offset 16 (the runner's q)
+  const float scale = 1.0f / std::sqrt(float(C + Rd)) * 2.0f;
+  const std::vector<uint16_t> ql = rand_bf16(rng, size_t(T) * heads * C, -1.0f, 1.0f),
+                              qall = rand_bf16(rng, size_t(T) * heads * QK, -1.0f, 1.0f);
+  // Top-k rows: min(topk_k, pos + 1) distinct causal positions (some replaced by −1), −1 after.
+  std::vector<int32_t> topk_pos(size_t(T) * topk_k, -1), topk_slot(size_t(T) * topk_k, -1);
+  if (sparse)
+    for (int t = 0; t < T; ++t) {
+      const int pos = b.positions[size_t(t)], r = b.token_req[size_t(t)], n = std::min(topk_k, pos + 1);
+      std::vector<int32_t> cand(static_cast<size_t>(pos + 1));
+      std::iota(cand.begin(), cand.end(), 0);
+      std::shuffle(cand.begin(), cand.end(), rng.g);
+      for (int j = 0; j < n; ++j) {
+        const int32_t p = rng.integer(0, 7) == 0 ? -1 : cand[size_t(j)];
+        topk_pos[size_t(t * topk_k + j)] = p;
+        topk_slot[size_t(t * topk_k + j)] = p < 0 ? -1 : int32_t(kv_slot(b.host(), b.page_size, r, p));
+      }
+    }
+  auto dql = B::up(ql);
+  auto dq = B::up(qall);
+  auto dslots = B::up(topk_slot);
+  auto dout = B::up(std::vector<uint16_t>(size_t(T) * heads * C, kPoisonBf16));
+  BackendBatch<B> db(b);
+  B::mla_attention_warp_bf16(dql.p(), dq.p() + 16, int64_t(heads) * QK, QK, cache.dev, db.view, heads, scale,
+                             sparse ? dslots.p() : nullptr, topk_k, dout.p());
+  std::vector<float> qpe(size_t(T) * heads * Rd);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < Rd; ++i)
+        qpe[size_t((t * heads + h) * Rd + i)] = bf16_to_float(qall[size_t((t * heads + h) * QK + 16 + i)]);
+  const std::vector<float> ql32 = widen(ql);
+  cpu::MlaAttentionParams prm;
+  prm.num_heads = heads;
+  prm.sm_scale = scale;
+  prm.topk = sparse ? topk_pos.data() : nullptr;
+  prm.topk_k = sparse ? topk_k : 0;
+  std::vector<float> ref(size_t(T) * heads * C);
+  cpu::mla_attention_cpu(cache.host, b.host(), ql32.data(), qpe.data(), prm, ref.data(), nullptr);
+  expect_rows_close(sparse ? "mla_attention_warp_bf16 (top-k)" : "mla_attention_warp_bf16 (dense)",
+                    widen(B::down(dout)), C, ref, int64_t(T) * heads, C, [&](int64_t row, double n) {
+                      const int t = int(row / heads), h = int(row % heads), pos = b.positions[size_t(t)],
+                                r = b.token_req[size_t(t)];
+                      double delta = 0.0, vmax = 0.0;
+                      int keys = 0;
+                      for (int j = 0; j < (sparse ? std::min(topk_k, pos + 1) : pos + 1); ++j) {
+                        const int p = sparse ? topk_pos[size_t(t * topk_k + j)] : j;
+                        if (p < 0) continue;
+                        ++keys;
+                        const int64_t s = kv_slot(b.host(), b.page_size, r, p);
+                        double dot = 0.0;
+                        for (int i = 0; i < C; ++i) {
+                          const double kv = bf16_to_float(cache.ckv[size_t(s * C + i)]);
+                          dot += std::abs(ql32[size_t((t * heads + h) * C + i)] * kv);
+                          vmax = std::max(vmax, std::abs(kv));
+                        }
+                        for (int i = 0; i < Rd; ++i)
+                          dot += std::abs(qpe[size_t((t * heads + h) * Rd + i)] *
+                                          bf16_to_float(cache.kpe[size_t(s * Rd + i)]));
+                        delta = std::max(delta, (C + Rd) * kF32Rel * scale * dot);
+                      }
+                      return 3.0 * (kBf16Rel * n + std::sqrt(double(C)) * vmax * (2.0 * (delta + 40.0 * kF32Rel) + keys * kF32Rel));
+                    });
+}
+
+// Indexer scores (FP32), per value: each head's dot product of dim terms is off by
+// dim · 2^-24 · scale · Σ|q·k| (either side's order), weighted by |w_h|; the head sum adds
+// heads · 2^-24 · Σ|w_h · ReLU(.)|. Bound = 3 × the sum (the reference is FP32 too). Columns
+// past each token's position are not the op's: they stay poisoned.
+template <class B>
+void indexer_case(int heads, int dim, const std::vector<int32_t>& ctx, const std::vector<int32_t>& fresh, uint64_t seed) {
+  Rng rng(seed);
+  const PagedBatch b = make_batch(rng, ctx, fresh, 16);
+  CacheCase<B> cache(rng, b, 32, 32, dim, /*poison=*/false);
+  const int T = b.tokens, max_ctx = *std::max_element(ctx.begin(), ctx.end());
+  const int64_t stride = max_ctx + 5;
+  const float scale = 1.0f / std::sqrt(float(dim));
+  const std::vector<uint16_t> q = rand_bf16(rng, size_t(T) * heads * dim, -1.0f, 1.0f);
+  const std::vector<float> w = rand_f32(rng, size_t(T) * heads, -1.0f, 1.0f), q32 = widen(q);
+  auto dq = B::up(q);
+  auto dw = B::up(w);
+  auto ds = B::up(std::vector<float>(size_t(T) * stride, kPoisonF32));
+  BackendBatch<B> db(b);
+  B::indexer_scores_warp_bf16(dq.p(), dw.p(), cache.dev, db.view, heads, dim, scale, max_ctx, ds.p(), stride);
+  const std::vector<float> got = B::down(ds);
+  std::vector<float> ref(size_t(T) * stride);
+  cpu::IndexerParams prm;
+  prm.n_heads = heads;
+  prm.softmax_scale = scale;
+  cpu::indexer_scores_cpu(cache.host, b.host(), q32.data(), w.data(), prm, ref.data(), stride);
+  int failures = 0;
+  for (int t = 0; t < T && failures < 5; ++t) {
+    const int pos = b.positions[size_t(t)], r = b.token_req[size_t(t)];
+    for (int j = 0; j < stride && failures < 5; ++j) {
+      const float g = got[size_t(t * stride + j)];
+      if (j > pos) {
+        if (!std::isnan(g)) ++failures, ADD_FAILURE() << "indexer scores: token " << t << " wrote column " << j << " past its position " << pos;
+        continue;
+      }
+      const int64_t s = kv_slot(b.host(), b.page_size, r, j);
+      double bound = 0.0, sum = 0.0;
+      for (int h = 0; h < heads; ++h) {
+        double dot = 0.0, absdot = 0.0;
+        for (int i = 0; i < dim; ++i) {
+          const double p = double(q32[size_t((t * heads + h) * dim + i)]) * bf16_to_float(cache.idx[size_t(s * dim + i)]);
+          dot += p;
+          absdot += std::abs(p);
+        }
+        const double wh = std::abs(w[size_t(t * heads + h)]);
+        bound += wh * dim * kF32Rel * scale * absdot;
+        sum += wh * std::max(0.0, dot * scale);
+      }
+      bound = 3.0 * (bound + heads * kF32Rel * sum) + 1e-30;
+      const double ref_v = ref[size_t(t * stride + j)];
+      if (std::isnan(g) || !(std::abs(g - ref_v) <= bound))
+        ++failures, ADD_FAILURE() << "indexer scores: token " << t << " key " << j << ": got " << g << ", reference "
+                                  << ref_v << ", bound " << bound;
+    }
+  }
+}
+
+// ---- the table ---------------------------------------------------------------------------------
+struct OpRow {
+  std::string name;  // gtest-safe: [A-Za-z0-9_]
+  std::function<void()> run;
+};
+
+// Every row once; big adds GPU-sized shapes (GLM-5's dims, grid-stride loops past their grid
+// caps) that the emulator would take minutes over.
+template <class B>
+std::vector<OpRow> op_rows(bool big) {
+  std::vector<OpRow> v;
+  auto add = [&](std::string n, std::function<void()> f) { v.push_back({std::move(n), std::move(f)}); };
+  add("rms_norm_f32_in", [] { rms_norm_case<B>(false, 5, 300, 7, 1); });
+  add("rms_norm_bf16_in", [] { rms_norm_case<B>(true, 4, 513, 0, 2); });
+  add("rms_norm_small_values_eps_matters", [] { rms_norm_case<B>(true, 3, 256, 0, 32, 3e-3f); });
+  add("rms_norm_bf16_in_dim1", [] { rms_norm_case<B>(true, 3, 1, 2, 3); });
+  add("layer_norm", [] { layer_norm_case<B>(false, 4, 128, 4); });
+  add("layer_norm_in_place", [] { layer_norm_case<B>(true, 3, 200, 5); });
+  add("rope_interleaved_mla_query", [] { rope_case<B>(true, 3, 4, 48, 16, 32, 1.0f, 6); });
+  add("rope_halves_yarn_factor", [] { rope_case<B>(false, 4, 3, 40, 8, 32, 1.25f, 7); });
+  add("rope_one_head_whole_row", [] { rope_case<B>(true, 5, 1, 64, 0, 64, 1.0f, 8); });
+  add("embed_rows_bf16_table", [] { embed_case<B>(false, 6, 300, 50, 9); });
+  add("embed_rows_f32_table", [] { embed_case<B>(true, 5, 257, 40, 10); });
+  add("gather_rows", [] { gather_case<B>(5, 300, 9, 11); });
+  add("silu_mul_strided", [] { silu_mul_case<B>(3, 700, 6, 12); });
+  add("add_into_bf16", [] { add_into_case<B>(true, 3001, 13); });
+  add("add_into_f32", [] { add_into_case<B>(false, 3001, 14); });
+  add("bf16_f32_conversions", [] { convert_case<B>(2049, 15); });
+  add("moe_dense_combine_f32", [] { dense_combine_case<B>(false, 4, 3, 300, 6, 16); });
+  add("moe_dense_combine_f32_shared", [] { dense_combine_case<B>(true, 3, 2, 257, 5, 17); });
+  add("argmax_rows_f32_short_rows", [] { argmax_case<B>(700, 18); });
+  add("argmax_rows_f32_long_rows", [] { argmax_case<B>(5000, 19); });
+  add("count_experts", [] { count_experts_case<B>(37, 4, 600, 20); });
+  add("chunk_qo_indptr", [] { chunk_qo_case<B>(9, 4, 7, 21); });
+  add("chunk_qo_indptr_many_requests", [] { chunk_qo_case<B>(300, 100, 250, 22); });
+  add("greedy_advance", [] { greedy_advance_case<B>(false, 9, 5, 23); });
+  add("greedy_advance_sampled", [] { greedy_advance_case<B>(true, 9, 5, 24); });
+  add("kv_append_bf16", [] { kv_append_case<B>(false, 16, 25); });
+  add("kv_append_bf16_index_keys", [] { kv_append_case<B>(true, 4, 26); });
+  add("mla_attention_warp_bf16_dense", [] { mla_case<B>(false, 2, 64, 32, {5, 37}, {5, 2}, 0, 27); });
+  add("mla_attention_warp_bf16_topk", [] { mla_case<B>(true, 2, 64, 48, {9, 40}, {2, 2}, 12, 28); });
+  add("indexer_scores_warp_bf16", [] { indexer_case<B>(4, 64, {30, 200}, {3, 1}, 29); });
+  add("indexer_scores_warp_bf16_dim128", [] { indexer_case<B>(2, 128, {150}, {2}, 30); });
+  add("indexer_scores_warp_bf16_dim48", [] { indexer_case<B>(3, 48, {20, 9}, {2, 1}, 31); });
+  if (big) {  // GPU only
+    add("big_rms_norm_glm5_hidden", [] { rms_norm_case<B>(false, 64, 6144, 0, 101); });
+    add("big_rms_norm_glm5_kv_a", [] { rms_norm_case<B>(true, 33, 512, 64, 102); });
+    add("big_layer_norm_glm5_index_key", [] { layer_norm_case<B>(true, 65, 128, 103); });
+    add("big_rope_glm5_mla_query", [] { rope_case<B>(true, 17, 64, 256, 192, 64, 1.0f, 104); });
+    add("big_embed_rows_glm5", [] { embed_case<B>(false, 40, 6144, 1000, 105); });
+    add("big_silu_mul_past_grid_cap", [] { silu_mul_case<B>(4, 20000, 0, 106); });
+    add("big_add_into_past_grid_cap", [] { add_into_case<B>(true, 1100000, 107); });
+    add("big_conversions_past_grid_cap", [] { convert_case<B>(1100000, 108); });
+    add("big_moe_dense_combine_f32", [] { dense_combine_case<B>(true, 17, 8, 6144, 32, 109); });
+    add("big_argmax_rows_f32_glm5_vocab", [] { argmax_case<B>(154880, 110); });
+    add("big_count_experts_glm5", [] { count_experts_case<B>(1024, 8, 256, 111); });
+    add("big_count_experts_max_experts", [] { count_experts_case<B>(300, 8, 4096, 112); });
+    add("big_greedy_advance_many_requests", [] { greedy_advance_case<B>(true, 300, 8, 113); });
+    add("big_mla_attention_warp_bf16_glm5_dense", [] { mla_case<B>(false, 8, 512, 64, {300, 1100, 1}, {1, 20, 1}, 0, 114); });
+    add("big_mla_attention_warp_bf16_glm5_topk", [] { mla_case<B>(true, 8, 512, 64, {3000, 700}, {2, 3}, 2048, 115); });
+    add("big_mla_attention_warp_bf16_max_dims", [] { mla_case<B>(false, 2, 1024, 128, {200}, {3}, 0, 116); });
+    add("big_indexer_scores_warp_bf16_glm5", [] { indexer_case<B>(32, 128, {1500, 40}, {3, 2}, 117); });
+    add("big_indexer_scores_warp_bf16_max_q", [] { indexer_case<B>(64, 128, {300}, {2}, 118); });
+  }
+  return v;
+}
+
+}  // namespace fp4moe::test::ops

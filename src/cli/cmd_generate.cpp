@@ -1,5 +1,6 @@
 // fp4moe generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N [sampling options]
 //                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
+//                 [--dump-mtp-logits OUT.safetensors]
 //
 // Runs the model on the CPU backend (or the GPU runner with --backend cuda): one prefill step over the prompt, then one decode step per
 // new token. Prints the generated ids (with --prompt: the generated text, through the model
@@ -7,7 +8,9 @@
 // --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
 // logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
-// prefill step (0: embeddings, L: after the final norm).
+// prefill step (0: embeddings, L: after the final norm). --dump-mtp-logits writes `tokens` I32 [P]
+// and `mtp_logits` F32 [P-1, vocab]: row i is the MTP layer's next-next-token logits given the
+// target's hidden state at prompt position i and prompt token i+1 (model::mtp_prompt_logits).
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -34,7 +37,7 @@ namespace fp4moe::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
+  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, dump_mtp_logits, kv_dtype = "f32";
   int64_t max_new_tokens = 16, page_size = 16, tp = 1, ep = 1;
   int64_t indexer_score_rows = 0;  // cuda: the DSA indexer's score rows per chunk at most (0: the plan's)
   int threads = 0, logprobs = -1;
@@ -61,6 +64,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
   FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
+  FP4MOE_CHECK(a.dump_mtp_logits.empty() || a.backend == "cpu", "--dump-mtp-logits: the cpu backend's (the CUDA MTP path is not written yet)");
   dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
@@ -114,6 +118,13 @@ int run_generate(const GenerateArgs& a) {
     hidden_size = m->config().hidden;
     r = model::generate(*m, prompt, go);
     threads_note = fmt::format("{} threads", mo.threads);
+    if (!a.dump_mtp_logits.empty()) {
+      const std::vector<float> mtp = model::mtp_prompt_logits(*m, prompt, a.page_size, go.kv_elem);
+      SafetensorsWriter w(a.dump_mtp_logits);
+      w.add("tokens", DType::I32, {int64_t(prompt.size())}, prompt);
+      w.add("mtp_logits", DType::F32, {int64_t(prompt.size()) - 1, vocab}, mtp);
+      w.finish();
+    }
   }
 
   std::string ids;
@@ -189,6 +200,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--page-size", a->page_size, "KV cache page size (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dump-logits", a->dump_logits, "write tokens I32 [P+N] and logits F32 [P+N-1, vocab] here");
   app.add_option("--dump-hidden", a->dump_hidden, "write the prompt's hidden_states.{0..L} F32 [P, hidden] here");
+  app.add_option("--dump-mtp-logits", a->dump_mtp_logits,
+                 "write tokens I32 [P] and mtp_logits F32 [P-1, vocab] here: row i = the MTP layer's logits given the "
+                 "target's hidden state at prompt position i and token i+1 (cpu backend)");
   run = [a] { return run_generate(*a); };
 }
 

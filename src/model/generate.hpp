@@ -57,4 +57,10 @@ void validate_request(const Model& model, const std::vector<int32_t>& prompt, co
 // beyond max_position_embeddings, bad sampling parameters.
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
 
+// The MTP layer's logits over a prompt (`fp4moe generate --dump-mtp-logits`): one target step
+// over the prompt (its hidden states after the final norm), then one MTP step over positions
+// 0 .. P-2 with token i+1 and the target's hidden state at i. Returns F32 [P-1, vocab]; row i
+// predicts the token at i + 2. Errors (one line): a prompt under 2 tokens, no MTP layer.
+std::vector<float> mtp_prompt_logits(Model& model, const std::vector<int32_t>& prompt, int64_t page_size, KvElem kv_elem);
+
 }  // namespace fp4moe::model

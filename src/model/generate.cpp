@@ -55,15 +55,21 @@ void run_generation(GenerateResult& res, int64_t V, const GenerateOptions& opt,
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
   validate_request(model, prompt, opt);
+  if (opt.speculative_steps > 0) return generate_speculative(model, prompt, opt);
   const MlaModelConfig& c = model.config();
   const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
 
   const int64_t pages = (P + N + opt.page_size - 1) / opt.page_size;
-  HostKvPool kv(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());
+  auto kv_owned = std::make_shared<HostKvPool>(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());
+  HostKvPool& kv = *kv_owned;
   const std::vector<int32_t> page_table = kv.alloc(pages);
   const int32_t page_ptr[2] = {0, int32_t(pages)};
 
   GenerateResult res;
+  if (opt.keep_kv) {
+    res.kv = kv_owned;
+    res.kv_pages = page_table;
+  }
   res.tokens = prompt;
   res.prompt_tokens = P;
   if (opt.keep_logits) res.logits.reserve(size_t((P + N - 1) * V));

@@ -26,6 +26,7 @@
 #include "core/log.hpp"
 #include "core/threads.hpp"
 #include "engine/dist/parallel_options.hpp"
+#include "engine/speculative_options.hpp"
 #include "format/safetensors.hpp"
 #include "model/generate.hpp"
 #include "text/tokenizer.hpp"
@@ -43,6 +44,7 @@ struct GenerateArgs {
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
   cpu::SamplingParams sampling;
+  engine::SpeculativeFlags speculative;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -72,6 +74,7 @@ int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
   cpu::validate_sampling(a.sampling);
   model::GenerateOptions go;
+  go.speculative_steps = engine::speculative_steps(a.speculative, a.backend, 1);
   go.max_new_tokens = a.max_new_tokens;
   go.sampling = a.sampling;
   go.sampling.logprobs_top_n = a.logprobs;
@@ -113,6 +116,9 @@ int run_generate(const GenerateArgs& a) {
     mo.threads = a.threads > 0 ? a.threads : default_num_threads();
     auto m = model::Model::load(a.model, mo);
     model::validate_request(*m, prompt, go);
+    FP4MOE_CHECK(go.speculative_steps == 0 || m->has_mtp(),
+                 "--speculative-algorithm NEXTN: {} has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
+                 a.model, m->config().num_layers, m->config().num_nextn_predict_layers);
     fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
     vocab = m->config().vocab;
     hidden_size = m->config().hidden;
@@ -145,6 +151,19 @@ int run_generate(const GenerateArgs& a) {
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {}\n",
              r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / r.prefill_seconds, decoded,
              r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
+  if (go.speculative_steps > 0) {
+    std::string hist;
+    for (size_t i = 0; i < r.accept_length.size(); ++i) hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, r.accept_length[i]);
+    fmt::print(stderr,
+               "speculative NEXTN {} steps: {} verify steps ({:.3f} ms each), {} of {} drafts accepted, mean accept "
+               "length {:.2f} tokens per verify step (rounds by tokens emitted: {}); per round: draft steps {:.3f} ms, "
+               "verify step {:.3f} ms, MTP over the emitted tokens {:.3f} ms\n",
+               go.speculative_steps, r.verify_steps, r.verify_steps ? 1e3 * r.decode_seconds / double(r.verify_steps) : 0.0,
+               r.accepted, r.drafted, r.verify_steps ? double(r.new_tokens - 1) / double(r.verify_steps) : 0.0, hist,
+               r.verify_steps ? 1e3 * r.draft_seconds / double(r.verify_steps) : 0.0,
+               r.verify_steps ? 1e3 * r.verify_seconds / double(r.verify_steps) : 0.0,
+               r.verify_steps ? 1e3 * r.mtp_seconds / double(r.verify_steps) : 0.0);
+  }
   if (!a.dump_logits.empty()) {
     SafetensorsWriter w(a.dump_logits);
     w.add("tokens", DType::I32, {int64_t(r.tokens.size())}, r.tokens);
@@ -200,6 +219,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--page-size", a->page_size, "KV cache page size (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dump-logits", a->dump_logits, "write tokens I32 [P+N] and logits F32 [P+N-1, vocab] here");
   app.add_option("--dump-hidden", a->dump_hidden, "write the prompt's hidden_states.{0..L} F32 [P, hidden] here");
+  app.add_option("--speculative-algorithm", a->speculative.algorithm, engine::kSpeculativeAlgorithmHelp)
+      ->check(CLI::IsMember({"NEXTN", "EAGLE"}));
+  app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
+  app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
+  app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
   app.add_option("--dump-mtp-logits", a->dump_mtp_logits,
                  "write tokens I32 [P] and mtp_logits F32 [P-1, vocab] here: row i = the MTP layer's logits given the "
                  "target's hidden state at prompt position i and token i+1 (cpu backend)");

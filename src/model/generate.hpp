@@ -39,6 +39,7 @@ struct GenerateResult {
   // Speculative decoding: rounds (verify steps), drafts proposed and accepted, and how many
   // rounds emitted 1, 2, .. N + 1 tokens (accept_length[i]: rounds that emitted i + 1).
   int64_t verify_steps = 0, drafted = 0, accepted = 0;
+  double draft_seconds = 0.0, verify_seconds = 0.0, mtp_seconds = 0.0;  // of decode_seconds (MtpSpeculator::times)
   std::vector<int64_t> accept_length;
   std::shared_ptr<HostKvPool> kv;   // keep_kv: the pool after the run
   std::vector<int32_t> kv_pages;    // its page table for the request

@@ -48,6 +48,7 @@ GenerateResult generate_speculative(Model& model, const std::vector<int32_t>& pr
     spec.run_queued();
   }
   const auto t1 = std::chrono::steady_clock::now();
+  const MtpSpeculator::Times before = spec.times;
   while (int64_t(res.samples.size()) < N) {
     const int64_t done = int64_t(res.samples.size());
     SpecRequest rq;
@@ -74,6 +75,9 @@ GenerateResult generate_speculative(Model& model, const std::vector<int32_t>& pr
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   res.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
   res.new_tokens = N;
+  res.draft_seconds = spec.times.draft - before.draft;
+  res.verify_seconds = spec.times.verify - before.verify;
+  res.mtp_seconds = spec.times.mtp - before.mtp;
   return res;
 }
 

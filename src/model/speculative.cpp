@@ -83,8 +83,15 @@ void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int
   if (!q.tokens.empty()) queue_[id] = std::move(q);
 }
 
+namespace {
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 void MtpSpeculator::run_queued() {
   if (queue_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t H = model_.config().hidden, V = model_.config().vocab;
   std::vector<uint64_t> ids;
   for (const auto& [id, q] : queue_) ids.push_back(id);
@@ -116,6 +123,7 @@ void MtpSpeculator::run_queued() {
     s.draft_logits.assign(logits.begin() + int64_t(i) * V, logits.begin() + int64_t(i + 1) * V);
     s.draft_hidden.assign(hout.begin() + int64_t(rows[i]) * H, hout.begin() + int64_t(rows[i] + 1) * H);
   }
+  times.mtp += since(t0);
 }
 
 std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>& reqs) {
@@ -158,6 +166,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     longest = std::max(longest, n[r]);
   }
   // 1. The chained draft steps k = 1 .. n − 1 (one token per request still drafting).
+  const auto t_draft = std::chrono::steady_clock::now();
   for (int32_t k = 1; k < longest; ++k) {
     std::vector<size_t> who;
     std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows;
@@ -184,7 +193,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       g[who[i]].assign(hout.begin() + int64_t(i) * H, hout.begin() + int64_t(i + 1) * H);
     }
   }
+  times.draft += since(t_draft);
   // 2. Verify: the target over [last, d_1 .. d_n] of every request, absorbed attention.
+  const auto t_verify = std::chrono::steady_clock::now();
   std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, off(R);
   for (size_t r = 0; r < R; ++r) {
     const SpecRequest& rq = reqs[r];
@@ -212,6 +223,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     x.absorbed = true;
     model_.step(TensorView::of(tokens.data(), {T}), b, kv_, rows, TensorView::of(logits.data(), {T, V}), nullptr, x);
   }
+  times.verify += since(t_verify);
   // 3. Accept, 4. the stop / max_new cut, then the MTP layer over the emitted pairs.
   for (size_t r = 0; r < R; ++r) {
     const SpecRequest& rq = reqs[r];

@@ -28,6 +28,7 @@
 // overwritten by the next step (the roll-back is the length).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -85,6 +86,10 @@ class MtpSpeculator {
   MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps);
   int32_t num_steps() const { return n_; }
   DraftOverride draft_override;  // tests only
+  // Wall seconds since construction: chained draft steps, verify steps, MTP steps over emitted / prompt pairs.
+  struct Times {
+    double draft = 0.0, verify = 0.0, mtp = 0.0;
+  } times;
 
   // After a target step that computed positions [p0, p0 + tokens.size()) of a request, with
   // `hidden` its rows after the final norm [n, hidden]: queues the MTP pairs (h_j, t_{j+1})

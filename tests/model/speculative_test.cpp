@@ -6,7 +6,8 @@
 //   rarely proposes the target's token) are all accepted, and with every third one wrong the
 //   output is still the plain run's;
 // - after a run with accepts and rejects, every target layer's KV rows (latent, rope key,
-//   indexer key) of the sequence equal the plain run's bit for bit;
+//   indexer key) of the sequence equal the plain run's bit for bit, and the MTP layer's equal
+//   those of runs with other accept patterns;
 // - rejection sampling keeps the target's distribution (chi-square, stated false-alarm rate);
 //   a fixed seed reproduces the sampled tokens.
 #include <gtest/gtest.h>
@@ -150,6 +151,48 @@ TEST(Speculative, KvRowsOfTheSequenceEqualThePlainRunBitwise) {
       }
     }
     EXPECT_EQ(compared, m.config().num_layers * written);
+  }
+}
+
+// The MTP layer's own KV (pool layer L) after rounds with accepts and rejects: its rows of the
+// sequence are rewritten from the target's hidden states, so they equal those of a run whose
+// drafts were all right and of a run on the MTP layer's own drafts, bit for bit (the draft
+// steps' rows at rejected positions are gone).
+TEST(Speculative, TheMtpLayersKvRowsDoNotDependOnWhichDraftsWereAccepted) {
+  model::Model& m = tiny();
+  const auto prompt = prompt_of(20, 7);
+  const int64_t P = int64_t(prompt.size()), n_new = 22;
+  const auto plain = model::generate(m, prompt, greedy_options(n_new, 0));
+  auto run = [&](int wrong_every) {
+    auto opt = greedy_options(n_new, 3);
+    opt.keep_kv = true;
+    if (wrong_every >= 0)
+      opt.draft_override = [&, wrong_every](uint64_t, uint64_t idx, int32_t mtp) {
+        const int32_t t = int64_t(idx) < n_new ? plain.tokens[size_t(P + int64_t(idx))] : mtp;
+        return wrong_every > 0 && idx % uint64_t(wrong_every) == 0 ? (t + 3) % 1024 : t;
+      };
+    return model::generate(m, prompt, opt);
+  };
+  const auto right = run(0), mixed = run(3), own = run(-1);
+  for (const auto* r : {&right, &mixed, &own}) ASSERT_EQ(r->tokens, plain.tokens);
+  ASSERT_LT(mixed.accepted, mixed.drafted);
+  const int64_t L = m.config().num_layers, page = 16;
+  const KvLayerView& a = right.kv->layer(L);
+  auto at = [&](const model::GenerateResult& r, const void* base, int64_t dim, int64_t p) {
+    return static_cast<const uint8_t*>(base) + (int64_t(r.kv_pages[size_t(p / page)]) * page + p % page) * dim * 4;
+  };
+  for (const auto* r : {&mixed, &own}) {
+    const KvLayerView& b = r->kv->layer(L);
+    for (int64_t p = 0; p + 1 < P + n_new; ++p) {
+      ASSERT_EQ(std::memcmp(at(right, a.ckv, a.ckv_dim, p), at(*r, b.ckv, b.ckv_dim, p), size_t(a.ckv_dim) * 4), 0)
+          << "MTP latent, position " << p;
+      ASSERT_EQ(std::memcmp(at(right, a.kpe, a.kpe_dim, p), at(*r, b.kpe, b.kpe_dim, p), size_t(a.kpe_dim) * 4), 0)
+          << "MTP rope key, position " << p;
+      ASSERT_TRUE(a.index_k && b.index_k);
+      ASSERT_EQ(std::memcmp(at(right, a.index_k, a.index_dim, p), at(*r, b.index_k, b.index_dim, p),
+                            size_t(a.index_dim) * 4), 0)
+          << "MTP index key, position " << p;
+    }
   }
 }
 

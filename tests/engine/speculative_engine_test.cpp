@@ -28,8 +28,8 @@ const std::string& tiny_dir() {
   return dir;
 }
 
-SchedulerConfig cfg(int32_t spec_tokens, int32_t chunk = 64) {
-  SchedulerConfig c = config(16, 128, 4, chunk, 1, true);
+SchedulerConfig cfg(int32_t spec_tokens, int32_t chunk = 64, int32_t pages = 128) {
+  SchedulerConfig c = config(16, pages, 4, chunk, 1, true);
   c.eos_ids = {};
   c.speculative_tokens = spec_tokens;
   return c;
@@ -49,7 +49,7 @@ std::vector<RequestSpec> greedy_specs() {
 
 std::map<uint64_t, Outcome> run(const std::vector<RequestSpec>& specs, int32_t steps,
                                 const std::map<uint64_t, Outcome>* drafts_from = nullptr, int32_t chunk = 64,
-                                SchedulerStats* stats = nullptr) {
+                                SchedulerStats* stats = nullptr, int32_t pages = 128) {
   CpuModelBackendOptions o;
   o.model_dir = tiny_dir();
   o.threads = 1;
@@ -62,7 +62,7 @@ std::map<uint64_t, Outcome> run(const std::vector<RequestSpec>& specs, int32_t s
       return idx % 4 == 3 ? (t + 1) % 1024 : t;
     };
   CpuModelBackend be(o);
-  return run_all(cfg(steps > 0 ? steps + 1 : 0, chunk), specs, be, stats);
+  return run_all(cfg(steps > 0 ? steps + 1 : 0, chunk, pages), specs, be, stats);
 }
 
 void expect_same(const std::map<uint64_t, Outcome>& a, const std::map<uint64_t, Outcome>& b) {
@@ -113,6 +113,22 @@ TEST(SpeculativeEngine, AStopIdInsideAnAcceptedRunAndMaxTokensInsideARoundEndThe
   expect_same(spec, plain);
   EXPECT_EQ(spec.at(1).matched, toks[k]);
   EXPECT_EQ(spec.at(2).tokens.size(), 7u);
+}
+
+// A pool of 8 pages (128 tokens) for 5 requests of up to 71 tokens, two of them sharing a
+// 32-token prefix: requests are retracted and recomputed, and prefix pages come from the radix
+// cache (their MTP KV rows written by the request that computed them); the greedy tokens stay
+// the plain engine's on a large pool.
+TEST(SpeculativeEngine, RetractionsAndSharedPrefixesUnderPagePressureKeepTheTokens) {
+  auto specs = greedy_specs();
+  specs[4].prompt.assign(specs[3].prompt.begin(), specs[3].prompt.begin() + 32);
+  specs[4].prompt.push_back(7);
+  const auto plain = run(specs, 0);
+  SchedulerStats st;
+  const auto spec = run(specs, 3, &plain, 64, &st, 8);
+  expect_same(spec, plain);
+  EXPECT_GT(st.retractions, 0);
+  EXPECT_GT(st.cached_tokens, 0);
 }
 
 // A seeded sampled request reproduces its tokens under the same schedule. Across schedules it

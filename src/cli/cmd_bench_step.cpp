@@ -22,6 +22,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
+#include "engine/speculative_options.hpp"
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
 #include <cuda_runtime_api.h>
@@ -45,6 +46,7 @@ struct BenchStepArgs {
   double mem_fraction_static = 0.88;
   std::string attention_kernels = "auto";
   int64_t replicate_layers = 0;
+  engine::SpeculativeFlags speculative;  // refused: the GPU runner has no MTP path yet
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
@@ -307,7 +309,15 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "
                  "memory (a 3 dense + 2 MoE checkpoint times as 3 dense + N-3 MoE layers; 0: the checkpoint's)")
       ->check(CLI::NonNegativeNumber);
+  // SGLang's speculative flags: accepted and checked, then refused — the GPU runner's draft/verify
+  // steps are not written yet (issue 39's CUDA part); `fp4moe generate --speculative-algorithm
+  // NEXTN` times the CPU's verify steps.
+  app.add_option("--speculative-algorithm", a->speculative.algorithm, engine::kSpeculativeAlgorithmHelp);
+  app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
+  app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
+  app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
   run = [a] {
+    engine::speculative_steps(a->speculative, "cuda", 1);  // the flags' own errors, then the cuda refusal
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
     return run_bench_step(*a);
 #else

@@ -1,5 +1,6 @@
 // fp4moe generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N [sampling options]
 //                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
+//                 [--dump-mtp-logits OUT.safetensors]
 //
 // Runs the model on the CPU backend (or the GPU runner with --backend cuda): one prefill step over the prompt, then one decode step per
 // new token. Prints the generated ids (with --prompt: the generated text, through the model
@@ -7,7 +8,9 @@
 // --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
 // logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
-// prefill step (0: embeddings, L: after the final norm).
+// prefill step (0: embeddings, L: after the final norm). --dump-mtp-logits writes `tokens` I32 [P]
+// and `mtp_logits` F32 [P-1, vocab]: row i is the MTP layer's next-next-token logits given the
+// target's hidden state at prompt position i and prompt token i+1 (model::mtp_prompt_logits).
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -23,6 +26,7 @@
 #include "core/log.hpp"
 #include "core/threads.hpp"
 #include "engine/dist/parallel_options.hpp"
+#include "engine/speculative_options.hpp"
 #include "format/safetensors.hpp"
 #include "model/generate.hpp"
 #include "text/tokenizer.hpp"
@@ -34,12 +38,13 @@ namespace fp4moe::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, kv_dtype = "f32";
+  std::string model, prompt_ids, prompt_text, tokenizer_path, backend = "cpu", dump_logits, dump_hidden, dump_mtp_logits, kv_dtype = "f32";
   int64_t max_new_tokens = 16, page_size = 16, tp = 1, ep = 1;
   int64_t indexer_score_rows = 0;  // cuda: the DSA indexer's score rows per chunk at most (0: the plan's)
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
   cpu::SamplingParams sampling;
+  engine::SpeculativeFlags speculative;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -61,6 +66,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
   FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
+  FP4MOE_CHECK(a.dump_mtp_logits.empty() || a.backend == "cpu", "--dump-mtp-logits: the cpu backend's (the CUDA MTP path is not written yet)");
   dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
@@ -68,6 +74,7 @@ int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
   cpu::validate_sampling(a.sampling);
   model::GenerateOptions go;
+  go.speculative_steps = engine::speculative_steps(a.speculative, a.backend, 1);
   go.max_new_tokens = a.max_new_tokens;
   go.sampling = a.sampling;
   go.sampling.logprobs_top_n = a.logprobs;
@@ -109,11 +116,21 @@ int run_generate(const GenerateArgs& a) {
     mo.threads = a.threads > 0 ? a.threads : default_num_threads();
     auto m = model::Model::load(a.model, mo);
     model::validate_request(*m, prompt, go);
+    FP4MOE_CHECK(go.speculative_steps == 0 || m->has_mtp(),
+                 "--speculative-algorithm NEXTN: {} has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
+                 a.model, m->config().num_layers, m->config().num_nextn_predict_layers);
     fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
     vocab = m->config().vocab;
     hidden_size = m->config().hidden;
     r = model::generate(*m, prompt, go);
     threads_note = fmt::format("{} threads", mo.threads);
+    if (!a.dump_mtp_logits.empty()) {
+      const std::vector<float> mtp = model::mtp_prompt_logits(*m, prompt, a.page_size, go.kv_elem);
+      SafetensorsWriter w(a.dump_mtp_logits);
+      w.add("tokens", DType::I32, {int64_t(prompt.size())}, prompt);
+      w.add("mtp_logits", DType::F32, {int64_t(prompt.size()) - 1, vocab}, mtp);
+      w.finish();
+    }
   }
 
   std::string ids;
@@ -134,6 +151,19 @@ int run_generate(const GenerateArgs& a) {
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {}\n",
              r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / r.prefill_seconds, decoded,
              r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
+  if (go.speculative_steps > 0) {
+    std::string hist;
+    for (size_t i = 0; i < r.accept_length.size(); ++i) hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, r.accept_length[i]);
+    fmt::print(stderr,
+               "speculative NEXTN {} steps: {} verify steps ({:.3f} ms each), {} of {} drafts accepted, mean accept "
+               "length {:.2f} tokens per verify step (rounds by tokens emitted: {}); per round: draft steps {:.3f} ms, "
+               "verify step {:.3f} ms, MTP over the emitted tokens {:.3f} ms\n",
+               go.speculative_steps, r.verify_steps, r.verify_steps ? 1e3 * r.decode_seconds / double(r.verify_steps) : 0.0,
+               r.accepted, r.drafted, r.verify_steps ? double(r.new_tokens - 1) / double(r.verify_steps) : 0.0, hist,
+               r.verify_steps ? 1e3 * r.draft_seconds / double(r.verify_steps) : 0.0,
+               r.verify_steps ? 1e3 * r.verify_seconds / double(r.verify_steps) : 0.0,
+               r.verify_steps ? 1e3 * r.mtp_seconds / double(r.verify_steps) : 0.0);
+  }
   if (!a.dump_logits.empty()) {
     SafetensorsWriter w(a.dump_logits);
     w.add("tokens", DType::I32, {int64_t(r.tokens.size())}, r.tokens);
@@ -189,6 +219,14 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--page-size", a->page_size, "KV cache page size (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dump-logits", a->dump_logits, "write tokens I32 [P+N] and logits F32 [P+N-1, vocab] here");
   app.add_option("--dump-hidden", a->dump_hidden, "write the prompt's hidden_states.{0..L} F32 [P, hidden] here");
+  app.add_option("--speculative-algorithm", a->speculative.algorithm, engine::kSpeculativeAlgorithmHelp)
+      ->check(CLI::IsMember({"NEXTN", "EAGLE"}));
+  app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
+  app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
+  app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
+  app.add_option("--dump-mtp-logits", a->dump_mtp_logits,
+                 "write tokens I32 [P] and mtp_logits F32 [P-1, vocab] here: row i = the MTP layer's logits given the "
+                 "target's hidden state at prompt position i and token i+1 (cpu backend)");
   run = [a] { return run_generate(*a); };
 }
 

@@ -22,8 +22,15 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-running-requests", o->max_running_requests, "Requests in the running batch at most")
       ->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--num-continuous-decode-steps", o->num_continuous_decode_steps,
-                 "Decode steps per scheduling round (on the device for the GPU runner)")
+                 "Decode steps per scheduling round (on the device for the GPU runner); must be 1 with "
+                 "--speculative-algorithm, whose decode round is one draft/verify round of up to N + 1 tokens per request")
       ->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--speculative-algorithm", o->speculative.algorithm, fp4moe::engine::kSpeculativeAlgorithmHelp)
+      ->check(CLI::IsMember({"NEXTN", "EAGLE"}));
+  app.add_option("--speculative-num-steps", o->speculative.num_steps, fp4moe::engine::kSpeculativeNumStepsHelp);
+  app.add_option("--speculative-eagle-topk", o->speculative.eagle_topk, fp4moe::engine::kSpeculativeEagleTopkHelp);
+  app.add_option("--speculative-num-draft-tokens", o->speculative.num_draft_tokens,
+                 fp4moe::engine::kSpeculativeNumDraftTokensHelp);
   app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Prompt tokens per step at most (decode tokens ride along)")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (caps --mem-fraction-static)")

@@ -110,8 +110,11 @@ struct F32Row {
 // out[m] = dot(row, x[m][0..K)) for m < M. K is a multiple of 16.
 template <int M, class Row>
 inline void dot_row_tokens(const Row& row, int64_t K, const float* const* x, float* out) {
-  // Independent accumulators per token so the FMA latency chain never limits small M.
-  constexpr int P = M == 1 ? 4 : (M <= 4 ? 2 : 1);
+  // Two independent accumulators per token, for every M: the summation order of a token's dot
+  // product does not depend on how many tokens share the tile, so a row computes the same bits
+  // alone or in any batch (speculative decoding's verify rows equal one-token decode steps;
+  // model/speculative.hpp). Two chains halve the FMA latency limit at M = 1.
+  constexpr int P = 2;
   const typename Row::Consts c{};
   __m256 acc[M][P];
   for (int m = 0; m < M; ++m)

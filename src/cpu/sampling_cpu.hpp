@@ -54,4 +54,15 @@ struct SampledToken {
 SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                         const std::vector<int32_t>& output, uint64_t step);
 
+// Speculative decoding's rejection sampling (model/speculative.cpp) needs what sample_cpu draws from:
+// The distribution of a sampled (temperature > 0) draw after steps 1, 3 and 4: [vocab]
+// probabilities, renormalised over the kept tokens, 0 elsewhere.
+std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
+                                          const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
+// sample_cpu's logprob fields (when p.logprobs_top_n >= 0) for a token chosen elsewhere.
+SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
+                         const std::vector<int32_t>& output, int32_t token);
+// Step 5's uniform draw in [0, 1) for (seed, step): 53 bits of splitmix64.
+double sampling_uniform(uint64_t seed, uint64_t step);
+
 }  // namespace fp4moe::cpu

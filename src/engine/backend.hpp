@@ -90,6 +90,9 @@ class StepObserver {
   // from the per-expert offsets its permute step computes (copied back with the step's
   // outputs, never a sync of its own).
   virtual void on_moe_gemm(int32_t layer, std::span<const int32_t> tokens_per_expert) = 0;
+  // Speculative decoding: one request's draft/verify round drafted `drafted` tokens, of which
+  // `accepted` were accepted, and emitted `emitted` (its accept length). Default: not counted.
+  virtual void on_speculative(int32_t drafted, int32_t accepted, int32_t emitted) {}
 };
 
 struct BackendInfo {

@@ -19,6 +19,9 @@ CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(o
     if (observer_) observer_->on_moe_gemm(int32_t(layer), per_expert);
   };
   model_ = model::Model::load(opt_.model_dir, mo);
+  FP4MOE_CHECK(opt_.speculative_steps == 0 || model_->has_mtp(),
+               "--speculative-algorithm NEXTN: {} has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
+               opt_.model_dir, model_->config().num_layers, model_->config().num_nextn_predict_layers);
   std::error_code ec;  // the shards the model mmap'd (regular files; anything else was refused or is unused)
   for (const auto& e : std::filesystem::directory_iterator(opt_.model_dir, ec))
     if (e.path().extension() == ".safetensors" && e.is_regular_file(ec)) weight_bytes_ += int64_t(e.file_size(ec));
@@ -30,8 +33,9 @@ BackendInfo CpuModelBackend::info() const {
   i.name = "cpu";
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
-  const PagedKvGeometry g = model_->kv_geometry(1, 1, opt_.kv_elem);
-  const auto index_layers = model_->kv_index_layers();
+  const bool mtp = opt_.speculative_steps > 0;  // the MTP layer's KV is counted with the rest
+  const PagedKvGeometry g = mtp ? model_->mtp_kv_geometry(1, 1, opt_.kv_elem) : model_->kv_geometry(1, 1, opt_.kv_elem);
+  const auto index_layers = mtp ? model_->mtp_kv_index_layers() : model_->kv_index_layers();
   int64_t per_token = 0;
   for (int64_t l = 0; l < g.num_layers; ++l)
     per_token += int64_t(g.ckv_bytes() + g.kpe_bytes() + (index_layers[size_t(l)] ? g.index_bytes() : 0));
@@ -42,8 +46,15 @@ BackendInfo CpuModelBackend::info() const {
 }
 
 void CpuModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) {
-  kv_ = std::make_unique<model::HostKvPool>(model_->kv_geometry(page_size, num_pages, opt_.kv_elem),
-                                            model_->kv_index_layers());
+  if (opt_.speculative_steps > 0) {
+    kv_ = std::make_unique<model::HostKvPool>(model_->mtp_kv_geometry(page_size, num_pages, opt_.kv_elem),
+                                              model_->mtp_kv_index_layers());
+    spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, opt_.speculative_steps);
+    spec_->draft_override = opt_.draft_override;
+  } else {
+    kv_ = std::make_unique<model::HostKvPool>(model_->kv_geometry(page_size, num_pages, opt_.kv_elem),
+                                              model_->kv_index_layers());
+  }
   kv_len_.reserve(size_t(max_requests));
   logits_.reserve(size_t(max_requests) * size_t(model_->config().vocab));
 }
@@ -57,20 +68,82 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
   // The host model keeps no state across a failed step (its scratch arena resets per step, the
   // batch's KV pages are freed with its requests): an error or a failed allocation fails this
   // batch's requests only (StepError), and the engine goes on serving.
+  const size_t first = out.size();
   try {
+    model::StepExtras x;
+    if (spec_) {
+      hidden_.resize(size_t(batch.num_tokens()) * size_t(model_->config().hidden));
+      x.final_hidden = hidden_.data();
+    }
     model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
-                 TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}));
+                 TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}), nullptr, x);
+    size_t k = 0;
+    for (int32_t r = 0; r < n; ++r)
+      if (batch.sample[size_t(r)]) {
+        out.push_back(sample_row_cpu(logits_.data() + k * size_t(vocab), vocab, batch.sampling[size_t(r)]));
+        ++k;
+      }
+    if (spec_) {  // the MTP layer over the pairs this step completed (the next round's first draft)
+      const int64_t H = model_->config().hidden;
+      size_t s = first;
+      for (int32_t r = 0; r < n; ++r) {
+        const int32_t next = batch.sample[size_t(r)] ? out[s++].id : -1;
+        spec_->add_target_rows(batch.request_ids[size_t(r)], batch.start(r), batch.request_tokens(r),
+                               hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next, batch.page_table(r));
+      }
+      spec_->run_queued();
+    }
+  } catch (const Error& e) {
+    out.resize(first);
+    throw StepError(e.what());
+  } catch (const std::bad_alloc&) {
+    out.resize(first);
+    throw StepError(fmt::format("out of memory in a step of {} tokens", batch.num_tokens()));
+  }
+}
+
+void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
+  if (!spec_) return Backend::decode(batch, limits, steps, out);
+  FP4MOE_CHECK(kv_, "cpu backend: decode before init_kv");
+  const int32_t n = batch.num_requests();
+  std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) {
+    FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "speculative decode: request {} is not decoding",
+                 batch.request_ids[size_t(r)]);
+    const SampleSpec& sp = batch.sampling[size_t(r)];
+    FP4MOE_CHECK(sp.params, "sampling without parameters");
+    model::SpecRequest& q = reqs[size_t(r)];
+    q.id = batch.request_ids[size_t(r)];
+    q.start = batch.start(r);
+    q.last_token = batch.request_tokens(r)[0];
+    q.pages = batch.page_table(r);
+    q.max_new = std::min(limits.max_new[size_t(r)], steps);
+    q.stop_ids = limits.stop_ids[size_t(r)];
+    q.sampling = cpu_sampling(*sp.params, sp.top_logprobs);
+    q.prompt = sp.prompt;
+    q.generated.assign(sp.generated.begin(), sp.generated.end());
+    q.output_index = uint64_t(sp.output_index);
+  }
+  std::vector<model::SpecRoundResult> res;
+  try {
+    res = spec_->round(reqs);
   } catch (const Error& e) {
     throw StepError(e.what());
   } catch (const std::bad_alloc&) {
-    throw StepError(fmt::format("out of memory in a step of {} tokens", batch.num_tokens()));
+    throw StepError(fmt::format("out of memory in a speculative round of {} requests", n));
   }
-  size_t k = 0;
-  for (int32_t r = 0; r < n; ++r)
-    if (batch.sample[size_t(r)]) {
-      out.push_back(sample_row_cpu(logits_.data() + k * size_t(vocab), vocab, batch.sampling[size_t(r)]));
-      ++k;
+  out.tokens.assign(size_t(n), {});
+  for (int32_t r = 0; r < n; ++r) {
+    for (const cpu::SampledToken& s : res[size_t(r)].tokens) {
+      GeneratedToken g;
+      g.id = s.token;
+      g.logprob = s.logprob;
+      for (const auto& [id, lp] : s.top) g.top.push_back({id, lp});
+      out.tokens[size_t(r)].push_back(std::move(g));
     }
+    if (observer_)
+      observer_->on_speculative(res[size_t(r)].drafted, res[size_t(r)].accepted, int32_t(res[size_t(r)].tokens.size()));
+  }
 }
 
 }  // namespace fp4moe::engine

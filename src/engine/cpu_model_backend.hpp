@@ -1,6 +1,9 @@
 // The CPU backend: model::Model's forward step over the engine's flat batch and paged KV
 // (model::HostKvPool's arrays, addressed by the engine's page ids), sampled on the host.
-// K-step decode is Backend's host loop.
+// K-step decode is Backend's host loop; with speculative decoding (speculative_steps N >= 1) a
+// decode call is one MTP draft/verify round (model/speculative.hpp) that emits 1 .. N + 1
+// tokens per request, and every step also runs the MTP layer over the positions it computed.
+// The MTP layer's KV is one more layer of the host pool, addressed by the same page ids.
 #pragma once
 
 #include <memory>
@@ -11,6 +14,7 @@
 #include "engine/backend.hpp"
 #include "model/kv_pool.hpp"
 #include "model/model.hpp"
+#include "model/speculative.hpp"
 
 namespace fp4moe::engine {
 
@@ -18,6 +22,8 @@ struct CpuModelBackendOptions {
   std::string model_dir;
   int threads = 0;                 // 0: default_num_threads()
   KvElem kv_elem = KvElem::BF16;   // --kv-cache-dtype
+  int32_t speculative_steps = 0;   // --speculative-num-steps with --speculative-algorithm NEXTN; 0: off
+  model::DraftOverride draft_override;  // tests (model/speculative.hpp)
 };
 
 class CpuModelBackend : public Backend {
@@ -26,12 +32,20 @@ class CpuModelBackend : public Backend {
   BackendInfo info() const override;
   void init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) override;
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
+  void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
+  void release_request(uint64_t request_id) override {
+    if (spec_) spec_->forget(request_id);
+  }
+  // Tests: the pool (its layer num_layers is the MTP layer's when speculating).
+  const model::HostKvPool& kv_pool() const { return *kv_; }
   const model::Model& model() const { return *model_; }
 
  private:
   CpuModelBackendOptions opt_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::HostKvPool> kv_;
+  std::unique_ptr<model::MtpSpeculator> spec_;
+  std::vector<float> hidden_;  // speculative: the step's rows after the final norm
   int64_t weight_bytes_ = 0;
   std::vector<int32_t> kv_len_, rows_;
   std::vector<float> logits_;

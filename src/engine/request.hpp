@@ -59,6 +59,7 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (first admission)
   int32_t completion_tokens = 0;
+  int32_t spec_verify_steps = 0;  // speculative decoding: the draft/verify rounds that produced its tokens (SGLang's spec_verify_ct)
 };
 
 // One delivery on a request's channel: new tokens, and at the end the finish.

@@ -20,6 +20,7 @@ struct Scheduler::Sequence {
   bool done = false;
   FinishReason reason = FinishReason::kLength;
   int32_t matched_stop = -1;
+  int32_t verify_steps = 0;     // speculative draft/verify rounds (usage)
   std::vector<GeneratedToken> fresh;  // produced this round, not yet emitted
 
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
@@ -35,6 +36,9 @@ Scheduler::Scheduler(SchedulerConfig config, Backend& backend)
   FP4MOE_CHECK(cfg_.chunked_prefill_size >= 1, "--chunked-prefill-size must be at least 1 (got {})",
                cfg_.chunked_prefill_size);
   FP4MOE_CHECK(cfg_.decode_steps >= 1, "--num-continuous-decode-steps must be at least 1 (got {})", cfg_.decode_steps);
+  FP4MOE_CHECK(cfg_.speculative_tokens == 0 || (cfg_.speculative_tokens >= 2 && cfg_.decode_steps == 1),
+               "speculative decoding ({} tokens per verify step) runs one draft/verify round per decode call: "
+               "--num-continuous-decode-steps must be 1 (got {})", cfg_.speculative_tokens, cfg_.decode_steps);
   FP4MOE_CHECK(cfg_.context_length >= 2, "the context length must be at least 2 (got {})", cfg_.context_length);
   batch_.page_size = cfg_.page_size;
   totals_.pages_total = cfg_.num_pages;
@@ -158,8 +162,9 @@ void Scheduler::run_round(const EventSink& sink) {
   int32_t steps = 1;
   const bool all_decode =
       std::all_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->pending() == 1; });
-  if (all_decode && cfg_.decode_steps > 1) {
-    steps = cfg_.decode_steps;
+  const bool speculative = cfg_.speculative_tokens > 0;
+  if (all_decode && (cfg_.decode_steps > 1 || speculative)) {
+    steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
     for (auto& s : running_)
       if (!ensure_pages(*s, s->kv_len + std::min(steps, s->remaining()))) {
         steps = 1;
@@ -208,7 +213,7 @@ void Scheduler::run_round(const EventSink& sink) {
       ev.finished = true;
       ev.reason = FinishReason::kAbort;
       ev.abort_message = "the KV pool cannot hold this request";
-      ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated()};
+      ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
       release(s);
       ++totals_.aborted;
       sink(s.id, std::move(ev));
@@ -282,8 +287,19 @@ void Scheduler::run_round(const EventSink& sink) {
       longest = std::max(longest, int32_t(produced.size()));
       consume(*running_[rows[k]], int32_t(produced.size()), produced);
     }
-    totals_.steps += longest;
-    if (StepObserver* o = backend_.observer())
+    if (speculative) {  // one verify step (the draft steps are the backend's)
+      ++totals_.steps;
+      ++totals_.verify_steps;
+      int32_t emitted = 0;
+      for (size_t k = 0; k < rows.size(); ++k) {
+        emitted += int32_t(out.tokens[k].size());
+        ++running_[rows[k]]->verify_steps;
+      }
+      if (StepObserver* o = backend_.observer()) o->on_step(int32_t(rows.size()), emitted);
+    } else {
+      totals_.steps += longest;
+    }
+    if (StepObserver* o = backend_.observer(); o && !speculative)
       for (int32_t j = 0; j < longest; ++j) {
         int32_t active = 0;
         for (const auto& produced : out.tokens) active += int32_t(produced.size()) > j;
@@ -332,7 +348,7 @@ void Scheduler::run_round(const EventSink& sink) {
         ev.finished = true;
         ev.reason = s.reason;
         ev.matched_stop_id = s.matched_stop;
-        ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated()};
+        ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
         release(s);
         ++totals_.finished;
         retracted_ = false;
@@ -350,7 +366,7 @@ bool Scheduler::cancel(uint64_t id, const std::string& why, const EventSink& sin
     ev.finished = true;
     ev.reason = FinishReason::kAbort;
     ev.abort_message = why;
-    ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated()};
+    ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
     ++totals_.aborted;
     sink(s.id, std::move(ev));
   };

@@ -33,6 +33,10 @@ struct SchedulerConfig {
   int32_t max_running = 64;           // --max-running-requests
   int32_t chunked_prefill_size = 512; // --chunked-prefill-size: prompt tokens per step (decode tokens ride along)
   int32_t decode_steps = 1;           // --num-continuous-decode-steps
+  // Speculative decoding (--speculative-num-steps N): a round where every running request decodes
+  // is one Backend::decode call of N + 1 steps = one draft/verify round (the backend emits 1 ..
+  // N + 1 tokens per request); 0: off. Excludes decode_steps > 1.
+  int32_t speculative_tokens = 0;
   bool radix_cache = true;            // ! --disable-radix-cache
   int32_t context_length = 0;         // tokens a request may reach (prompt + generated)
   std::vector<int32_t> eos_ids;       // stop unless ignore_eos
@@ -53,6 +57,7 @@ struct SchedulerStats {
   int64_t cached_tokens = 0;   // prompt tokens served from the prefix cache
   int64_t decode_tokens = 0;   // tokens generated
   int64_t retractions = 0;
+  int64_t verify_steps = 0;    // speculative draft/verify rounds
   int64_t finished = 0;
   int64_t aborted = 0;
   double backend_seconds = 0;  // wall time inside Backend::step / decode (the model, with the backend's own host work)

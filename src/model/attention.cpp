@@ -56,9 +56,10 @@ void rope_rows(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offse
 
 }  // namespace
 
-void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPool& kv, Step& s, float* out) {
+void Model::attention(int64_t l, const LayerWeights& lw, IndexerKind kind, const float* h, const KvBatchView& b,
+                      HostKvPool& kv, Step& s, float* out) {
   const MlaModelConfig& c = cfg_;
-  const AttentionWeights& a = w_.layers[size_t(l)].attn;
+  const AttentionWeights& a = lw.attn;
   const int64_t T = b.num_tokens, NH = c.num_heads, N = c.qk_nope_dim, R = c.qk_rope_dim, QK = N + R,
                 C = c.kv_lora_rank, V = c.v_head_dim, W = N + V;
   const int th = threads();
@@ -123,7 +124,7 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
         std::copy(forced, forced + T * s.topk_k, s.topk);
     s.have_topk = true;
     topk = s.topk;
-  } else if (c.indexer[size_t(l)] == IndexerKind::Shared) {
+  } else if (kind == IndexerKind::Shared) {
     FP4MOE_CHECK(s.have_topk, "layer {} shares the top-k of an earlier layer, but none computed one", l);
     topk = s.topk;
   }
@@ -133,7 +134,8 @@ void Model::attention(int64_t l, const float* h, const KvBatchView& b, HostKvPoo
   for (int32_t r = 0; r < int32_t(b.num_requests); ++r) {
     const int64_t n = b.qo_indptr[r + 1] - b.qo_indptr[r];
     if (n == 0) continue;
-    const bool exp = opt_.attention == AttentionForm::Expanded || (opt_.attention == AttentionForm::Auto && n > 1);
+    const AttentionForm form = step_form_ != AttentionForm::Auto ? step_form_ : opt_.attention;
+    const bool exp = form == AttentionForm::Expanded || (form == AttentionForm::Auto && n > 1);
     (exp ? expanded : absorbed).push_back(r);
   }
   float* ov = arena_.alloc<float>(size_t(T * NH * V));  // [T, NH, v]

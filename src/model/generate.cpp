@@ -55,15 +55,21 @@ void run_generation(GenerateResult& res, int64_t V, const GenerateOptions& opt,
 
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
   validate_request(model, prompt, opt);
+  if (opt.speculative_steps > 0) return generate_speculative(model, prompt, opt);
   const MlaModelConfig& c = model.config();
   const int64_t P = int64_t(prompt.size()), N = opt.max_new_tokens, V = c.vocab;
 
   const int64_t pages = (P + N + opt.page_size - 1) / opt.page_size;
-  HostKvPool kv(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());
+  auto kv_owned = std::make_shared<HostKvPool>(model.kv_geometry(opt.page_size, pages, opt.kv_elem), model.kv_index_layers());
+  HostKvPool& kv = *kv_owned;
   const std::vector<int32_t> page_table = kv.alloc(pages);
   const int32_t page_ptr[2] = {0, int32_t(pages)};
 
   GenerateResult res;
+  if (opt.keep_kv) {
+    res.kv = kv_owned;
+    res.kv_pages = page_table;
+  }
   res.tokens = prompt;
   res.prompt_tokens = P;
   if (opt.keep_logits) res.logits.reserve(size_t((P + N - 1) * V));
@@ -91,6 +97,38 @@ GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const 
     return cpu::sample_cpu(row.data(), V, opt.sampling, prompt, output, step);
   });
   return res;
+}
+
+std::vector<float> mtp_prompt_logits(Model& model, const std::vector<int32_t>& prompt, int64_t page_size, KvElem kv_elem) {
+  const MlaModelConfig& c = model.config();
+  const int64_t P = int64_t(prompt.size()), V = c.vocab, H = c.hidden;
+  FP4MOE_CHECK(model.has_mtp(), "--dump-mtp-logits: the checkpoint has no MTP layer (model.layers.{}.*; "
+               "num_nextn_predict_layers {})", c.num_layers, c.num_nextn_predict_layers);
+  FP4MOE_CHECK(P >= 2, "--dump-mtp-logits: the prompt has {} token(s); the MTP layer needs at least 2", P);
+  FP4MOE_CHECK(page_size >= 1, "page size {} must be >= 1", page_size);
+  const int64_t pages = (P + page_size - 1) / page_size;
+  HostKvPool kv(model.mtp_kv_geometry(page_size, pages, kv_elem), model.mtp_kv_index_layers());
+  const std::vector<int32_t> page_table = kv.alloc(pages);
+  const int32_t page_ptr[2] = {0, int32_t(pages)};
+  std::vector<int32_t> pos(static_cast<size_t>(P));
+  for (int64_t i = 0; i < P; ++i) pos[size_t(i)] = int32_t(i);
+  std::vector<float> hidden(static_cast<size_t>(P * H));
+  {
+    const int32_t qo[2] = {0, int32_t(P)}, len[1] = {int32_t(P)};
+    const KvBatchView b{1, P, qo, pos.data(), len, page_ptr, page_table.data()};
+    StepExtras x;
+    x.final_hidden = hidden.data();
+    model.step(TensorView::of(const_cast<int32_t*>(prompt.data()), {P}), b, kv, {}, TensorView{}, nullptr, x);
+  }
+  const int64_t n = P - 1;
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end()), rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[size_t(i)] = int32_t(i);
+  std::vector<float> logits(static_cast<size_t>(n * V));
+  const int32_t qo[2] = {0, int32_t(n)}, len[1] = {int32_t(n)};
+  const KvBatchView b{1, n, qo, pos.data(), len, page_ptr, page_table.data()};
+  model.mtp_step(TensorView::of(next.data(), {n}), hidden.data(), b, kv, rows, TensorView::of(logits.data(), {n, V}),
+                 nullptr);
+  return logits;
 }
 
 }  // namespace fp4moe::model

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/paged_kv.hpp"
@@ -23,6 +24,10 @@ struct GenerateOptions {
   // Teacher forcing (tests): new token i is forced[i] instead of the sampled one (which is
   // still recorded in `samples`) while i < forced.size().
   std::vector<int32_t> forced;
+  // Speculative decoding with the MTP layer (generate_speculative): N draft steps per round, 0: off.
+  int32_t speculative_steps = 0;
+  std::function<int32_t(uint64_t id, uint64_t output_index, int32_t mtp_choice)> draft_override;  // tests (speculative.hpp)
+  bool keep_kv = false;             // tests: GenerateResult::kv holds the pool afterwards
 };
 
 struct GenerateResult {
@@ -31,6 +36,13 @@ struct GenerateResult {
   std::vector<cpu::SampledToken> samples;  // [N]
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   int64_t prompt_tokens = 0, new_tokens = 0;
+  // Speculative decoding: rounds (verify steps), drafts proposed and accepted, and how many
+  // rounds emitted 1, 2, .. N + 1 tokens (accept_length[i]: rounds that emitted i + 1).
+  int64_t verify_steps = 0, drafted = 0, accepted = 0;
+  double draft_seconds = 0.0, verify_seconds = 0.0, mtp_seconds = 0.0;  // of decode_seconds (MtpSpeculator::times)
+  std::vector<int64_t> accept_length;
+  std::shared_ptr<HostKvPool> kv;   // keep_kv: the pool after the run
+  std::vector<int32_t> kv_pages;    // its page table for the request
 };
 
 // The checks of a request that depend only on the model's config (every backend's): an empty
@@ -56,5 +68,17 @@ void validate_request(const Model& model, const std::vector<int32_t>& prompt, co
 // Errors (one line, validate_request's): an empty prompt, an id outside the vocabulary, prompt + max_new_tokens
 // beyond max_position_embeddings, bad sampling parameters.
 GenerateResult generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+// generate() with speculative decoding (opt.speculative_steps >= 1; model/speculative.hpp): the
+// prefill, then draft/verify rounds until max_new_tokens. Greedy output equals generate()'s
+// token for token. Refused (one line): no MTP layer, keep_logits, forced tokens, the prompt
+// one token at a time, prompt hidden states.
+GenerateResult generate_speculative(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opt);
+
+// The MTP layer's logits over a prompt (`fp4moe generate --dump-mtp-logits`): one target step
+// over the prompt (its hidden states after the final norm), then one MTP step over positions
+// 0 .. P-2 with token i+1 and the target's hidden state at i. Returns F32 [P-1, vocab]; row i
+// predicts the token at i + 2. Errors (one line): a prompt under 2 tokens, no MTP layer.
+std::vector<float> mtp_prompt_logits(Model& model, const std::vector<int32_t>& prompt, int64_t page_size, KvElem kv_elem);
 
 }  // namespace fp4moe::model

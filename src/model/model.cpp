@@ -84,8 +84,7 @@ std::vector<bool> Model::kv_index_layers() const {
   return v;
 }
 
-void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
-  const LayerWeights& lw = w_.layers[size_t(layer)];
+void Model::mlp(int64_t layer, const LayerWeights& lw, const float* h, int64_t T, float* out) {
   if (lw.is_moe) {
     CpuMoeOptions o;
     o.threads = threads();
@@ -111,26 +110,23 @@ void Model::mlp(int64_t layer, const float* h, int64_t T, float* out) {
   cpu::linear_cpu(lw.mlp.down.w, g, T, out, threads());
 }
 
-void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool& kv,
-                 const std::vector<int32_t>& logits_rows, const TensorView& logits_view, HiddenStates* hidden) {
+void Model::check_step(const TensorView& token_view, const KvBatchView& b, const HostKvPool& kv,
+                       const std::vector<int32_t>& logits_rows, const TensorView& logits_view, int64_t kv_layers) {
   const MlaModelConfig& c = cfg_;
-  const int64_t T = b.num_tokens, H = c.hidden;
+  const int64_t T = b.num_tokens;
   FP4MOE_CHECK(token_view.ndim == 1 && token_view.size(0) == T && token_view.is_contiguous() &&
                    token_view.device == Device::Host,
                "step: tokens are {}, expected I32[{}] host", token_view.describe(), T);
-  const int32_t* tokens = token_view.ptr<const int32_t>();
-  float* logits = nullptr;
-  if (!logits_rows.empty()) {
+  if (!logits_rows.empty())
     FP4MOE_CHECK(logits_view.ndim == 2 && logits_view.size(0) == int64_t(logits_rows.size()) &&
                      logits_view.size(1) == c.vocab && logits_view.is_contiguous() && logits_view.device == Device::Host,
                  "step: logits are {}, expected F32[{}, {}] host", logits_view.describe(), logits_rows.size(), c.vocab);
-    logits = logits_view.ptr<float>();
-  }
   const PagedKvGeometry& g = kv.geometry();
-  FP4MOE_CHECK(g.num_layers == c.num_layers && g.ckv_dim == c.kv_lora_rank && g.kpe_dim == c.qk_rope_dim,
-               "KV pool geometry does not match the model ({} layers, latent {} + {})", c.num_layers, c.kv_lora_rank,
+  FP4MOE_CHECK(g.num_layers >= kv_layers && g.ckv_dim == c.kv_lora_rank && g.kpe_dim == c.qk_rope_dim,
+               "KV pool geometry does not match the model ({} layers, latent {} + {})", kv_layers, c.kv_lora_rank,
                c.qk_rope_dim);
   validate_kv_batch(b, g.page_size, g.num_pages);
+  const int32_t* tokens = token_view.ptr<const int32_t>();
   for (int64_t t = 0; t < T; ++t) {
     FP4MOE_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab, "token id {} is out of the vocabulary (0 .. {})", tokens[t],
                  c.vocab - 1);
@@ -138,8 +134,12 @@ void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool&
                  b.positions[t], c.max_position_embeddings);
   }
   for (int32_t r : logits_rows) FP4MOE_CHECK(r >= 0 && r < T, "logits row {} of a step of {} tokens", r, T);
+}
+
+void Model::begin_step(const KvBatchView& b, Step& s) {
+  const MlaModelConfig& c = cfg_;
+  const int64_t T = b.num_tokens;
   arena_.reset();
-  Step s;
   // Rows with at most topk_k causal keys select them all, so k beyond the longest request
   // changes nothing; this bounds the selection buffer.
   int64_t longest = 1;
@@ -151,6 +151,42 @@ void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool&
   s.sin = arena_.alloc<float>(size_t(T * c.qk_rope_dim / 2 + 1));
   for (int64_t t = 0; t < T; ++t)
     rope_cos_sin(c.rope, b.positions[t], s.cos + t * (c.qk_rope_dim / 2), s.sin + t * (c.qk_rope_dim / 2));
+}
+
+void Model::block(int64_t l, const LayerWeights& lw, IndexerKind kind, float* x, float* h, float* o,
+                  const KvBatchView& b, HostKvPool& kv, Step& s) {
+  const int64_t T = b.num_tokens, H = cfg_.hidden;
+  const float eps = float(cfg_.rms_norm_eps);
+  const bool timed = log_level() <= LogLevel::Debug;
+  auto now = [] { return std::chrono::steady_clock::now(); };
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  const auto t0 = now();
+  rms_norm_rows(x, T, H, H, lw.input_norm.weight.data(), eps, h, H);
+  attention(l, lw, kind, h, b, kv, s, o);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+  const auto t1 = now();
+  rms_norm_rows(x, T, H, H, lw.post_attention_norm.weight.data(), eps, h, H);
+  mlp(l, lw, h, T, o);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+  if (timed) log_debug("step of {} tokens: layer {}: attention {:.2f} ms, {} {:.2f} ms", T, l, ms(t0, t1),
+                       lw.is_moe ? "moe" : "mlp", ms(t1, now()));
+}
+
+void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool& kv,
+                 const std::vector<int32_t>& logits_rows, const TensorView& logits_view, HiddenStates* hidden,
+                 const StepExtras& extras) {
+  const MlaModelConfig& c = cfg_;
+  const int64_t T = b.num_tokens, H = c.hidden;
+  check_step(token_view, b, kv, logits_rows, logits_view, c.num_layers);
+  const int32_t* tokens = token_view.ptr<const int32_t>();
+  float* logits = logits_rows.empty() ? nullptr : logits_view.ptr<float>();
+  Step s;
+  begin_step(b, s);
+  step_form_ = extras.absorbed ? AttentionForm::Absorbed : AttentionForm::Auto;
+  struct FormReset {
+    AttentionForm& f;
+    ~FormReset() { f = AttentionForm::Auto; }
+  } form_reset{step_form_};
 
   float* x = arena_.alloc<float>(size_t(T * H));
   float* h = arena_.alloc<float>(size_t(T * H));
@@ -162,33 +198,28 @@ void Model::step(const TensorView& token_view, const KvBatchView& b, HostKvPool&
     hidden->emplace_back(x, x + T * H);
   }
   const float eps = float(c.rms_norm_eps);
-  const bool timed = log_level() <= LogLevel::Debug;
-  auto now = [] { return std::chrono::steady_clock::now(); };
-  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = w_.layers[size_t(l)];
-    const auto t0 = now();
-    rms_norm_rows(x, T, H, H, lw.input_norm.weight.data(), eps, h, H);
-    attention(l, h, b, kv, s, o);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
-    const auto t1 = now();
-    rms_norm_rows(x, T, H, H, lw.post_attention_norm.weight.data(), eps, h, H);
-    mlp(l, h, T, o);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
-    if (timed) log_debug("step of {} tokens: layer {}: attention {:.2f} ms, {} {:.2f} ms", T, l, ms(t0, t1),
-                         lw.is_moe ? "moe" : "mlp", ms(t1, now()));
+    block(l, w_.layers[size_t(l)], c.indexer[size_t(l)], x, h, o, b, kv, s);
     if (hidden && l + 1 < c.num_layers) hidden->emplace_back(x, x + T * H);
   }
   rms_norm_rows(x, T, H, H, w_.final_norm.weight.data(), eps, h, H);
   if (hidden) hidden->emplace_back(h, h + T * H);
-  if (!logits_rows.empty()) {
-    float* rows = arena_.alloc<float>(logits_rows.size() * size_t(H));
-    for (size_t i = 0; i < logits_rows.size(); ++i)
-      std::memcpy(rows + i * size_t(H), h + int64_t(logits_rows[i]) * H, size_t(H) * sizeof(float));
-    const auto t0 = now();
-    cpu::linear_cpu(w_.lm_head.w, rows, int64_t(logits_rows.size()), logits, threads());
-    if (timed) log_debug("step of {} tokens: lm_head ({} rows) {:.2f} ms", T, logits_rows.size(), ms(t0, now()));
-  }
+  if (extras.final_hidden) std::memcpy(extras.final_hidden, h, size_t(T * H) * sizeof(float));
+  head_rows(w_.lm_head.w, h, logits_rows, logits);
+}
+
+void Model::head_rows(const cpu::LinearView& head, const float* h, const std::vector<int32_t>& logits_rows,
+                      float* logits) {
+  if (logits_rows.empty()) return;
+  const int64_t H = cfg_.hidden;
+  float* rows = arena_.alloc<float>(logits_rows.size() * size_t(H));
+  for (size_t i = 0; i < logits_rows.size(); ++i)
+    std::memcpy(rows + i * size_t(H), h + int64_t(logits_rows[i]) * H, size_t(H) * sizeof(float));
+  const auto t0 = std::chrono::steady_clock::now();
+  cpu::linear_cpu(head, rows, int64_t(logits_rows.size()), logits, threads());
+  if (log_level() <= LogLevel::Debug)
+    log_debug("lm_head ({} rows) {:.2f} ms", logits_rows.size(),
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace fp4moe::model

@@ -46,6 +46,14 @@ struct StepChoiceHooks {
   std::function<void(int64_t layer, int64_t tokens, const float* logits, const int32_t* ids)> on_routing;
 };
 
+// Per-step choices of Model::step beyond the batch.
+struct StepExtras {
+  float* final_hidden = nullptr;  // [T, hidden]: every token's hidden state after the final norm (MTP input)
+  // Every request in the weight-absorbed attention form, whatever its token count: the verify
+  // step of speculative decoding, so that its rows equal one-token decode steps bit for bit.
+  bool absorbed = false;
+};
+
 struct ModelOptions {
   int threads = 0;                       // 0: default_num_threads()
   AttentionForm attention = AttentionForm::Auto;
@@ -79,13 +87,39 @@ class Model {
   // [logits_rows.size(), vocab] contiguous host, in that order (may be empty when no rows are
   // asked for). hidden: filled when non-null.
   void step(const TensorView& tokens, const KvBatchView& batch, HostKvPool& kv, const std::vector<int32_t>& logits_rows,
-            const TensorView& logits, HiddenStates* hidden = nullptr);
+            const TensorView& logits, HiddenStates* hidden = nullptr, const StepExtras& extras = {});
+
+  // The MTP layer (model.layers.{num_layers}; mtp.cpp) over a step's flat tokens: for flat token
+  // t at position p (batch.positions[t]) with the target's hidden state h_in[t] at p (after the
+  // final norm, as SGLang and vLLM feed it) and token tokens[t] = the token at p + 1:
+  //   e = enorm(embed(token)), g = hnorm(h_in), x = eh_proj([e | g]), x = decoder block(x) with
+  //   the MTP layer's own KV (pool layer num_layers), h_out = shared_head.norm(x),
+  //   logits = head(h_out) (the MTP layer's own shared_head.head, else lm_head)
+  // — the logits predict the token at p + 2. h_in [T, hidden]; h_out [T, hidden] or null;
+  // logits rows as step(). The pool must have num_layers + 1 layers (mtp_kv_geometry).
+  void mtp_step(const TensorView& tokens, const float* h_in, const KvBatchView& batch, HostKvPool& kv,
+                const std::vector<int32_t>& logits_rows, const TensorView& logits, float* h_out);
+  bool has_mtp() const { return !w_.mtp.empty(); }
+  // A cache geometry with the MTP layer's KV as one more layer (index num_layers), and its index layers.
+  PagedKvGeometry mtp_kv_geometry(int64_t page_size, int64_t num_pages, KvElem elem = KvElem::BF16) const;
+  std::vector<bool> mtp_kv_index_layers() const;
 
  private:
   Model() = default;
   struct Step;  // per-step scratch pointers (model.cpp)
-  void attention(int64_t layer, const float* h, const KvBatchView& batch, HostKvPool& kv, Step& s, float* out);
-  void mlp(int64_t layer, const float* h, int64_t tokens, float* out);
+  // kv_layer: the pool layer (and hook index); lw / kind: the block's weights and indexer kind.
+  void attention(int64_t kv_layer, const LayerWeights& lw, IndexerKind kind, const float* h, const KvBatchView& batch,
+                 HostKvPool& kv, Step& s, float* out);
+  void mlp(int64_t layer, const LayerWeights& lw, const float* h, int64_t tokens, float* out);
+  // One decoder block in place on x [T, hidden] (h, o: [T, hidden] scratch).
+  void block(int64_t kv_layer, const LayerWeights& lw, IndexerKind kind, float* x, float* h, float* o,
+             const KvBatchView& b, HostKvPool& kv, Step& s);
+  // logits [rows, vocab] = head(h[row]) for each row asked for (nothing when none).
+  void head_rows(const cpu::LinearView& head, const float* h, const std::vector<int32_t>& logits_rows, float* logits);
+  void begin_step(const KvBatchView& b, Step& s);  // arena reset, rope tables, top-k buffer
+  void check_step(const TensorView& tokens, const KvBatchView& b, const HostKvPool& kv,
+                  const std::vector<int32_t>& logits_rows, const TensorView& logits, int64_t kv_layers);
+  AttentionForm step_form_ = AttentionForm::Auto;
   int threads() const;
 
   std::unique_ptr<Checkpoint> ck_;

@@ -382,10 +382,16 @@ json Server::usage_json(const GenerationCall& call) const {
     c = std::max(c, call.choices[i].usage().cached_tokens);
   }
   for (int32_t c : cached_per_prompt) cached += c;
-  return {{"prompt_tokens", prompt},
-          {"completion_tokens", completion},
-          {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  json u = {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  if (speculative_steps_ > 0) {  // the draft/verify rounds of every choice (SGLang's meta_info spec_verify_ct)
+    int64_t verify = 0;
+    for (const auto& c : call.choices) verify += c.usage().spec_verify_steps;
+    u["spec_verify_ct"] = verify;
+  }
+  return u;
 }
 
 json Server::generate_object(const GenerationCall& call, int32_t i) const {
@@ -406,6 +412,7 @@ json Server::generate_object(const GenerationCall& call, int32_t i) const {
                {"completion_tokens", int64_t(c.tokens().size())},
                {"cached_tokens", c.usage().cached_tokens},
                {"e2e_latency", std::chrono::duration<double>(Clock::now() - call.start).count()}};
+  if (speculative_steps_ > 0) meta["spec_verify_ct"] = c.usage().spec_verify_steps;
   meta["finish_reason"] = c.finished() ? json{{"type", c.finish_reason()}, {"matched", c.matched()}} : json(nullptr);
   if (c.finished() && !c.abort_message().empty()) meta["finish_reason"]["message"] = c.abort_message();
   if (call.request.logprobs >= 0) {

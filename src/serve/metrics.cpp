@@ -65,6 +65,13 @@ void Metrics::on_moe_gemm(int32_t, std::span<const int32_t> tokens_per_expert) {
   expert_tokens.observe_all(tokens_per_expert);
 }
 
+void Metrics::on_speculative(int32_t drafted, int32_t accepted, int32_t emitted) {
+  spec_drafted_ += uint64_t(drafted);
+  spec_accepted_ += uint64_t(accepted);
+  ++spec_rounds_;
+  spec_accept_length.observe(double(emitted));
+}
+
 void Metrics::request_finished(engine::FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
                                int32_t completion_tokens) {
   ++finished_[size_t(reason)];
@@ -111,6 +118,9 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   seconds("fp4moe_engine_backend_seconds_total",
           "Wall time inside the backend's step / decode calls; busy minus this is the engine's host work.",
           s.backend_seconds);
+  counter("fp4moe_spec_verify_steps_total", "Speculative decoding: draft/verify rounds, per request.", spec_rounds_);
+  counter("fp4moe_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed by the MTP layer.", spec_drafted_);
+  counter("fp4moe_spec_accepted_tokens_total", "Speculative decoding: draft tokens the target accepted.", spec_accepted_);
   counter("fp4moe_moe_gemms_total", "Grouped MoE GEMMs the backend reported.", moe_gemms_);
   {
     std::lock_guard<std::mutex> lock(errors_mu_);
@@ -137,6 +147,8 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   itl.render(out, "fp4moe_inter_token_latency_seconds", "Time between consecutive tokens of a choice.");
   e2e.render(out, "fp4moe_e2e_request_latency_seconds", "Time from request arrival to its last token.");
   expert_tokens.render(out, "fp4moe_moe_expert_tokens", "Tokens routed to one expert in one grouped MoE GEMM.");
+  spec_accept_length.render(out, "fp4moe_spec_accept_length",
+                            "Speculative decoding: tokens one request's draft/verify round emitted.");
   step_requests.render(out, "fp4moe_step_batch_requests", "Requests in one model step (the running batch).");
   step_tokens.render(out, "fp4moe_step_batch_tokens", "Tokens computed in one model step.");
   return out;

@@ -45,6 +45,7 @@ class Metrics : public engine::StepObserver {
   Metrics();
   void on_step(int32_t requests, int32_t tokens) override;
   void on_moe_gemm(int32_t layer, std::span<const int32_t> tokens_per_expert) override;
+  void on_speculative(int32_t drafted, int32_t accepted, int32_t emitted) override;
 
   void request_started() { ++requests_; }
   void request_finished(engine::FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
@@ -57,6 +58,8 @@ class Metrics : public engine::StepObserver {
   Histogram e2e{{0.01, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480}};
   Histogram expert_tokens{{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}};
   Histogram step_requests{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}};
+  // Tokens one request's draft/verify round emitted (accepted drafts + 1, unless a stop or max_tokens cut it).
+  Histogram spec_accept_length{{1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}};
   Histogram step_tokens{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}};
 
   std::string render(const engine::EngineStats& engine, bool healthy) const;
@@ -65,6 +68,7 @@ class Metrics : public engine::StepObserver {
   std::atomic<uint64_t> requests_{0};
   std::array<std::atomic<uint64_t>, 3> finished_{};  // by FinishReason
   std::atomic<uint64_t> prompt_tokens_{0}, cached_tokens_{0}, generation_tokens_{0}, moe_gemms_{0};
+  std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0}, spec_rounds_{0};
   std::atomic<uint64_t> moe_routed_{0}, moe_experts_{0}, moe_active_experts_{0};
   mutable std::mutex errors_mu_;
   std::map<int, uint64_t> http_errors_;

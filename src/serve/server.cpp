@@ -81,6 +81,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     c.kv_elem = o.kv_cache_dtype == "f32"        ? KvElem::F32
                 : o.kv_cache_dtype == "fp8_e4m3" ? KvElem::FP8_E4M3
                                                  : KvElem::BF16;
+    c.speculative_steps = engine::speculative_steps(o.speculative, o.backend, o.num_continuous_decode_steps);
     return std::make_unique<engine::CpuModelBackend>(c);
   }
   if (o.backend == "cuda") {
@@ -148,6 +149,7 @@ void Server::load() {
   FP4MOE_CHECK(opt_.max_queued_requests >= -1, "--max-queued-requests must be >= 0 (got {})", opt_.max_queued_requests);
   FP4MOE_CHECK(opt_.context_length >= 0, "--context-length must be positive (got {})", opt_.context_length);
   FP4MOE_CHECK(opt_.backend == "fake" || !opt_.model.empty(), "--model DIR is required (except with --backend fake)");
+  speculative_steps_ = engine::speculative_steps(opt_.speculative, opt_.backend, opt_.num_continuous_decode_steps);
   // The model folder's tokenizer; the fake backend without a folder uses the byte stand-in.
   const std::string tokenizer_dir = opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path;
   codec_ = tokenizer_dir.empty() ? make_byte_codec() : make_hf_text_codec(tokenizer_dir);
@@ -174,6 +176,7 @@ void Server::load() {
   sc.max_running = opt_.max_running_requests;
   sc.chunked_prefill_size = opt_.chunked_prefill_size;
   sc.decode_steps = opt_.num_continuous_decode_steps;
+  sc.speculative_tokens = speculative_steps_ > 0 ? speculative_steps_ + 1 : 0;
   sc.radix_cache = !opt_.disable_radix_cache;
   sc.context_length = context_length_;
   sc.eos_ids = codec_->eos_ids();
@@ -183,10 +186,12 @@ void Server::load() {
   backend_->set_observer(&step_clock_);
   engine_ = std::make_unique<engine::Engine>(sc, *backend_, eo);
   log_info("serving '{}' ({} backend, tokenizer: {}) on http://{}:{}; memory plan: {}; max running {}, decode steps {}, "
-           "chunked prefill {}, context {}{}{}",
+           "chunked prefill {}, context {}{}{}{}",
            served_name_, backend_info_.name, codec_->name(), opt_.host, opt_.port, plan_.describe(),
            opt_.max_running_requests, opt_.num_continuous_decode_steps, opt_.chunked_prefill_size, context_length_,
-           opt_.disable_radix_cache ? ", radix cache off" : "", opt_.api_key.empty() ? "" : ", API key required");
+           opt_.disable_radix_cache ? ", radix cache off" : "", opt_.api_key.empty() ? "" : ", API key required",
+           speculative_steps_ > 0 ? fmt::format(", speculative NEXTN {} steps (MTP layer KV in the pool)", speculative_steps_)
+                                  : "");
   if (plan_.tokens() < context_length_)
     log_warn("the KV pool ({} tokens) is smaller than the context ({}): requests are limited to {} tokens", plan_.tokens(),
              context_length_, max_request_tokens_);
@@ -296,6 +301,10 @@ void Server::routes() {
                     {"port", opt_.port},
                     {"max_running_requests", opt_.max_running_requests},
                     {"num_continuous_decode_steps", opt_.num_continuous_decode_steps},
+                    {"speculative_algorithm", speculative_steps_ > 0 ? json(opt_.speculative.algorithm) : json(nullptr)},
+                    {"speculative_num_steps", speculative_steps_ > 0 ? json(speculative_steps_) : json(nullptr)},
+                    {"speculative_eagle_topk", speculative_steps_ > 0 ? json(1) : json(nullptr)},
+                    {"speculative_num_draft_tokens", speculative_steps_ > 0 ? json(speculative_steps_ + 1) : json(nullptr)},
                     {"chunked_prefill_size", opt_.chunked_prefill_size},
                     {"max_total_tokens", plan_.tokens()},
                     {"mem_fraction_static", plan_.mem_fraction_static},

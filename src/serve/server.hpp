@@ -1,6 +1,7 @@
 // fp4moe serve: an OpenAI-compatible (and SGLang-native) HTTP server over the engine.
 #pragma once
 
+#include "engine/speculative_options.hpp"
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,7 @@ struct ServeOptions {
   std::string served_model_name;     // default: the model folder's name
   int32_t max_running_requests = 64;
   int32_t num_continuous_decode_steps = 1;
+  engine::SpeculativeFlags speculative;  // --speculative-* (engine/speculative_options.hpp)
   int32_t chunked_prefill_size = 2048;
   int64_t max_total_tokens = 0;      // 0: from --mem-fraction-static / the backend
   double mem_fraction_static = 0.0;  // 0: the backend's default (0.88 of the device)

@@ -37,6 +37,9 @@ class StepClock : public engine::StepObserver {
     last_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     inner_.on_step(requests, tokens);
   }
+  void on_speculative(int32_t drafted, int32_t accepted, int32_t emitted) override {
+    inner_.on_speculative(drafted, accepted, emitted);
+  }
   void on_moe_gemm(int32_t layer, std::span<const int32_t> tokens_per_expert) override {
     inner_.on_moe_gemm(layer, tokens_per_expert);
   }
@@ -134,6 +137,7 @@ class Server {
   engine::MemoryPlan plan_;
   engine::BackendInfo backend_info_;
   int32_t context_length_ = 0;
+  int32_t speculative_steps_ = 0;  // --speculative-num-steps when --speculative-algorithm is on, else 0
   int32_t max_request_tokens_ = 0;  // min(context, KV pool)
   std::atomic<State> state_{State::kLoading};
   std::atomic<bool> loaded_{false};

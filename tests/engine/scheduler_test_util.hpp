@@ -71,7 +71,7 @@ inline SchedulerConfig config(int32_t page, int32_t pages, int32_t max_running, 
 // Runs specs (ids 1..n) to completion; calls each_round after every round; checks the page
 // invariants after every round.
 inline std::map<uint64_t, Outcome> run_all(const SchedulerConfig& cfg, const std::vector<RequestSpec>& specs,
-                                           FakeBackend& backend, SchedulerStats* stats = nullptr,
+                                           Backend& backend, SchedulerStats* stats = nullptr,
                                            const std::function<void(Scheduler&, int)>& each_round = {}) {
   backend.init_kv(cfg.num_pages, cfg.page_size, cfg.chunked_prefill_size + cfg.max_running, cfg.max_running);
   Scheduler s(cfg, backend);

@@ -68,7 +68,13 @@ TEST(ForwardPaths, PrefillLogitsEqualTokenByTokenDecodeLogitsWithin1em4) {
       g.forced.assign(prefill.tokens.begin() + 64, prefill.tokens.end());
       const auto decode = model::generate(*m, prompt, g);
       ASSERT_EQ(prefill.logits.size(), decode.logits.size());
-      EXPECT_LE(worst_row(prefill.logits, decode.logits, m->config().vocab), 1e-4)
+      // F32 cache: the two attention forms differ by FP32 rounding only. BF16 / FP8 caches: a key
+      // or latent element the two paths compute ~1e-7 apart can round to neighbouring stored
+      // values (one BF16 ulp = 2^-8 relative), a discrete event whose effect depends on the
+      // summation order of the FP32 dots; measured up to 1.7e-4 (glm5-tiny-sparse, BF16) with the
+      // batch-invariant weight dot (cpu/avx2_weight_dot.hpp), so 5e-4 there.
+      const double bound = kv == KvElem::F32 ? 1e-4 : 5e-4;
+      EXPECT_LE(worst_row(prefill.logits, decode.logits, m->config().vocab), bound)
           << name << " kv " << kv_elem_name(kv);
     }
 }

@@ -1,0 +1,42 @@
+#include "engine/speculative_options.hpp"
+
+#include "core/error.hpp"
+
+namespace fp4moe::engine {
+
+const char* const kSpeculativeAlgorithmHelp =
+    "NEXTN (EAGLE: the same): speculative decoding with the checkpoint's MTP layer as the draft (CPU backend; a "
+    "checkpoint without one is refused). Greedy output is unchanged token for token; sampled output keeps the "
+    "target's distribution (rejection sampling)";
+const char* const kSpeculativeNumStepsHelp = "MTP draft steps per draft/verify round, 1..16 (default 3)";
+const char* const kSpeculativeEagleTopkHelp = "draft branches per step: 1 only (a chain; draft trees are not offered)";
+const char* const kSpeculativeNumDraftTokensHelp =
+    "tokens one verify step checks per request: --speculative-num-steps + 1 only (the default)";
+
+int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend, int32_t continuous_decode_steps) {
+  if (f.algorithm.empty()) {
+    FP4MOE_CHECK(!f.num_steps && !f.eagle_topk && !f.num_draft_tokens,
+                 "--speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens need "
+                 "--speculative-algorithm NEXTN");
+    return 0;
+  }
+  FP4MOE_CHECK(f.algorithm == "NEXTN" || f.algorithm == "EAGLE",
+               "--speculative-algorithm {}: only NEXTN (or its alias EAGLE: the model's own MTP layer) is offered",
+               f.algorithm);
+  const int32_t n = f.num_steps.value_or(3);
+  FP4MOE_CHECK(n >= 1 && n <= 16, "--speculative-num-steps {} must be in [1, 16]", n);
+  FP4MOE_CHECK(f.eagle_topk.value_or(1) == 1,
+               "--speculative-eagle-topk {}: only 1 (chain drafts) is offered; draft trees are not", *f.eagle_topk);
+  FP4MOE_CHECK(f.num_draft_tokens.value_or(n + 1) == n + 1,
+               "--speculative-num-draft-tokens {} must be --speculative-num-steps + 1 = {} with a chain draft",
+               *f.num_draft_tokens, n + 1);
+  FP4MOE_CHECK(backend == "cpu",
+               "--speculative-algorithm: the {} backend does not run the MTP draft yet (--backend cpu does)", backend);
+  FP4MOE_CHECK(continuous_decode_steps == 1,
+               "--speculative-algorithm with --num-continuous-decode-steps {}: a decode round is one draft/verify round "
+               "(up to N + 1 tokens per request); set --num-continuous-decode-steps 1",
+               continuous_decode_steps);
+  return n;
+}
+
+}  // namespace fp4moe::engine

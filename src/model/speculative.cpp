@@ -1,0 +1,272 @@
+#include "model/speculative.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace fp4moe::model {
+namespace {
+
+// The three draw streams of a sampled round, apart from the plain sampler's (seed, index).
+constexpr uint64_t kDraftStream = 0x6d74702d64726166ull;     // "mtp-draf"
+constexpr uint64_t kAcceptStream = 0x6d74702d61636370ull;    // "mtp-accp"
+constexpr uint64_t kResidualStream = 0x6d74702d72657369ull;  // "mtp-resi"
+
+bool greedy(const cpu::SamplingParams& p) { return p.temperature == 0.0f; }
+
+}  // namespace
+
+int32_t draw_from(const std::vector<double>& dist, double u) {
+  double total = 0.0;
+  for (double x : dist) total += x;
+  const double target = u * total;
+  double c = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < dist.size(); ++i) {
+    if (dist[i] <= 0.0) continue;
+    last = int32_t(i);
+    c += dist[i];
+    if (c > target) return int32_t(i);
+  }
+  return last;
+}
+
+SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u_accept,
+                              double u_residual) {
+  FP4MOE_CHECK(p.size() == q.size() && d >= 0 && size_t(d) < p.size(), "verify_sampled: draft {} of a {}-token vocabulary", d,
+               p.size());
+  if (q[size_t(d)] > 0.0 && u_accept * q[size_t(d)] < p[size_t(d)]) return {d, true};
+  std::vector<double> resid(p.size());
+  double mass = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) mass += resid[i] = std::max(0.0, p[i] - q[i]);
+  return {draw_from(mass > 0.0 ? resid : p, u_residual), false};
+}
+
+MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps) : model_(model), kv_(kv), n_(num_steps) {
+  FP4MOE_CHECK(model.has_mtp(), "speculative decoding needs the checkpoint's MTP layer (model.layers.{}.*), and it has none",
+               model.config().num_layers);
+  FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
+  FP4MOE_CHECK(kv.geometry().num_layers == model.config().num_layers + 1,
+               "speculative decoding: the KV pool has {} layers, expected {} (the MTP layer's included)",
+               kv.geometry().num_layers, model.config().num_layers + 1);
+}
+
+void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int32_t> tokens, const float* hidden,
+                                    int32_t next, std::span<const int32_t> pages) {
+  const int64_t H = model_.config().hidden;
+  const int32_t n = int32_t(tokens.size());
+  if (n == 0) return;
+  State& s = state_[id];
+  Queued q;
+  q.pages.assign(pages.begin(), pages.end());
+  if (s.pending_pos >= 0 && s.pending_pos == p0 - 1) {
+    q.p0 = p0 - 1;
+    q.hidden = s.pending_hidden;
+    q.tokens.push_back(tokens[0]);
+  } else {
+    q.p0 = p0;
+  }
+  s.pending_pos = -1;
+  for (int32_t j = 0; j + 1 < n; ++j) {
+    q.hidden.insert(q.hidden.end(), hidden + int64_t(j) * H, hidden + int64_t(j + 1) * H);
+    q.tokens.push_back(tokens[size_t(j) + 1]);
+  }
+  const float* last = hidden + int64_t(n - 1) * H;
+  if (next >= 0) {
+    q.hidden.insert(q.hidden.end(), last, last + H);
+    q.tokens.push_back(next);
+  } else {
+    s.pending_pos = p0 + n - 1;
+    s.pending_hidden.assign(last, last + H);
+  }
+  if (!q.tokens.empty()) queue_[id] = std::move(q);
+}
+
+namespace {
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void MtpSpeculator::run_queued() {
+  if (queue_.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t H = model_.config().hidden, V = model_.config().vocab;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, q] : queue_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows;
+  std::vector<float> hin;
+  for (uint64_t id : ids) {
+    const Queued& q = queue_[id];
+    for (size_t j = 0; j < q.tokens.size(); ++j) {
+      tokens.push_back(q.tokens[j]);
+      pos.push_back(q.p0 + int32_t(j));
+    }
+    hin.insert(hin.end(), q.hidden.begin(), q.hidden.end());
+    qo.push_back(int32_t(tokens.size()));
+    kv_len.push_back(q.p0 + int32_t(q.tokens.size()));
+    pages.insert(pages.end(), q.pages.begin(), q.pages.end());
+    page_ptr.push_back(int32_t(pages.size()));
+    rows.push_back(int32_t(tokens.size()) - 1);
+  }
+  const int64_t T = int64_t(tokens.size());
+  std::vector<float> logits(rows.size() * size_t(V)), hout(static_cast<size_t>(T * H));
+  const KvBatchView b{int64_t(ids.size()), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+  queue_.clear();
+  model_.mtp_step(TensorView::of(tokens.data(), {T}), hin.data(), b, kv_, rows,
+                  TensorView::of(logits.data(), {int64_t(rows.size()), V}), hout.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    State& s = state_[ids[i]];
+    s.mtp_pos = pos[size_t(rows[i])];
+    s.draft_logits.assign(logits.begin() + int64_t(i) * V, logits.begin() + int64_t(i + 1) * V);
+    s.draft_hidden.assign(hout.begin() + int64_t(rows[i]) * H, hout.begin() + int64_t(rows[i] + 1) * H);
+  }
+  times.mtp += since(t0);
+}
+
+std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>& reqs) {
+  const int64_t H = model_.config().hidden, V = model_.config().vocab;
+  const size_t R = reqs.size();
+  std::vector<SpecRoundResult> out(R);
+  std::vector<int32_t> n(R, 0);
+  std::vector<std::vector<int32_t>> drafts(R);
+  std::vector<std::vector<std::vector<double>>> q(R);  // sampled requests: the draft distributions
+  std::vector<std::vector<float>> g(R);                // the MTP hidden state of the last draft
+  for (size_t r = 0; r < R; ++r) {
+    const SpecRequest& rq = reqs[r];
+    FP4MOE_CHECK(rq.max_new >= 1, "speculative round: max_new {} for request {}", rq.max_new, rq.id);
+    auto it = state_.find(rq.id);
+    const bool ready = it != state_.end() && it->second.mtp_pos == rq.start - 1 && !it->second.draft_logits.empty();
+    n[r] = ready ? std::min(n_, rq.max_new - 1) : 0;
+    if (n[r] > 0) g[r] = it->second.draft_hidden;
+  }
+  // The draft of request r at index k from the MTP logits row.
+  auto choose = [&](size_t r, int32_t k, const float* row) {
+    const SpecRequest& rq = reqs[r];
+    std::vector<int32_t> gen = rq.generated;
+    gen.insert(gen.end(), drafts[r].begin(), drafts[r].end());
+    cpu::SamplingParams p = rq.sampling;
+    p.logprobs_top_n = -1;
+    int32_t tok;
+    if (greedy(p)) {
+      tok = cpu::sample_cpu(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen, rq.output_index + uint64_t(k)).token;
+    } else {
+      q[r].push_back(cpu::sampling_distribution(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
+      tok = draw_from(q[r].back(), cpu::sampling_uniform(p.seed ^ kDraftStream, rq.output_index + uint64_t(k)));
+    }
+    if (draft_override) tok = draft_override(rq.id, rq.output_index + uint64_t(k), tok);
+    FP4MOE_CHECK(tok >= 0 && tok < V, "draft token {} outside the vocabulary", tok);
+    drafts[r].push_back(tok);
+  };
+  int32_t longest = 0;
+  for (size_t r = 0; r < R; ++r) {
+    if (n[r] > 0) choose(r, 0, state_[reqs[r].id].draft_logits.data());
+    longest = std::max(longest, n[r]);
+  }
+  // 1. The chained draft steps k = 1 .. n − 1 (one token per request still drafting).
+  const auto t_draft = std::chrono::steady_clock::now();
+  for (int32_t k = 1; k < longest; ++k) {
+    std::vector<size_t> who;
+    std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows;
+    std::vector<float> hin;
+    for (size_t r = 0; r < R; ++r) {
+      if (n[r] <= k) continue;
+      who.push_back(r);
+      tokens.push_back(drafts[r][size_t(k) - 1]);
+      pos.push_back(reqs[r].start + k - 1);
+      qo.push_back(int32_t(tokens.size()));
+      kv_len.push_back(reqs[r].start + k);
+      pages.insert(pages.end(), reqs[r].pages.begin(), reqs[r].pages.end());
+      page_ptr.push_back(int32_t(pages.size()));
+      rows.push_back(int32_t(tokens.size()) - 1);
+      hin.insert(hin.end(), g[r].begin(), g[r].end());
+    }
+    const int64_t T = int64_t(tokens.size());
+    std::vector<float> logits(static_cast<size_t>(T * V)), hout(static_cast<size_t>(T * H));
+    const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+    model_.mtp_step(TensorView::of(tokens.data(), {T}), hin.data(), b, kv_, rows, TensorView::of(logits.data(), {T, V}),
+                    hout.data());
+    for (size_t i = 0; i < who.size(); ++i) {
+      choose(who[i], k, logits.data() + int64_t(i) * V);
+      g[who[i]].assign(hout.begin() + int64_t(i) * H, hout.begin() + int64_t(i + 1) * H);
+    }
+  }
+  times.draft += since(t_draft);
+  // 2. Verify: the target over [last, d_1 .. d_n] of every request, absorbed attention.
+  const auto t_verify = std::chrono::steady_clock::now();
+  std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, off(R);
+  for (size_t r = 0; r < R; ++r) {
+    const SpecRequest& rq = reqs[r];
+    FP4MOE_CHECK(int64_t(rq.pages.size()) * kv_.geometry().page_size >= rq.start + n[r] + 1,
+                 "speculative round: request {} has pages for {} positions, the round writes {}", rq.id,
+                 int64_t(rq.pages.size()) * kv_.geometry().page_size, rq.start + n[r] + 1);
+    off[r] = int32_t(tokens.size());
+    tokens.push_back(rq.last_token);
+    tokens.insert(tokens.end(), drafts[r].begin(), drafts[r].end());
+    for (int32_t k = 0; k <= n[r]; ++k) {
+      pos.push_back(rq.start + k);
+      rows.push_back(off[r] + k);
+    }
+    qo.push_back(int32_t(tokens.size()));
+    kv_len.push_back(rq.start + n[r] + 1);
+    pages.insert(pages.end(), rq.pages.begin(), rq.pages.end());
+    page_ptr.push_back(int32_t(pages.size()));
+  }
+  const int64_t T = int64_t(tokens.size());
+  std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
+  {
+    const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+    StepExtras x;
+    x.final_hidden = hidden.data();
+    x.absorbed = true;
+    model_.step(TensorView::of(tokens.data(), {T}), b, kv_, rows, TensorView::of(logits.data(), {T, V}), nullptr, x);
+  }
+  times.verify += since(t_verify);
+  // 3. Accept, 4. the stop / max_new cut, then the MTP layer over the emitted pairs.
+  for (size_t r = 0; r < R; ++r) {
+    const SpecRequest& rq = reqs[r];
+    const std::vector<int32_t> prompt(rq.prompt.begin(), rq.prompt.end());
+    std::vector<int32_t> gen = rq.generated;
+    SpecRoundResult& res = out[r];
+    res.drafted = n[r];
+    auto emit = [&](cpu::SampledToken&& t) {
+      gen.push_back(t.token);
+      res.tokens.push_back(std::move(t));
+      const int32_t tok = res.tokens.back().token;
+      return std::find(rq.stop_ids.begin(), rq.stop_ids.end(), tok) != rq.stop_ids.end() ||
+             int32_t(res.tokens.size()) >= rq.max_new;
+    };
+    for (int32_t k = 0; k <= n[r]; ++k) {
+      const float* row = logits.data() + int64_t(off[r] + k) * V;
+      const uint64_t idx = rq.output_index + uint64_t(k);
+      if (greedy(rq.sampling) || k == n[r]) {  // greedy, or the bonus: the plain sampler's draw
+        cpu::SampledToken s = cpu::sample_cpu(row, V, rq.sampling, prompt, gen, idx);
+        const bool match = k < n[r] && s.token == drafts[r][size_t(k)];
+        const bool end = emit(std::move(s));
+        if (!match) break;
+        ++res.accepted;
+        if (end) break;
+        continue;
+      }
+      const std::vector<double> p = cpu::sampling_distribution(row, V, rq.sampling, prompt, gen);
+      const SampledVerdict v =
+          verify_sampled(p, q[r][size_t(k)], drafts[r][size_t(k)], cpu::sampling_uniform(rq.sampling.seed ^ kAcceptStream, idx),
+                         cpu::sampling_uniform(rq.sampling.seed ^ kResidualStream, idx));
+      const bool end = emit(cpu::logprobs_of(row, V, rq.sampling, prompt, gen, v.token));
+      if (!v.accepted) break;
+      ++res.accepted;
+      if (end) break;
+    }
+    // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were
+    // [last, emitted_0 .. emitted_{m-2}] (accepted drafts equal the emitted tokens).
+    const int32_t m = int32_t(res.tokens.size());
+    std::vector<int32_t> inputs(tokens.begin() + off[r], tokens.begin() + off[r] + m);
+    add_target_rows(rq.id, rq.start, inputs, hidden.data() + int64_t(off[r]) * H, res.tokens.back().token, rq.pages);
+  }
+  run_queued();
+  return out;
+}
+
+}  // namespace fp4moe::model

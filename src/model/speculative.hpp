@@ -1,0 +1,127 @@
+// Speculative decoding with the model's MTP layer on the CPU backend (SGLang's NEXTN / EAGLE
+// chain, top-k 1): per request, the MTP layer chained N times proposes N draft tokens; one
+// batched target step verifies the N + 1 positions; the longest matching prefix plus one
+// bonus token is accepted.
+//
+// The state of a request between rounds: the MTP layer has run over every pair
+// (h_j, t_{j+1}) up to the request's last computed position j = start − 1 (h_j: the target's
+// hidden state after the final norm), so its KV (pool layer num_layers) holds those positions
+// and its logits / hidden state at start − 1 give the first draft. A round:
+//   1. drafts d_1 .. d_n (n = min(N, max_new − 1)): d_1 from the stored MTP logits; d_k from
+//      the MTP layer at position start + k − 2 with token d_{k−1} and the MTP layer's own
+//      hidden state of the previous draft step (its KV rows there are overwritten later).
+//   2. verify: the target over [t_start, d_1 .. d_n] at positions start .. start + n, in the
+//      weight-absorbed attention form, so that every row equals a one-token decode step bit
+//      for bit (the KV rows of accepted positions are those of the plain run).
+//   3. accept: greedy — d_k while it equals the target's choice at row k−1 (the same draw
+//      sample_cpu makes, penalties included), then the target's own choice (the bonus);
+//      sampled — rejection sampling (Leviathan et al. 2023; Chen et al. 2023): accept d_k with
+//      probability min(1, p(d_k) / q(d_k)) (p, q: the target's and the draft's distributions
+//      after the request's penalties, temperature, top-k / top-p / min-p), else draw from
+//      norm(max(0, p − q)) and stop; after n accepts the bonus is drawn from p. The output is
+//      distributed as the target's. Draws are fixed by (seed, output index) in three streams
+//      (draft, accept, residual); the bonus uses the plain sampler's stream.
+//   4. the emitted tokens end at the first stop id or at max_new; then the MTP layer runs over
+//      the emitted pairs (h from the verify rows), which rewrites its KV at start .. start +
+//      m − 1 with the exact values and gives the next round's first draft.
+// Target KV rows of rejected positions lie beyond the request's length: never read, and
+// overwritten by the next step (the roll-back is the length).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "cpu/sampling_cpu.hpp"
+#include "model/model.hpp"
+
+namespace fp4moe::model {
+
+// One request of a draft/verify round.
+struct SpecRequest {
+  uint64_t id = 0;
+  int32_t start = 0;                  // position of last_token (the request's KV length before the round)
+  int32_t last_token = 0;
+  std::span<const int32_t> pages;     // covers start + min(N, max_new − 1) + 1 positions
+  int32_t max_new = 1;                // tokens the round may emit at most (>= 1)
+  std::span<const int32_t> stop_ids;  // the round ends after emitting one of them
+  cpu::SamplingParams sampling;
+  std::span<const int32_t> prompt;
+  std::vector<int32_t> generated;     // tokens generated before the round (penalties)
+  uint64_t output_index = 0;          // index of the round's first emitted token (the draws)
+};
+
+struct SpecRoundResult {
+  std::vector<cpu::SampledToken> tokens;  // 1 .. n + 1 emitted
+  int32_t drafted = 0;                    // n
+  int32_t accepted = 0;                   // drafts accepted (emitted = accepted + 1, unless a stop / max_new cut it)
+};
+
+// Tests: replaces the MTP's draft choice (request id, the output index the draft proposes a token
+// for, the MTP's own choice);
+// returns the token to propose (drafts from a precomputed run exercise the accept paths that a
+// random-weight model rarely reaches). The draft distribution q stays the MTP's.
+using DraftOverride = std::function<int32_t(uint64_t id, uint64_t output_index, int32_t mtp_choice)>;
+
+// Draws from an unnormalised distribution: the first i whose cumulative mass exceeds u · total.
+int32_t draw_from(const std::vector<double>& dist, double u);
+
+// One sampled verification position: the draft d was drawn from q; p is the target's
+// distribution. Accepts d with probability min(1, p(d) / q(d)) (u_accept < p(d) / q(d)), else
+// draws from norm(max(0, p − q)) with u_residual (from p when that is empty). The token
+// emitted is distributed as p.
+struct SampledVerdict {
+  int32_t token = -1;
+  bool accepted = false;
+};
+SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u_accept,
+                              double u_residual);
+
+class MtpSpeculator {
+ public:
+  // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
+  MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps);
+  int32_t num_steps() const { return n_; }
+  DraftOverride draft_override;  // tests only
+  // Wall seconds since construction: chained draft steps, verify steps, MTP steps over emitted / prompt pairs.
+  struct Times {
+    double draft = 0.0, verify = 0.0, mtp = 0.0;
+  } times;
+
+  // After a target step that computed positions [p0, p0 + tokens.size()) of a request, with
+  // `hidden` its rows after the final norm [n, hidden]: queues the MTP pairs (h_j, t_{j+1})
+  // whose next token is known (next: the token sampled after the last position, or -1 for a
+  // prefill chunk that does not sample; that row waits for the next chunk).
+  void add_target_rows(uint64_t id, int32_t p0, std::span<const int32_t> tokens, const float* hidden, int32_t next,
+                       std::span<const int32_t> pages);
+  // One MTP step over every queued pair of every request (batched).
+  void run_queued();
+  // One draft/verify round over the requests; results in request order.
+  std::vector<SpecRoundResult> round(const std::vector<SpecRequest>& requests);
+  void forget(uint64_t id) { state_.erase(id); queue_.erase(id); }
+
+ private:
+  struct State {
+    int32_t mtp_pos = -1;               // last position the MTP layer ran at (the draft source)
+    std::vector<float> draft_logits;    // [vocab] its logits there
+    std::vector<float> draft_hidden;    // [hidden] its output hidden state there
+    int32_t pending_pos = -1;           // a target row whose next token is not known yet
+    std::vector<float> pending_hidden;  // [hidden]
+  };
+  struct Queued {
+    int32_t p0 = 0;
+    std::vector<int32_t> tokens;  // t_{j+1} for j = p0 ..
+    std::vector<float> hidden;    // h_j rows
+    std::vector<int32_t> pages;
+  };
+  Model& model_;
+  HostKvPool& kv_;
+  int32_t n_;
+  std::unordered_map<uint64_t, State> state_;
+  std::unordered_map<uint64_t, Queued> queue_;
+};
+
+}  // namespace fp4moe::model

@@ -54,4 +54,8 @@ struct SampledToken {
 SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                         const std::vector<int32_t>& output, uint64_t step);
 
+// Constrained decoding: logits[v] = -inf for every token v whose bit in allowed (bit v % 32 of
+// word v / 32) is clear (the reference of the CUDA mask kernel). Returns how many stay.
+int64_t apply_token_bitmask(float* logits, int64_t vocab, const uint32_t* allowed);
+
 }  // namespace fp4moe::cpu

@@ -28,6 +28,7 @@ BackendInfo CpuModelBackend::info() const {
   const auto& c = model_->config();
   BackendInfo i;
   i.name = "cpu";
+  i.applies_token_masks = true;  // sample_row_cpu
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
   const PagedKvGeometry g = model_->kv_geometry(1, 1, opt_.kv_elem);

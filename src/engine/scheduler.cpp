@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -21,6 +22,11 @@ struct Scheduler::Sequence {
   FinishReason reason = FinishReason::kLength;
   int32_t matched_stop = -1;
   std::vector<GeneratedToken> fresh;  // produced this round, not yet emitted
+  std::string abort_message;          // why, when reason is kAbort
+  // Constrained decoding: the grammar's state after the generated tokens, and the bitmask of
+  // the next token (filled on the engine thread before each step that samples).
+  std::optional<grammar::Matcher> matcher;
+  std::vector<uint32_t> mask;
 
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t pending() const { return int32_t(tokens.size()) - kv_len; }
@@ -51,6 +57,15 @@ void Scheduler::add(uint64_t id, RequestSpec spec) {
                spec.prompt.size(), spec.max_new_tokens, cfg_.context_length, int64_t(cfg_.num_pages) * cfg_.page_size);
   auto s = std::make_unique<Sequence>();
   s->id = id;
+  if (spec.grammar) {
+    FP4MOE_CHECK(backend_.info().applies_token_masks, "request {}: the {} backend does not apply grammar masks", id,
+                 backend_.info().name);
+    s->matcher.emplace(spec.grammar);
+    FP4MOE_CHECK(s->matcher->vocab_size() == backend_.info().vocab_size,
+                 "request {}: its grammar was compiled for {} tokens, the model has {}", id, s->matcher->vocab_size(),
+                 backend_.info().vocab_size);
+    s->mask.resize(size_t(grammar::mask_words(s->matcher->vocab_size())));
+  }
   s->tokens = spec.prompt;
   s->prompt_len = int32_t(spec.prompt.size());
   s->spec = std::move(spec);
@@ -158,7 +173,11 @@ void Scheduler::run_round(const EventSink& sink) {
   int32_t steps = 1;
   const bool all_decode =
       std::all_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->pending() == 1; });
-  if (all_decode && cfg_.decode_steps > 1) {
+  // A constrained request's mask depends on the token sampled just before: batches holding one
+  // run one step per round (exact), whatever --num-continuous-decode-steps says.
+  const bool constrained =
+      std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
+  if (all_decode && cfg_.decode_steps > 1 && !constrained) {
     steps = cfg_.decode_steps;
     for (auto& s : running_)
       if (!ensure_pages(*s, s->kv_len + std::min(steps, s->remaining()))) {
@@ -224,7 +243,20 @@ void Scheduler::run_round(const EventSink& sink) {
     if (take[i] == 0) continue;
     Sequence& s = *running_[i];
     const bool samples = s.kv_len + take[i] == int32_t(s.tokens.size());
-    batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, sample_spec(s));
+    SampleSpec spec = sample_spec(s);
+    if (samples && s.matcher) {
+      s.matcher->fill_mask(s.mask);
+      spec.allowed_tokens = s.mask.data();
+      if (std::all_of(s.mask.begin(), s.mask.end(), [](uint32_t w) { return w == 0; })) {
+        // Cannot happen with a complete grammar (its stop ids stay allowed at its end); a
+        // request here finishes instead of sampling from nothing.
+        s.done = true;
+        s.reason = FinishReason::kAbort;
+        s.abort_message = "the grammar allows no next token";
+        continue;
+      }
+    }
+    batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, spec);
     rows.push_back(i);
   }
   auto consume = [&](Sequence& s, int32_t written, std::vector<GeneratedToken>& produced) {
@@ -235,7 +267,15 @@ void Scheduler::run_round(const EventSink& sink) {
       const int32_t id = tok.id;
       s.fresh.push_back(std::move(tok));
       ++totals_.decode_tokens;
-      if (is_stop(s, id)) {
+      if (s.matcher && !s.matcher->accept(id)) {
+        s.done = true;
+        s.reason = FinishReason::kAbort;
+        s.abort_message = fmt::format("the sampled token {} is not one the grammar allows", id);
+      } else if (is_stop(s, id)) {
+        s.done = true;
+        s.reason = FinishReason::kStop;
+        s.matched_stop = id;
+      } else if (s.matcher && s.matcher->terminated()) {  // its stop id ended the grammar (ignore_eos too)
         s.done = true;
         s.reason = FinishReason::kStop;
         s.matched_stop = id;
@@ -332,6 +372,7 @@ void Scheduler::run_round(const EventSink& sink) {
         ev.finished = true;
         ev.reason = s.reason;
         ev.matched_stop_id = s.matched_stop;
+        ev.abort_message = s.abort_message;
         ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated()};
         release(s);
         ++totals_.finished;

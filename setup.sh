@@ -70,13 +70,13 @@ if [ "$(cat "$FLASHINFER_DIR/VERSION" 2>/dev/null)" != "$FLASHINFER_STAMP" ]; th
 fi
 
 # xgrammar's C++ core (constrained decoding, Apache-2.0), from its PyPI source distribution
-# (downloaded, never installed), unpacked into third_party/xgrammar/ (ignored); src/grammar's
-# CMake builds its static library from there (no Python bindings, no tests, no LTO).
+# (downloaded, never installed), unpacked into third_party/xgrammar/ (ignored) and patched;
+# src/grammar's CMake builds its static library from there (no Python bindings, tests or LTO).
 XGRAMMAR_VERSION=0.2.9
 XGRAMMAR_SDIST=xgrammar-${XGRAMMAR_VERSION}.tar.gz
 XGRAMMAR_SHA256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
 XGRAMMAR_DIR=third_party/xgrammar
-XGRAMMAR_STAMP="$XGRAMMAR_VERSION (trie prefix fix)"
+XGRAMMAR_STAMP="$XGRAMMAR_VERSION (tools/grammar/patch_xgrammar.py: 2 fixes)"
 if [ "$(cat "$XGRAMMAR_DIR/FP4MOE_VERSION" 2>/dev/null)" != "$XGRAMMAR_STAMP" ]; then
   mkdir -p .whl
   [ -f ".whl/$XGRAMMAR_SDIST" ] ||
@@ -85,14 +85,9 @@ if [ "$(cat "$XGRAMMAR_DIR/FP4MOE_VERSION" 2>/dev/null)" != "$XGRAMMAR_STAMP" ];
   rm -rf "$XGRAMMAR_DIR" ".whl/xgrammar-${XGRAMMAR_VERSION}" && mkdir -p third_party
   tar -xzf ".whl/$XGRAMMAR_SDIST" -C .whl
   mv ".whl/xgrammar-${XGRAMMAR_VERSION}" "$XGRAMMAR_DIR"
-  # Fix: the vocabulary's pseudo-trie took a token as inside another's subtree when it merely
-  # CONTAINS it (std::string::find), not when it starts with it: rejecting `":` then also
-  # rejected the tokens sorted after it that contain `":` (e.g. `"k":`), an over-strict mask
-  # (found by tests/grammar/grammar_mask_test.cpp's brute force).
-  sed -i 's/(token.find(prefix_stack.top().first) == std::string::npos)/(token.rfind(prefix_stack.top().first, 0) != 0)/' \
-    "$XGRAMMAR_DIR/cpp/tokenizer_info.cc"
-  grep -q 'token.rfind(prefix_stack.top().first, 0) != 0' "$XGRAMMAR_DIR/cpp/tokenizer_info.cc" ||
-    { echo "setup.sh: the xgrammar trie patch did not apply" >&2; exit 1; }
+  # Two fixes found by our tests (an over-strict mask, raw control characters in bounded JSON
+  # strings): tools/grammar/patch_xgrammar.py says what and why.
+  python3 tools/grammar/patch_xgrammar.py "$XGRAMMAR_DIR"
   echo "$XGRAMMAR_STAMP" > "$XGRAMMAR_DIR/FP4MOE_VERSION"
 fi
 

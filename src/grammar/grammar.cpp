@@ -160,6 +160,7 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
     if (depth > lim.max_json_depth)
       throw GrammarError(fmt::format("the json_schema nests {} levels deep, over the limit of {}", depth,
                                      lim.max_json_depth));
+    check_schema_keywords(spec.text);
   }
   const std::string key = cache_key(spec);
   {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.hpp"
@@ -114,6 +115,10 @@ class Matcher {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Refuses (GrammarError) a JSON schema that is not JSON or uses a keyword the compiled grammar
+// would not honour (schema_check.cpp lists what is accepted).
+void check_schema_keywords(std::string_view text);
 
 // The deepest nesting of [ and { outside JSON strings in text (a pre-compile bound).
 int32_t json_nesting_depth(std::string_view text);

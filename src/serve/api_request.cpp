@@ -143,7 +143,7 @@ bool is_empty_string(const json& v) { return v.is_string() && v.get<std::string>
 bool is_text_modality(const json& v) { return v == json::array({"text"}); }
 bool is_standard_tier(const json& v) { return v == "auto" || v == "default"; }
 
-constexpr const char* kConstrained = "it needs constrained decoding of that form, which is not supported yet";
+constexpr const char* kConstrained = "it needs constrained decoding, which is not supported yet";
 constexpr const char* kGuided = "vLLM's guided_* fields are not read: use response_format or SGLang's json_schema, regex or ebnf";
 
 // Sampling fields every endpoint reads (OpenAI names; /generate reads them from sampling_params).

@@ -275,10 +275,10 @@ void Scheduler::run_round(const EventSink& sink) {
         s.done = true;
         s.reason = FinishReason::kStop;
         s.matched_stop = id;
-      } else if (s.matcher && s.matcher->terminated()) {  // its stop id ended the grammar (ignore_eos too)
+      } else if (s.matcher && s.matcher->terminated()) {  // EOS with ignore_eos, or a vocabulary without EOS
         s.done = true;
         s.reason = FinishReason::kStop;
-        s.matched_stop = id;
+        s.matched_stop = std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), id) != cfg_.eos_ids.end() ? id : -1;
       } else if (s.remaining() <= 0 || int32_t(s.tokens.size()) >= cfg_.context_length) {
         s.done = true;
         s.reason = FinishReason::kLength;

@@ -23,9 +23,11 @@ const char* kind_name(Kind k) {
 
 class CompiledGrammar {
  public:
-  explicit CompiledGrammar(xgrammar::CompiledGrammar g, int32_t vocab_size) : g(std::move(g)), vocab_size(vocab_size) {}
+  CompiledGrammar(xgrammar::CompiledGrammar g, int32_t vocab_size, bool end_without_stop)
+      : g(std::move(g)), vocab_size(vocab_size), end_without_stop(end_without_stop) {}
   xgrammar::CompiledGrammar g;
   int32_t vocab_size;
+  bool end_without_stop;  // the vocabulary has no stop id: the grammar ends where its text may end
 };
 
 namespace {
@@ -93,6 +95,7 @@ struct Compiler::Impl {
   Impl(const Vocab& vocab, Limits limits, int threads)
       : limits(limits),
         vocab_size(vocab.vocab_size),
+        end_without_stop(vocab.stop_ids.empty()),
         info(vocab.token_bytes, xgrammar::VocabType::RAW, vocab.vocab_size,
              std::vector<int32_t>(vocab.stop_ids.begin(), vocab.stop_ids.end())),
         compiler(info, threads, /*cache_enabled=*/false) {}
@@ -116,6 +119,7 @@ struct Compiler::Impl {
 
   Limits limits;
   int32_t vocab_size;
+  bool end_without_stop;
   xgrammar::TokenizerInfo info;
   xgrammar::GrammarCompiler compiler;
   mutable std::mutex mu;
@@ -180,7 +184,7 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
     if (bytes > lim.max_compiled_bytes)
       throw GrammarError(fmt::format("the {} compiles to {} MiB, over the limit of {} MiB", what, bytes >> 20,
                                      lim.max_compiled_bytes >> 20));
-    compiled = std::make_shared<const CompiledGrammar>(std::move(g), impl_->vocab_size);
+    compiled = std::make_shared<const CompiledGrammar>(std::move(g), impl_->vocab_size, impl_->end_without_stop);
   } catch (const GrammarError&) {
     throw;
   } catch (const std::exception& e) {
@@ -208,7 +212,8 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
 }
 
 struct Matcher::Impl {
-  explicit Impl(GrammarPtr g) : grammar(std::move(g)), m(grammar->g) {}
+  explicit Impl(GrammarPtr g)
+      : grammar(std::move(g)), m(grammar->g, std::nullopt, /*terminate_without_stop_token=*/grammar->end_without_stop) {}
   GrammarPtr grammar;
   xgrammar::GrammarMatcher m;
 };

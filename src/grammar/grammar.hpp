@@ -53,7 +53,8 @@ class GrammarError : public Error {
 // The vocabulary as the grammar sees it: each token id's bytes in generated text ("" for a
 // special token, which a grammar never allows), the model's logit width (>= token_bytes.size();
 // ids past the tokenizer are never allowed) and the ids that end a generation (EOS): a
-// grammar allows them exactly where its text may end.
+// grammar allows them exactly where its text may end. A vocabulary without stop ids ends a
+// grammar (terminated()) with the first token after which its text may end.
 struct Vocab {
   std::vector<std::string> token_bytes;
   int32_t vocab_size = 0;

@@ -225,6 +225,17 @@ TEST(GrammarMatcher, TerminatesOnStopAndRefusesWhatTheGrammarForbids) {
   EXPECT_FALSE(m.terminated());
 }
 
+TEST(GrammarMatcher, AVocabularyWithoutStopIdsEndsWhereTheTextMayEnd) {
+  Vocab v = test_vocab();
+  v.stop_ids.clear();  // a tokenizer without EOS (tests/text/data/behaviors has none)
+  Compiler c(v);
+  Matcher m(c.compile({Kind::kRegex, "ab", true}));
+  EXPECT_TRUE(m.accept('a'));
+  EXPECT_FALSE(m.terminated());
+  EXPECT_TRUE(m.accept('b'));
+  EXPECT_TRUE(m.terminated());
+}
+
 TEST(GrammarLimits, NestingDepthIgnoresBracketsInStrings) {
   EXPECT_EQ(json_nesting_depth(R"({"a":"[[[{{{","b":[1,{"c":2}]})"), 3);
   EXPECT_EQ(json_nesting_depth(R"("\"[[")"), 0);

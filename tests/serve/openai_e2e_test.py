@@ -793,7 +793,8 @@ class CpuModel(FolderServer):
             (dict(extra_body={"tools": {"type": "function"}}), "tools", "array"),
             (dict(extra_body={"tools": [{"type": "function", "function": {"description": "x"}}]}),
              "tools[0].function.name", "required"),
-            (dict(response_format={"type": "json_object"}), "response_format", "constrained decoding"),
+            (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}),
+             "response_format.json_schema.schema", "unsupported JSON schema keyword 'not'"),
         ]
         for kw, param, says in bad:
             with self.subTest(param=param, says=says):
@@ -801,6 +802,22 @@ class CpuModel(FolderServer):
                     self.client.chat.completions.create(model=name, messages=msgs, max_tokens=2, **kw)
                 self.assertEqual(cm.exception.body["param"], param)
                 self.assertIn(says, cm.exception.body["message"])
+        # Structured output through the CPU model and its real BPE tokenizer (issue 42): masked
+        # greedy decoding gives text inside the grammar, ended by the tokenizer's EOS.
+        r = self.client.chat.completions.create(model=name, messages=msgs, max_tokens=12, temperature=0,
+                                                extra_body={"regex": "(yes|no|maybe)"})
+        self.assertIn(r.choices[0].message.content, ("yes", "no", "maybe"))
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"enum": [1, 22, 333]}},
+                  "required": ["ok", "n"], "additionalProperties": False}
+        r = self.client.chat.completions.create(
+            model=name, messages=msgs, max_tokens=40, temperature=0.8, seed=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        got = json.loads(r.choices[0].message.content)
+        self.assertIsInstance(got["ok"], bool)
+        self.assertIn(got["n"], (1, 22, 333))
+        self.assertEqual(set(got), {"ok", "n"})
         with self.assertRaises(openai.BadRequestError) as cm:
             self.client.chat.completions.create(model=name, max_tokens=2, messages=msgs + [
                 {"role": "tool", "content": "orphan result"}])

@@ -295,7 +295,9 @@ void Scheduler::run_round(const EventSink& sink) {
     for (uint64_t id : ids) n += cancel(id, std::string("the request failed: ") + e.what(), sink);
     log_warn("scheduler: a step failed for {} request(s), aborted; serving goes on: {}", n, e.what());
   };
-  if (steps > 1) {
+  if (rows.empty()) {
+    // Every request of the round finished before its step (a grammar with no next token).
+  } else if (steps > 1) {
     DecodeLimits limits;
     for (size_t i : rows) {
       const Sequence& s = *running_[i];

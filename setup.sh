@@ -23,6 +23,7 @@ PIP_PACKAGES=(
   "numpy==1.26.4"
   "matplotlib==3.8.4"
   "openai==2.8.1"
+  "jsonschema==4.26.0"
 )
 
 need_apt=0
@@ -36,7 +37,7 @@ if [ "$need_apt" = 1 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"
 fi
-python3 -c 'import numpy, matplotlib, openai' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
+python3 -c 'import numpy, matplotlib, openai, jsonschema' >/dev/null 2>&1 || python3 -m pip install -q "${PIP_PACKAGES[@]}"
 
 # FlashInfer's C++ headers (SM90 MLA attention) with its bundled CUTLASS and CCCL, from the
 # PyPI wheel (downloaded, never installed: installing pulls torch). Unpacked, trimmed to the
@@ -66,6 +67,28 @@ if [ "$(cat "$FLASHINFER_DIR/VERSION" 2>/dev/null)" != "$FLASHINFER_STAMP" ]; th
   mv "$d/cccl/LICENSE" "$FLASHINFER_DIR/cccl/" 2>/dev/null || true
   rm -rf .whl/unpack
   echo "$FLASHINFER_STAMP" > "$FLASHINFER_DIR/VERSION"
+fi
+
+# xgrammar's C++ core (constrained decoding, Apache-2.0), from its PyPI source distribution
+# (downloaded, never installed), unpacked into third_party/xgrammar/ (ignored) and patched;
+# src/grammar's CMake builds its static library from there (no Python bindings, tests or LTO).
+XGRAMMAR_VERSION=0.2.9
+XGRAMMAR_SDIST=xgrammar-${XGRAMMAR_VERSION}.tar.gz
+XGRAMMAR_SHA256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
+XGRAMMAR_DIR=third_party/xgrammar
+XGRAMMAR_STAMP="$XGRAMMAR_VERSION (tools/grammar/patch_xgrammar.py: 2 fixes)"
+if [ "$(cat "$XGRAMMAR_DIR/FP4MOE_VERSION" 2>/dev/null)" != "$XGRAMMAR_STAMP" ]; then
+  mkdir -p .whl
+  [ -f ".whl/$XGRAMMAR_SDIST" ] ||
+    python3 -m pip download -q --no-deps --no-binary xgrammar "xgrammar==${XGRAMMAR_VERSION}" -d .whl
+  echo "$XGRAMMAR_SHA256  .whl/$XGRAMMAR_SDIST" | sha256sum -c --quiet
+  rm -rf "$XGRAMMAR_DIR" ".whl/xgrammar-${XGRAMMAR_VERSION}" && mkdir -p third_party
+  tar -xzf ".whl/$XGRAMMAR_SDIST" -C .whl
+  mv ".whl/xgrammar-${XGRAMMAR_VERSION}" "$XGRAMMAR_DIR"
+  # Two fixes found by our tests (an over-strict mask, raw control characters in bounded JSON
+  # strings): tools/grammar/patch_xgrammar.py says what and why.
+  python3 tools/grammar/patch_xgrammar.py "$XGRAMMAR_DIR"
+  echo "$XGRAMMAR_STAMP" > "$XGRAMMAR_DIR/FP4MOE_VERSION"
 fi
 
 [ "${1:-}" = "--deps" ] && exit 0

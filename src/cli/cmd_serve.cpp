@@ -22,7 +22,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-running-requests", o->max_running_requests, "Requests in the running batch at most")
       ->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--num-continuous-decode-steps", o->num_continuous_decode_steps,
-                 "Decode steps per scheduling round (on the device for the GPU runner); must be 1 with "
+                 "Decode steps per scheduling round (on the device for the GPU runner); a round whose batch holds "
+                 "a constrained request (response_format, regex, ebnf, json_schema) runs one step; must be 1 with "
                  "--speculative-algorithm, whose decode round is one draft/verify round of up to N + 1 tokens per request")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--speculative-algorithm", o->speculative.algorithm, fp4moe::engine::kSpeculativeAlgorithmHelp)
@@ -94,7 +95,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
           ->group(fake),
       app.add_option("--fake-eos-period", o->fake_eos_period,
                      "EOS is the greedy choice about once in this many positions (0: never)")
-          ->check(CLI::Range(0, 1 << 30))->group(fake)};
+          ->check(CLI::Range(0, 1 << 30))->group(fake),
+      app.add_flag("--fake-uniform-logits", o->fake_uniform_logits,
+                   "Every logit 0 (after any --fake-script): samples every allowed token alike (structured-output tests)")
+          ->group(fake)};
   // The fake backend's options mean nothing to a real model: refused there, not ignored.
   app.callback([o, fake_options] {
     for (const CLI::Option* f : fake_options)

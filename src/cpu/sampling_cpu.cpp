@@ -190,4 +190,15 @@ SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParam
 
 double sampling_uniform(uint64_t seed, uint64_t step) { return uniform(seed, step); }
 
+int64_t apply_token_bitmask(float* logits, int64_t vocab, const uint32_t* allowed) {
+  int64_t kept = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if ((allowed[v >> 5] >> (v & 31)) & 1u)
+      ++kept;
+    else
+      logits[v] = -std::numeric_limits<float>::infinity();
+  }
+  return kept;
+}
+
 }  // namespace fp4moe::cpu

@@ -64,5 +64,8 @@ SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParam
                          const std::vector<int32_t>& output, int32_t token);
 // Step 5's uniform draw in [0, 1) for (seed, step): 53 bits of splitmix64.
 double sampling_uniform(uint64_t seed, uint64_t step);
+// Constrained decoding: logits[v] = -inf for every token v whose bit in allowed (bit v % 32 of
+// word v / 32) is clear (the reference of the CUDA mask kernel). Returns how many stay.
+int64_t apply_token_bitmask(float* logits, int64_t vocab, const uint32_t* allowed);
 
 }  // namespace fp4moe::cpu

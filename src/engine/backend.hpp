@@ -28,6 +28,9 @@ struct SampleSpec {
   int32_t top_logprobs = -1;  // -1: no logprobs, else the sampled token's and the top n
   std::span<const int32_t> prompt;     // for the repetition penalty
   std::span<const int32_t> generated;  // tokens generated so far (penalties)
+  // Constrained decoding: a vocabulary bitmask (bit v % 32 of word v / 32 set = token v may be
+  // sampled), or null. Valid for the call; the sampler sets every other logit to -inf first.
+  const uint32_t* allowed_tokens = nullptr;
 };
 
 struct StepBatch {
@@ -110,6 +113,9 @@ struct BackendInfo {
   // > 0: the backend planned its KV pool itself at load (the GPU runner: weights, workspace,
   // then the pool from --mem-fraction-static / --max-total-tokens); the plan takes this many tokens.
   int64_t kv_pool_tokens = 0;
+  // The backend's sampler honours SampleSpec::allowed_tokens (constrained decoding). A backend
+  // that does not gets no constrained request (the scheduler refuses it, the server says 400).
+  bool applies_token_masks = false;
 };
 
 // Thrown by Backend::step / decode for a failure that leaves the backend able to serve other

@@ -31,6 +31,7 @@ BackendInfo CpuModelBackend::info() const {
   const auto& c = model_->config();
   BackendInfo i;
   i.name = "cpu";
+  i.applies_token_masks = true;  // sample_row_cpu
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
   const bool mtp = opt_.speculative_steps > 0;  // the MTP layer's KV is counted with the rest

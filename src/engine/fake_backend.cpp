@@ -33,6 +33,7 @@ FakeBackend::FakeBackend(FakeBackendOptions options) : opt_(options) {
 BackendInfo FakeBackend::info() const {
   BackendInfo i;
   i.name = "fake";
+  i.applies_token_masks = true;  // sample_row_cpu
   i.vocab_size = opt_.vocab_size;
   i.max_context = opt_.max_context;
   i.kv_bytes_per_token = int64_t(sizeof(uint64_t));
@@ -115,6 +116,8 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
     if (batch.sample[size_t(r)]) {
       if (since >= 1)
         script_logits(since, logits_);
+      else if (opt_.uniform_logits)
+        logits_.assign(size_t(opt_.vocab_size), 0.0f);
       else
         logits_after(h, logits_);
       out.push_back(sample_row_cpu(logits_.data(), int64_t(logits_.size()), batch.sampling[size_t(r)]));

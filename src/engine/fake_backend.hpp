@@ -33,6 +33,9 @@ struct FakeBackendOptions {
   // marker and one separator (the byte codec's "<|assistant|>\n") is answered with the whole
   // script. Positions before any marker, and the marker itself, keep the hash model.
   std::vector<int32_t> script;
+  // Every logit 0 where the script does not speak: sampling picks among the allowed tokens alike
+  // (structured-output tests, whose outputs must end without a model that closes strings).
+  bool uniform_logits = false;
   int32_t script_marker = -1;
 };
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/grammar.hpp"
+
 namespace fp4moe::engine {
 
 // Sampling knobs with SGLang / OpenAI meanings. The defaults change nothing.
@@ -39,6 +41,11 @@ struct RequestSpec {
   std::vector<int32_t> stop_ids;    // finish (reason stop) when sampled; always active
   bool ignore_eos = false;          // the model's EOS ids do not stop
   int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; n: plus the top n
+  // Constrained decoding (null: none): every sampled token is one the grammar allows (the mask
+  // is applied before every sampling mode); the request finishes with kStop when the grammar
+  // accepts its stop id after complete text, kLength with partial text when max_new_tokens
+  // runs out first. Compiled for the backend's vocabulary (the serve layer's Compiler).
+  grammar::GrammarPtr grammar;
 };
 
 enum class FinishReason { kStop, kLength, kAbort };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -22,6 +23,11 @@ struct Scheduler::Sequence {
   int32_t matched_stop = -1;
   int32_t verify_steps = 0;     // speculative draft/verify rounds (usage)
   std::vector<GeneratedToken> fresh;  // produced this round, not yet emitted
+  std::string abort_message;          // why, when reason is kAbort
+  // Constrained decoding: the grammar's state after the generated tokens, and the bitmask of
+  // the next token (filled on the engine thread before each step that samples).
+  std::optional<grammar::Matcher> matcher;
+  std::vector<uint32_t> mask;
 
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t pending() const { return int32_t(tokens.size()) - kv_len; }
@@ -55,6 +61,15 @@ void Scheduler::add(uint64_t id, RequestSpec spec) {
                spec.prompt.size(), spec.max_new_tokens, cfg_.context_length, int64_t(cfg_.num_pages) * cfg_.page_size);
   auto s = std::make_unique<Sequence>();
   s->id = id;
+  if (spec.grammar) {
+    FP4MOE_CHECK(backend_.info().applies_token_masks, "request {}: the {} backend does not apply grammar masks", id,
+                 backend_.info().name);
+    s->matcher.emplace(spec.grammar);
+    FP4MOE_CHECK(s->matcher->vocab_size() == backend_.info().vocab_size,
+                 "request {}: its grammar was compiled for {} tokens, the model has {}", id, s->matcher->vocab_size(),
+                 backend_.info().vocab_size);
+    s->mask.resize(size_t(grammar::mask_words(s->matcher->vocab_size())));
+  }
   s->tokens = spec.prompt;
   s->prompt_len = int32_t(spec.prompt.size());
   s->spec = std::move(spec);
@@ -162,8 +177,13 @@ void Scheduler::run_round(const EventSink& sink) {
   int32_t steps = 1;
   const bool all_decode =
       std::all_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->pending() == 1; });
-  const bool speculative = cfg_.speculative_tokens > 0;
-  if (all_decode && (cfg_.decode_steps > 1 || speculative)) {
+  // A constrained request's mask depends on the token sampled just before: batches holding one
+  // run one plain step per round (exact), whatever --num-continuous-decode-steps says, and no
+  // speculative round (the MTP drafts and the verify step apply no mask).
+  const bool constrained =
+      std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
+  const bool speculative = cfg_.speculative_tokens > 0 && !constrained;
+  if (all_decode && !constrained && (cfg_.decode_steps > 1 || speculative)) {
     steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
     for (auto& s : running_)
       if (!ensure_pages(*s, s->kv_len + std::min(steps, s->remaining()))) {
@@ -229,7 +249,20 @@ void Scheduler::run_round(const EventSink& sink) {
     if (take[i] == 0) continue;
     Sequence& s = *running_[i];
     const bool samples = s.kv_len + take[i] == int32_t(s.tokens.size());
-    batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, sample_spec(s));
+    SampleSpec spec = sample_spec(s);
+    if (samples && s.matcher) {
+      s.matcher->fill_mask(s.mask);
+      spec.allowed_tokens = s.mask.data();
+      if (std::all_of(s.mask.begin(), s.mask.end(), [](uint32_t w) { return w == 0; })) {
+        // Cannot happen with a complete grammar (its stop ids stay allowed at its end); a
+        // request here finishes instead of sampling from nothing.
+        s.done = true;
+        s.reason = FinishReason::kAbort;
+        s.abort_message = "the grammar allows no next token";
+        continue;
+      }
+    }
+    batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, spec);
     rows.push_back(i);
   }
   auto consume = [&](Sequence& s, int32_t written, std::vector<GeneratedToken>& produced) {
@@ -240,10 +273,18 @@ void Scheduler::run_round(const EventSink& sink) {
       const int32_t id = tok.id;
       s.fresh.push_back(std::move(tok));
       ++totals_.decode_tokens;
-      if (is_stop(s, id)) {
+      if (s.matcher && !s.matcher->accept(id)) {
+        s.done = true;
+        s.reason = FinishReason::kAbort;
+        s.abort_message = fmt::format("the sampled token {} is not one the grammar allows", id);
+      } else if (is_stop(s, id)) {
         s.done = true;
         s.reason = FinishReason::kStop;
         s.matched_stop = id;
+      } else if (s.matcher && s.matcher->terminated()) {  // EOS with ignore_eos, or a vocabulary without EOS
+        s.done = true;
+        s.reason = FinishReason::kStop;
+        s.matched_stop = std::find(cfg_.eos_ids.begin(), cfg_.eos_ids.end(), id) != cfg_.eos_ids.end() ? id : -1;
       } else if (s.remaining() <= 0 || int32_t(s.tokens.size()) >= cfg_.context_length) {
         s.done = true;
         s.reason = FinishReason::kLength;
@@ -260,7 +301,9 @@ void Scheduler::run_round(const EventSink& sink) {
     for (uint64_t id : ids) n += cancel(id, std::string("the request failed: ") + e.what(), sink);
     log_warn("scheduler: a step failed for {} request(s), aborted; serving goes on: {}", n, e.what());
   };
-  if (steps > 1) {
+  if (rows.empty()) {
+    // Every request of the round finished before its step (a grammar with no next token).
+  } else if (steps > 1) {
     DecodeLimits limits;
     for (size_t i : rows) {
       const Sequence& s = *running_[i];
@@ -348,6 +391,7 @@ void Scheduler::run_round(const EventSink& sink) {
         ev.finished = true;
         ev.reason = s.reason;
         ev.matched_stop_id = s.matched_stop;
+        ev.abort_message = s.abort_message;
         ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
         release(s);
         ++totals_.finished;

@@ -142,11 +142,11 @@ bool is_positive_int(const json& v) { return v.is_number_integer() && v.get<int6
 bool is_index(const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; }  // a streamed call's index
 bool is_empty_object(const json& v) { return v.is_object() && v.empty(); }
 bool is_empty_string(const json& v) { return v.is_string() && v.get<std::string>().empty(); }
-bool is_text_format(const json& v) { return v.is_object() && v.size() == 1 && v.value("type", json()) == "text"; }
 bool is_text_modality(const json& v) { return v == json::array({"text"}); }
 bool is_standard_tier(const json& v) { return v == "auto" || v == "default"; }
 
 constexpr const char* kConstrained = "it needs constrained decoding, which is not supported yet";
+constexpr const char* kGuided = "vLLM's guided_* fields are not read: use response_format or SGLang's json_schema, regex or ebnf";
 
 // Sampling fields every endpoint reads (OpenAI names; /generate reads them from sampling_params).
 const FieldRule kSamplingRules[] = {
@@ -155,9 +155,7 @@ const FieldRule kSamplingRules[] = {
     {"seed", Fate::kUse}, {"sampling_seed", Fate::kUse}, {"stop", Fate::kUse}, {"stop_token_ids", Fate::kUse},
     {"ignore_eos", Fate::kUse}, {"skip_special_tokens", Fate::kUse}, {"n", Fate::kUse},
     {"logit_bias", Fate::kDefaultOnly, is_empty_object, "logit biases are not implemented"},
-    {"regex", Fate::kDefaultOnly, never, kConstrained},
-    {"ebnf", Fate::kDefaultOnly, never, kConstrained},
-    {"json_schema", Fate::kDefaultOnly, never, kConstrained},
+    {"regex", Fate::kUse}, {"ebnf", Fate::kUse}, {"json_schema", Fate::kUse},  // constraint_request.cpp
     {"structural_tag", Fate::kDefaultOnly, never, kConstrained},
     {"no_stop_trim", Fate::kDefaultOnly, is_false, "the stop string is always left out of the text"},
 };
@@ -172,11 +170,11 @@ const FieldRule kOpenAIRules[] = {
     {"safety_identifier", Fate::kIgnore, is_string, "a string"},
     {"service_tier", Fate::kDefaultOnly, is_standard_tier, "only 'auto' or 'default' is served"},
     {"store", Fate::kDefaultOnly, is_false, "completions are not stored"},
-    {"response_format", Fate::kDefaultOnly, is_text_format, kConstrained},
-    {"guided_json", Fate::kDefaultOnly, never, kConstrained},
-    {"guided_regex", Fate::kDefaultOnly, never, kConstrained},
-    {"guided_choice", Fate::kDefaultOnly, never, kConstrained},
-    {"guided_grammar", Fate::kDefaultOnly, never, kConstrained},
+    {"response_format", Fate::kUse},  // constraint_request.cpp
+    {"guided_json", Fate::kDefaultOnly, never, kGuided},
+    {"guided_regex", Fate::kDefaultOnly, never, kGuided},
+    {"guided_choice", Fate::kDefaultOnly, never, kGuided},
+    {"guided_grammar", Fate::kDefaultOnly, never, kGuided},
     {"echo", Fate::kDefaultOnly, is_false, "the prompt is not echoed"},
     {"best_of", Fate::kDefaultOnly, is_one, "best-of sampling is not implemented (use n)"},
     {"min_tokens", Fate::kDefaultOnly, is_zero, "a minimum length is not implemented"},
@@ -603,6 +601,12 @@ void chat_input(const Fields& f, ChatInput& chat, json& tools, ToolChoice& choic
   chat.kwargs = template_kwargs(f);
 }
 
+void constraint_fields(const json& body, const json* sampling_params, ApiRequest& r) {
+  auto c = parse_constraint(body, sampling_params);
+  if (auto* e = std::get_if<ApiError>(&c)) throw Invalid{std::move(*e)};
+  r.constraint = std::move(std::get<std::optional<Constraint>>(c));
+}
+
 ApiRequest parse(ApiKind kind, const json& body) {
   if (!body.is_object()) invalid("", fmt::format("the request body must be a JSON object, not {}", type_name(body)));
   ApiRequest r;
@@ -626,6 +630,7 @@ ApiRequest parse(ApiKind kind, const json& body) {
     Fields s(sp ? *sp : kEmpty, "sampling_params.");
     check_fields(s, {kSamplingRules, kSamplingParamsRules});
     sampling_fields(s, r);
+    constraint_fields(body, sp ? sp : &kEmpty, r);
     r.max_tokens = s.integer("max_new_tokens", 1, std::numeric_limits<int32_t>::max());
     if (!r.max_tokens) r.max_tokens = 128;  // SGLang's default
     if (auto x = f.boolean("stream")) r.stream = *x;
@@ -639,6 +644,7 @@ ApiRequest parse(ApiKind kind, const json& body) {
       check_fields(f, {kSamplingRules, kOpenAIRules, kCompletionRules});
     if (auto m = f.string("model")) r.model = *m;
     sampling_fields(f, r);
+    constraint_fields(body, nullptr, r);
     if (auto x = f.integer("max_tokens", 1, std::numeric_limits<int32_t>::max())) r.max_tokens = *x;
     if (auto x = f.boolean("stream")) r.stream = *x;
     if (const json* so = f.object("stream_options")) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.hpp"
+#include "grammar/grammar.hpp"
 #include "serve/text_codec.hpp"
 
 namespace fp4moe::serve {
@@ -40,6 +41,12 @@ struct PromptInput {
 
 enum class ToolChoice { kAuto, kNone };
 
+// Structured output: the grammar a request asks for and the field that asked (for its 400s).
+struct Constraint {
+  grammar::GrammarSpec spec;
+  std::string param;
+};
+
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;                  // empty: not given
@@ -61,7 +68,14 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;
   int32_t logprobs = -1;  // -1: none; k >= 0: the sampled token's and the top k
+  std::optional<Constraint> constraint;  // response_format / regex / ebnf / json_schema
 };
+
+// The structured-output fields (constraint_request.cpp): response_format (OpenAI bodies) and
+// SGLang's regex / ebnf / json_schema, from sampling_params when given (/generate) or else the
+// body's top level. At most one; an ApiError for a malformed or duplicate one.
+std::variant<std::optional<Constraint>, ApiError> parse_constraint(const nlohmann::ordered_json& body,
+                                                                  const nlohmann::ordered_json* sampling_params);
 
 // Limits a request may not pass whatever the model.
 inline constexpr int32_t kMaxChoices = 64;     // n, and prompts x n

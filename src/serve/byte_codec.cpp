@@ -72,6 +72,7 @@ class ByteCodec : public TextCodec {
     FP4MOE_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary", id);
     return id < 256 ? std::string(1, char(uint8_t(id))) : std::string(kSpecials[size_t(id - 256)]);
   }
+  bool is_special(int32_t id) const override { return id >= 256; }
   std::unique_ptr<StreamDecoder> stream_decoder(bool skip_special) const override {
     return std::make_unique<ByteStreamDecoder>(skip_special);
   }

@@ -125,6 +125,22 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
                "invalid_request_error", "model", "model_not_found"};
     return send_error(res, e);
   }
+  // Structured output: the grammar compiled (or found in the cache) for this vocabulary.
+  grammar::GrammarPtr grammar;
+  if (r.constraint) {
+    const std::string& param = r.constraint->param;
+    if (!grammar_)
+      return send_error(res, {400,
+                              fmt::format("'{}' is not supported by the {} backend: its sampler does not apply grammar "
+                                          "masks yet",
+                                          param, backend_info_.name),
+                              "invalid_request_error", param, ""});
+    try {
+      grammar = grammar_->compile(r.constraint->spec);
+    } catch (const grammar::GrammarError& e) {
+      return send_error(res, {400, fmt::format("'{}': {}", param, e.what()), "invalid_request_error", param, ""});
+    }
+  }
 
   // Prompts -> token ids, checked against the vocabulary and the context. A text that cannot
   // fit is refused on its byte length before it is encoded (text_codec.hpp, max_bytes_per_token).
@@ -222,6 +238,7 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
       s.stop_ids = r.stop_ids;
       s.ignore_eos = r.ignore_eos;
       s.top_logprobs = r.logprobs;
+      s.grammar = grammar;
       specs.push_back(std::move(s));
       call->prompt_of.push_back(int32_t(p));
       call->choices.emplace_back(*codec_, r.stop, r.skip_special_tokens);

@@ -152,6 +152,7 @@ class HfTextCodec : public TextCodec {
     return tok_.decode(ids, skip_special);
   }
   std::string token_text(int32_t id) const override { return std::string(tok_.token_bytes(id)); }
+  bool is_special(int32_t id) const override { return tok_.is_special(id); }
   std::unique_ptr<StreamDecoder> stream_decoder(bool skip_special) const override {
     return std::make_unique<HfStreamDecoder>(tok_, skip_special);
   }

@@ -65,6 +65,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     f.eos_period = o.fake_eos_period;
     f.step_delay_us = o.fake_step_delay_us;
     f.fail_after_steps = o.fake_fail_after_steps;
+    f.uniform_logits = o.fake_uniform_logits;
     if (!o.fake_script.empty()) {
       const std::vector<int32_t> marker = codec.encode("<|assistant|>", false);
       FP4MOE_CHECK(marker.size() == 1, "--fake-script needs a tokenizer with an <|assistant|> token");
@@ -158,6 +159,15 @@ void Server::load() {
   FP4MOE_CHECK(codec_->vocab_size() <= backend_info_.vocab_size,
                "the tokenizer's vocabulary ({} ids) is larger than the model's ({})", codec_->vocab_size(),
                backend_info_.vocab_size);
+  if (backend_info_.applies_token_masks) {
+    grammar::Vocab gv;
+    gv.vocab_size = backend_info_.vocab_size;
+    gv.stop_ids = codec_->eos_ids();
+    gv.token_bytes.resize(size_t(codec_->vocab_size()));
+    for (int32_t id = 0; id < codec_->vocab_size(); ++id)
+      if (!codec_->is_special(id)) gv.token_bytes[size_t(id)] = codec_->token_text(id);
+    grammar_ = std::make_unique<grammar::Compiler>(gv);
+  }
   engine::MemoryPlanRequest mr;
   mr.page_size = opt_.page_size;
   mr.max_total_tokens = opt_.max_total_tokens;

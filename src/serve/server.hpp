@@ -45,6 +45,7 @@ struct ServeOptions {
   int32_t fake_load_delay_ms = 0;
   int32_t fake_eos_period = 64;
   int64_t fake_fail_after_steps = -1;
+  bool fake_uniform_logits = false;  // every logit 0 (structured-output tests)
   std::string fake_script;  // not empty: the greedy answer after each "<|assistant|>" (fake_backend.hpp)
 };
 

@@ -16,6 +16,7 @@
 #include "engine/backend.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory_plan.hpp"
+#include "grammar/grammar.hpp"
 #include "serve/api_request.hpp"
 #include "serve/chat_output_parser.hpp"
 #include "serve/choice_output.hpp"
@@ -136,6 +137,9 @@ class Server {
   std::unique_ptr<engine::Engine> engine_;
   engine::MemoryPlan plan_;
   engine::BackendInfo backend_info_;
+  // Structured output: compiles (and caches) request grammars for this vocabulary; null when the
+  // backend's sampler applies no token masks (constrained requests are then a 400).
+  std::unique_ptr<grammar::Compiler> grammar_;
   int32_t context_length_ = 0;
   int32_t speculative_steps_ = 0;  // --speculative-num-steps when --speculative-algorithm is on, else 0
   int32_t max_request_tokens_ = 0;  // min(context, KV pool)

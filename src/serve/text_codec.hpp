@@ -48,6 +48,8 @@ class TextCodec {
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special) const = 0;
   // One token's own bytes (for logprobs; may be part of a UTF-8 character).
   virtual std::string token_text(int32_t id) const = 0;
+  // A special (control) token: never part of the text a grammar constrains.
+  virtual bool is_special(int32_t id) const = 0;
   virtual std::unique_ptr<StreamDecoder> stream_decoder(bool skip_special) const = 0;
   virtual bool has_chat_template() const = 0;
   // Renders a validated conversation (api_request.cpp) into the prompt text: the template sees

@@ -64,6 +64,9 @@ inline std::string request_violation(const ApiRequest& r) {
     if (x.empty() || int32_t(x.size()) > kMaxStopBytes) return "a bad stop string";
   for (int32_t t : r.stop_ids)
     if (t < 0) return "a negative stop id";
+  if (r.constraint && (r.constraint->param.empty() ||
+                       (r.constraint->spec.kind == grammar::Kind::kJsonObject && !r.constraint->spec.text.empty())))
+    return "a constraint without its field, or json_object with a text";
   return "";
 }
 

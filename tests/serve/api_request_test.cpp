@@ -185,17 +185,14 @@ TEST(ApiRequest, UnimplementedFieldsAreRefusedByName) {
     const char* param;
   };
   const Case cases[] = {
-      {ApiKind::kChat, R"("response_format": {"type": "json_object"})", "response_format"},
-      {ApiKind::kChat, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
-       "response_format"},
-      {ApiKind::kChat, R"("response_format": {"type": "banana"})", "response_format"},
-      {ApiKind::kCompletion, R"("response_format": {"type": "json_object"})", "response_format"},
-      {ApiKind::kChat, R"("regex": "a+")", "regex"},
-      {ApiKind::kChat, R"("ebnf": "root ::= \"a\"")", "ebnf"},
-      {ApiKind::kCompletion, R"("json_schema": "{}")", "json_schema"},
-      {ApiKind::kGenerate, R"("sampling_params": {"regex": "a"})", "sampling_params.regex"},
-      {ApiKind::kGenerate, R"("sampling_params": {"ebnf": "x"})", "sampling_params.ebnf"},
-      {ApiKind::kGenerate, R"("sampling_params": {"json_schema": "{}"})", "sampling_params.json_schema"},
+      {ApiKind::kChat, R"("response_format": {"type": "banana"})", "response_format.type"},
+      {ApiKind::kChat, R"("response_format": {"type": "json_schema"})", "response_format.json_schema"},
+      {ApiKind::kChat, R"("response_format": {"type": "json_object", "schema": {}})", "response_format.schema"},
+      {ApiKind::kChat, R"("response_format": "json")", "response_format"},
+      {ApiKind::kChat, R"("regex": 5)", "regex"},
+      {ApiKind::kGenerate, R"("sampling_params": {"ebnf": ["x"]})", "sampling_params.ebnf"},
+      {ApiKind::kGenerate, R"("sampling_params": {"json_schema": 1})", "sampling_params.json_schema"},
+      {ApiKind::kCompletion, R"("regex": "a", "ebnf": "root ::= \"a\"")", "ebnf"},
       {ApiKind::kGenerate, R"("sampling_params": {"structural_tag": "{}"})", "sampling_params.structural_tag"},
       {ApiKind::kChat, R"("logit_bias": {"5": 10})", "logit_bias"},
       {ApiKind::kGenerate, R"("sampling_params": {"logit_bias": {"5": 1}})", "sampling_params.logit_bias"},
@@ -252,9 +249,58 @@ TEST(ApiRequest, UnimplementedFieldsAreRefusedByName) {
     EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
     EXPECT_EQ(fp4moe::serve::testing::error_violation(e), "") << body;
   }
-  EXPECT_NE(bad(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "regex": "a"})")
+  EXPECT_NE(bad(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}], "structural_tag": "a"})")
                 .message.find("constrained decoding"),
             std::string::npos);
+}
+
+// ---- issue 42: structured output fields become one constraint ----
+
+TEST(ApiRequest, StructuredOutputFieldsBecomeOneConstraint) {
+  using fp4moe::grammar::Kind;
+  struct Case {
+    ApiKind kind;
+    const char* fields;
+    Kind want;
+    const char* text;
+    bool strict;
+    const char* param;
+  };
+  const Case cases[] = {
+      {ApiKind::kChat, R"("response_format": {"type": "json_object"})", Kind::kJsonObject, "", false, "response_format"},
+      {ApiKind::kChat,
+       R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "object", "properties": {"b": {}, "a": {}}}}})",
+       Kind::kJsonSchema, R"({"type":"object","properties":{"b":{},"a":{}}})", true, "response_format.json_schema.schema"},
+      {ApiKind::kCompletion, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})",
+       Kind::kJsonSchema, "{}", false, "response_format.json_schema.schema"},
+      {ApiKind::kChat, R"("regex": "a+")", Kind::kRegex, "a+", true, "regex"},
+      {ApiKind::kChat, R"("ebnf": "root ::= \"a\"")", Kind::kEbnf, "root ::= \"a\"", true, "ebnf"},
+      {ApiKind::kCompletion, R"("json_schema": "{\"type\": \"string\"}")", Kind::kJsonSchema,
+       R"({"type": "string"})", true, "json_schema"},
+      {ApiKind::kGenerate, R"("sampling_params": {"regex": "a"})", Kind::kRegex, "a", true, "sampling_params.regex"},
+      {ApiKind::kGenerate, R"("sampling_params": {"json_schema": {"type": "integer"}})", Kind::kJsonSchema,
+       R"({"type":"integer"})", true, "sampling_params.json_schema"},
+  };
+  for (const Case& c : cases) {
+    const std::string head = c.kind == ApiKind::kChat         ? R"({"messages": [{"role": "user", "content": "x"}], )"
+                             : c.kind == ApiKind::kCompletion ? R"({"prompt": "x", )"
+                                                              : R"({"text": "x", )";
+    const std::string body = head + c.fields + "}";
+    auto r = parse_api_request(c.kind, body);
+    ASSERT_TRUE(std::holds_alternative<ApiRequest>(r)) << body << " -> " << std::get<ApiError>(r).message;
+    const auto& k = std::get<ApiRequest>(r).constraint;
+    ASSERT_TRUE(k.has_value()) << body;
+    EXPECT_EQ(k->spec.kind, c.want) << body;
+    EXPECT_EQ(k->spec.text, c.text) << body;
+    EXPECT_EQ(k->spec.strict, c.strict) << body;
+    EXPECT_EQ(k->param, c.param) << body;
+  }
+  auto plain = parse_api_request(ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+    "response_format": {"type": "text"}})");
+  ASSERT_TRUE(std::holds_alternative<ApiRequest>(plain));
+  EXPECT_FALSE(std::get<ApiRequest>(plain).constraint.has_value());
+  // /generate reads sampling_params only: a top-level regex there is unknown.
+  EXPECT_EQ(bad(ApiKind::kGenerate, R"({"text": "x", "regex": "a"})").param, "regex");
 }
 
 TEST(ApiRequest, DefaultValuesOfUnimplementedFieldsAndHarmlessFieldsAreAccepted) {

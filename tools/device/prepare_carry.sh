@@ -21,8 +21,11 @@ cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.
 # text/'s two compiled libraries, static (the GPU machine has neither): PCRE2 and utf8proc.
 cp /usr/include/pcre2.h /usr/include/utf8proc.h .carry/include/
 cp /usr/lib/x86_64-linux-gnu/libpcre2-8.a /usr/lib/x86_64-linux-gnu/libutf8proc.a .carry/lib/
-[ -f third_party/flashinfer/VERSION ] || ./setup.sh --deps
+[ -f third_party/flashinfer/VERSION ] && [ -f third_party/xgrammar/FP4MOE_VERSION ] || ./setup.sh --deps
 tar czf .carry/flashinfer.tgz -C third_party flashinfer
+# xgrammar's patched source (src/grammar builds it), without its tests, docs and web front end.
+tar czf .carry/xgrammar.tgz -C third_party --exclude=xgrammar/tests --exclude=xgrammar/docs --exclude=xgrammar/web \
+  --exclude=xgrammar/site --exclude=xgrammar/3rdparty/googletest --exclude=xgrammar/3rdparty/cpptrace xgrammar
 # The pre-issue-11 tree, for the optional host-time comparison (tools/device/extra/host_time_baseline.sh).
 if git rev-parse -q --verify c88aec0^{commit} >/dev/null; then
   git archive --format=tar.gz -o .carry/baseline_c88aec0.tar.gz c88aec0

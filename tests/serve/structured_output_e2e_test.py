@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Structured output end to end (issue 42): `fp4moe serve --backend fake --fake-uniform-logits`
+(every allowed token equally likely, so outputs wander through the whole grammar) answers 200+
+constrained requests; every output that finishes with "stop" validates (Python's `jsonschema`
+for JSON schemas, `re.fullmatch` for regexes), every "length" output used all its tokens.
+Through the real `openai` client: response_format json_schema / json_object and SGLang's
+regex / ebnf / json_schema as extra_body; through /generate: sampling_params.json_schema /
+regex / ebnf. Bad grammars are a 400 with an OpenAI error JSON and the server stays healthy.
+
+    structured_output_e2e_test.py PATH/TO/fp4moe
+"""
+import concurrent.futures as cf
+import json
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import openai_e2e_test as e2e  # noqa: E402  (ServerProcess)
+import structured_output_cases as cases  # noqa: E402
+
+try:
+    import jsonschema
+except ImportError:  # setup.sh --deps installs it; without it there is nothing to validate against
+    sys.exit("jsonschema is not installed (setup.sh --deps installs the pinned version): this test needs it")
+
+MAX_TOKENS = 1500
+MESSAGES = [{"role": "user", "content": "answer in the requested format"}]
+
+
+class StructuredOutput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = e2e.ServerProcess("--fake-uniform-logits", "--max-running-requests", "16",
+                                       "--served-model-name", "m")
+        cls.client = cls.server.client()
+        cls.schemas, cls.regexes, cls.ebnfs = cases.corpus()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def generate(self, sampling, seed):
+        sp = {"max_new_tokens": MAX_TOKENS, "temperature": 1.0, "sampling_seed": seed}
+        sp.update(sampling)
+        status, body = self.server.json("POST", "/generate", {"text": "x", "sampling_params": sp})
+        self.assertEqual(status, 200, body)
+        return body["text"], body["meta_info"]["finish_reason"]["type"], body["meta_info"]["completion_tokens"]
+
+    def chat(self, seed, **kw):
+        r = self.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=1.0,
+                                                seed=seed, **kw)
+        c = r.choices[0]
+        return c.message.content or "", c.finish_reason, r.usage.completion_tokens
+
+    def run_all(self, jobs):
+        """jobs: [(label, fn, check)]; fn() -> (text, finish, tokens); check(text) raises on a bad output."""
+        stops = lengths = 0
+        with cf.ThreadPoolExecutor(8) as pool:
+            futures = [(label, pool.submit(fn), check) for label, fn, check in jobs]
+            for label, fut, check in futures:
+                text, finish, tokens = fut.result()
+                if finish == "stop":
+                    stops += 1
+                    try:
+                        check(text)
+                    except Exception as e:  # noqa: BLE001  (the failure names the case)
+                        self.fail(f"{label}: {text!r} does not validate: {e}")
+                else:
+                    self.assertEqual(finish, "length", f"{label}: {finish}")
+                    self.assertEqual(tokens, MAX_TOKENS, label)
+                    lengths += 1
+        return stops, lengths
+
+    def test_schemas_regexes_and_grammars_validate(self):
+        jobs = []
+        for i, schema in enumerate(self.schemas):
+            def check(text, schema=schema):
+                jsonschema.validate(json.loads(text), schema)
+            text = json.dumps(schema)
+            if i % 3 == 0:
+                fn = lambda text=text, i=i: self.generate({"json_schema": text}, i)  # noqa: E731
+            elif i % 3 == 1:
+                rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+                fn = lambda rf=rf, i=i: self.chat(i, response_format=rf)  # noqa: E731
+            else:
+                fn = lambda text=text, i=i: self.chat(i, extra_body={"json_schema": text})  # noqa: E731
+            jobs.append((f"schema {i} {text[:80]}", fn, check))
+        for i, rx in enumerate(self.regexes):
+            def check(text, rx=rx):
+                assert re.fullmatch(rx, text), "no full match"
+            if i % 2:
+                fn = lambda rx=rx, i=i: self.generate({"regex": rx}, 1000 + i)  # noqa: E731
+            else:
+                fn = lambda rx=rx, i=i: self.chat(1000 + i, extra_body={"regex": rx})  # noqa: E731
+            jobs.append((f"regex {i} {rx}", fn, check))
+        for i, (g, ref) in enumerate(self.ebnfs):
+            def check(text, ref=ref):
+                assert ref(text) if callable(ref) else re.fullmatch(ref, text), "not in the language"
+            fn = lambda g=g, i=i: self.generate({"ebnf": g}, 2000 + i)  # noqa: E731
+            jobs.append((f"ebnf {i}", fn, check))
+        for i in range(8):  # json_object: any JSON object
+            def check(text):
+                assert isinstance(json.loads(text), dict), "not an object"
+            jobs.append((f"json_object {i}", lambda i=i: self.chat(3000 + i, response_format={"type": "json_object"}),
+                         check))
+        self.assertGreaterEqual(len(jobs), 200)
+        stops, lengths = self.run_all(jobs)
+        print(f"{len(jobs)} constrained requests: {stops} finished with stop and validated, {lengths} hit max_tokens")
+        self.assertGreaterEqual(stops, int(0.95 * len(jobs)))
+
+    def test_greedy_and_sampling_modes_stay_inside_the_grammar(self):
+        schema = cases.SCHEMAS[-1]
+        modes = [{"temperature": 0}, {"temperature": 0.7, "top_k": 3}, {"temperature": 1.0, "top_p": 0.5},
+                 {"temperature": 1.0, "min_p": 0.5}, {"temperature": 1.2, "repetition_penalty": 1.3},
+                 {"temperature": 0.9, "presence_penalty": 1.0, "frequency_penalty": 0.5}]
+        for k, mode in enumerate(modes):
+            text, finish, _ = self.generate(dict(mode, json_schema=json.dumps(schema)), 5000 + k)
+            self.assertEqual(finish, "stop", mode)
+            jsonschema.validate(json.loads(text), schema)
+
+    def test_max_tokens_cuts_with_length_and_partial_text(self):
+        schema = {"type": "array", "items": {"type": "integer"}, "minItems": 50}
+        text, finish, tokens = self.generate({"json_schema": json.dumps(schema), "max_new_tokens": 7}, 9)
+        self.assertEqual((finish, tokens), ("length", 7))
+        self.assertTrue(text.startswith("["), text)
+
+    def test_n_choices_and_stream_are_each_constrained(self):
+        rx = r"(yes|no)-\d{2}"
+        r = self.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=20, temperature=1.0, n=4,
+                                                seed=3, extra_body={"regex": rx})
+        for c in r.choices:
+            self.assertEqual(c.finish_reason, "stop")
+            self.assertRegex(c.message.content, "^" + rx + "$")
+        stream = self.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=20, temperature=1.0,
+                                                     seed=4, stream=True, extra_body={"regex": rx})
+        text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+        self.assertRegex(text, "^" + rx + "$")
+
+    def test_bad_grammars_are_400_and_the_server_stays_healthy(self):
+        import openai
+        for field, value, why in cases.BAD:
+            with self.subTest(why=why):
+                with self.assertRaises(openai.BadRequestError) as ctx:
+                    self.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=8,
+                                                        extra_body={field: value})
+                err = ctx.exception.body
+                self.assertEqual(ctx.exception.status_code, 400)
+                self.assertEqual(err.get("param"), field, err)
+                self.assertNotIn("\n", err["message"])
+                self.assertNotRegex(err["message"], r"\.cc:\d+")
+                status, body = self.server.json("POST", "/generate",
+                                                {"text": "x", "sampling_params": {field: value, "max_new_tokens": 4}})
+                self.assertEqual(status, 400, body)
+                self.assertEqual(body["error"]["param"], "sampling_params." + field)
+        bad_formats = [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema", "json_schema": {"schema": {}}},
+                       {"type": "json_object", "extra": 1}, "json"]
+        for rf in bad_formats:
+            with self.subTest(response_format=rf):
+                status, body = self.server.json("POST", "/v1/chat/completions",
+                                                {"messages": MESSAGES, "response_format": rf})
+                self.assertEqual(status, 400, body)
+                self.assertTrue(body["error"]["param"].startswith("response_format"), body)
+        status, body = self.server.json("POST", "/v1/completions",
+                                        {"prompt": "x", "regex": "a", "json_schema": "{}"})
+        self.assertEqual(status, 400, body)
+        self.assertIn("at most one", body["error"]["message"])
+        self.assertEqual(self.server.request("GET", "/health")[0], 200)
+        text, finish, _ = self.generate({"regex": "ok"}, 1)
+        self.assertEqual((text, finish), ("ok", "stop"))
+
+    def test_plain_text_format_and_unconstrained_requests_are_unchanged(self):
+        r = self.client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=5, temperature=0,
+                                                response_format={"type": "text"})
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+
+
+class MultiStepDecode(unittest.TestCase):
+    def test_multi_step_decode_keeps_constrained_requests_exact(self):
+        server = e2e.ServerProcess("--fake-uniform-logits", "--num-continuous-decode-steps", "4")
+        try:
+            rx = r"[a-c]{3}-\d{3}"
+            for seed in range(6):
+                status, body = server.json("POST", "/generate", {"text": "x", "sampling_params": {
+                    "regex": rx, "max_new_tokens": 64, "temperature": 1.0, "sampling_seed": seed}})
+                self.assertEqual(status, 200, body)
+                self.assertRegex(body["text"], "^" + rx + "$")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    e2e.BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else e2e.BINARY
+    unittest.main(verbosity=2)

@@ -36,8 +36,9 @@ from nvfp4 import dequantize_state  # noqa: E402
 AGREE_WINDOWS, AGREE_LEN = 6, 192   # > index_topk 64: the DSA selection is exercised
 GOLDEN_P = 112
 GOLDEN_ROWS = [0, 15, 31, 47, 63, 64, 79, 95, 111]
-GREEDY_PROMPT = [{"role": "user", "content": "Utilities for parsing command-line options."}]
+GREEDY_PROMPT = [{"role": "user", "content": "Tests for the json module."}]
 GREEDY_N = 48
+GOLDEN_WINDOW_MAX_ERR = 1e-5
 TEMPLATE_CASES = [
     ([{"role": "user", "content": "Hello! What is an FP4 expert?"}], None),
     ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def f(x):\n    return x"},
@@ -146,6 +147,24 @@ def greedy(model, ids, n):
     return out[len(ids):], margins
 
 
+@torch.no_grad()
+def mtp_accept_free_running(model, held_ids, prompts=8, prompt_len=64, n=64):
+    """The accept rate as greedy speculative decoding sees it: on the target's own greedy
+    continuations of held-out prompts, the fraction of generated positions t where the MTP
+    head's argmax from (h[t], token t+1) equals the greedy token t+2."""
+    hit = tot = 0
+    for k in range(prompts):
+        p = held_ids[k * 997:k * 997 + prompt_len].tolist()
+        gen, _ = greedy(model, p, n)
+        seq = torch.tensor([p + gen])
+        logits, mtp_logits, _ = model(seq, sparse=True)
+        draft = mtp_logits[0].argmax(-1)          # row t: the guess for token t+2
+        for t in range(prompt_len - 1, prompt_len + n - 2):
+            hit += int(draft[t] == seq[0, t + 2])
+            tot += 1
+    return hit / tot
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bf16", required=True, help="train.py's export")
@@ -178,6 +197,7 @@ def main():
     models = {"bf16": (load_hf(a.bf16), a.bf16), "nvfp4": (load_nvfp4(a.nvfp4), a.nvfp4)}
     for name, (m, folder) in models.items():
         r = held_out_metrics(m, windows)
+        r["mtp_accept_free_running"] = mtp_accept_free_running(m, held_ids)
         errs, nll, cnt = [], 0.0, 0
         for k in range(AGREE_WINDOWS):
             ids = held_ids[k * AGREE_LEN:(k + 1) * AGREE_LEN + 1]
@@ -197,18 +217,33 @@ def main():
         print(name, json.dumps(r), flush=True)
 
     if a.golden:
+        # The first held-out window on which no discrete choice (indexer top-k, expert routing)
+        # sits so near a tie that the engine's FP32 summation order flips it: every row agrees to
+        # GOLDEN_WINDOW_MAX_ERR, so the CI bound measures arithmetic, not a coin toss.
         m = models["nvfp4"][0]
-        ids = held_ids[:GOLDEN_P]
-        with torch.no_grad():
-            logits = m(ids[None], sparse=True, mtp=False)[0][0]
+        for start in range(0, len(held_ids) - GOLDEN_P, GOLDEN_P):
+            ids = held_ids[start:start + GOLDEN_P]
+            with torch.no_grad():
+                logits = m(ids[None], sparse=True, mtp=False)[0][0]
+            eng = engine_logits(a.fp4moe, a.nvfp4, ids.tolist())
+            err = (np.linalg.norm(eng - logits.numpy(), axis=1) / np.linalg.norm(logits.numpy(), axis=1)).max()
+            if err <= GOLDEN_WINDOW_MAX_ERR:
+                break
+        else:
+            sys.exit("evaluate: no held-out window where the engine agrees to the golden bound")
+        rep["golden"] = {"window_start": start, "engine_max_row_rel_l2": float(err)}
         nll = F.cross_entropy(logits[:-1], ids[1:], reduction="none")
+        with torch.no_grad():
+            mtp_logits = m(ids[None], sparse=True)[1][0]   # row i: from h[i] and token i+1
+        mtp_rows = [r for r in GOLDEN_ROWS if r < GOLDEN_P - 1]
         prompt = json.loads(run([a.fp4moe, "chat-template", a.nvfp4, "--add-generation-prompt"],
                                 stdin=json.dumps(GREEDY_PROMPT)))["ids"]
         gen, margins = greedy(m, prompt, GREEDY_N)
         os.makedirs(a.golden, exist_ok=True)
         np.savez(os.path.join(a.golden, "golden.npz"), tokens=ids.numpy().astype(np.int32),
                  rows=np.array(GOLDEN_ROWS, dtype=np.int32), logits=logits[GOLDEN_ROWS].numpy().astype(np.float32),
-                 nll=nll.numpy().astype(np.float32), prompt=np.array(prompt, dtype=np.int32),
+                 nll=nll.numpy().astype(np.float32), mtp_rows=np.array(mtp_rows, dtype=np.int32),
+                 mtp_logits=mtp_logits[mtp_rows].numpy().astype(np.float32), prompt=np.array(prompt, dtype=np.int32),
                  greedy=np.array(gen, dtype=np.int32), margins=np.array(margins, dtype=np.float32))
         with open(os.path.join(a.golden, "template_cases.json"), "w") as f:
             json.dump([{k: c[k] for k in ("messages", "tools", "jinja2")} for c in rep["template"]], f, indent=1,
@@ -222,6 +257,19 @@ def main():
             json.dump(tok_cases, f, ensure_ascii=False)
             f.write("\n")
         rep["golden_greedy_text"] = tok.decode(gen)
+        import hashlib
+        with open(os.path.join(a.nvfp4, "model.safetensors"), "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+        with open(os.path.join(a.golden, "meta.json"), "w") as f:
+            json.dump({"made_by": "tools/train_small/evaluate.py", "model_safetensors_sha256": sha,
+                       "golden_window": rep["golden"], "unigram_loss": rep["unigram_loss"],
+                       "torch": torch.__version__,
+                       "what": "torch FP32 on the dequantized NVFP4 weights of models/glm5-mini-py, sparse "
+                               "(DSA top-k) attention; logits rows `rows` of `tokens`, NLL of every row; the MTP "
+                               "head's logits rows `mtp_rows` (row i from the target's post-norm h[i] and token "
+                               "i+1, i.e. --dump-mtp-logits' rows); greedy continuation of `prompt` with top-2 "
+                               "margins"}, f, indent=1)
+            f.write("\n")
         print("greedy:", repr(rep["golden_greedy_text"]), flush=True)
     if a.report:
         with open(a.report, "w") as f:

@@ -3,7 +3,7 @@
 loads (config.json, generation_config.json, model.safetensors BF16, the tokenizer files and
 chat template copied from --tokenizer-dir).
 
-    nice -n 10 python3 tools/train_small/train.py --out /tmp/glm5-mini-bf16 --minutes 35
+    nice -n 10 python3 tools/train_small/train.py --out /tmp/glm5-mini-bf16 --minutes 35   # CPU, one thread
     python3 tools/train_small/train.py --out OUT --device cuda --minutes 8 --batch 64   # on a GPU
 
 Needs only torch, safetensors and tokenizers (requirements.txt) and the corpus (this machine's
@@ -86,7 +86,7 @@ def main():
     ap.add_argument("--minutes", type=float, default=35.0, help="wall-clock training budget")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (torch.set_num_threads)")
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)

@@ -16,7 +16,7 @@ the target's last hidden state AFTER model.norm (the state lm_head reads); one d
 """
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -371,8 +371,4 @@ def load_hf(folder, tensors=None):
 
 def param_count(model):
     return sum(p.numel() for p in model.parameters())
-
-
-def describe(cfg):
-    return json.dumps(asdict(cfg))
 

@@ -95,8 +95,8 @@ def main():
                     help="folder with tokenizer.json, tokenizer_config.json, chat_template.jinja")
     ap.add_argument("--corpus-tar", help="corpus tarball from corpus.py pack (default: /usr/lib/python3.*)")
     a = ap.parse_args()
-    if a.minutes <= 0 or a.batch < 1 or a.seq < 2:
-        sys.exit("train.py: --minutes, --batch and --seq must be positive (--seq >= 2)")
+    if a.minutes <= 0 or a.batch < 1 or a.seq < 2 or a.threads < 1 or a.lr <= 0 or a.eval_windows < 1:
+        sys.exit("train.py: --minutes, --batch, --threads, --lr and --eval-windows must be positive, --seq >= 2")
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("train.py: --device cuda but torch sees no GPU")
     torch.set_num_threads(a.threads)

@@ -3,7 +3,7 @@
 (tests/model/golden/glm5-mini-py, written by tools/train_small/evaluate.py from the torch model
 on the same dequantized weights).
 
-    trained_model_test.py FP4MOE_BIN [--model DIR] [--golden DIR]
+    trained_model_test.py FP4MOE_BIN [--model DIR] [--golden DIR] [--check-mtp]
 
 Checks, on the CPU backend (F32 KV cache):
 1. the checkpoint is the one the golden was made from (sha256 of model.safetensors);
@@ -14,7 +14,9 @@ Checks, on the CPU backend (F32 KV cache):
 5. greedy continuation of a fixed chat prompt: equal to torch's up to the first step whose
    top-2 margin is under MARGIN (a near tie may go either way), and non-trivial text (many
    distinct tokens, none dominating, code-like characters); the window's mean NLL is under
-   0.75 x the unigram baseline (a trained model, not noise).
+   0.75 x the unigram baseline (a trained model, not noise);
+6. with --check-mtp: `generate --dump-mtp-logits` rows within LOGITS_BOUND of torch's MTP head
+   (row i from the target's post-norm hidden state at i and token i+1).
 Needs only numpy. Prints "N passed, N failed".
 """
 import argparse
@@ -69,6 +71,9 @@ def main():
     ap.add_argument("fp4moe")
     ap.add_argument("--model", default=os.path.join(ROOT, "models/glm5-mini-py"))
     ap.add_argument("--golden", default=os.path.join(ROOT, "tests/model/golden/glm5-mini-py"))
+    ap.add_argument("--check-mtp", action="store_true",
+                    help="also check `generate --dump-mtp-logits` against the golden's MTP rows (an fp4moe "
+                         "with the MTP forward, issue 39; the ctest passes it once that is merged)")
     a = ap.parse_args()
     g = np.load(os.path.join(a.golden, "golden.npz"))
     with open(os.path.join(a.golden, "meta.json")) as f:
@@ -134,6 +139,18 @@ def main():
         unigram = meta["unigram_loss"]
         assert nll.mean() < 0.75 * unigram, f"held-out NLL {nll.mean():.3f} is not well under unigram {unigram:.3f}"
 
+    def mtp_logits():
+        tokens = g["tokens"].tolist()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "mtp.safetensors")
+            run([a.fp4moe, "generate", "--model", a.model, "--prompt-ids", ",".join(map(str, tokens)),
+                 "--max-new-tokens", "1", "--dump-mtp-logits", out, "--threads", "1"])
+            eng = read_safetensors(out)["mtp_logits"]
+        rows = g["mtp_rows"]
+        err = np.linalg.norm(eng[rows] - g["mtp_logits"], axis=1) / np.linalg.norm(g["mtp_logits"], axis=1)
+        print(f"  MTP logits rows {rows.tolist()}: max rel L2 {err.max():.3g} (bound {LOGITS_BOUND:g})")
+        assert err.max() <= LOGITS_BOUND, f"MTP row {int(rows[err.argmax()])}: rel L2 {err.max():.3g}"
+
     def greedy():
         prompt, want, margins = g["prompt"].tolist(), g["greedy"].tolist(), g["margins"]
         got = generate(a.fp4moe, a.model, prompt, len(want))["tokens"][len(prompt):].tolist()
@@ -151,6 +168,8 @@ def main():
     check("tokenizer equals tokenizers", tokenizer)
     check("chat template equals jinja2", template)
     check("logits equal torch's", logits)
+    if a.check_mtp:
+        check("MTP logits equal torch's", mtp_logits)
     check("greedy text", greedy)
     failed = sum(1 for _, e in results if e)
     print(f"{len(results) - failed} passed, {failed} failed")

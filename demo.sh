@@ -10,7 +10,7 @@
 #      as in training; the reply is Python-looking code), one with tools (and the tool-call parser
 #      on a GLM-4.7 call through /parse_function_call), then a short fp4moe bench serve run
 #   4. SIGTERM: the server drains and exits 0
-# A small model trained for half an hour on two shared cores: the code it writes looks like the
+# A small model trained for 50 minutes on one shared CPU core: the code it writes looks like the
 # standard library's, it does not do what was asked.
 #   ./demo.sh              uses build/bin/fp4moe (./setup.sh builds it) and /tmp/fp4moe-demo
 # Environment: BUILD_DIR (default build), FP4MOE_DEMO_DIR (default /tmp/fp4moe-demo).

@@ -1,36 +1,35 @@
 #!/usr/bin/env bash
-# The main job on the embedded default backend (CPU): serve a small random GLM-5-architecture
-# NVFP4 model and answer a real chat request through the OpenAI API.
-#   1. fp4moe make-synthetic: a random GLM-5-shaped checkpoint (ModelOpt NVFP4 layout, glm5-tiny)
-#   2. a small byte-level BPE tokenizer (tests/text/data/behaviors, 800 ids) and a chat template
-#   3. fp4moe serve --backend cpu on a free local port (its start-up line says what was loaded)
-#   4. one chat completion with the openai client, one with tools (and the tool-call parser on a
-#      GLM-4.7 call through /parse_function_call), then a short fp4moe bench serve run
-#   5. SIGTERM: the server drains and exits 0
-# The weights are random, so the reply is random tokens of the tokenizer: the point is the
-# path (HTTP -> tokenizer -> scheduler -> the model's forward step on the CPU -> detokenizer).
+# The main job on the embedded default backend (CPU): serve the small trained GLM-5-architecture
+# NVFP4 model shipped in models/glm5-mini-py and answer a real chat request through the OpenAI API.
+#   1. the model: GlmMoeDsaForCausalLM at toy size (MLA + DSA indexer, 16 routed experts top-2 +
+#      a shared expert, one MTP layer), trained on CPython's standard-library sources with its own
+#      byte-level BPE tokenizer (tools/train_small/, models/glm5-mini-py/README.md), routed experts
+#      NVFP4 (fp4moe quantize, ModelOpt layout), 14 MB
+#   2. fp4moe serve --backend cpu on a free local port (its start-up line says what was loaded)
+#   3. one chat completion with the openai client (the user turn is a module's one-line summary,
+#      as in training; the reply is Python-looking code), one with tools (and the tool-call parser
+#      on a GLM-4.7 call through /parse_function_call), then a short fp4moe bench serve run
+#   4. SIGTERM: the server drains and exits 0
+# A small model trained for 50 minutes on one shared CPU core: the code it writes looks like the
+# standard library's, it does not do what was asked.
 #   ./demo.sh              uses build/bin/fp4moe (./setup.sh builds it) and /tmp/fp4moe-demo
 # Environment: BUILD_DIR (default build), FP4MOE_DEMO_DIR (default /tmp/fp4moe-demo).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=${BUILD_DIR:-build}/bin/fp4moe
 WORK=${FP4MOE_DEMO_DIR:-/tmp/fp4moe-demo}
-MODEL=$WORK/glm5-tiny
+MODEL=models/glm5-mini-py
+NAME=glm5-mini-py
 if [ ! -x "$BIN" ]; then
   echo "demo.sh: $BIN not found: run ./setup.sh first" >&2
   exit 1
 fi
 mkdir -p "$WORK"
-echo "== fp4moe make-synthetic $MODEL --preset glm5-tiny"
-"$BIN" make-synthetic "$MODEL" --preset glm5-tiny --seed 0
-cp tests/text/data/behaviors/tokenizer.json "$MODEL/"
-printf '%s' '{% if tools %}<|system|>Tools:{% for t in tools %} {{ t.function | tojson }}{% endfor %}{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}' \
-  > "$MODEL/chat_template.jinja"
 
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL=http://127.0.0.1:$PORT
 echo "== fp4moe serve --model $MODEL --backend cpu --port $PORT (log: $WORK/serve.log)"
-"$BIN" serve --model "$MODEL" --backend cpu --port "$PORT" --served-model-name glm5-tiny --tool-call-parser glm47 \
+"$BIN" serve --model "$MODEL" --backend cpu --port "$PORT" --served-model-name "$NAME" --tool-call-parser glm47 \
   >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true' EXIT
@@ -46,10 +45,13 @@ python3 - "$URL" <<'PY'
 import sys
 import openai
 client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0)
-r = client.chat.completions.create(model="glm5-tiny", max_tokens=24, temperature=0,
-                                   messages=[{"role": "user", "content": "Hello! What is an FP4 expert?"}])
+r = client.chat.completions.create(model="glm5-mini-py", max_tokens=96, temperature=0,
+                                   messages=[{"role": "user", "content": "Tests for the json module."}])
 print(r.model_dump_json(indent=2, exclude_none=True))
 assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > 0
+print("---- the reply's content, as text ----")
+print(r.choices[0].message.content)
+print("--------------------------------------")
 PY
 
 echo "== a tool-call request (tools rendered by the chat template; --tool-call-parser glm47 reads the reply)"
@@ -59,11 +61,11 @@ import openai
 client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0)
 tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
-r = client.chat.completions.create(model="glm5-tiny", max_tokens=16, temperature=0, tools=tools,
+r = client.chat.completions.create(model="glm5-mini-py", max_tokens=16, temperature=0, tools=tools,
                                    messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}])
 m = r.choices[0].message
 print(f"finish_reason={r.choices[0].finish_reason} tool_calls={m.tool_calls} content={m.content!r}")
-print("(random weights write no call; what the parser makes of a GLM-4.7 call, via POST /parse_function_call:)")
+print("(a model trained on Python sources writes no call; what the parser makes of a GLM-4.7 call, via POST /parse_function_call:)")
 text = "Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
 req = urllib.request.Request(sys.argv[1] + "/parse_function_call", method="POST",
                              data=json.dumps({"text": text, "tool_call_parser": "glm47", "tools": tools}).encode(),

@@ -35,7 +35,10 @@ TEST(GoldenQuantize, RecordedCommandsGiveTheSameBytes) {
   for (const auto& c : fs::directory_iterator(kGolden)) {
     if (!fs::exists(c.path() / "meta.json")) continue;
     const json meta = json::parse(slurp(c.path() / "meta.json"));
-    ASSERT_TRUE(meta.contains("quantize")) << c.path();
+    // Goldens made elsewhere (glm5-mini-py: tools/train_small/evaluate.py, on a committed
+    // checkpoint) record no quantize command; the count below still requires every one of
+    // make_goldens.py's cases.
+    if (!meta.contains("quantize")) continue;
     for (const auto& [variant, q] : meta["quantize"].items()) {
       SCOPED_TRACE(c.path().filename().string() + " " + variant);
       TempDir t("golden_quantize_" + c.path().filename().string() + "_" + variant);

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "cuda/attention/mla_warp_fp8.hpp"
+#include "cuda/attention/mla_warp_bf16.hpp"  // kMlaWarp* (the shared kernels' limits)
 #include "cuda/attention/mla_warp_bf16_kernels.cuh"
 
 #include "core/error.hpp"

@@ -115,7 +115,8 @@ int run_bench_step(const BenchStepArgs& a) {
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
   const cuda::bench::Ceilings ceil = cuda::bench::measure_ceilings(s, 5);
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
-  fmt::print("ceilings: copy {:.0f} GB/s, BF16 {:.0f} TFLOP/s\n", ceil.copy_gbps, ceil.bf16_tflops);
+  fmt::print("ceilings: copy {:.0f} GB/s, BF16 {:.0f} TFLOP/s; KV cache {} ({} B/token)\n", ceil.copy_gbps,
+             ceil.bf16_tflops, kv_elem_name(ro.kv_elem), r->kv_bytes_per_token());
   const int64_t V = r->config().vocab, ps = r->page_size();
   auto time_step = [&](const engine::gpu::StepInput& in, int iters) {
     r->step(in, {});
@@ -274,6 +275,8 @@ int run_bench_step(const BenchStepArgs& a) {
                      {"copy_gbps", ceil.copy_gbps},
                      {"bf16_tflops", ceil.bf16_tflops},
                      {"weight_bytes", r->weight_bytes()},
+                     {"kv_cache_dtype", std::string(kv_elem_name(ro.kv_elem))},
+                     {"kv_bytes_per_token", r->kv_bytes_per_token()},
                      {"decode", jdecode},
                      {"prefill", jprefill}};
     std::ofstream f(a.json);

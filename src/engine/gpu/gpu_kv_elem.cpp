@@ -36,8 +36,8 @@ void GpuRunner::Impl::choose_kv_elem() {
     }
   auto pick = [](float given, const char* what) {
     if (given == 0.0f) return 1.0f;
-    FP4MOE_CHECK(std::isfinite(given) && given > 0.0f, "--kv-cache-dtype fp8_e4m3: the {} scale {} must be positive and finite",
-                 what, given);
+    FP4MOE_CHECK(std::isfinite(given) && given > 0.0f,
+                 "--kv-cache-dtype fp8_e4m3: the {} scale {} must be positive and finite", what, given);
     return given;
   };
   ckv_scale = pick(opt.kv_ckv_scale, "latent (ckv)");

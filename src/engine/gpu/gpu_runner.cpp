@@ -616,7 +616,8 @@ void GpuRunner::Impl::plan_memory() {
       "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, {}); device "
       "{:.1f} GB ({:.2f} GB in use before the load), --mem-fraction-static {}",
       double(weight_bytes) / 1e9, plan.describe(), double(kv.bytes()) / 1e9, num_pages * opt.page_size, num_pages,
-      opt.page_size, kv_per_token, kv_fp8 ? kv_line : std::string("BF16"), double(total_b) / 1e9, double(start_in_use) / 1e9, opt.mem_fraction_static);
+      opt.page_size, kv_per_token, kv_fp8 ? kv_line : std::string("BF16"), double(total_b) / 1e9,
+      double(start_in_use) / 1e9, opt.mem_fraction_static);
   if (int64_t(workspace_bytes) != plan.ws.total())
     plan_line += fmt::format(" (workspace laid out: {:.2f} GB)", double(workspace_bytes) / 1e9);
 }

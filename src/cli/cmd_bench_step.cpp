@@ -45,6 +45,7 @@ struct BenchStepArgs {
   int iters = 20;
   double mem_fraction_static = 0.88;
   std::string attention_kernels = "auto";
+  std::string kv_cache_dtype = "auto";
   int64_t replicate_layers = 0;
   engine::SpeculativeFlags speculative;  // refused: the GPU runner has no MTP path yet
 };
@@ -101,6 +102,7 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.mem_fraction_static = a.mem_fraction_static;
   ro.cuda_graph_max_bs = max_b;
   ro.attention_kernels = engine::gpu::parse_attention_kernels(a.attention_kernels);
+  ro.kv_elem = engine::gpu::parse_kv_cache_dtype(a.kv_cache_dtype);
   ro.replicate_layers = a.replicate_layers;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::gpu::GpuRunner::load(a.model, ro);
@@ -113,7 +115,8 @@ int run_bench_step(const BenchStepArgs& a) {
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
   const cuda::bench::Ceilings ceil = cuda::bench::measure_ceilings(s, 5);
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
-  fmt::print("ceilings: copy {:.0f} GB/s, BF16 {:.0f} TFLOP/s\n", ceil.copy_gbps, ceil.bf16_tflops);
+  fmt::print("ceilings: copy {:.0f} GB/s, BF16 {:.0f} TFLOP/s; KV cache {} ({} B/token)\n", ceil.copy_gbps,
+             ceil.bf16_tflops, kv_elem_name(ro.kv_elem), r->kv_bytes_per_token());
   const int64_t V = r->config().vocab, ps = r->page_size();
   auto time_step = [&](const engine::gpu::StepInput& in, int iters) {
     r->step(in, {});
@@ -272,6 +275,8 @@ int run_bench_step(const BenchStepArgs& a) {
                      {"copy_gbps", ceil.copy_gbps},
                      {"bf16_tflops", ceil.bf16_tflops},
                      {"weight_bytes", r->weight_bytes()},
+                     {"kv_cache_dtype", std::string(kv_elem_name(ro.kv_elem))},
+                     {"kv_bytes_per_token", r->kv_bytes_per_token()},
                      {"decode", jdecode},
                      {"prefill", jprefill}};
     std::ofstream f(a.json);
@@ -304,6 +309,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "variant (sm_90); own: the runner's any-dims kernels everywhere (the start-up line says which each "
                  "layer takes)")
       ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                 "the KV cache: auto (bf16), bf16, or fp8_e4m3 (E4M3 latent, rope key and index keys: half the bytes "
+                 "per token; the plan line shows the pool and the scales)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8_e4m3"}))
       ->capture_default_str();
   app.add_option("--replicate-layers", a->replicate_layers,
                  "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "

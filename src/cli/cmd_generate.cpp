@@ -79,7 +79,8 @@ int run_generate(const GenerateArgs& a) {
   go.sampling = a.sampling;
   go.sampling.logprobs_top_n = a.logprobs;
   go.page_size = a.page_size;
-  go.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : a.kv_dtype == "fp8" ? KvElem::FP8_E4M3 : KvElem::BF16;
+  const bool fp8_kv = a.kv_dtype == "fp8" || a.kv_dtype == "fp8_e4m3";
+  go.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
   go.keep_logits = !a.dump_logits.empty();
   model::HiddenStates hidden;
   if (!a.dump_hidden.empty()) go.prompt_hidden = &hidden;
@@ -102,7 +103,8 @@ int run_generate(const GenerateArgs& a) {
     ro.max_logits_rows = go.keep_logits ? 0 : 1;
     ro.tokens_flag = "the prompt length";
     ro.max_score_rows = a.indexer_score_rows;
-    if (a.kv_dtype != "bf16") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype {} is the CPU's)", a.kv_dtype);
+    ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
+    if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
     auto runner = engine::gpu::GpuRunner::load(a.model, ro);  // prints its start-up and memory plan lines
     vocab = runner->config().vocab;
     hidden_size = runner->config().hidden;
@@ -213,8 +215,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--ep", a->ep, "expert-parallel ranks (routed experts); 1 in this version")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (default: FP4MOE_THREADS or all cores)");
-  app.add_option("--kv-dtype", a->kv_dtype, "KV cache element type (f32: exact, the reference; bf16 / fp8 as the GPU stores it)")
-      ->check(CLI::IsMember({"bf16", "fp8", "f32"}))
+  app.add_option("--kv-dtype,--kv-cache-dtype", a->kv_dtype,
+                 "KV cache element type: f32 (exact, the reference; --backend cuda keeps bf16 then), bf16, or fp8 "
+                 "(= fp8_e4m3: E4M3 latent, rope key and index keys, scale 1.0; on both backends)")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp8_e4m3", "f32"}))
       ->capture_default_str();
   app.add_option("--page-size", a->page_size, "KV cache page size (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dump-logits", a->dump_logits, "write tokens I32 [P+N] and logits F32 [P+N-1, vocab] here");

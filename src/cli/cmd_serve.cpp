@@ -55,7 +55,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "any-dims kernels)")
       ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
       ->capture_default_str();
-  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 | f32 (the CPU reference)")
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 (E4M3 latent, rope key and index keys, scale 1.0; cpu and cuda) | f32 (the CPU reference)")
       ->capture_default_str();
   app.add_option("--reasoning-parser", o->reasoning_parser,
                  "Split <think> text into reasoning_content: glm45 | deepseek-r1 | deepseek-v3 (default: none)")

@@ -107,6 +107,7 @@ RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int6
   const int64_t SR = runner_score_rows(in, T);
   w.indexer = align256(d.indexer ? SR * ctx * 4 : 4) + align256((in.max_requests + 2) * 4) + 2 * align256(T * topk * 4);
   if (d.indexer) w.indexer += in.topk_workspace ? in.topk_workspace(SR, ctx) : topk_estimate(SR, ctx);
+  if (d.indexer && d.fp8_index_queries) w.indexer += align256(T * HI * d.index_dim) + align256(T * HI * 4);
   w.moe = in.moe_workspace ? in.moe_workspace(T) : moe_estimate(d, T);
   if (d.dense_experts) {
     const int64_t E = d.experts, k = d.top_k, I = d.moe_inter;
@@ -216,6 +217,12 @@ std::string RunnerPlan::describe() const {
       tokens_lowered ? fmt::format(", lowered from {} to fit", tokens_asked) : std::string(),
       logits_rows, score_rows, gb(ws.indexer), gb(ws.activations), gb(ws.moe), gb(ws.logits), gb(ws.sampling), gb(ws.fixed),
       gb(graph_bytes));
+}
+
+int64_t runner_kv_bytes_per_token(int64_t layers, int64_t indexer_layers, int64_t kv_lora, int64_t rope,
+                                  int64_t index_dim, KvElem elem, KvElem index_elem) {
+  return layers * (kv_lora + rope) * int64_t(kv_elem_size(elem)) +
+         indexer_layers * index_dim * int64_t(kv_elem_size(index_elem));
 }
 
 }  // namespace fp4moe::engine

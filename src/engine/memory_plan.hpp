@@ -6,6 +6,8 @@
 #include <functional>
 #include <string>
 
+#include "core/paged_kv.hpp"
+
 #include "engine/backend.hpp"
 
 namespace fp4moe::engine {
@@ -54,6 +56,8 @@ struct RunnerDims {
   int64_t hidden = 0, heads = 0, qk_head_dim = 0, kv_lora = 0, rope = 0, v_head = 0, q_lora = 0;
   int64_t index_heads = 0, index_dim = 0, index_topk = 0;
   bool indexer = false;      // some layer computes DSA scores
+  bool fp8_index_queries = false;  // FP8 index keys scored by cuda/indexer's mma kernel: the queries
+                                   // quantized to E4M3 [T, HI, D] + their folded weights [T, HI] FP32
   int64_t vocab = 0;
   int64_t max_inter = 0;     // the widest dense MLP (dense layers, a shared expert run as one)
   // FP4 MoE layers (MoeLayerCuda): rows per token in the routed GEMMs (top_k + folded shared experts)
@@ -61,7 +65,7 @@ struct RunnerDims {
   int64_t experts = 0, top_k = 0, moe_inter = 0, moe_rows_per_token = 0;
   // BF16 routed experts run dense over all experts (the fallback's [E, T, ...] scratch)
   bool dense_experts = false;
-  int64_t kv_bytes_per_token = 0;  // every layer's latent + rope (+ index key) BF16
+  int64_t kv_bytes_per_token = 0;  // every layer's latent + rope (+ index key): runner_kv_bytes_per_token
 };
 
 struct RunnerPlanInput {
@@ -132,5 +136,11 @@ struct RunnerPlan {
 inline constexpr int64_t kGraphBytesPerBucket = int64_t(16) << 20;
 
 RunnerPlan plan_runner_memory(const RunnerPlanInput& in);
+
+// The runner's KV bytes per token over all layers: latent (kv_lora) + rope of `elem` in each of
+// `layers`, the index key (index_dim) of `index_elem` in the `indexer_layers` that keep one
+// (core/paged_kv.hpp's arrays; kv_elem_size: BF16 2 B, FP8 E4M3 1 B).
+int64_t runner_kv_bytes_per_token(int64_t layers, int64_t indexer_layers, int64_t kv_lora, int64_t rope,
+                                  int64_t index_dim, KvElem elem, KvElem index_elem);
 
 }  // namespace fp4moe::engine

@@ -67,6 +67,9 @@ struct QuantConfig {
   bool is_ignored(std::string_view module) const;  // module_glob_match over `ignore` (may throw, see there)
   std::string format;        // compressed-tensors format, e.g. "nvfp4-pack-quantized"
   bool activation_quant = false;  // activations quantized too (NVFP4 W4A4), not weight-only
+  // The KV cache the checkpoint declares: ModelOpt's kv_cache_quant_algo ("FP8"), compressed-
+  // tensors' kv_cache_scheme (8-bit float: "FP8", else "<type><bits>"); "" when none.
+  std::string kv_cache_quant_algo;
   std::string source;        // file the quant config came from ("" if none)
 };
 // Parses hf_quant_config.json (ModelOpt: {"quantization": {...}}) or config.json's

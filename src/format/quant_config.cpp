@@ -139,6 +139,10 @@ QuantConfig parse_quant_config(const json& root, const std::string& path) {
     q.activation_quant = algo == "NVFP4" || algo == "MXFP4";
     read_globs("exclude_modules");
     read_globs("ignore");
+    if (const json* kv = r.field("kv_cache_quant_algo"); kv && !kv->is_null()) {
+      FP4MOE_CHECK(kv->is_string(), "{}: 'kv_cache_quant_algo' must be a string or null", path);
+      q.kv_cache_quant_algo = kv->get<std::string>();
+    }
   } else if (method == "compressed-tensors") {
     q.quant_method = method;
     q.format = r.string("format");
@@ -163,6 +167,13 @@ QuantConfig parse_quant_config(const json& root, const std::string& path) {
     if (q.group_size == 0) q.group_size = mx ? 32 : 16;
     q.quant_algo = mx ? (q.activation_quant ? "MXFP4" : "W4A16_MXFP4") : (q.activation_quant ? "NVFP4" : "W4A16_NVFP4");
     read_globs("ignore");
+    if (const json* kv = r.field("kv_cache_scheme"); kv && !kv->is_null()) {
+      FP4MOE_CHECK(kv->is_object(), "{}: 'kv_cache_scheme' must be an object or null", path);
+      const Reader k{*kv, path};
+      const std::string type = k.string("type", "float");
+      const int64_t bits = k.integer("num_bits", 8, 1);
+      q.kv_cache_quant_algo = type == "float" && bits == 8 ? std::string("FP8") : fmt::format("{}{}", type, bits);
+    }
   } else if (method == "mxfp4") {
     q.quant_method = method;
     q.quant_algo = "MXFP4";

@@ -87,11 +87,10 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
   }
   if (o.backend == "cuda") {
 #ifdef FP4MOE_HAVE_GPU_RUNNER
-    FP4MOE_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "bf16",
-                 "--backend cuda keeps its KV cache in bf16 (got --kv-cache-dtype {})", o.kv_cache_dtype);
     engine::gpu::CudaModelBackendOptions c;
     c.model_dir = o.model;
     auto& r = c.runner;
+    r.kv_elem = engine::gpu::parse_kv_cache_dtype(o.kv_cache_dtype);  // f32 refused: the CPU reference's
     r.max_requests = o.max_running_requests;
     r.max_tokens = int64_t(o.chunked_prefill_size) + o.max_running_requests;  // the scheduler's largest step
     r.max_logits_rows = o.max_running_requests;  // one sampled row per request

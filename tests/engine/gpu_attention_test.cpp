@@ -21,8 +21,9 @@
 //     so most rows are far shorter than the captured grid) = each request alone.
 // The same with RunnerOptions::attention_kernels = FlashInferDecode (parameters "+fi", sm_90,
 // 64 heads): decode and top-k rows on FlashInfer's kernel over MlaSm90::run_device's schedule; and
-// with Auto ("+auto"): that, but a one-token step takes its top-k rows to MlaDecodeMma.
-// Skips without a GPU.
+// with Auto ("+auto"): that, but a one-token step takes its top-k rows to MlaDecodeMma. "+fp8":
+// the same with both runners' caches in FP8 E4M3 (issue 40: the FP8 decode kernels, FP8 indexer
+// scores, FP8 fused key writes; compiled, not run yet). Skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -63,6 +64,15 @@ constexpr int64_t kPage = 16;  // small_options().page_size
 // attention branch, which is at most the whole hidden state; added layer by layer.
 constexpr double kU = 1.0 / 256.0;
 double layer_bound(int64_t layers_done) { return 4.0 * kU * double(std::max<int64_t>(layers_done, 1)); }
+// FP8 KV ("+fp8"): both runs read E4M3 caches, but the own path rounds the latent to BF16 first
+// (RMSNorm's output) and then to E4M3, the fast path (kv_latent_prep) FP32 straight to E4M3. BF16
+// moves a value by <= 2^-9 of it, E4M3's rounding midpoints lie 2^-3 of it apart: <= 2^-6 of the
+// codes differ, each by one E4M3 step (<= 2^-3): the keys differ by <= sqrt(2^-6) * 2^-3 = 2^-6
+// rel L2, which bounds what each layer's attention branch adds on top of the BF16 terms.
+constexpr double kFp8Keys = 1.0 / 64.0;
+double layer_bound(int64_t layers_done, bool fp8) {
+  return layer_bound(layers_done) + (fp8 ? kFp8Keys * double(std::max<int64_t>(layers_done, 1)) : 0.0);
+}
 
 // A model name: "<preset>" or "<preset>@<heads>" (make-synthetic --heads).
 std::string synthetic_dir(const std::string& model) {
@@ -79,10 +89,11 @@ std::string synthetic_dir(const std::string& model) {
   return made[model] = out;
 }
 
-RunnerOptions options(AttentionKernels k) {
+RunnerOptions options(AttentionKernels k, bool fp8 = false) {
   RunnerOptions o = small_options();
   o.max_tokens = 256;  // one prefill step of 223 tokens (BatchOfDifferentLengths...)
   o.attention_kernels = k;
+  if (fp8) o.kv_elem = KvElem::FP8_E4M3;  // --kv-cache-dtype fp8_e4m3 (issue 40)
   return o;
 }
 
@@ -94,29 +105,32 @@ std::string model_of(const std::string& param) { return param.substr(0, param.fi
 bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
 bool wgmma_of(const std::string& param) { return param.find("+wg") != std::string::npos; }
 bool auto_of(const std::string& param) { return param.find("+auto") != std::string::npos; }
+// "+fp8" (with any of the above): both runners keep an FP8 E4M3 cache (--kv-cache-dtype fp8_e4m3):
+// the fast path's FP8 decode kernels, FP8 indexer scores (queries quantized) and FP8 fused writes.
+bool fp8_of(const std::string& param) { return param.find("+fp8") != std::string::npos; }
 
 // Loads the model with the fast path; null when this GPU cannot run it (the line says why).
 std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
   if (flashinfer_of(param)) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
-    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::FlashInferDecode));
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::FlashInferDecode, fp8_of(param)));
     EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
     return g;
   }
   if (auto_of(param)) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
-    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::Auto));
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::Auto, fp8_of(param)));
     EXPECT_NE(g->attention_line().find("MlaSm90::run_device"), std::string::npos) << g->attention_line();
     EXPECT_NE(g->attention_line().find("one-token steps: MlaDecodeMma"), std::string::npos) << g->attention_line();
     return g;
   }
   if (wgmma_of(param)) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
-    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::WgmmaDecode));
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::WgmmaDecode, fp8_of(param)));
     EXPECT_NE(g->attention_line().find("MlaDecodeMma (wgmma"), std::string::npos) << g->attention_line();
     return g;
   }
-  auto g = GpuRunner::load(synthetic_dir(param), options(AttentionKernels::MmaDecode));
+  auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::MmaDecode, fp8_of(param)));
   if (!g->fast_attention()) return nullptr;
   EXPECT_NE(g->attention_line().find("MlaDecodeMma"), std::string::npos) << g->attention_line();
   return g;
@@ -177,7 +191,8 @@ TEST_P(FastAttention, MatchesOwnKernelsPerLayerOverPrefillAndDecodeGraphsAndEage
   FP4MOE_SKIP_WITHOUT_GPU();
   auto fast = load_fast(GetParam());
   if (!fast) GTEST_SKIP() << "the fast attention path does not run on this GPU";
-  auto own = GpuRunner::load(synthetic_dir(model_of(GetParam())), options(AttentionKernels::Own));
+  const bool fp8 = fp8_of(GetParam());
+  auto own = GpuRunner::load(synthetic_dir(model_of(GetParam())), options(AttentionKernels::Own, fp8));
   const int64_t V = fast->config().vocab, NL = fast->config().num_layers, n = 100, steps = 16;
   std::vector<int32_t> seq = prompt_of(n, V, 11);
   const std::vector<int32_t> tf = fast->alloc_pages((n + steps + kPage - 1) / kPage),
@@ -215,12 +230,12 @@ TEST_P(FastAttention, MatchesOwnKernelsPerLayerOverPrefillAndDecodeGraphsAndEage
     // up to the first layer with other choices saw the same discrete decisions.
     for (int64_t i = 0; i <= std::min(diff, NL); ++i) {
       const double e = rel_l2(hf[size_t(i)].data(), ho[size_t(i)].data(), hf[size_t(i)].size());
-      EXPECT_LE(e, layer_bound(i)) << "hidden state after layer " << i - 1;
+      EXPECT_LE(e, layer_bound(i, fp8)) << "hidden state after layer " << i - 1;
       ++compared;
     }
     if (diff == NL) {
       ++full;
-      EXPECT_LE(rel_l2(lf.data(), lo.data(), size_t(V)), layer_bound(NL + 1)) << "logits (eager)";
+      EXPECT_LE(rel_l2(lf.data(), lo.data(), size_t(V)), layer_bound(NL + 1, fp8)) << "logits (eager)";
     } else {
       std::printf("[ info ] %s step %lld: layer %lld's choices differ (a near-tie); later layers not compared\n",
                   GetParam().c_str(), static_cast<long long>(s), static_cast<long long>(diff));
@@ -236,14 +251,18 @@ TEST_P(FastAttention, MatchesOwnKernelsPerLayerOverPrefillAndDecodeGraphsAndEage
       run(*own, to, false, gl_o, unused, unused_c, g2);
       EXPECT_EQ(fast->stats().graph_steps, g0f + 1) << "the decode step did not replay a graph";
       if (diff == NL) {
-        EXPECT_LE(rel_l2(gl_f.data(), gl_o.data(), size_t(V)), layer_bound(NL + 1)) << "logits (graph)";
+        EXPECT_LE(rel_l2(gl_f.data(), gl_o.data(), size_t(V)), layer_bound(NL + 1, fp8)) << "logits (graph)";
       }
     }
     seq.push_back(gf[0]);  // both runners follow the fast run's tokens
   }
   std::printf("[ info ] %s: %d hidden states compared, %d of %lld steps with identical choices throughout\n",
               GetParam().c_str(), compared, full, static_cast<long long>(steps + 1));
-  EXPECT_GE(full, int(steps + 1) / 2) << "too few steps made the same discrete choices to compare the logits";
+  // FP8 with an indexer: the fast path scores with FP8 queries (quantize_q_fp8), the own kernel
+  // with BF16 ones, so their top-k sets differ wherever a key sits near the cut (the FP8 noise the
+  // issue accepts): the layers before the first difference are compared, the count is printed.
+  if (!(fp8 && fast->config().has_indexer()))
+    EXPECT_GE(full, int(steps + 1) / 2) << "too few steps made the same discrete choices to compare the logits";
   fast->release_pages(tf);
   own->release_pages(to);
 }
@@ -290,7 +309,8 @@ TEST_P(FastAttention, BatchOfDifferentLengthsEqualsEachRequestAlone) {
 INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
                          ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64",
                                            "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi", "glm5-attn-tiny+auto", "glm5-attn-tiny+wg",
-                                           "deepseek-v3-attn-tiny+wg"),
+                                           "deepseek-v3-attn-tiny+wg", "glm5-attn-tiny+fp8", "deepseek-v3-attn-tiny+fp8",
+                                           "deepseek-v3-attn-tiny@64+fi+fp8", "glm5-attn-tiny+auto+fp8"),
                          [](const auto& i) {
                            std::string s = i.param;
                            for (char& ch : s)

@@ -76,13 +76,18 @@ std::vector<int32_t> sorted_ids(const int32_t* ids, int64_t k) {
 //   5. the CPU again with the GPU's choices imposed (model::StepChoiceHooks): the issue's bounds
 //      (logits rel L2 <= 5e-2, greedy tokens where the top-2 margin > 1e-2, hidden states
 //      <= 5e-2 per layer) hold against it.
-TEST_P(GpuVsCpu, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
-  FP4MOE_SKIP_WITHOUT_GPU();
-  const std::string dir = model_dir(GetParam());
+// kv: both caches' element (BF16; or FP8 E4M3, scale 1.0 on both sides: the CPU's `--kv-dtype
+// fp8` against the runner's --kv-cache-dtype fp8_e4m3). The same bounds either way: both sides
+// round the same keys to E4M3, and a code differs only where the key's BF16 (GPU) and FP32 (CPU)
+// values straddle a rounding boundary (one E4M3 step, 2^-3 relative, on a few elements).
+void gpu_vs_cpu(const Case& c, KvElem kv) {
+  const std::string dir = model_dir(c);
   model::ModelOptions mo;
   mo.threads = 2;
   auto cpu = model::Model::load(dir, mo);
-  auto gpu = GpuRunner::load(dir, small_options());
+  RunnerOptions ro = small_options();
+  ro.kv_elem = kv;
+  auto gpu = GpuRunner::load(dir, ro);
   const model::MlaModelConfig& cfg = cpu->config();
   const int64_t P = 64, N = 32, V = cfg.vocab, H = cfg.hidden, L = cfg.num_layers;
   const std::vector<int32_t> prompt = prompt_of(P, V, 1);
@@ -97,7 +102,7 @@ TEST_P(GpuVsCpu, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
   model::GenerateOptions go;
   go.max_new_tokens = N;
   go.keep_logits = true;
-  go.kv_elem = KvElem::BF16;  // the GPU cache's element type
+  go.kv_elem = kv;  // the GPU cache's element type
   model::HiddenStates hc, hg, hf;
   go.prompt_hidden = &hc;
   const model::GenerateResult rc = model::generate(*cpu, prompt, go);
@@ -203,6 +208,12 @@ TEST_P(GpuVsCpu, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
         << "row " << r << " (rel L2 " << rel_l2(g, c, size_t(V)) << ")";
   }
   EXPECT_GT(compared, (P + N) / 2) << "too few rows with a clear greedy token to compare";
+  int64_t agree = 0;  // greedy agreement over every row (printed: near-ties included)
+  for (int64_t r = 0; r < P + N - 1; ++r)
+    agree += testing_model::argmax(rg.logits.data() + r * V, V) == testing_model::argmax(rf.logits.data() + r * V, V);
+  std::printf("[ info ] KV %s: logits rel L2 %.3e (the CPU on the GPU's choices); greedy agreement %lld / %lld rows "
+              "(%lld with a top-2 margin > 1e-2 asserted)\n",
+              std::string(kv_elem_name(kv)).c_str(), all, (long long)agree, (long long)(P + N - 1), (long long)compared);
   ASSERT_EQ(hf.size(), hg.size());
   for (size_t l = 0; l < hf.size(); ++l) {
     const double e = rel_l2(hg[l].data(), hf[l].data(), hf[l].size());
@@ -215,8 +226,24 @@ TEST_P(GpuVsCpu, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
     EXPECT_LE(e, 5e-2) << "hidden state " << l << " (0: embeddings, " << hf.size() - 1 << ": after the final norm) "
                        << "diverges: rel L2 " << e << "; worst token " << wt << " (rel L2 " << worst << ")";
   }
-  RecordProperty("logits_rel_l2", fmt::format("{:.3e}", all));
-  RecordProperty("logits_rel_l2_cpu_alone", fmt::format("{:.3e}", alone));
+  ::testing::Test::RecordProperty("logits_rel_l2", fmt::format("{:.3e}", all));
+  ::testing::Test::RecordProperty("logits_rel_l2_cpu_alone", fmt::format("{:.3e}", alone));
+  ::testing::Test::RecordProperty("greedy_agreement", fmt::format("{}/{}", agree, P + N - 1));
+}
+
+TEST_P(GpuVsCpu, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  gpu_vs_cpu(GetParam(), KvElem::BF16);
+}
+
+// --kv-cache-dtype fp8_e4m3 (issue 40): the runner's FP8 cache (its kv_append_fp8,
+// mla_attention_warp_fp8 and indexer_scores_warp_fp8 on these dims) against the CPU model's FP8
+// cache, with the GPU's routing and top-k imposed, at the BF16 runner's bounds.
+class GpuVsCpuFp8Kv : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuVsCpuFp8Kv, LogitsHiddenStatesAndGreedyTokensMatchTheCpuBackend) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  gpu_vs_cpu(GetParam(), KvElem::FP8_E4M3);
 }
 
 std::vector<Case> cases() {
@@ -226,12 +253,23 @@ std::vector<Case> cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, GpuVsCpu, ::testing::ValuesIn(cases()), [](const auto& i) {
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
   std::string s = i.param.name + "_" + i.param.variant;
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GpuVsCpu, ::testing::ValuesIn(cases()), case_name);
+
+std::vector<Case> fp8_kv_cases() {
+  std::vector<Case> v;
+  for (const char* n : {"glm5-tiny-sparse", "glm5-tiny-dense"})
+    for (const char* var : {"bf16", "nvfp4"}) v.push_back({n, var});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GpuVsCpuFp8Kv, ::testing::ValuesIn(fp8_kv_cases()), case_name);
 
 // Requests of lengths 5, 23 and 40 prefilled in ONE step, then 6 decode steps together: each
 // request's greedy tokens and logits = the request run alone.
@@ -286,6 +324,45 @@ TEST(GpuRunner, DecodeGraphReplayEqualsEagerBitForBit) {
     testing_gpu_runner::expect_bitwise_equal(eager, graph, V, "R " + std::to_string(R));
     for (const auto& t : tables) gpu->release_pages(t);
   }
+}
+
+// FP8 KV: the plan line counts 1 B per element (half the BF16 bytes per token, so at least 1.9x
+// the tokens from the same pool budget); bad scales and f32 are one-line load errors.
+TEST(GpuRunner, Fp8KvCacheHalvesTheBytesPerTokenAndRefusesBadScales) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const std::string dir = model_dir({"glm5-tiny-sparse", "bf16"});
+  RunnerOptions ro = small_options();
+  ro.max_total_tokens = 0;  // the pool from the budget, not a token cap
+  ro.mem_fraction_static = 0.3;
+  int64_t bf_tokens = 0, bf_bytes = 0;
+  {
+    auto bf = GpuRunner::load(dir, ro);
+    bf_tokens = bf->num_pages() * bf->page_size(), bf_bytes = bf->kv_bytes_per_token();
+  }
+  ro.kv_elem = KvElem::FP8_E4M3;
+  auto f8 = GpuRunner::load(dir, ro);
+  EXPECT_EQ(f8->kv_bytes_per_token() * 2, bf_bytes);
+  const double ratio = double(f8->num_pages() * f8->page_size()) / double(bf_tokens);
+  std::printf("[ info ] KV pool: BF16 %lld tokens (%lld B/token), FP8 %lld tokens (%lld B/token): %.3fx\n",
+              (long long)bf_tokens, (long long)bf_bytes, (long long)(f8->num_pages() * f8->page_size()),
+              (long long)f8->kv_bytes_per_token(), ratio);
+  EXPECT_GE(ratio, 1.9);
+  for (float bad : {-1.0f, INFINITY, NAN}) {
+    RunnerOptions b = small_options();
+    b.kv_elem = KvElem::FP8_E4M3;
+    b.kv_index_scale = bad;
+    try {
+      GpuRunner::load(dir, b);
+      ADD_FAILURE() << "index scale " << bad << " accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_NE(m.find("must be positive and finite"), std::string::npos) << m;
+    }
+  }
+  RunnerOptions f32 = small_options();
+  f32.kv_elem = KvElem::F32;
+  EXPECT_THROW(GpuRunner::load(dir, f32), Error);
 }
 
 TEST(GpuRunner, BadBatchIsOneErrorLine) {

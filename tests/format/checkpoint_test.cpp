@@ -240,6 +240,27 @@ TEST(QuantConfigTest, ModelOptHfQuantConfig) {
   EXPECT_FALSE(q.is_ignored("model.layers.10.mlp.experts.3.up_proj"));
 }
 
+// The KV cache a checkpoint declares (issue 40: the GPU runner's FP8 KV warning names it).
+TEST(QuantConfigTest, KvCacheQuantAlgo) {
+  EXPECT_EQ(parse_quant_config(json::parse(R"({"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null}})"), "h")
+                .kv_cache_quant_algo,
+            "");
+  EXPECT_EQ(parse_quant_config(json::parse(R"({"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}})"), "h")
+                .kv_cache_quant_algo,
+            "FP8");
+  EXPECT_THROW(parse_quant_config(json::parse(R"({"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": 8}})"), "h"),
+               Error);
+  auto with = [](const std::string& kv) {
+    return parse_quant_config(json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+      "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}, )" + kv + "}"),
+                              "c");
+  };
+  EXPECT_EQ(with(R"("kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"})").kv_cache_quant_algo, "FP8");
+  EXPECT_EQ(with(R"("kv_cache_scheme": {"num_bits": 8, "type": "int"})").kv_cache_quant_algo, "int8");
+  EXPECT_EQ(with(R"("kv_cache_scheme": null)").kv_cache_quant_algo, "");
+  EXPECT_THROW(with(R"("kv_cache_scheme": "fp8")"), Error);
+}
+
 TEST(QuantConfigTest, ModelOptInConfigJsonW4A16) {
   const QuantConfig q = parse_quant_config(
       json::parse(R"({"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "ignore": ["lm_head"]})"), "c");

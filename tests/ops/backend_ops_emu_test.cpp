@@ -114,21 +114,42 @@ struct EmuBackend {
                              const uint16_t* kpe, int64_t ks, const uint16_t* ik) {
     if (b.tokens == 0) return;
     emu::launch(dim3(b.tokens), dim3(cu::attention::mlawarp::kKvAppendRunnerThreads), 0,
-                cu::attention::mlawarp::kv_append_kernel, L, b, ckv, cs, kpe, ks, ik);
+                cu::attention::mlawarp::kv_append_kernel<false>, L, b, ckv, cs, kpe, ks, ik);
   }
   static void mla_attention_warp_bf16(const uint16_t* ql, const uint16_t* qp, int64_t pts, int64_t phs,
                                       const KvLayerView& L, const cu::DeviceBatch& b, int heads, float scale,
                                       const int32_t* topk, int topk_k, uint16_t* out) {
     if (b.tokens == 0) return;
-    emu::launch(dim3(b.tokens, heads), dim3(cu::attention::mlawarp::kAttnWarps * 32), 0, cu::attention::mlawarp::mla_kernel,
+    emu::launch(dim3(b.tokens, heads), dim3(cu::attention::mlawarp::kAttnWarps * 32), 0, cu::attention::mlawarp::mla_kernel<false>,
                 ql, qp, pts, phs, L, b, heads, scale, topk, topk_k, out);
+  }
+  static void kv_append_fp8(const KvLayerView& L, const cu::DeviceBatch& b, const uint16_t* ckv, int64_t cs,
+                            const uint16_t* kpe, int64_t ks, const uint16_t* ik) {
+    if (b.tokens == 0) return;
+    emu::launch(dim3(b.tokens), dim3(cu::attention::mlawarp::kKvAppendRunnerThreads), 0,
+                cu::attention::mlawarp::kv_append_kernel<true>, L, b, ckv, cs, kpe, ks, ik);
+  }
+  static void mla_attention_warp_fp8(const uint16_t* ql, const uint16_t* qp, int64_t pts, int64_t phs,
+                                     const KvLayerView& L, const cu::DeviceBatch& b, int heads, float scale,
+                                     const int32_t* topk, int topk_k, uint16_t* out) {
+    if (b.tokens == 0) return;
+    emu::launch(dim3(b.tokens, heads), dim3(cu::attention::mlawarp::kAttnWarps * 32), 0, cu::attention::mlawarp::mla_kernel<true>,
+                ql, qp, pts, phs, L, b, heads, scale, topk, topk_k, out);
+  }
+  static void indexer_scores_warp_fp8(const uint16_t* q, const float* w, const KvLayerView& L, const cu::DeviceBatch& b,
+                                      int heads, int dim, float scale, int max_ctx, float* scores, int64_t stride) {
+    if (b.tokens == 0) return;
+    constexpr int kKeys = cu::indexer::scorewarp::kIdxKeysPerBlock;
+    emu::launch(dim3(b.tokens, (max_ctx + kKeys - 1) / kKeys), dim3(cu::indexer::kScoreWarpThreads),
+                cu::indexer::score_warp_smem_bytes(heads, dim), cu::indexer::scorewarp::indexer_kernel<true>, q, w, L, b, heads,
+                dim, scale, scores, stride);
   }
   static void indexer_scores_warp_bf16(const uint16_t* q, const float* w, const KvLayerView& L, const cu::DeviceBatch& b,
                                        int heads, int dim, float scale, int max_ctx, float* scores, int64_t stride) {
     if (b.tokens == 0) return;
     constexpr int kKeys = cu::indexer::scorewarp::kIdxKeysPerBlock;
     emu::launch(dim3(b.tokens, (max_ctx + kKeys - 1) / kKeys), dim3(cu::indexer::kScoreWarpThreads),
-                cu::indexer::score_warp_smem_bytes(heads, dim), cu::indexer::scorewarp::indexer_kernel, q, w, L, b, heads,
+                cu::indexer::score_warp_smem_bytes(heads, dim), cu::indexer::scorewarp::indexer_kernel<false>, q, w, L, b, heads,
                 dim, scale, scores, stride);
   }
 };

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "cuda/attention/mla_warp_bf16.hpp"
+#include "cuda/attention/mla_warp_fp8.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/elementwise/elementwise.hpp"
 #include "cuda/embed/embed.hpp"
 #include "cuda/indexer/indexer_score_warp_bf16.hpp"
+#include "cuda/indexer/indexer_score_warp_fp8.hpp"
 #include "cuda/norm/norm.hpp"
 #include "cuda/permute/dense_combine_f32.hpp"
 #include "cuda/rope/rope.hpp"
@@ -93,6 +95,19 @@ struct GpuBackend {
                                       const KvLayerView& L, const cu::DeviceBatch& b, int heads, float scale,
                                       const int32_t* topk, int topk_k, uint16_t* out) {
     cu::attention::mla_attention_warp_bf16(ql, qp, pts, phs, L, b, heads, scale, topk, topk_k, out, nullptr);
+  }
+  static void kv_append_fp8(const KvLayerView& L, const cu::DeviceBatch& b, const uint16_t* ckv, int64_t cs,
+                            const uint16_t* kpe, int64_t ks, const uint16_t* ik) {
+    cu::attention::kv_append_fp8(L, b, ckv, cs, kpe, ks, ik, nullptr);
+  }
+  static void mla_attention_warp_fp8(const uint16_t* ql, const uint16_t* qp, int64_t pts, int64_t phs,
+                                     const KvLayerView& L, const cu::DeviceBatch& b, int heads, float scale,
+                                     const int32_t* topk, int topk_k, uint16_t* out) {
+    cu::attention::mla_attention_warp_fp8(ql, qp, pts, phs, L, b, heads, scale, topk, topk_k, out, nullptr);
+  }
+  static void indexer_scores_warp_fp8(const uint16_t* q, const float* w, const KvLayerView& L, const cu::DeviceBatch& b,
+                                      int heads, int dim, float scale, int max_ctx, float* scores, int64_t stride) {
+    cu::indexer::indexer_scores_warp_fp8(q, w, L, b, heads, dim, scale, max_ctx, scores, stride, nullptr);
   }
   static void indexer_scores_warp_bf16(const uint16_t* q, const float* w, const KvLayerView& L, const cu::DeviceBatch& b,
                                        int heads, int dim, float scale, int max_ctx, float* scores, int64_t stride) {

@@ -1,55 +1,98 @@
-// The backend-ops table, part 2: the paged-cache ops (kv_append_bf16, mla_attention_warp_bf16,
-// indexer_scores_warp_bf16) against cpu/attention, and the table of every row (op_rows).
+// The backend-ops table, part 2: the paged-cache ops (kv_append_bf16 / _fp8, mla_attention_warp_bf16
+// / _fp8, indexer_scores_warp_bf16 / _fp8) against cpu/attention, and the table of every row (op_rows).
 #pragma once
 
+#include "format/codecs.hpp"
 #include "ops/ops_cases.hpp"
 
 namespace fp4moe::test::ops {
 
-// A BF16 latent cache (and index keys) for a batch: every slot random (a slot an op reads is
-// defined, wherever it is), in host vectors and in backend buffers, with both views.
+// A latent cache (and index keys) for a batch, BF16 or FP8 E4M3 (the per-array scales of
+// kFp8Scales: codes of values in about [-1, 1], none saturated): every slot random (a slot an op
+// reads is defined, wherever it is) or poisoned (BF16 NaN, E4M3 code 0x7F: NaN), in host vectors
+// and in backend buffers, with both views. ckv_at / kpe_at / idx_at: element i as the ops read it.
+inline constexpr float kFp8Scales[3] = {0.0087f, 0.0113f, 0.0061f};  // ckv, kpe, index_k
+
 template <class B>
 struct CacheCase {
-  std::vector<uint16_t> ckv, kpe, idx;
+  bool fp8;
+  std::vector<uint16_t> ckv, kpe, idx;    // BF16
+  std::vector<uint8_t> ckv8, kpe8, idx8;  // FP8 codes
   typename B::template Buf<uint16_t> d_ckv, d_kpe, d_idx;
+  typename B::template Buf<uint8_t> d_ckv8, d_kpe8, d_idx8;
   KvLayerView host{}, dev{};
-  CacheCase(Rng& rng, const PagedBatch& b, int C, int Rd, int I, bool poison)
-      : ckv(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * C, kPoisonBf16)
-                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * C, -1.0f, 1.0f)),
-        kpe(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * Rd, kPoisonBf16)
-                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * Rd, -1.0f, 1.0f)),
-        idx(poison ? std::vector<uint16_t>(size_t(b.num_pages) * b.page_size * I, kPoisonBf16)
-                   : rand_bf16(rng, size_t(b.num_pages) * b.page_size * I, -1.0f, 1.0f)),
-        d_ckv(B::up(ckv)), d_kpe(B::up(kpe)), d_idx(B::up(idx)) {
+  static std::vector<uint16_t> bf16s(Rng& rng, bool on, bool poison, size_t n) {
+    if (!on) return {};
+    return poison ? std::vector<uint16_t>(n, kPoisonBf16) : rand_bf16(rng, n, -1.0f, 1.0f);
+  }
+  static std::vector<uint8_t> codes(Rng& rng, bool on, bool poison, size_t n, float scale) {
+    if (!on) return {};
+    std::vector<uint8_t> c(n, uint8_t(0x7F));
+    if (!poison)
+      for (uint8_t& x : c) x = e4m3_from_float(rng.uni(-1.0f, 1.0f) / scale);
+    return c;
+  }
+  CacheCase(Rng& rng, const PagedBatch& b, int C, int Rd, int I, bool poison, bool fp8_cache = false)
+      : fp8(fp8_cache),
+        ckv(bf16s(rng, !fp8, poison, size_t(b.num_pages) * b.page_size * C)),
+        kpe(bf16s(rng, !fp8, poison, size_t(b.num_pages) * b.page_size * Rd)),
+        idx(bf16s(rng, !fp8, poison, size_t(b.num_pages) * b.page_size * I)),
+        ckv8(codes(rng, fp8, poison, size_t(b.num_pages) * b.page_size * C, kFp8Scales[0])),
+        kpe8(codes(rng, fp8, poison, size_t(b.num_pages) * b.page_size * Rd, kFp8Scales[1])),
+        idx8(codes(rng, fp8, poison, size_t(b.num_pages) * b.page_size * I, kFp8Scales[2])),
+        d_ckv(B::up(ckv)), d_kpe(B::up(kpe)), d_idx(B::up(idx)),
+        d_ckv8(B::up(ckv8)), d_kpe8(B::up(kpe8)), d_idx8(B::up(idx8)) {
     host.num_pages = dev.num_pages = b.num_pages;
     host.page_size = dev.page_size = b.page_size;
     host.ckv_dim = dev.ckv_dim = C;
     host.kpe_dim = dev.kpe_dim = Rd;
     host.index_dim = dev.index_dim = I;
-    host.ckv = ckv.data();
-    host.kpe = kpe.data();
-    host.index_k = I ? idx.data() : nullptr;
-    dev.ckv = d_ckv.p();
-    dev.kpe = d_kpe.p();
-    dev.index_k = I ? static_cast<void*>(d_idx.p()) : nullptr;
+    if (fp8) {
+      host.elem = dev.elem = host.index_elem = dev.index_elem = KvElem::FP8_E4M3;
+      host.ckv_scale = dev.ckv_scale = kFp8Scales[0];
+      host.kpe_scale = dev.kpe_scale = kFp8Scales[1];
+      host.index_scale = dev.index_scale = kFp8Scales[2];
+      host.ckv = ckv8.data();
+      host.kpe = kpe8.data();
+      host.index_k = I ? idx8.data() : nullptr;
+      dev.ckv = d_ckv8.p();
+      dev.kpe = d_kpe8.p();
+      dev.index_k = I ? static_cast<void*>(d_idx8.p()) : nullptr;
+    } else {
+      host.ckv = ckv.data();
+      host.kpe = kpe.data();
+      host.index_k = I ? idx.data() : nullptr;
+      dev.ckv = d_ckv.p();
+      dev.kpe = d_kpe.p();
+      dev.index_k = I ? static_cast<void*>(d_idx.p()) : nullptr;
+    }
   }
+  double ckv_at(size_t i) const { return fp8 ? double(e4m3_to_float(ckv8[i])) * kFp8Scales[0] : bf16_to_float(ckv[i]); }
+  double kpe_at(size_t i) const { return fp8 ? double(e4m3_to_float(kpe8[i])) * kFp8Scales[1] : bf16_to_float(kpe[i]); }
+  double idx_at(size_t i) const { return fp8 ? double(e4m3_to_float(idx8[i])) * kFp8Scales[2] : bf16_to_float(idx[i]); }
 };
 
-// The step's keys into their slots: copies, so the whole cache (written slots and the poisoned
-// rest) equals cpu::kv_append_cpu's bit for bit. Rows as the runner passes them: latent and
-// rope key in one [T, C + Rd] row, the index key contiguous.
+// The step's keys into their slots, so that the whole cache (written slots and the poisoned
+// rest) equals cpu::kv_append_cpu's bit for bit: BF16 copies, or E4M3 codes of x · (1 / scale)
+// (the same float products and the same RNE-saturating rounding on both sides). Rows as the
+// runner passes them: latent and rope key in one [T, C + Rd] row, the index key contiguous.
+// FP8: inputs up to ±4 over scales of 0.006-0.011 reach ±650, so some codes saturate to ±448.
 template <class B>
-void kv_append_case(bool with_index, int page_size, uint64_t seed) {
+void kv_append_case(bool with_index, int page_size, uint64_t seed, bool fp8 = false) {
   Rng rng(seed);
   const int C = 64, Rd = 32, I = with_index ? 48 : 0;
   const PagedBatch b = make_batch(rng, {7, 40, 1, 19}, {7, 1, 1, 5}, page_size);
-  CacheCase<B> cache(rng, b, C, Rd, I, /*poison=*/true);
-  const std::vector<uint16_t> kv = rand_bf16(rng, size_t(b.tokens) * (C + Rd), -2.0f, 2.0f),
-                              ik = rand_bf16(rng, size_t(b.tokens) * std::max(I, 1), -2.0f, 2.0f);
+  CacheCase<B> cache(rng, b, C, Rd, I, /*poison=*/true, fp8);
+  const float amp = fp8 ? 4.0f : 2.0f;
+  const std::vector<uint16_t> kv = rand_bf16(rng, size_t(b.tokens) * (C + Rd), -amp, amp),
+                              ik = rand_bf16(rng, size_t(b.tokens) * std::max(I, 1), -amp, amp);
   auto dkv = B::up(kv);
   auto dik = B::up(ik);
   BackendBatch<B> db(b);
-  B::kv_append_bf16(cache.dev, db.view, dkv.p(), C + Rd, dkv.p() + C, C + Rd, with_index ? dik.p() : nullptr);
+  if (fp8)
+    B::kv_append_fp8(cache.dev, db.view, dkv.p(), C + Rd, dkv.p() + C, C + Rd, with_index ? dik.p() : nullptr);
+  else
+    B::kv_append_bf16(cache.dev, db.view, dkv.p(), C + Rd, dkv.p() + C, C + Rd, with_index ? dik.p() : nullptr);
   std::vector<float> ckv(size_t(b.tokens) * C), kpe(size_t(b.tokens) * Rd);
   for (int t = 0; t < b.tokens; ++t) {
     for (int i = 0; i < C; ++i) ckv[size_t(t * C + i)] = bf16_to_float(kv[size_t(t * (C + Rd) + i)]);
@@ -57,9 +100,18 @@ void kv_append_case(bool with_index, int page_size, uint64_t seed) {
   }
   const std::vector<float> ik32 = widen(ik);
   cpu::kv_append_cpu(cache.host, b.host(), ckv.data(), kpe.data(), with_index ? ik32.data() : nullptr);
-  expect_equal("kv_append_bf16: latent cache", B::down(cache.d_ckv), cache.ckv);
-  expect_equal("kv_append_bf16: rope key cache", B::down(cache.d_kpe), cache.kpe);
-  expect_equal("kv_append_bf16: index key cache", B::down(cache.d_idx), cache.idx);
+  if (fp8) {
+    int saturated = 0;
+    for (uint8_t c : cache.ckv8) saturated += (c & 0x7F) == 0x7E;
+    EXPECT_GT(saturated, 0) << "kv_append_fp8: no latent code reached ±448 (the saturation is not exercised)";
+    expect_equal("kv_append_fp8: latent cache", B::down(cache.d_ckv8), cache.ckv8);
+    expect_equal("kv_append_fp8: rope key cache", B::down(cache.d_kpe8), cache.kpe8);
+    expect_equal("kv_append_fp8: index key cache", B::down(cache.d_idx8), cache.idx8);
+  } else {
+    expect_equal("kv_append_bf16: latent cache", B::down(cache.d_ckv), cache.ckv);
+    expect_equal("kv_append_bf16: rope key cache", B::down(cache.d_kpe), cache.kpe);
+    expect_equal("kv_append_bf16: index key cache", B::down(cache.d_idx), cache.idx);
+  }
 }
 
 // Absorbed MLA → BF16, per (token, head) row. Scores: FP32 dot products of C + Rd terms in
@@ -67,13 +119,15 @@ void kv_append_case(bool with_index, int page_size, uint64_t seed) {
 // δ per key); the softmax moves by at most 2δ relative, each weight by __expf's error (<= 40 ulp
 // for arguments down to −30); the FP32 running sums of n keys add n · 2^-24; all of it times
 // max|ckv| in each of the C values (√C in L2); then the BF16 rounding of the output (2^-9 of
-// it). The reference (FP32) has the same kind of error: bound = 3 × the sum.
+// it). The reference (FP32) has the same kind of error: bound = 3 × the sum. FP8 cache: both
+// sides decode the same codes exactly (e4m3 · scale is one FP32 rounding, the same on both), so
+// the bound is the same derivation over the decoded values.
 template <class B>
 void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>& ctx, const std::vector<int32_t>& fresh,
-              int topk_k, uint64_t seed) {
+              int topk_k, uint64_t seed, bool fp8 = false) {
   Rng rng(seed);
   const PagedBatch b = make_batch(rng, ctx, fresh, 16);
-  CacheCase<B> cache(rng, b, C, Rd, 0, /*poison=*/false);
+  CacheCase<B> cache(rng, b, C, Rd, 0, /*poison=*/false, fp8);
   const int T = b.tokens, QK = Rd + 16;  // q_pe inside a wider [T, heads, QK] row, at offset 16 (the runner's q)
   const float scale = 1.0f / std::sqrt(float(C + Rd)) * 2.0f;
   const std::vector<uint16_t> ql = rand_bf16(rng, size_t(T) * heads * C, -1.0f, 1.0f),
@@ -97,8 +151,9 @@ void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>&
   auto dslots = B::up(topk_slot);
   auto dout = B::up(std::vector<uint16_t>(size_t(T) * heads * C, kPoisonBf16));
   BackendBatch<B> db(b);
-  B::mla_attention_warp_bf16(dql.p(), dq.p() + 16, int64_t(heads) * QK, QK, cache.dev, db.view, heads, scale,
-                             sparse ? dslots.p() : nullptr, topk_k, dout.p());
+  (fp8 ? B::mla_attention_warp_fp8 : B::mla_attention_warp_bf16)(dql.p(), dq.p() + 16, int64_t(heads) * QK, QK,
+                                                                  cache.dev, db.view, heads, scale,
+                                                                  sparse ? dslots.p() : nullptr, topk_k, dout.p());
   std::vector<float> qpe(size_t(T) * heads * Rd);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < heads; ++h)
@@ -112,7 +167,9 @@ void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>&
   prm.topk_k = sparse ? topk_k : 0;
   std::vector<float> ref(size_t(T) * heads * C);
   cpu::mla_attention_cpu(cache.host, b.host(), ql32.data(), qpe.data(), prm, ref.data(), nullptr);
-  expect_rows_close(sparse ? "mla_attention_warp_bf16 (top-k)" : "mla_attention_warp_bf16 (dense)",
+  const std::string name = std::string(fp8 ? "mla_attention_warp_fp8" : "mla_attention_warp_bf16") +
+                           (sparse ? " (top-k)" : " (dense)");
+  expect_rows_close(name,
                     widen(B::down(dout)), C, ref, int64_t(T) * heads, C, [&](int64_t row, double n) {
                       const int t = int(row / heads), h = int(row % heads), pos = b.positions[size_t(t)],
                                 r = b.token_req[size_t(t)];
@@ -125,13 +182,13 @@ void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>&
                         const int64_t s = kv_slot(b.host(), b.page_size, r, p);
                         double dot = 0.0;
                         for (int i = 0; i < C; ++i) {
-                          const double kv = bf16_to_float(cache.ckv[size_t(s * C + i)]);
+                          const double kv = cache.ckv_at(size_t(s * C + i));
                           dot += std::abs(ql32[size_t((t * heads + h) * C + i)] * kv);
                           vmax = std::max(vmax, std::abs(kv));
                         }
                         for (int i = 0; i < Rd; ++i)
                           dot += std::abs(qpe[size_t((t * heads + h) * Rd + i)] *
-                                          bf16_to_float(cache.kpe[size_t(s * Rd + i)]));
+                                          cache.kpe_at(size_t(s * Rd + i)));
                         delta = std::max(delta, (C + Rd) * kF32Rel * scale * dot);
                       }
                       return 3.0 * (kBf16Rel * n + std::sqrt(double(C)) * vmax * (2.0 * (delta + 40.0 * kF32Rel) + keys * kF32Rel));
@@ -140,13 +197,15 @@ void mla_case(bool sparse, int heads, int C, int Rd, const std::vector<int32_t>&
 
 // Indexer scores (FP32), per value: each head's dot product of dim terms is off by
 // dim · 2^-24 · scale · Σ|q·k| (either side's order), weighted by |w_h|; the head sum adds
-// heads · 2^-24 · Σ|w_h · ReLU(.)|. Bound = 3 × the sum (the reference is FP32 too). Columns
+// heads · 2^-24 · Σ|w_h · ReLU(.)|. Bound = 3 × the sum (the reference is FP32 too; FP8 keys:
+// the same over the decoded keys, which both sides decode exactly alike). Columns
 // past each token's position are not the op's: they stay poisoned.
 template <class B>
-void indexer_case(int heads, int dim, const std::vector<int32_t>& ctx, const std::vector<int32_t>& fresh, uint64_t seed) {
+void indexer_case(int heads, int dim, const std::vector<int32_t>& ctx, const std::vector<int32_t>& fresh, uint64_t seed,
+                  bool fp8 = false) {
   Rng rng(seed);
   const PagedBatch b = make_batch(rng, ctx, fresh, 16);
-  CacheCase<B> cache(rng, b, 32, 32, dim, /*poison=*/false);
+  CacheCase<B> cache(rng, b, 32, 32, dim, /*poison=*/false, fp8);
   const int T = b.tokens, max_ctx = *std::max_element(ctx.begin(), ctx.end());
   const int64_t stride = max_ctx + 5;
   const float scale = 1.0f / std::sqrt(float(dim));
@@ -156,7 +215,8 @@ void indexer_case(int heads, int dim, const std::vector<int32_t>& ctx, const std
   auto dw = B::up(w);
   auto ds = B::up(std::vector<float>(size_t(T) * stride, kPoisonF32));
   BackendBatch<B> db(b);
-  B::indexer_scores_warp_bf16(dq.p(), dw.p(), cache.dev, db.view, heads, dim, scale, max_ctx, ds.p(), stride);
+  (fp8 ? B::indexer_scores_warp_fp8 : B::indexer_scores_warp_bf16)(dq.p(), dw.p(), cache.dev, db.view, heads, dim, scale,
+                                                                    max_ctx, ds.p(), stride);
   const std::vector<float> got = B::down(ds);
   std::vector<float> ref(size_t(T) * stride);
   cpu::IndexerParams prm;
@@ -177,7 +237,7 @@ void indexer_case(int heads, int dim, const std::vector<int32_t>& ctx, const std
       for (int h = 0; h < heads; ++h) {
         double dot = 0.0, absdot = 0.0;
         for (int i = 0; i < dim; ++i) {
-          const double p = double(q32[size_t((t * heads + h) * dim + i)]) * bf16_to_float(cache.idx[size_t(s * dim + i)]);
+          const double p = double(q32[size_t((t * heads + h) * dim + i)]) * cache.idx_at(size_t(s * dim + i));
           dot += p;
           absdot += std::abs(p);
         }
@@ -238,6 +298,12 @@ std::vector<OpRow> op_rows(bool big) {
   add("indexer_scores_warp_bf16", [] { indexer_case<B>(4, 64, {30, 200}, {3, 1}, 29); });
   add("indexer_scores_warp_bf16_dim128", [] { indexer_case<B>(2, 128, {150}, {2}, 30); });
   add("indexer_scores_warp_bf16_dim48", [] { indexer_case<B>(3, 48, {20, 9}, {2, 1}, 31); });
+  add("kv_append_fp8", [] { kv_append_case<B>(false, 16, 32, true); });
+  add("kv_append_fp8_index_keys", [] { kv_append_case<B>(true, 4, 33, true); });
+  add("mla_attention_warp_fp8_dense", [] { mla_case<B>(false, 2, 64, 32, {5, 37}, {5, 2}, 0, 34, true); });
+  add("mla_attention_warp_fp8_topk", [] { mla_case<B>(true, 2, 64, 48, {9, 40}, {2, 2}, 12, 35, true); });
+  add("indexer_scores_warp_fp8", [] { indexer_case<B>(4, 64, {30, 200}, {3, 1}, 36, true); });
+  add("indexer_scores_warp_fp8_dim128", [] { indexer_case<B>(2, 128, {150}, {2}, 37, true); });
   if (big) {  // GPU only
     add("big_rms_norm_glm5_hidden", [] { rms_norm_case<B>(false, 64, 6144, 0, 101); });
     add("big_rms_norm_glm5_kv_a", [] { rms_norm_case<B>(true, 33, 512, 64, 102); });
@@ -257,6 +323,9 @@ std::vector<OpRow> op_rows(bool big) {
     add("big_mla_attention_warp_bf16_max_dims", [] { mla_case<B>(false, 2, 1024, 128, {200}, {3}, 0, 116); });
     add("big_indexer_scores_warp_bf16_glm5", [] { indexer_case<B>(32, 128, {1500, 40}, {3, 2}, 117); });
     add("big_indexer_scores_warp_bf16_max_q", [] { indexer_case<B>(64, 128, {300}, {2}, 118); });
+    add("big_kv_append_fp8_glm5_pages", [] { kv_append_case<B>(true, 64, 119, true); });
+    add("big_mla_attention_warp_fp8_glm5_topk", [] { mla_case<B>(true, 8, 512, 64, {3000, 700}, {2, 3}, 2048, 120, true); });
+    add("big_indexer_scores_warp_fp8_glm5", [] { indexer_case<B>(32, 128, {1500, 40}, {3, 2}, 121, true); });
   }
   return v;
 }

@@ -14,7 +14,7 @@ void kv_append_bf16(const KvLayerView& layer, const DeviceBatch& b, const uint16
   FP4MOE_CHECK(layer.elem == KvElem::BF16 && (!layer.index_k || layer.index_elem == KvElem::BF16),
                "the GPU runner's cache append takes a BF16 cache");
   if (b.tokens == 0) return;
-  mlawarp::kv_append_kernel<<<b.tokens, mlawarp::kKvAppendRunnerThreads, 0, s>>>(layer, b, ckv, cs, kpe, ks, ik);
+  mlawarp::kv_append_kernel<false><<<b.tokens, mlawarp::kKvAppendRunnerThreads, 0, s>>>(layer, b, ckv, cs, kpe, ks, ik);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
@@ -26,7 +26,7 @@ void mla_attention_warp_bf16(const uint16_t* q_lat, const uint16_t* q_pe, int64_
                "MLA attention (runner kernel): latent {} (a multiple of 32, <= 1024) + rope {} (<= 128), BF16 cache",
                layer.ckv_dim, layer.kpe_dim);
   if (b.tokens == 0) return;
-  mlawarp::mla_kernel<<<dim3(b.tokens, heads), kMlaWarpWarps * 32, 0, s>>>(q_lat, q_pe, pts, phs, layer, b, heads,
+  mlawarp::mla_kernel<false><<<dim3(b.tokens, heads), kMlaWarpWarps * 32, 0, s>>>(q_lat, q_pe, pts, phs, layer, b, heads,
                                                                           sm_scale, topk, topk_k, out);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }

@@ -1,5 +1,7 @@
-// The kernels behind mla_warp_bf16.hpp. Kernels only: mla_warp_bf16.cu launches them,
-// tests/ops/backend_ops_emu_test runs them through the CUDA emulator.
+// The kernels behind mla_warp_bf16.hpp and mla_warp_fp8.hpp (template <bool kFp8>: the cache
+// elements BF16 or E4M3 times the layer's scale; queries and outputs BF16 either way). Kernels
+// only: mla_warp_bf16.cu / mla_warp_fp8.cu launch them, tests/ops/backend_ops_emu_test runs them
+// through the CUDA emulator.
 #pragma once
 
 #include "cuda/common/device_prims.cuh"
@@ -23,21 +25,44 @@ constexpr int kAttnWarps = 4;
 constexpr int kMaxC = 32;  // ckv_dim / 32 per lane (ckv_dim <= 1024)
 constexpr int kMaxR = 4;   // kpe_dim / 32 per lane, rounded up (kpe_dim <= 128)
 
+// kFp8: the cache arrays are E4M3 with the layer's per-array scales (st_e4m3), else BF16 copies.
+template <bool kFp8>
 __global__ void kv_append_kernel(KvLayerView L, DeviceBatch b, const uint16_t* ckv, int64_t cs, const uint16_t* kpe,
                                  int64_t ks, const uint16_t* ik) {
   const int t = blockIdx.x;
   const int64_t slot = slot_of(b, b.token_req[t], b.positions[t]);
   if (slot < 0 || slot >= L.num_pages * L.page_size) return;
-  uint16_t* dc = static_cast<uint16_t*>(L.ckv) + slot * L.ckv_dim;
-  uint16_t* dk = static_cast<uint16_t*>(L.kpe) + slot * L.kpe_dim;
-  for (int i = threadIdx.x; i < L.ckv_dim; i += blockDim.x) dc[i] = ckv[t * cs + i];
-  for (int i = threadIdx.x; i < L.kpe_dim; i += blockDim.x) dk[i] = kpe[t * ks + i];
-  if (ik && L.index_k) {
-    uint16_t* di = static_cast<uint16_t*>(L.index_k) + slot * L.index_dim;
-    for (int i = threadIdx.x; i < L.index_dim; i += blockDim.x) di[i] = ik[int64_t(t) * L.index_dim + i];
+  if constexpr (kFp8) {
+    const float ic = 1.0f / L.ckv_scale, ip = 1.0f / L.kpe_scale, ii = 1.0f / L.index_scale;
+    uint8_t* dc = static_cast<uint8_t*>(L.ckv) + slot * L.ckv_dim;
+    uint8_t* dk = static_cast<uint8_t*>(L.kpe) + slot * L.kpe_dim;
+    for (int i = threadIdx.x; i < L.ckv_dim; i += blockDim.x) rowprims::st_e4m3(dc, i, ld(ckv, t * cs + i), ic);
+    for (int i = threadIdx.x; i < L.kpe_dim; i += blockDim.x) rowprims::st_e4m3(dk, i, ld(kpe, t * ks + i), ip);
+    if (ik && L.index_k) {
+      uint8_t* di = static_cast<uint8_t*>(L.index_k) + slot * L.index_dim;
+      for (int i = threadIdx.x; i < L.index_dim; i += blockDim.x)
+        rowprims::st_e4m3(di, i, ld(ik, int64_t(t) * L.index_dim + i), ii);
+    }
+  } else {
+    uint16_t* dc = static_cast<uint16_t*>(L.ckv) + slot * L.ckv_dim;
+    uint16_t* dk = static_cast<uint16_t*>(L.kpe) + slot * L.kpe_dim;
+    for (int i = threadIdx.x; i < L.ckv_dim; i += blockDim.x) dc[i] = ckv[t * cs + i];
+    for (int i = threadIdx.x; i < L.kpe_dim; i += blockDim.x) dk[i] = kpe[t * ks + i];
+    if (ik && L.index_k) {
+      uint16_t* di = static_cast<uint16_t*>(L.index_k) + slot * L.index_dim;
+      for (int i = threadIdx.x; i < L.index_dim; i += blockDim.x) di[i] = ik[int64_t(t) * L.index_dim + i];
+    }
   }
 }
 
+// One cache element as FP32: BF16, or E4M3 times the array's scale.
+template <bool kFp8>
+__device__ __forceinline__ float ld_cache(const void* base, int64_t i, float scale) {
+  if constexpr (kFp8) return rowprims::ld_e4m3(static_cast<const uint8_t*>(base), i, scale);
+  else return ld(static_cast<const uint16_t*>(base), i);
+}
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kAttnWarps * 32) mla_kernel(const uint16_t* q_lat, const uint16_t* q_pe, int64_t pts,
                                                              int64_t phs, KvLayerView L, DeviceBatch b, int heads,
                                                              float scale, const int32_t* topk, int topk_k, uint16_t* out) {
@@ -56,23 +81,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) mla_kernel(const uint16_t* q_
   const int r = b.token_req[t], pos = b.positions[t];
   const int n = topk ? min(topk_k, pos + 1) : pos + 1;
   float m = -INFINITY, l = 0.0f;
-  const uint16_t* ckv = static_cast<const uint16_t*>(L.ckv);
-  const uint16_t* kpe = static_cast<const uint16_t*>(L.kpe);
+  const size_t esz = kFp8 ? 1 : 2;
+  const uint8_t* ckv = static_cast<const uint8_t*>(L.ckv);
+  const uint8_t* kpe = static_cast<const uint8_t*>(L.kpe);
   for (int j = w; j < n; j += kAttnWarps) {
     const int64_t slot = topk ? int64_t(topk[int64_t(t) * topk_k + j]) : slot_of(b, r, j);
     if (slot < 0) continue;
-    const uint16_t* kc = ckv + slot * C;
-    const uint16_t* kp = kpe + slot * R;
+    const uint8_t* kc = ckv + slot * C * esz;
+    const uint8_t* kp = kpe + slot * R * esz;
     float kv[kMaxC];
     float d = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxC; ++i) {
-      kv[i] = i < nc ? ld(kc, lane + 32 * i) : 0.0f;
+      kv[i] = i < nc ? ld_cache<kFp8>(kc, lane + 32 * i, L.ckv_scale) : 0.0f;
       d += q[i] * kv[i];
     }
 #pragma unroll
     for (int i = 0; i < kMaxR; ++i)
-      if (lane + 32 * i < R) d += qr[i] * ld(kp, lane + 32 * i);
+      if (lane + 32 * i < R) d += qr[i] * ld_cache<kFp8>(kp, lane + 32 * i, L.kpe_scale);
     const float sc = warp_sum(d) * scale;
     const float mn = fmaxf(m, sc);
     const float corr = __expf(m - mn), p = __expf(sc - mn);

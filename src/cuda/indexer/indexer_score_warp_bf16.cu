@@ -19,10 +19,10 @@ void indexer_scores_warp_bf16(const uint16_t* q, const float* w, const KvLayerVi
   static bool attr = false;
   if (!attr && smem > 48 * 1024) {
     FP4MOE_CUDA_CHECK(
-        cudaFuncSetAttribute(scorewarp::indexer_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+        cudaFuncSetAttribute(scorewarp::indexer_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
     attr = true;
   }
-  scorewarp::indexer_kernel<<<dim3(b.tokens, (max_ctx + kScoreWarpKeysPerBlock - 1) / kScoreWarpKeysPerBlock),
+  scorewarp::indexer_kernel<false><<<dim3(b.tokens, (max_ctx + kScoreWarpKeysPerBlock - 1) / kScoreWarpKeysPerBlock),
                               kScoreWarpThreads, smem, s>>>(q, w, layer, b, heads, dim, scale, scores, stride);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }

@@ -1,5 +1,7 @@
-// The kernel behind indexer_score_warp_bf16.hpp. Kernels only: indexer_score_warp_bf16.cu
-// launches it, tests/ops/backend_ops_emu_test runs it through the CUDA emulator.
+// The kernel behind indexer_score_warp_bf16.hpp and indexer_score_warp_fp8.hpp (template <bool
+// kFp8>: the index keys BF16 or E4M3 times index_scale; the query BF16 either way). Kernels only:
+// indexer_score_warp_bf16.cu / _fp8.cu launch it, tests/ops/backend_ops_emu_test runs it through
+// the CUDA emulator.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@ using rowprims::slot_of;
 
 constexpr int kIdxKeysPerBlock = 128;
 
+template <bool kFp8>
 __global__ void indexer_kernel(const uint16_t* q, const float* w, KvLayerView L, DeviceBatch b, int heads, int dim,
                                float scale, float* scores, int64_t stride) {
   FP4MOE_DYNAMIC_SMEM(float, sq);  // [heads * dim] then w [heads]
@@ -35,12 +38,16 @@ __global__ void indexer_kernel(const uint16_t* q, const float* w, KvLayerView L,
   for (int i = threadIdx.x; i < heads; i += blockDim.x) sw[i] = w[int64_t(t) * heads + i];
   __syncthreads();
   const int warps = blockDim.x / 32, wi = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint16_t* keys = static_cast<const uint16_t*>(L.index_k);
+  const uint8_t* keys = static_cast<const uint8_t*>(L.index_k);
+  const int64_t esz = kFp8 ? 1 : 2;
   for (int j = j0 + wi; j < min(j0 + kIdxKeysPerBlock, pos + 1); j += warps) {
-    const uint16_t* k = keys + slot_of(b, r, j) * dim;
+    const uint8_t* k = keys + slot_of(b, r, j) * dim * esz;
     float kv[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) kv[i] = lane + 32 * i < dim ? ld(k, lane + 32 * i) : 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kFp8) kv[i] = lane + 32 * i < dim ? rowprims::ld_e4m3(k, lane + 32 * i, L.index_scale) : 0.0f;
+      else kv[i] = lane + 32 * i < dim ? ld(reinterpret_cast<const uint16_t*>(k), lane + 32 * i) : 0.0f;
+    }
     float s = 0.0f;
     for (int h = 0; h < heads; ++h) {
       float d = 0.0f;

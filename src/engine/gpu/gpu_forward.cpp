@@ -105,7 +105,9 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
     }
     mark(StepStage::Attention);
   }
-  if (!fast_latent)  // (fast_latent: every key of the layer is already in the cache)
+  if (!fast_latent && kv_fp8)  // (fast_latent: every key of the layer is already in the cache)
+    kv_append_fp8(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer && !fast_index_key ? s.ik : nullptr, stream);
+  else if (!fast_latent)
     kv_append_bf16(kvl, b, s.ckv, C, s.kva + C, C + Rd, L.has_indexer && !fast_index_key ? s.ik : nullptr, stream);
 
   // Top-k: this layer's indexer, or the previous full layer's (still in s.topk_slot).
@@ -113,13 +115,16 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
   if (L.has_indexer) {
     mark(StepStage::Indexer);
     L.wq_b.run(s.qa, T, s.iq, false, x);
-    // The mma scores rotate interleaved query pairs and read the BF16 head weights themselves.
-    const bool fused_q = fast_indexer && idx_il;
+    // The mma scores rotate interleaved query pairs and read the BF16 head weights themselves
+    // (BF16 keys only: the FP8 scores take queries quantized after their RoPE, FP32 weights).
+    const bool q8 = fast_indexer && kv_fp8;
+    const bool fused_q = fast_indexer && idx_il && !q8;
     if (!fused_q)
       rope(s.iq, T, HI, int64_t(HI) * D, D, 0, Rd, meta.positions, inv_freq.as<float>(), af, idx_il, stream);
     L.weights_proj.run(s.h, T, s.iw16, false, x);
     const float w_scale = 1.0f / std::sqrt(float(HI));
-    if (!fast_indexer) bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, w_scale, stream);
+    if (!fast_indexer || q8) bf16_to_f32_scaled(s.iw16, s.iw, int64_t(T) * HI, w_scale, stream);
+    if (q8) cuda::indexer::quantize_q_fp8(s.iq, s.iw, s.iq8, s.iw8, T, stream);  // per (token, head) scale into w
     // The score rows [T, max_ctx] in chunks of at most score_rows rows (the memory plan's: the
     // score buffer is [score_rows, max_context]); one chunk (the whole batch, as it is) unless a
     // long prefill step exceeds it. A chunk is the batch's rows [r0, r0 + n) as a batch of its own
@@ -136,9 +141,14 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
       }
       if (fast_indexer) {  // cuda/indexer's mma scores (32 heads x 128; device metadata only)
         cuda::indexer::IndexerScoreArgs ia;
-        ia.q = s.iq + size_t(r0) * HI * D;
-        ia.w_bf16 = s.iw16 + size_t(r0) * HI;
-        ia.w_bf16_scale = w_scale;
+        if (q8) {
+          ia.q = s.iq8 + size_t(r0) * HI * D;
+          ia.w = s.iw8 + size_t(r0) * HI;
+        } else {
+          ia.q = s.iq + size_t(r0) * HI * D;
+          ia.w_bf16 = s.iw16 + size_t(r0) * HI;
+          ia.w_bf16_scale = w_scale;
+        }
         if (fused_q) {
           ia.q_rope_inv_freq = inv_freq.as<float>();
           ia.q_rope_dim = Rd;
@@ -151,8 +161,9 @@ void GpuRunner::Impl::attention(int64_t l, int T, int R, int max_ctx, bool decod
         ia.score_stride = opt.max_context;
         cuda::indexer::index_scores(ia, stream);
       } else {
-        indexer_scores_warp_bf16(s.iq + size_t(r0) * HI * D, s.iw + size_t(r0) * HI, kvl, db, HI, D,
-                                 1.0f / std::sqrt(float(D)), max_ctx, s.scores, opt.max_context, stream);
+        (kv_fp8 ? indexer_scores_warp_fp8 : indexer_scores_warp_bf16)(
+            s.iq + size_t(r0) * HI * D, s.iw + size_t(r0) * HI, kvl, db, HI, D, 1.0f / std::sqrt(float(D)), max_ctx,
+            s.scores, opt.max_context, stream);
       }
       cuda::indexer::TopKArgs ta;
       ta.scores = s.scores;
@@ -193,8 +204,9 @@ void GpuRunner::Impl::mla(int64_t l, int T, int R, int max_ctx, bool decode, con
   const KvLayerView& kvl = kv_layers[size_t(l)];
   const bool prefill = !topk && !decode && prefill_planned;
   if (!mla_fast || (!topk && !decode && !prefill)) {
-    mla_attention_warp_bf16(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R), NH, c.softmax_scale, topk,
-                  int(c.index_topk), s.ol, stream);
+    (kv_fp8 ? mla_attention_warp_fp8 : mla_attention_warp_bf16)(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, batch(T, R),
+                                                                NH, c.softmax_scale, topk, int(c.index_topk), s.ol,
+                                                                stream);
     return;
   }
   // MlaDecodeMma takes a contiguous [T, NH, 64] rope query: one strided copy (a graph node).

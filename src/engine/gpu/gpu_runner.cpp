@@ -286,7 +286,7 @@ void GpuRunner::Impl::choose_attention() {
     at::MlaDesc d;
     d.num_heads = int(c.num_heads);
     d.sm_scale = float(c.softmax_scale);
-    d.kv_elem = KvElem::BF16;
+    d.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
     const bool wgmma = opt.attention_kernels == AttentionKernels::WgmmaDecode;
     const at::DecodeMath math = wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync;
     why = at::mla_decode_can_implement(d, math);
@@ -374,12 +374,14 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
   d.rope = c.qk_rope_dim, d.v_head = c.v_head_dim, d.q_lora = c.q_lora_rank;
   d.index_heads = c.index_n_heads, d.index_dim = c.index_head_dim, d.index_topk = c.index_topk;
   d.indexer = c.has_indexer();
+  d.fp8_index_queries = kv_fp8;  // (counted before choose_attention knows the scores' kernel: at most a few MB over)
   d.vocab = c.vocab;
   d.max_inter = c.intermediate;
   d.experts = c.moe.num_experts, d.top_k = c.moe.top_k, d.moe_inter = c.moe.inter;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const model::LayerWeights& lw = w.layers[size_t(layer_src[size_t(l)])];
-    d.kv_bytes_per_token += (c.kv_lora_rank + c.qk_rope_dim) * 2 + (lw.attn.indexer ? c.index_head_dim * 2 : 0);
+    d.kv_bytes_per_token += runner_kv_bytes_per_token(1, lw.attn.indexer ? 1 : 0, c.kv_lora_rank, c.qk_rope_dim,
+                                                      c.index_head_dim, opt.kv_elem, opt.kv_elem);
     if (!lw.is_moe) continue;
     const MoeLayerWeights& m = lw.moe;
     const bool fp4 = m.w13.is_fp4();
@@ -493,6 +495,10 @@ void GpuRunner::Impl::plan_memory() {
   take(s.iq, t * HI * D * 2);
   take(s.iw16, t * HI * 2);
   take(s.iw, t * HI * 4);
+  if (kv_fp8 && fast_indexer) {  // the FP8 scores' quantized queries (absent from the BF16 layout)
+    take(s.iq8, t * HI * D);
+    take(s.iw8, t * HI * 4);
+  }
   take(s.scores, c.has_indexer() ? size_t(score_rows) * size_t(opt.max_context) * 4 : 4);
   take(s.chunk_qo, size_t(opt.max_requests + 2) * 4);
   take(s.topk_pos, t * std::max<int64_t>(c.index_topk, 1) * 4);
@@ -559,8 +565,10 @@ void GpuRunner::Impl::plan_memory() {
 
   // KV pool from what is left.
   kv_per_token = 0;
+  const KvElem elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+  const size_t esz = kv_elem_size(elem);
   for (int64_t l = 0; l < c.num_layers; ++l)
-    kv_per_token += (C + Rd) * 2 + (layers[size_t(l)].has_indexer ? D * 2 : 0);
+    kv_per_token += runner_kv_bytes_per_token(1, layers[size_t(l)].has_indexer ? 1 : 0, C, Rd, D, elem, elem);
   size_t free_b = 0, total_b = 0;
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t used = int64_t(total_b - free_b);
@@ -592,22 +600,24 @@ void GpuRunner::Impl::plan_memory() {
     v.page_size = opt.page_size;
     v.ckv_dim = C;
     v.kpe_dim = Rd;
-    v.elem = v.index_elem = KvElem::BF16;
+    v.elem = v.index_elem = elem;
+    if (kv_fp8) v.ckv_scale = ckv_scale, v.kpe_scale = kpe_scale, v.index_scale = index_scale;
     const size_t slots = size_t(pages * opt.page_size);
-    v.ckv = p, p += slots * C * 2;
-    v.kpe = p, p += slots * Rd * 2;
+    v.ckv = p, p += slots * C * esz;
+    v.kpe = p, p += slots * Rd * esz;
     if (layers[size_t(l)].has_indexer) {
       v.index_dim = D;
-      v.index_k = p, p += slots * D * 2;
+      v.index_k = p, p += slots * D * esz;
     }
     kv_layers.push_back(v);
   }
   page_pool = std::make_unique<PagePool>(int32_t(num_pages));  // the engine's allocator: page 0 first, LIFO
   plan_line = fmt::format(
-      "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, BF16); device "
+      "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, {}); device "
       "{:.1f} GB ({:.2f} GB in use before the load), --mem-fraction-static {}",
       double(weight_bytes) / 1e9, plan.describe(), double(kv.bytes()) / 1e9, num_pages * opt.page_size, num_pages,
-      opt.page_size, kv_per_token, double(total_b) / 1e9, double(start_in_use) / 1e9, opt.mem_fraction_static);
+      opt.page_size, kv_per_token, kv_fp8 ? kv_line : std::string("BF16"), double(total_b) / 1e9,
+      double(start_in_use) / 1e9, opt.mem_fraction_static);
   if (int64_t(workspace_bytes) != plan.ws.total())
     plan_line += fmt::format(" (workspace laid out: {:.2f} GB)", double(workspace_bytes) / 1e9);
 }
@@ -664,6 +674,7 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   const auto t0 = std::chrono::steady_clock::now();
   m.ck = Checkpoint::open(dir);
   m.cfg = model::parse_mla_model_config(m.ck->config_json(), m.ck->config(), dir + "/config.json");
+  m.choose_kv_elem();  // before the plan: it counts the KV bytes of this element
   const model::ModelWeights w = model::bind_weights(*m.ck, m.cfg);
   FP4MOE_CHECK(m.cfg.kv_lora_rank % 32 == 0 && m.cfg.kv_lora_rank <= 1024 && m.cfg.qk_rope_dim <= 128,
                "gpu runner: kv_lora_rank {} (a multiple of 32, <= 1024) and qk_rope_head_dim {} (<= 128)",

@@ -64,6 +64,10 @@ enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode, Wgmm
 // an Error otherwise.
 AttentionKernels parse_attention_kernels(const std::string& name);
 
+// SGLang's --kv-cache-dtype for the GPU runner: "auto" | "bf16" -> BF16, "fp8_e4m3" -> FP8_E4M3;
+// an Error (one line) otherwise (f32 is the CPU reference's).
+KvElem parse_kv_cache_dtype(const std::string& name);
+
 struct RunnerOptions {
   int64_t max_tokens = 4096;          // the largest step (tokens); sizes the workspace
   // > 0: the memory plan may lower max_tokens down to this so that the workspace fits its budget
@@ -82,6 +86,15 @@ struct RunnerOptions {
   int64_t max_requests = 256;         // the most requests in one step
   int64_t max_context = 8192;         // the longest request (positions); sizes the indexer scores
   int64_t page_size = 64;             // KV page size (a power of two)
+  // The KV cache's elements (`--kv-cache-dtype`): BF16, or FP8_E4M3 for every array (latent 512,
+  // rope 64, index keys 128: what cuda/attention's FP8 decode kernels and the CPU model's
+  // `--kv-dtype fp8` keep), code = e4m3(x / scale), value = code * scale. The scales: these when
+  // > 0 (positive and finite, else the load fails with one line); 0 = the default, 1.0 each
+  // (SGLang's and vLLM's k_scale when a checkpoint gives none: the latent is RMS-normed and the
+  // keys LayerNormed, |x| well inside E4M3's ±448), with a one-line warning. Other elements
+  // (F32) are refused.
+  KvElem kv_elem = KvElem::BF16;
+  float kv_ckv_scale = 0.0f, kv_kpe_scale = 0.0f, kv_index_scale = 0.0f;
   double mem_fraction_static = 0.88;  // weights + workspace + KV pool share of the device
   int64_t max_total_tokens = 0;       // > 0: the KV pool holds at most this many tokens
   int64_t cuda_graph_max_bs = -1;     // decode graphs for batch buckets up to this; -1: max_requests, 0: none

@@ -15,11 +15,13 @@
 #include "cuda/attention/mla.hpp"
 #include "cuda/attention/mla_decode.hpp"
 #include "cuda/attention/mla_warp_bf16.hpp"
+#include "cuda/attention/mla_warp_fp8.hpp"
 #include "cuda/common/device_batch.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/elementwise/elementwise.hpp"
 #include "cuda/embed/embed.hpp"
 #include "cuda/indexer/indexer_score_warp_bf16.hpp"
+#include "cuda/indexer/indexer_score_warp_fp8.hpp"
 #include "cuda/norm/norm.hpp"
 #include "cuda/permute/dense_combine_f32.hpp"
 #include "cuda/rope/rope.hpp"
@@ -42,6 +44,8 @@ namespace fp4moe::engine::gpu {
 using cuda::DeviceBatch;
 using cuda::moe_dense_combine_f32;
 using cuda::attention::kv_append_bf16;
+using cuda::attention::kv_append_fp8;
+using cuda::attention::mla_attention_warp_fp8;
 using cuda::attention::mla_attention_warp_bf16;
 using cuda::elementwise::add_into;
 using cuda::elementwise::bf16_to_f32_scaled;
@@ -50,6 +54,7 @@ using cuda::elementwise::silu_mul;
 using cuda::embed::embed_rows;
 using cuda::embed::gather_rows;
 using cuda::indexer::indexer_scores_warp_bf16;
+using cuda::indexer::indexer_scores_warp_fp8;
 using cuda::norm::layer_norm;
 using cuda::norm::rms_norm;
 using cuda::rope::rope;
@@ -112,6 +117,8 @@ struct Scratch {
   uint16_t* iq = nullptr;      // [T, HI, D]
   uint16_t* iw16 = nullptr;    // [T, HI]
   float* iw = nullptr;         // [T, HI]
+  uint8_t* iq8 = nullptr;      // FP8 cache with the mma indexer: [T, HI, D] E4M3 (quantize_q_fp8)
+  float* iw8 = nullptr;        // FP8 cache with the mma indexer: [T, HI] the folded head weights
   float* scores = nullptr;     // [score_rows, max_context] (a step's rows in chunks of score_rows)
   int32_t* chunk_qo = nullptr;  // [max_requests + 2] a chunk's request boundaries (chunk_qo_indptr)
   int32_t* topk_pos = nullptr;   // [T, index_topk]
@@ -242,6 +249,12 @@ struct GpuRunner::Impl {
   void run_step(const StepInput& in, const StepOutput& out);  // GpuRunner::step
   RunnerPlanInput plan_input(const model::ModelWeights& w, int64_t device_bytes) const;
   int64_t num_pages = 0, trash_page = 0, kv_per_token = 0;
+  // The KV cache's element (opt.kv_elem: BF16 or FP8_E4M3 for every array) and its FP8 scales
+  // (choose_kv_elem at load: the options' or the defaults, validated).
+  bool kv_fp8 = false;
+  float ckv_scale = 1.0f, kpe_scale = 1.0f, index_scale = 1.0f;
+  std::string kv_line;  // the FP8 scales' source, for the plan line
+  void choose_kv_elem();
   std::vector<KvLayerView> kv_layers;
   std::unique_ptr<PagePool> page_pool;  // the pool's page ids for alloc_pages (generate, bench step, tests)
 

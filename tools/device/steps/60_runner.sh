@@ -21,6 +21,8 @@
 #      RUNNER_DENSE, default 5 / 3 ≈ 15 GB on disk) and `fp4moe generate --backend cuda` on it;
 #      bench step runs it as RUNNER_REPLICATE (13) layers, 3 dense + 10 MoE, the MoE layers copied:
 #      start-up line (load GB/s), memory plan line, graph line, prefill / decode tok/s.
+#   4. FP8 KV (issue 40): gpu_runner_test's GpuVsCpuFp8Kv / Fp8KvCache cases (in 1.), `generate
+#      --kv-cache-dtype fp8_e4m3`, and `bench step --kv-cache-dtype fp8_e4m3` at B 1 / 64, ctx 8K.
 # Expected: ~1-2 min tests, make-synthetic a few minutes, generate < 1 min.
 # Look for: "gpu_runner_test: rc=0", the memcheck "ERROR SUMMARY: 0 errors", the logits rel L2
 # per case in the test log (RecordProperty), "uploaded ... GB/s (...; staging filled on T threads in
@@ -64,6 +66,8 @@ if [ -z "${RUNNER_SKIP_TESTS:-}" ]; then  # RUNNER_SKIP_TESTS=1: the model part 
   # first layer off with their experts vs the CPU's own and its router margin.
   grep -E '^\[ RUN|^\[ info \]' "$O/gpu_runner_test.log" 2>/dev/null | head -n 80
   grep -oE 'logits_rel_l2(_cpu_alone)?="[^"]*"|testcase name="[^"]*"' "$O/gpu_runner_test.xml" 2>/dev/null | paste - - - | head -n 12
+  # FP8 KV (issue 40): GpuVsCpuFp8Kv's rel L2 and greedy agreement per case, the pool ratio.
+  grep -E '^\[ RUN .*Fp8|\[ info \] KV (fp8_e4m3|bf16)|KV pool' "$O/gpu_runner_test.log" 2>/dev/null | head -n 30
   run_test gpu_decode_test - 300 '^\[  FAILED  \]|Failure|Expected|Which is|step [0-9]+ request'
   run_test gpu_sampling_test 'GpuSampling.KStepsPerLaunchEqualKLaunchesOfOneBitForBit' 300 \
     '^\[  FAILED  \]|Failure|Expected|Which is|device [0-9-]+, host|step [0-9]+ request'
@@ -86,7 +90,8 @@ fi
 FP4MOE_TIME_LOAD_DIR="$M" FP4MOE_TIME_LOAD_OWNED=0 timeout 300 $BD/weight_relayout_test \
   --gtest_also_run_disabled_tests --gtest_filter='*TimeLoad*' 2>&1 | grep -E 'host threads|^layer [0-9]+:|^BF16/F32|FAILED'
 P=$(python3 -c "print(','.join(str(7+i*37%150000) for i in range(${RUNNER_PROMPT:-1024})))")
-for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p 0.9 --seed 1"; do
+for args in "--max-new-tokens 64" "--max-new-tokens 64 --temperature 0.7 --top-p 0.9 --seed 1" \
+            "--max-new-tokens 64 --kv-cache-dtype fp8_e4m3"; do
   t0=$(date +%s)
   timeout 400 $BD/fp4moe generate --model "$M" --backend cuda --prompt-ids "$P" $args > "$O/generate.out" 2> "$O/generate.err"
   r=$?; echo "generate --backend cuda $args: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
@@ -98,4 +103,11 @@ timeout 560 $BD/fp4moe bench step --model "$M" --json "$O/bench_step.json" \
   > "$O/bench_step.log" 2> "$O/bench_step.err"
 r=$?; echo "bench step: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
 grep -E '^\||start-up|ceilings|per-stage|K greedy' "$O/bench_step.log"; grep -E 'attention:|memory plan|cuda graphs|error' "$O/bench_step.err" | head -n 6
+# FP8 KV (issue 40): decode at B 1 / 64, ctx 8K against the BF16 rows above; the plan line's pool.
+t0=$(date +%s)
+timeout 400 $BD/fp4moe bench step --model "$M" --json "$O/bench_step_fp8.json" --kv-cache-dtype fp8_e4m3 \
+  ${RUNNER_FP8_BENCH_ARGS:---batch 1,64 --ctx 8192 --prefill 4096 --k 1 --replicate-layers ${RUNNER_REPLICATE:-13}} \
+  > "$O/bench_step_fp8.log" 2> "$O/bench_step_fp8.err"
+r=$?; echo "bench step --kv-cache-dtype fp8_e4m3: rc=$r in $(( $(date +%s) - t0 )) s"; [ $r -eq 0 ] || rc=1
+grep -E '^\||ceilings' "$O/bench_step_fp8.log"; grep -E 'attention:|memory plan|kv-cache-dtype|error' "$O/bench_step_fp8.err" | head -n 6
 exit $rc

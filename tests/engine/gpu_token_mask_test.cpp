@@ -128,8 +128,9 @@ TEST(GpuTokenMasks, MaskedGreedyAndSampledStepsEqualTheHostOnTheStepsOwnLogits) 
     o0.greedy = &raw_greedy;
     gpu->step(d.step({}), o0);
     // Masks: rows 0..5 a few tokens each (row 4 + s: one token); rows 6, 7 unconstrained.
-    std::vector<std::vector<uint32_t>> masks(size_t(B));
-    for (int64_t r = 0; r < 6; ++r) masks[size_t(r)] = few_tokens(V, r == (4 + s) % 6 ? 1 : 6, raw_greedy[size_t(r)], g);
+    std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(B));
+    for (int64_t r = 0; r < 6; ++r)
+      masks[size_t(r)] = few_tokens(V, r == (4 + s) % 6 ? 1 : 6, raw_greedy[size_t(r)], g);
     StepInput in = d.step(q.get());
     in.token_masks = pointers(masks);
     std::vector<float> logits;
@@ -146,14 +147,16 @@ TEST(GpuTokenMasks, MaskedGreedyAndSampledStepsEqualTheHostOnTheStepsOwnLogits) 
       if (!masks[size_t(r)].empty()) cpu::apply_token_bitmask(ref.data() + r * V, V, masks[size_t(r)].data());
     ASSERT_EQ(logits.size(), ref.size());
     EXPECT_EQ(std::memcmp(logits.data(), ref.data(), ref.size() * 4), 0) << "step " << s << ": masked logits";
-    std::vector<int32_t> am(size_t(B));
+    std::vector<int32_t> am(static_cast<size_t>(B));
     cpu::argmax_rows_cpu(ref.data(), int(B), int(V), am.data());
     EXPECT_EQ(greedy, am) << "step " << s << ": the masked argmax";
     for (int64_t r = 0; r < B; ++r) {
       const std::string what = "step " + std::to_string(s) + " row " + std::to_string(r);
       const auto& m = masks[size_t(r)];
       const int32_t t = sampled[size_t(r)].id;
-      if (!m.empty()) EXPECT_TRUE(allowed(m, t)) << what << ": token " << t << " is not allowed";
+      if (!m.empty()) {
+        EXPECT_TRUE(allowed(m, t)) << what << ": token " << t << " is not allowed";
+      }
       const auto h = cpu::sample_scheme_cpu(ref.data() + r * V, V, q.params[size_t(r)], q.prompt[size_t(r)],
                                             q.gen[size_t(r)], q.gen[size_t(r)].size());
       if (t != h.token) {
@@ -167,7 +170,9 @@ TEST(GpuTokenMasks, MaskedGreedyAndSampledStepsEqualTheHostOnTheStepsOwnLogits) 
       int bits = 0;
       for (uint32_t w : m) bits += std::popcount(w);
       if (bits == 1) {  // a one-token mask: that token, logprob 0, in every mode
-        if (q.params[size_t(r)].logprobs_top_n >= 0) EXPECT_NEAR(sampled[size_t(r)].logprob, 0.0f, 1e-6f) << what;
+        if (q.params[size_t(r)].logprobs_top_n >= 0) {
+          EXPECT_NEAR(sampled[size_t(r)].logprob, 0.0f, 1e-6f) << what;
+        }
       }
       ++rows;
       q.gen[size_t(r)].push_back(t);
@@ -193,7 +198,7 @@ TEST(GpuTokenMasks, GraphReplayWithMasksEqualsEagerBitForBit) {
   o0.greedy = &raw_greedy;
   gpu->step(d.step({}), o0);
   std::mt19937_64 g(11);
-  std::vector<std::vector<uint32_t>> masks(size_t(B));
+  std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(B));
   for (int64_t r : {0, 2, 3}) masks[size_t(r)] = few_tokens(V, 4, raw_greedy[size_t(r)], g);
   std::vector<float> first_logits;
   std::vector<int32_t> first_greedy;
@@ -210,9 +215,13 @@ TEST(GpuTokenMasks, GraphReplayWithMasksEqualsEagerBitForBit) {
     o.greedy = &greedy;
     gpu->step(in, o);
     EXPECT_EQ(gpu->stats().graph_steps - replays, graphs ? 1 : 0) << "the step ran as intended";
-    for (int64_t r = 0; r < B; ++r)
-      if (!masks[size_t(r)].empty()) EXPECT_TRUE(allowed(masks[size_t(r)], greedy[size_t(r)])) << "row " << r;
-      else EXPECT_EQ(greedy[size_t(r)], raw_greedy[size_t(r)]) << "unconstrained row " << r;
+    for (int64_t r = 0; r < B; ++r) {
+      if (!masks[size_t(r)].empty()) {
+        EXPECT_TRUE(allowed(masks[size_t(r)], greedy[size_t(r)])) << "row " << r;
+      } else {
+        EXPECT_EQ(greedy[size_t(r)], raw_greedy[size_t(r)]) << "unconstrained row " << r;
+      }
+    }
     if (first_logits.empty()) {
       first_logits = logits, first_greedy = greedy;
     } else {

@@ -9,7 +9,12 @@
 //   - the same step eager with cudaEvents between its stages (attention, indexer, MoE, dense
 //     MLP, lm_head, sampling): each stage's share of that eager pass;
 //   - K greedy decode steps per launch (GpuRunner::decode_greedy) for each K: ms per token step;
-//   - prefill steps of one request of P tokens.
+//   - prefill steps of one request of P tokens;
+//   - with --token-masks: each decode point again with a grammar mask on every request
+//     (StepInput::token_masks: random words, 1/8 of the vocabulary allowed, so 7/8 of each row is
+//     stored as -inf: near the kernel's most bytes), host-inclusive and device ms, and the ratio
+//     to the unmasked step (issue 42's target: <= 1.05 at B 64). The host's mask fill (grammar/)
+//     is not in it: `bench grammar` times that.
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
 #include <algorithm>
@@ -47,6 +52,7 @@ struct BenchStepArgs {
   std::string attention_kernels = "auto";
   std::string kv_cache_dtype = "auto";
   int64_t replicate_layers = 0;
+  bool token_masks = false;
   engine::SpeculativeFlags speculative;  // refused: the GPU runner has no MTP path yet
 };
 
@@ -131,6 +137,9 @@ int run_bench_step(const BenchStepArgs& a) {
   stage_table += " host % (graph) |\n|---|---|---|";
   for (int i = 0; i <= engine::gpu::kNumStepStages; ++i) stage_table += "---|";
   stage_table += "\n";
+  std::string mask_table =
+      "| decode B | ctx | ms/step | masked ms/step | ratio | device ms | masked device ms | device ratio |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   for (int64_t k : a.k) k_table += fmt::format(" K={} ms/step |", k);
   k_table += "\n|---|---|";
   for (size_t i = 0; i < a.k.size(); ++i) k_table += "---|";
@@ -213,6 +222,27 @@ int run_bench_step(const BenchStepArgs& a) {
         j["stages_ms"][engine::gpu::step_stage_name(engine::gpu::StepStage(i))] = st.ms[i];
       }
       stage_table += fmt::format(" {:.1f} |\n", 100.0 * host);
+      if (a.token_masks) {  // the same step with every request constrained
+        const int64_t W = (V + 31) / 32;
+        std::vector<uint32_t> words(size_t(B * W));
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (uint32_t& w : words) {  // three ANDed xorshift words: each bit set with probability 1/8
+          uint32_t m = ~0u;
+          for (int q = 0; q < 3; ++q) x ^= x << 13, x ^= x >> 7, x ^= x << 17, m &= uint32_t(x >> 11);
+          w = m;
+        }
+        engine::gpu::StepInput mi = in;
+        for (int64_t b = 0; b < B; ++b) mi.token_masks.push_back(words.data() + b * W);
+        const double mms = time_step(mi, a.iters);
+        double mdev = 0.0;
+        engine::gpu::StepOutput mo;
+        mo.device_ms = &mdev;
+        r->step(mi, mo);
+        mask_table += fmt::format("| {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n", B, L, ms, mms,
+                                  mms / ms, dev_ms, mdev, mdev / dev_ms);
+        j["masked_ms_per_step"] = mms;
+        j["masked_device_ms"] = mdev;
+      }
       // K steps per launch: pages for L-1+K positions per request (max_new = K, no stop ids).
       engine::gpu::DecodeInput di;
       di.tokens = tok.data();
@@ -238,6 +268,10 @@ int run_bench_step(const BenchStepArgs& a) {
              "it; host % = (graph wall - graph device) / graph wall)\n{}",
              stage_table);
   if (!a.k.empty()) fmt::print("\nK greedy decode steps per launch (decode_greedy): ms per token step\n{}", k_table);
+  if (a.token_masks)
+    fmt::print("\ngrammar masks on every request (1/8 of the vocabulary allowed; one upload + the mask launch "
+               "inside the graph; target ratio <= 1.05 at B 64)\n{}",
+               mask_table);
   fmt::print("\n| prefill P | ms | tok/s | FLOP floor ms (causal) | byte floor ms (all weights) | x floor |\n"
              "|---|---|---|---|---|---|\n");
   for (int64_t P : a.prefill) {
@@ -319,6 +353,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "run N layers: the checkpoint's, then copies of its MoE layers in turn, each in its own device "
                  "memory (a 3 dense + 2 MoE checkpoint times as 3 dense + N-3 MoE layers; 0: the checkpoint's)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--token-masks", a->token_masks,
+               "also time each decode point with a grammar mask on every request (random, 1/8 of the vocabulary "
+               "allowed) and print the ratio to the unmasked step (the host's mask fill is `bench grammar`'s)");
   // SGLang's speculative flags: accepted and checked, then refused — the GPU runner's draft/verify
   // steps are not written yet (issue 39's CUDA part); `fp4moe generate --speculative-algorithm
   // NEXTN` times the CPU's verify steps.

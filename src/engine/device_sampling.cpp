@@ -70,4 +70,20 @@ void pack_sampling_rows(std::span<const RowSampling> rows, int64_t stride, int32
   }
 }
 
+int64_t pack_token_masks(std::span<const uint32_t* const> masks, int64_t words, int64_t max_packed, int32_t* slot,
+                         uint32_t* packed) {
+  FP4MOE_CHECK(words >= 1, "token masks of {} words", words);
+  int64_t n = 0;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (!masks[i]) {
+      slot[i] = -1;
+      continue;
+    }
+    FP4MOE_CHECK(n < max_packed, "token masks: more than {} constrained rows in one step", max_packed);
+    std::copy_n(masks[i], words, packed + n * words);
+    slot[i] = int32_t(n++);
+  }
+  return n;
+}
+
 }  // namespace fp4moe::engine

@@ -44,4 +44,11 @@ int64_t history_stride(std::span<const RowSampling> rows, int64_t extra);
 void pack_sampling_rows(std::span<const RowSampling> rows, int64_t stride, int32_t* prompt_len, int32_t* output_len,
                         int32_t* draw, int32_t* history);
 
+// Constrained decoding (cuda/sampling/token_bitmask_f32): masks[i] is logits row i's vocabulary
+// bitmask (SampleSpec::allowed_tokens, `words` words) or null. slot[i] = -1 for a row without
+// one, else the index of its copy in `packed` (the masked rows in order, `words` apart). Returns
+// how many were packed; more than max_packed is refused (one line).
+int64_t pack_token_masks(std::span<const uint32_t* const> masks, int64_t words, int64_t max_packed, int32_t* slot,
+                         uint32_t* packed);
+
 }  // namespace fp4moe::engine

@@ -120,7 +120,8 @@ RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int6
   w.logits = align256(L * H * 2) + align256(L * d.vocab * 4) + align256(L * 4);
   const int64_t S = std::max<int64_t>(in.max_requests, 1), K = std::max<int64_t>(in.max_decode_steps, 1);
   w.sampling = (in.sample_workspace ? in.sample_workspace(S) : sample_estimate(S, d.vocab)) + align256(S * 56) +
-               align256(K * S * 42 * 4) + align256(S * (ctx + K) * 4);
+               align256(K * S * 42 * 4) + align256(S * (ctx + K) * 4) +
+               align256(L * 4 + S * ((d.vocab + 31) / 32) * 4);  // grammar masks: slots + S masks
   w.fixed = align256(in.fixed_workspace_bytes);
   return w;
 }

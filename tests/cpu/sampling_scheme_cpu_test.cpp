@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/error.hpp"
@@ -174,6 +175,47 @@ TEST(SamplingScheme, BadParametersSayWhy) {
   EXPECT_THROW(cpu::sample_scheme_cpu(l.data(), 10, p, {}, {}, 0), Error);
   p = {};
   EXPECT_THROW(cpu::sample_scheme_cpu(l.data(), 0, p, {}, {}, 0), Error);
+}
+
+// Grammar masks (cpu::apply_token_bitmask, the CUDA runner's token_bitmask_f32 reference): the
+// scheme over a masked row draws only allowed tokens in every mode, including a top-k / top-n
+// larger than the allowed set and penalties on -inf logits; with one token allowed, that token
+// with logprob 0. The GPU runner's masked steps are compared with this (gpu_token_mask_test).
+TEST(SamplingScheme, MaskedRowsDrawOnlyAllowedTokensInEveryMode) {
+  const int64_t V = 1000;
+  std::mt19937_64 g(99);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<cpu::SamplingRowParams> modes(5);
+  modes[1].temperature = 0.7f, modes[1].top_p = 0.9f, modes[1].logprobs_top_n = 5;
+  modes[2].temperature = 1.0f, modes[2].top_k = 20, modes[2].min_p = 0.05f, modes[2].repetition_penalty = 1.3f,
+  modes[2].presence_penalty = 0.5f, modes[2].frequency_penalty = 0.3f, modes[2].logprobs_top_n = 0;
+  modes[3].repetition_penalty = 1.5f, modes[3].logprobs_top_n = 3;
+  modes[4].temperature = 1.5f;
+  const std::vector<int32_t> prompt = {3, 17, 17, 400}, output = {5, 17};
+  for (int allowed_n : {1, 6}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> l(static_cast<size_t>(V));
+      for (float& x : l) x = u(g);
+      std::vector<uint32_t> mask(static_cast<size_t>((V + 31) / 32), 0u);
+      std::set<int32_t> ok;
+      while (int(ok.size()) < allowed_n) ok.insert(int32_t(g() % uint64_t(V)));
+      ok.insert(17);  // a penalised token among them sometimes
+      if (allowed_n == 1) ok = {*ok.begin()};
+      for (int32_t t : ok) mask[size_t(t) >> 5] |= 1u << (t & 31);
+      ASSERT_EQ(cpu::apply_token_bitmask(l.data(), V, mask.data()), int64_t(ok.size()));
+      for (size_t m = 0; m < modes.size(); ++m) {
+        cpu::SamplingRowParams p = modes[m];
+        p.seed = uint64_t(trial) * 31 + m;
+        const auto s = cpu::sample_scheme_cpu(l.data(), V, p, prompt, output, uint64_t(trial));
+        EXPECT_TRUE(ok.count(s.token)) << "mode " << m << " trial " << trial << ": token " << s.token;
+        if (p.logprobs_top_n < 0) continue;
+        EXPECT_TRUE(std::isfinite(s.logprob)) << "mode " << m;
+        if (ok.size() == 1) {
+          EXPECT_NEAR(s.logprob, 0.0f, 1e-6f) << "mode " << m;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

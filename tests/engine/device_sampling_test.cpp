@@ -136,5 +136,23 @@ TEST(DeviceSampling, HistoriesPackAtOneStrideForPenalisedRowsOnly) {
   EXPECT_THROW(engine::pack_sampling_rows(rows, stride, pl.data(), ol.data(), draw.data(), hist.data()), Error);
 }
 
+TEST(DeviceSampling, TokenMasksPackTheConstrainedRowsInOrder) {
+  const int64_t W = 3;
+  const std::vector<uint32_t> a = {1u, 2u, 3u}, b = {0xffffffffu, 0u, 7u};
+  const std::vector<const uint32_t*> masks = {nullptr, a.data(), nullptr, b.data(), a.data()};
+  std::vector<int32_t> slot(masks.size(), 99);
+  std::vector<uint32_t> packed(size_t(4 * W), 0xdeadu);
+  EXPECT_EQ(engine::pack_token_masks(masks, W, 4, slot.data(), packed.data()), 3);
+  EXPECT_EQ(slot, (std::vector<int32_t>{-1, 0, -1, 1, 2}));
+  EXPECT_EQ(packed, (std::vector<uint32_t>{1u, 2u, 3u, 0xffffffffu, 0u, 7u, 1u, 2u, 3u, 0xdeadu, 0xdeadu, 0xdeadu}))
+      << "a row's mask copied whole (the same mask twice gets two slots), the rest untouched";
+  const std::vector<const uint32_t*> none = {nullptr, nullptr};
+  EXPECT_EQ(engine::pack_token_masks(none, W, 0, slot.data(), packed.data()), 0);
+  EXPECT_EQ(slot[0], -1);
+  EXPECT_EQ(slot[1], -1);
+  EXPECT_THROW(engine::pack_token_masks(masks, W, 2, slot.data(), packed.data()), Error)
+      << "more constrained rows than the runner's buffer holds";
+}
+
 }  // namespace
 }  // namespace fp4moe

@@ -14,6 +14,7 @@
 #include "cuda/permute/dense_combine_f32_kernels.cuh"
 #include "cuda/rope/rope_bf16_kernels.cuh"
 #include "cuda/sampling/argmax_f32_kernels.cuh"
+#include "cuda/sampling/token_bitmask_f32_kernels.cuh"
 #include "cuda/step/step_kernels.cuh"
 
 #include <gtest/gtest.h>
@@ -96,6 +97,13 @@ struct EmuBackend {
     if (rows == 0) return;
     emu::launch(dim3(rows), dim3(cu::sampling::argmax::kArgmaxThreads), 0, cu::sampling::argmax::argmax_kernel, logits,
                 vocab, out);
+  }
+  static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
+                                      const uint32_t* masks, int64_t words) {
+    if (rows == 0) return;
+    namespace tm = cu::sampling::tokenmask;
+    emu::launch(dim3(tm::mask_grid_x(vocab), rows), dim3(tm::kMaskThreads), 0, tm::token_bitmask_kernel, logits, stride,
+                vocab, slot, masks, words);
   }
   static void count_experts(const int32_t* ids, int T, int k, const int32_t* req, const int32_t* active, int E,
                             int32_t* counts) {

@@ -1,7 +1,7 @@
 // The backend-ops table (ops_cases.hpp) on the GPU: every row through the CUDA launch functions
 // of src/cuda (norm, rope, embed, elementwise, attention/mla_warp_bf16,
-// indexer/indexer_score_warp_bf16, permute/dense_combine_f32, sampling/argmax_f32, step), plus
-// the GPU-sized rows (GLM-5's dims, loops past their grid caps). Any arch the build targets;
+// indexer/indexer_score_warp_bf16, permute/dense_combine_f32, sampling/argmax_f32,
+// sampling/token_bitmask_f32, step), plus the GPU-sized rows (GLM-5's dims, loops past their grid caps). Any arch the build targets;
 // skips without a GPU. backend_ops_emu_test runs the small rows through the CUDA emulator in CI.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "cuda/permute/dense_combine_f32.hpp"
 #include "cuda/rope/rope.hpp"
 #include "cuda/sampling/argmax_f32.hpp"
+#include "cuda/sampling/token_bitmask_f32.hpp"
 #include "cuda/step/step.hpp"
 #include "gpu_test.hpp"
 #include "ops/ops_cases.hpp"
@@ -78,6 +79,10 @@ struct GpuBackend {
   }
   static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out) {
     cu::sampling::argmax_rows_f32(logits, rows, vocab, out, nullptr);
+  }
+  static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
+                                      const uint32_t* masks, int64_t words) {
+    cu::sampling::apply_token_bitmask_f32(logits, stride, rows, vocab, slot, masks, words, nullptr);
   }
   static void count_experts(const int32_t* ids, int T, int k, const int32_t* req, const int32_t* active, int E,
                             int32_t* counts) {

@@ -1,6 +1,6 @@
 // The backend-ops table: every small op of the model runner (src/cuda families norm, rope,
 // embed, elementwise, attention/mla_warp_bf16, indexer/indexer_score_warp_bf16,
-// permute/dense_combine_f32, sampling/argmax_f32, step) against its CPU reference (cpu/
+// permute/dense_combine_f32, sampling/argmax_f32, sampling/token_bitmask_f32, step) against its CPU reference (cpu/
 // row_ops_cpu.hpp, cpu/greedy_advance.hpp, cpu/attention/*), on random inputs, outputs poisoned
 // before the launch, compared per row. One row of the table per launch variant the code can
 // take (input dtype, in place or not, RoPE layout, dense or top-k attention, greedy or sampled
@@ -10,6 +10,8 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <set>
 
 #include "cpu/attention/indexer_cpu.hpp"
@@ -17,6 +19,7 @@
 #include "cpu/attention/mla_cpu.hpp"
 #include "cpu/greedy_advance.hpp"
 #include "cpu/row_ops_cpu.hpp"
+#include "cpu/sampling_cpu.hpp"
 #include "ops/ops_util.hpp"
 
 namespace fp4moe::test::ops {
@@ -294,6 +297,60 @@ void argmax_case(int vocab, uint64_t seed) {
   std::vector<int32_t> ref(kRows);
   cpu::argmax_rows_cpu(l.data(), kRows, vocab, ref.data());
   expect_equal("argmax_rows_f32", B::down(dout), ref);
+}
+
+// ---- sampling/token_bitmask_f32 ----------------------------------------------------------------
+// Exact (a store of -inf or nothing). Rows: unconstrained (slot -1: untouched, NaN included),
+// one allowed token, every token allowed, random words, none allowed (the kernel's job is only
+// the -inf; the scheduler never samples such a row), the last word's bits past vocab set, and two
+// rows sharing a slot. The logits rows are strided: the gap past vocab must stay poisoned. Then
+// the greedy argmax over the masked rows equals the CPU's (the runner's masked greedy step).
+template <class B>
+void token_bitmask_case(int vocab, int pad, uint64_t seed) {
+  Rng rng(seed);
+  constexpr int kRows = 8;
+  const int64_t W = (vocab + 31) / 32, stride = vocab + pad;
+  std::vector<float> l = rand_f32(rng, size_t(kRows * stride), -10.0f, 10.0f);
+  for (int r = 0; r < kRows; ++r)
+    for (int64_t i = vocab; i < stride; ++i) l[size_t(r * stride + i)] = kPoisonF32;
+  l[3] = NAN;  // row 0 is unconstrained: its NaN stays
+  const int32_t one = rng.integer(0, vocab - 1);
+  std::vector<std::vector<uint32_t>> slots(6, std::vector<uint32_t>(size_t(W), 0u));
+  slots[0][size_t(one >> 5)] = 1u << (one & 31);                                    // one token
+  std::fill(slots[1].begin(), slots[1].end(), ~0u);                                // all (bits past vocab too)
+  for (auto& w : slots[2]) w = uint32_t(rng.integer(INT32_MIN, INT32_MAX));        // random words
+  for (auto& w : slots[3]) w = rng.integer(0, 9) == 0 ? uint32_t(rng.integer(INT32_MIN, INT32_MAX)) : 0u;  // sparse
+  slots[4][size_t(W - 1)] = ~0u;  // only the last word: its bits past vocab must not matter
+  // slots[5]: none allowed
+  const std::vector<int32_t> slot = {-1, 0, 1, 2, 3, 4, 5, 2};  // rows 3 and 7 share slot 2
+  std::vector<uint32_t> packed;
+  for (const auto& s : slots) packed.insert(packed.end(), s.begin(), s.end());
+  auto dl = B::up(l);
+  auto ds = B::up(slot);
+  auto dm = B::up(packed);
+  B::apply_token_bitmask_f32(dl.p(), stride, kRows, vocab, ds.p(), dm.p(), W);
+  std::vector<float> ref = l;
+  for (int r = 0; r < kRows; ++r)
+    if (slot[size_t(r)] >= 0) cpu::apply_token_bitmask(ref.data() + r * stride, vocab, slots[size_t(slot[size_t(r)])].data());
+  const std::vector<float> got = B::down(dl);
+  ASSERT_EQ(got.size(), ref.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &ref[i], 4) != 0) {  // bitwise: NaN poison and -inf compared too
+      ADD_FAILURE() << "token_bitmask_f32[row " << i / size_t(stride) << ", " << i % size_t(stride) << "]: got "
+                    << got[i] << ", reference " << ref[i];
+      if (++bad >= 5) break;
+    }
+  // Masked greedy: the argmax of the masked rows (contiguous, as the runner's logits are).
+  std::vector<float> dense(size_t(kRows) * vocab);
+  for (int r = 0; r < kRows; ++r) std::copy_n(got.data() + r * stride, vocab, dense.data() + size_t(r) * vocab);
+  auto dd = B::up(dense);
+  auto dout = B::up(std::vector<int32_t>(kRows, kPoisonI32));
+  B::argmax_rows_f32(dd.p(), kRows, vocab, dout.p());
+  std::vector<int32_t> am(kRows);
+  cpu::argmax_rows_cpu(dense.data(), kRows, vocab, am.data());
+  expect_equal("argmax after token_bitmask_f32", B::down(dout), am);
+  EXPECT_EQ(am[1], one) << "the one allowed token is the masked argmax";
 }
 
 // ---- step ------------------------------------------------------------------------------------

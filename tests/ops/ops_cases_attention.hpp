@@ -286,6 +286,8 @@ std::vector<OpRow> op_rows(bool big) {
   add("moe_dense_combine_f32_shared", [] { dense_combine_case<B>(true, 3, 2, 257, 5, 17); });
   add("argmax_rows_f32_short_rows", [] { argmax_case<B>(700, 18); });
   add("argmax_rows_f32_long_rows", [] { argmax_case<B>(5000, 19); });
+  add("token_bitmask_f32", [] { token_bitmask_case<B>(2053, 3, 32); });
+  add("token_bitmask_f32_one_word", [] { token_bitmask_case<B>(17, 0, 33); });
   add("count_experts", [] { count_experts_case<B>(37, 4, 600, 20); });
   add("chunk_qo_indptr", [] { chunk_qo_case<B>(9, 4, 7, 21); });
   add("chunk_qo_indptr_many_requests", [] { chunk_qo_case<B>(300, 100, 250, 22); });
@@ -315,6 +317,7 @@ std::vector<OpRow> op_rows(bool big) {
     add("big_conversions_past_grid_cap", [] { convert_case<B>(1100000, 108); });
     add("big_moe_dense_combine_f32", [] { dense_combine_case<B>(true, 17, 8, 6144, 32, 109); });
     add("big_argmax_rows_f32_glm5_vocab", [] { argmax_case<B>(154880, 110); });
+    add("big_token_bitmask_f32_glm5_vocab", [] { token_bitmask_case<B>(154880, 0, 119); });
     add("big_count_experts_glm5", [] { count_experts_case<B>(1024, 8, 256, 111); });
     add("big_count_experts_max_experts", [] { count_experts_case<B>(300, 8, 4096, 112); });
     add("big_greedy_advance_many_requests", [] { greedy_advance_case<B>(true, 300, 8, 113); });

@@ -7,7 +7,14 @@ Through the real `openai` client: response_format json_schema / json_object and 
 regex / ebnf / json_schema as extra_body; through /generate: sampling_params.json_schema /
 regex / ebnf. Bad grammars are a 400 with an OpenAI error JSON and the server stays healthy.
 
-    structured_output_e2e_test.py PATH/TO/fp4moe
+Then `RealModel`: a toy GLM-5 (make-synthetic glm5-tiny, random weights) with a real tokenizer
+behind `--backend cpu` (CI) or the backend named on the command line (`--backend cuda`, the
+device step tools/device/steps/60_serve.sh): grammars with finite languages finish with "stop"
+and validate in greedy and every sampling mode, and a batch of concurrent constrained and
+unconstrained requests gives each its output alone (the masks reach their own rows).
+
+    structured_output_e2e_test.py PATH/TO/fp4moe                   # fake + cpu (CI)
+    structured_output_e2e_test.py PATH/TO/fp4moe --backend cuda    # RealModel on the GPU runner only
 """
 import concurrent.futures as cf
 import json
@@ -20,10 +27,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openai_e2e_test as e2e  # noqa: E402  (ServerProcess)
 import structured_output_cases as cases  # noqa: E402
 
+# `--backend NAME` (after the binary): only RealModel, on that backend.
+REAL_BACKEND = "cpu"
+if len(sys.argv) > 3 and sys.argv[2] == "--backend":
+    REAL_BACKEND = sys.argv[3]
+    del sys.argv[2:4]
+    sys.argv.append("RealModel")
+
 try:
     import jsonschema
-except ImportError:  # setup.sh --deps installs it; without it there is nothing to validate against
-    sys.exit("jsonschema is not installed (setup.sh --deps installs the pinned version): this test needs it")
+except ImportError:  # setup.sh --deps installs it; RealModel's finite languages are checked by hand
+    if "RealModel" not in sys.argv:
+        sys.exit("jsonschema is not installed (setup.sh --deps installs the pinned version): this test needs it")
+    jsonschema = None
 
 MAX_TOKENS = 1500
 MESSAGES = [{"role": "user", "content": "answer in the requested format"}]
@@ -188,6 +204,78 @@ class MultiStepDecode(unittest.TestCase):
                 self.assertRegex(body["text"], "^" + rx + "$")
         finally:
             server.stop()
+
+
+# Finite languages (a random-weight model must still end them): (kind, grammar, check(text)).
+ENUM_SCHEMA = {"type": "object", "properties": {"a": {"enum": ["x", "yy", "zzz"]}, "b": {"type": "boolean"},
+                                                "c": {"type": "string", "maxLength": 4}},
+               "required": ["a", "b", "c"], "additionalProperties": False}
+
+
+def check_enum_object(text):
+    v = json.loads(text)
+    assert set(v) == {"a", "b", "c"} and v["a"] in ("x", "yy", "zzz") and isinstance(v["b"], bool), v
+    assert isinstance(v["c"], str) and len(v["c"]) <= 4, v
+    return True
+
+
+FINITE = [("regex", r"[a-c]{3}-\d{3}", lambda t: re.fullmatch(r"[a-c]{3}-\d{3}", t)),
+          ("regex", r"(yes|no)-\d{2}", lambda t: re.fullmatch(r"(yes|no)-\d{2}", t)),
+          ("regex", r"\d{1,4}", lambda t: re.fullmatch(r"\d{1,4}", t)),
+          ("json_schema", json.dumps(ENUM_SCHEMA), check_enum_object),
+          ("ebnf", 'root ::= "<" ("ab" | "c")* ">"', None)]  # unbounded: stop validates, length allowed
+
+
+class RealModel(e2e.FolderServer):
+    """Constrained decoding on a real model's logits: REAL_BACKEND (cpu in CI, cuda on the GPU)."""
+    BACKEND = REAL_BACKEND
+    SERVER_ARGS = (("--page-size", "4", "--max-running-requests", "8", "--num-continuous-decode-steps", "2",
+                    "--max-total-tokens", "16384", "--context-length", "1024") if REAL_BACKEND == "cuda" else
+                   ("--kv-cache-dtype", "f32", "--page-size", "4", "--max-running-requests", "8",
+                    "--num-continuous-decode-steps", "2"))
+    MODES = [{"temperature": 0}, {"temperature": 0.8}, {"temperature": 1.0, "top_k": 3, "top_p": 0.9, "min_p": 0.05},
+             {"temperature": 1.2, "repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.3}]
+
+    @classmethod
+    def make_folder(cls):
+        e2e.CpuModel.make_folder.__func__(cls)
+
+    def gen(self, ids, sp):
+        status, body = self.server.json("POST", "/generate", {"input_ids": ids, "sampling_params": sp})
+        self.assertEqual(status, 200, body)
+        return body["text"], body["meta_info"]["finish_reason"]["type"], body["output_ids"]
+
+    def test_finite_grammars_finish_and_validate_in_every_mode(self):
+        for k, (kind, g, check) in enumerate(FINITE):
+            for m, mode in enumerate(self.MODES):
+                with self.subTest(kind=kind, grammar=g, mode=mode):
+                    sp = dict(mode, max_new_tokens=64, sampling_seed=17 * k + m, **{kind: g})
+                    text, finish, _ = self.gen([5 + k, 17 + m, 300, 42], sp)
+                    if check is None:
+                        if finish == "stop":
+                            self.assertRegex(text, r"^<(ab|c)*>$")
+                        continue
+                    self.assertEqual(finish, "stop", text)
+                    self.assertTrue(check(text), text)
+
+    def test_a_mixed_batch_gives_each_request_its_output_alone(self):
+        specs = []
+        for i in range(12):
+            sp = {"max_new_tokens": 64, "temperature": 0, "ignore_eos": i >= 8}  # greedy: no draw to differ
+            if i < 8:  # constrained; 8.. unconstrained
+                kind, g, _ = FINITE[i % len(FINITE)]
+                sp[kind] = g
+            specs.append(([(7 * i + j) % 780 + 1 for j in range(3 + 2 * i)], sp))
+        alone = [self.gen(ids, sp) for ids, sp in specs]
+        with cf.ThreadPoolExecutor(len(specs)) as pool:
+            together = list(pool.map(lambda s: self.gen(*s), specs))
+        for i, (a, t) in enumerate(zip(alone, together)):
+            self.assertEqual(t[2], a[2], f"request {i}: batched vs alone")
+        for i in range(8):
+            kind, g, check = FINITE[i % len(FINITE)]
+            if check is not None:
+                self.assertEqual(alone[i][1], "stop", alone[i])
+                self.assertTrue(check(alone[i][0]), alone[i])
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ BackendInfo CudaModelBackend::info() const {
   i.device_bytes = device_bytes_;
   i.default_mem_fraction = runner_->options().mem_fraction_static;
   i.kv_pool_tokens = runner_->num_pages() * runner_->page_size();
+  i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
   return i;
 }
 
@@ -71,13 +72,18 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
   StepInput in = view(batch);
   // Plain greedy rows only: the device's argmax is the whole answer; otherwise every sampling
   // row goes through the device sampler (greedy rows give the argmax there too).
-  bool greedy = true;
+  // Grammar masks: one per logits row (the sampling rows, in order), null where unconstrained.
+  bool greedy = true, masked = false;
   rows_.clear();
+  in.token_masks.clear();
   for (int32_t r = 0; r < n; ++r)
     if (batch.sample[size_t(r)]) {
       rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
       greedy = greedy && plain_greedy(rows_.back().params);
+      in.token_masks.push_back(batch.sampling[size_t(r)].allowed_tokens);
+      masked = masked || in.token_masks.back();
     }
+  if (!masked) in.token_masks.clear();
   StepOutput so;
   so.greedy = greedy ? &greedy_ : nullptr;
   if (!greedy) {
@@ -106,6 +112,13 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
   // named get the reason), never sent to Backend's host loop over step() in silence.
   if (const auto no = decode_capacity_refusal(batch, limits, steps, {ro.max_decode_steps, ro.max_stop_ids}))
     throw StepError("cuda backend: " + no->reason, no->request_ids);
+  // A token mask depends on the token sampled just before: the scheduler runs batches with a
+  // constrained request one step() per round; one reaching here would go unconstrained.
+  for (int32_t r = 0; r < n; ++r)
+    if (batch.sampling[size_t(r)].allowed_tokens)
+      throw StepError("cuda backend: a K-step decode cannot apply grammar masks (constrained requests run one step "
+                      "per round)",
+                      {batch.request_ids[size_t(r)]});
   rows_.clear();
   bool greedy = true;
   for (int32_t r = 0; r < n; ++r) {

@@ -64,6 +64,7 @@ void decode_launch(GpuRunner::Impl& m, const DecodeInput& in, bool sampled, std:
   const GraphEntry* g = m.decode_graph(B);
   const int64_t pad = g ? g->bucket : 0;
   m.upload_meta(si, pad);  // validates the batch; the first step's metadata
+  m.clear_token_masks();   // K-step launches run unconstrained batches (the scheduler's rule)
 
   // The launch's limits: max_new, stop ids (-1 padded to this launch's most per request, so
   // greedy_advance reads what the requests have, not the runner's cap), produced = 0.

@@ -364,6 +364,7 @@ void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, bool decode, 
     gather_rows(s.h, H, meta.rows, rows, s.rows, stream);
     lm_head.run(s.rows, rows, s.logits, true, lctx());
     mark(StepStage::Sampling);
+    apply_token_masks(rows);  // grammar masks (rows whose slot is -1 are left alone)
     argmax_rows_f32(s.logits, rows, int(c.vocab), s.greedy, stream);
   }
   mark(StepStage::Sampling);  // the end of the last stage

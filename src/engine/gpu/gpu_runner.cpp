@@ -530,6 +530,7 @@ void GpuRunner::Impl::plan_memory() {
   take(s.sample_in, sample_in_bytes(sample_rows));
   take(s.sample_out, sample_out_ints(sample_steps, sample_rows) * 4);
   take(s.sample_hist, size_t(sample_hist_ints) * 4);
+  take(s.token_masks, token_mask_bytes(logits_rows, sample_rows, c.vocab));
   // The layout above is the plan's arithmetic buffer for buffer (the KV pool below is measured
   // after the allocation, so a difference would show there, not as an allocation failure).
   if (int64_t(off) != plan.ws.total())

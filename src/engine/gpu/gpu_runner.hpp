@@ -121,6 +121,12 @@ struct StepInput {
   // logits_rows.size() - sampling.size() + i), results in StepOutput::sampled; at most
   // options().max_requests rows. Empty: none.
   std::vector<RowSampling> sampling;
+  // Constrained decoding: per logits row, its vocabulary bitmask (SampleSpec::allowed_tokens:
+  // bit v % 32 of word v / 32, ⌈vocab/32⌉ words, read during the call) or null; empty: none.
+  // Uploaded in one copy and applied on the device (-inf) before the greedy argmax and the device
+  // sampler, inside the decode graphs too; at most options().max_requests masked rows. The
+  // logits StepOutput::logits returns are the masked ones.
+  std::vector<const uint32_t*> token_masks;
 };
 
 // The discrete choices of one step, per layer (tests: imposed on the CPU backend through

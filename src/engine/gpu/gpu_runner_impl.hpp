@@ -28,6 +28,7 @@
 #include "cuda/routing/router.hpp"
 #include "cuda/sampling/argmax_f32.hpp"
 #include "cuda/sampling/sampling.hpp"
+#include "cuda/sampling/token_bitmask_f32.hpp"
 #include "cuda/step/step.hpp"
 #include "engine/gpu/gpu_linear.hpp"
 #include "engine/gpu/gpu_loader.hpp"
@@ -58,6 +59,7 @@ using cuda::indexer::indexer_scores_warp_fp8;
 using cuda::norm::layer_norm;
 using cuda::norm::rms_norm;
 using cuda::rope::rope;
+using cuda::sampling::apply_token_bitmask_f32;
 using cuda::sampling::argmax_rows_f32;
 using cuda::step::chunk_qo_indptr;
 using cuda::step::count_experts;
@@ -149,6 +151,9 @@ struct Scratch {
   uint8_t* sample_in = nullptr;    // one upload of n rows: params [n] then prompt_len, output_len, draw, done [n]
   int32_t* sample_out = nullptr;   // tokens [K·S], logprob [K·S], top ids [K·S·20], top logprobs [K·S·20]
   int32_t* sample_hist = nullptr;  // [S · (max_context + K)] penalty token lists (stride per upload)
+  // Grammar masks (gpu_sample.cpp): int32 slots [logits_rows] (-1: the row is unconstrained), then
+  // uint32 masks [S, ⌈vocab/32⌉] packed in slot order; fixed address, read by the decode graphs.
+  uint8_t* token_masks = nullptr;
 };
 
 // Per-step metadata: fixed device buffers filled by one H2D copy from a pinned mirror.
@@ -309,6 +314,17 @@ struct GpuRunner::Impl {
   // sampled_token reads row r of step j.
   void read_sampled(const SampleLaunch& L, int64_t K);
   GeneratedToken sampled_token(const SampleLaunch& L, int64_t K, int64_t j, int64_t r) const;
+  // Grammar masks: s.token_masks' bytes; its pinned mirror (slots then masks, the same layout);
+  // whether the device slots hold any row's (else all -1, as plan_sampling leaves them).
+  static size_t token_mask_bytes(int64_t logits_rows, int64_t rows, int64_t vocab);
+  PinnedInts token_mask_host;
+  bool token_masks_set = false;
+  // StepInput::token_masks packed and uploaded in one copy (a step without any: the slots reset
+  // to -1 by one memset when the last step had masks, else nothing). Enqueue only.
+  void upload_token_masks(std::span<const uint32_t* const> masks);
+  void clear_token_masks() { upload_token_masks({}); }
+  // forward()'s mask launch over logits rows [0, rows) (captured in the graphs: slot -1 rows cost one load).
+  void apply_token_masks(int rows);
 
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;

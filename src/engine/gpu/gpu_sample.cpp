@@ -1,7 +1,10 @@
 // GpuRunner's device sampling (cuda/sampling's sample()): the per-row parameters, draw indices
 // and penalty token lists go up in one or two host→device copies; only tokens (and logprobs when
 // a row asks) come back. The buffers are planned with the workspace (plan_memory: sample()'s
-// workspace, the rows' block, the results of K steps, the histories); their pinned mirrors here.
+// workspace, the rows' block, the results of K steps, the histories, the grammar masks); their
+// pinned mirrors here. Grammar masks (constrained decoding): the step's masked rows' bitmasks
+// go up packed with a slot per logits row in one copy, and forward() applies them right after
+// the lm_head (cuda/sampling/token_bitmask_f32), before the argmax and sample().
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -26,10 +29,43 @@ size_t GpuRunner::Impl::sample_out_ints(int64_t steps, int64_t rows) {
   return size_t(steps * rows) * (2 + 2 * kMaxTopLogprobs);
 }
 
+size_t GpuRunner::Impl::token_mask_bytes(int64_t logits_rows, int64_t rows, int64_t vocab) {
+  return size_t(logits_rows + rows * cuda::sampling::token_mask_words(vocab)) * 4;
+}
+
 void GpuRunner::Impl::plan_sampling() {
   sample_in_host.alloc(sample_in_bytes(sample_rows) / 4);
   sample_out_host.alloc(sample_out_ints(sample_steps, sample_rows));
   sample_hist_host.alloc(size_t(sample_hist_ints));
+  token_mask_host.alloc(token_mask_bytes(logits_rows, sample_rows, cfg.vocab) / 4);
+  FP4MOE_CUDA_CHECK(cudaMemset(s.token_masks, 0xFF, size_t(logits_rows) * 4));  // every slot -1
+  token_masks_set = false;
+}
+
+void GpuRunner::Impl::upload_token_masks(std::span<const uint32_t* const> masks) {
+  const bool any = std::any_of(masks.begin(), masks.end(), [](const uint32_t* m) { return m != nullptr; });
+  if (!any) {
+    if (token_masks_set) FP4MOE_CUDA_CHECK(cudaMemsetAsync(s.token_masks, 0xFF, size_t(logits_rows) * 4, stream));
+    token_masks_set = false;
+    return;
+  }
+  FP4MOE_CHECK(int64_t(masks.size()) <= logits_rows, "token masks for {} logits rows, the runner has {}", masks.size(),
+               logits_rows);
+  const int64_t W = cuda::sampling::token_mask_words(cfg.vocab);
+  int32_t* slot = token_mask_host.p;
+  auto* packed = reinterpret_cast<uint32_t*>(slot + logits_rows);
+  std::fill(slot + masks.size(), slot + logits_rows, -1);  // padding rows of a graph bucket too
+  const int64_t n = pack_token_masks(masks, W, sample_rows, slot, packed);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(s.token_masks, slot, size_t(logits_rows + n * W) * 4, cudaMemcpyHostToDevice,
+                                    stream));
+  token_masks_set = true;
+}
+
+void GpuRunner::Impl::apply_token_masks(int rows) {
+  const auto* slot = reinterpret_cast<const int32_t*>(s.token_masks);
+  apply_token_bitmask_f32(s.logits, cfg.vocab, rows, int(cfg.vocab), slot,
+                          reinterpret_cast<const uint32_t*>(slot + logits_rows),
+                          cuda::sampling::token_mask_words(cfg.vocab), stream);
 }
 
 SampleLaunch GpuRunner::Impl::upload_sampling(std::span<const RowSampling> rows, int64_t extra) {

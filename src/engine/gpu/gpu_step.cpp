@@ -164,6 +164,9 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
   FP4MOE_CHECK(ns <= rows, "step: {} device sampling rows for {} logits rows", ns, rows);
   SampleLaunch sl;
   if (ns > 0) sl = m.upload_sampling(in.sampling, 0);
+  FP4MOE_CHECK(in.token_masks.empty() || in.token_masks.size() == size_t(rows),
+               "step: {} token masks for {} logits rows", in.token_masks.size(), rows);
+  m.upload_token_masks(in.token_masks);
   m.poison_activations();
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_begin, m.stream));
   if (g && m.graphs_enabled && !out.stages) {

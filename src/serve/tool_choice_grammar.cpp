@@ -54,52 +54,58 @@ bool may_be_string(const json& s) {
   return true;
 }
 
-// A raw string value ends at the first </arg_value>: its schema must keep that text out.
-// xgrammar's raw string does so unbounded; a length bound becomes the pattern [^<]{min,max}
-// (a length-bounded raw string holds no '<'); a client's own pattern is refused (it may admit
-// the closing tag). Returns the schema handed to xgrammar.
-json raw_string_schema(json s, const std::string& at) {
-  if (!s.is_object()) return s;
-  if (s.contains("pattern"))
-    refuse(at + ".pattern", fmt::format("'{}.pattern': a string parameter is written raw inside <arg_value> in the glm "
-                                        "tool-call format, where a pattern cannot be kept from writing the closing "
-                                        "tag; nest the parameter in an object (JSON strings keep their pattern)",
-                                        at));
-  if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-    static constexpr std::array<std::string_view, 8> kSafe = {"date", "time",  "date-time", "duration",
-                                                              "ipv4", "ipv6",  "uuid",      "hostname"};
-    const std::string fmt_name = f->get<std::string>();
-    if (std::find(kSafe.begin(), kSafe.end(), fmt_name) == kSafe.end())
-      refuse(at + ".format", fmt::format("'{}.format': '{}' is not kept exact in a raw glm <arg_value> string (formats "
-                                         "kept: date, time, date-time, duration, ipv4, ipv6, uuid, hostname)",
-                                         at, fmt_name));
-  }
-  auto no_close = [&](const json& v, const std::string& where) {
-    if (v.is_string() && v.get_ref<const std::string&>().find(kValueClose) != std::string::npos)
+json const_string(std::string value) { return {{"type", "const_string"}, {"value", std::move(value)}}; }
+json sequence(json elements) { return {{"type", "sequence"}, {"elements", std::move(elements)}}; }
+json one_of(json elements) {
+  if (elements.size() == 1) return std::move(elements[0]);
+  return {{"type", "or"}, {"elements", std::move(elements)}};
+}
+
+// A raw string value, then </arg_value> (the first one ends the value, so the value never holds
+// it): free text up to the tag; a length bound as [^<]{min,max} (a length-bounded raw string
+// holds no '<'); enum / const as literals; anyOf of such as alternatives. A client's pattern or
+// format is refused: it could write the closing tag, or (format) xgrammar's regex for it is not
+// reachable from here.
+json raw_value_then_close(const json& s, const std::string& at) {
+  const json close = const_string(std::string(kValueClose));
+  auto literal = [&](const json& v, const std::string& where) {
+    if (!v.is_string()) refuse(where, fmt::format("'{}' must be a string here", where));
+    const std::string& text = v.get_ref<const std::string&>();
+    if (text.find(kValueClose) != std::string::npos)
       refuse(where, fmt::format("'{}' holds '</arg_value>', which ends a glm argument value", where));
+    return const_string(text + std::string(kValueClose));
   };
-  if (auto c = s.find("const"); c != s.end()) no_close(*c, at + ".const");
-  if (auto e = s.find("enum"); e != s.end() && e->is_array())
-    for (const json& v : *e) no_close(v, at + ".enum");
-  const bool enumerated = s.contains("const") || s.contains("enum");
-  if (!enumerated && (s.contains("minLength") || s.contains("maxLength"))) {
+  if (auto c = s.find("const"); c != s.end()) return literal(*c, at + ".const");
+  if (auto e = s.find("enum"); e != s.end()) {
+    json alts = json::array();
+    for (const json& v : *e) alts.push_back(literal(v, at + ".enum"));
+    return one_of(std::move(alts));
+  }
+  if (auto a = s.find("anyOf"); a != s.end()) {
+    json alts = json::array();
+    for (size_t i = 0; i < a->size(); ++i) alts.push_back(raw_value_then_close((*a)[i], fmt::format("{}.anyOf[{}]", at, i)));
+    return one_of(std::move(alts));
+  }
+  for (const char* k : {"pattern", "format"})
+    if (s.contains(k))
+      refuse(at + "." + k, fmt::format("'{}.{}': a string parameter is written raw inside <arg_value> in the glm "
+                                       "tool-call format, where '{}' is not supported (it could write the closing "
+                                       "tag); nest the parameter in an object (JSON strings keep it)",
+                                       at, k, k));
+  if (s.contains("minLength") || s.contains("maxLength")) {
     auto bound_of = [&](const char* k, int64_t fallback) {
       auto b = s.find(k);
       if (b == s.end()) return fallback;
-      if (!b->is_number_integer() || b->get<int64_t>() < 0 || b->get<int64_t>() > 1000000)
-        refuse(at + "." + k, fmt::format("'{}.{}' must be an integer from 0 to 1000000", at, k));
+      if (!b->is_number_integer() || b->get<int64_t>() < 0 || b->get<int64_t>() > 100000)
+        refuse(at + "." + k, fmt::format("'{}.{}' must be an integer from 0 to 100000", at, k));
       return b->get<int64_t>();
     };
     const int64_t lo = bound_of("minLength", 0), hi = bound_of("maxLength", -1);
     if (hi >= 0 && hi < lo) refuse(at + ".maxLength", fmt::format("'{}.maxLength' is below its minLength", at));
     const std::string bound = hi < 0 ? fmt::format("{{{},}}", lo) : fmt::format("{{{},{}}}", lo, hi);
-    s.erase("minLength");
-    s.erase("maxLength");
-    s["pattern"] = "[^<]" + bound;
+    return sequence(json::array({json{{"type", "regex"}, {"pattern", "[^<]" + bound}}, close}));
   }
-  if (auto a = s.find("anyOf"); a != s.end() && a->is_array())
-    for (size_t i = 0; i < a->size(); ++i) (*a)[i] = raw_string_schema((*a)[i], fmt::format("{}.anyOf[{}]", at, i));
-  return s;
+  return {{"type", "tag"}, {"begin", ""}, {"content", {{"type", "any_text"}}}, {"end", std::string(kValueClose)}};
 }
 
 bool safe_key(const std::string& k) {
@@ -110,57 +116,75 @@ bool safe_key(const std::string& k) {
   });
 }
 
-// The glm formats' encoding of one tool's top-level parameters, as tool_call_parser.cpp reads it.
-void check_glm_parameters(json& params, const ToolCatalog& catalog, int32_t tool, const std::string& at) {
-  for (const char* k : {"patternProperties", "propertyNames", "$ref", "allOf", "anyOf", "enum", "const"})
-    if (params.contains(k))
-      refuse(at + "." + k, fmt::format("'{}.{}' is not supported at the top of a tool's parameters in the glm "
-                                       "tool-call format (its parameters are a list of named arguments)",
-                                       at, k));
-  if (auto ap = params.find("additionalProperties"); ap != params.end() && !ap->is_boolean() && !accepts_anything(*ap))
-    refuse(at + ".additionalProperties",
-           fmt::format("'{}.additionalProperties' must be true or false in the glm tool-call format: the parser reads "
-                       "an unnamed argument as JSON, so a schema for it cannot be kept exact",
-                       at));
-  const auto props = params.find("properties");
-  if (props == params.end() || !props->is_object()) return;
-  // (the rewritten schema: raw strings' length bounds as patterns)
-  for (auto it = props->begin(); it != props->end(); ++it) {
+// One call of a tool in the glm layout: <tool_call>NAME, then each property of the parameters
+// schema in its order (the required ones always, the others optionally) as
+// <arg_key>K</arg_key><arg_value>V</arg_value>, then </tool_call>; glm45 puts a newline after
+// NAME, after </arg_key> and after </arg_value>. A value the schema types as a string is raw
+// text (raw_value_then_close), any other JSON from its schema (whitespace between JSON tokens
+// bounded at one character: xgrammar's structural tags allow no less).
+json glm_call(const std::string& name, const json& params, const ToolCatalog& catalog, int32_t tool, bool glm45,
+              const std::string& at) {
+  const std::string nl = glm45 ? "\n" : "";
+  for (auto it = params.begin(); it != params.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "type" || k == "properties" || k == "required" || k == "additionalProperties" || k == "$defs" ||
+        k == "definitions" || is_annotation(k))
+      continue;
+    refuse(at + "." + k, fmt::format("'{}.{}' is not supported at the top of a tool's parameters in the glm tool-call "
+                                     "format (they are a list of named arguments)",
+                                     at, k));
+  }
+  json defs = json::object();
+  for (const char* k : {"$defs", "definitions"})
+    if (auto d = params.find(k); d != params.end()) defs[k] = *d;
+  static const json kNoProperties = json::object();
+  const auto p = params.find("properties");
+  const json& props = p != params.end() && p->is_object() ? *p : kNoProperties;
+  std::vector<std::string> required;
+  if (auto r = params.find("required"); r != params.end() && r->is_array())
+    for (const json& x : *r) {
+      if (!x.is_string() || !props.contains(x.get<std::string>()))
+        refuse(at + ".required", fmt::format("'{}.required' names {}, which is not in its properties", at, x.dump()));
+      required.push_back(x.get<std::string>());
+    }
+  json elements = json::array({const_string("<tool_call>" + name + nl)});
+  for (auto it = props.begin(); it != props.end(); ++it) {
     const std::string& key = it.key();
-    const std::string p = at + ".properties." + key;
+    const std::string pa = at + ".properties." + key;
     if (!safe_key(key))
       refuse(at + ".properties", fmt::format("'{}.properties': the name '{}' cannot be written as a glm <arg_key> "
                                              "(no whitespace, quotes, '<', '>' or '&')",
                                              at, key.size() > 64 ? key.substr(0, 64) + "..." : key));
-    json& s = it.value();
+    const json& s = it.value();
     if (s.is_object())
       for (const char* k : {"$ref", "allOf"})
         if (s.contains(k))
-          refuse(p + "." + k, fmt::format("'{}.{}': write a top-level parameter's schema inline in the glm tool-call "
-                                          "format (the parser decides raw string or JSON from it)",
-                                          p, k));
+          refuse(pa + "." + k, fmt::format("'{}.{}': write a top-level parameter's schema inline in the glm tool-call "
+                                           "format (the parser decides raw string or JSON from it)",
+                                           pa, k));
+    json value;
     if (catalog.is_string_param(tool, key)) {
-      s = raw_string_schema(s, p);
-    } else if (may_be_string(s) && !accepts_anything(s)) {
-      refuse(p, fmt::format("'{}' may be a string or another type: the glm tool-call format writes strings raw, so "
-                            "the parser cannot tell \"12\" from 12; give the parameter one kind of type",
-                            p));
+      value = raw_value_then_close(s, pa);
+    } else {
+      if (may_be_string(s) && !accepts_anything(s))
+        refuse(pa, fmt::format("'{}' may be a string or another type: the glm tool-call format writes strings raw, so "
+                               "the parser cannot tell \"12\" from 12; give the parameter one kind of type",
+                               pa));
+      json schema = s;
+      if (schema.is_object())
+        for (auto d = defs.begin(); d != defs.end(); ++d)
+          if (!schema.contains(d.key())) schema[d.key()] = d.value();
+      value = sequence(json::array({json{{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"style", "json"},
+                                         {"max_whitespace_cnt", 1}},
+                                    const_string(std::string(kValueClose))}));
     }
+    json arg = sequence(json::array({const_string("<arg_key>" + key + "</arg_key>" + nl + "<arg_value>"), std::move(value),
+                                     const_string(nl)}));
+    const bool is_required = std::find(required.begin(), required.end(), key) != required.end();
+    elements.push_back(is_required ? std::move(arg) : json{{"type", "optional"}, {"content", std::move(arg)}});
   }
-}
-
-json tool_tag(const ToolChoiceGrammarRequest& r, const std::string& name, const json& params) {
-  const bool glm45 = r.format == ToolCallFormat::kGlm45;
-  json content = {{"type", "json_schema"},
-                  {"json_schema", params},
-                  {"style", "glm_xml"},
-                  // Bounded whitespace between the parts (issue 42: constrained output always
-                  // ends); glm45's layout has a newline between them.
-                  {"max_whitespace_cnt", glm45 ? 1 : 0}};
-  return {{"type", "tag"},
-          {"begin", "<tool_call>" + name + (glm45 ? "\n" : "")},
-          {"content", std::move(content)},
-          {"end", "</tool_call>"}};
+  elements.push_back(const_string("</tool_call>"));
+  return sequence(std::move(elements));
 }
 
 }  // namespace
@@ -179,7 +203,7 @@ std::variant<grammar::GrammarSpec, FieldError> tool_choice_grammar(const ToolCho
     auto parsed = ToolCatalog::from_json(tools);
     if (auto* e = std::get_if<FieldError>(&parsed)) return *e;
     const ToolCatalog& catalog = std::get<ToolCatalog>(parsed);
-    json tags = json::array();
+    json tags = json::array();  // one call of each tool the choice allows
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& fn = tools[i]["function"];
       const std::string name = fn["name"].get<std::string>();
@@ -200,26 +224,20 @@ std::variant<grammar::GrammarSpec, FieldError> tool_choice_grammar(const ToolCho
       } catch (const grammar::GrammarError& e) {
         refuse(p, fmt::format("'{}': {}", p, e.what()));
       }
-      check_glm_parameters(params, catalog, int32_t(i), p);
-      tags.push_back(tool_tag(r, name, params));
+      tags.push_back(glm_call(name, params, catalog, int32_t(i), r.format == ToolCallFormat::kGlm45, p));
     }
-    json calls;
-    if (!r.named.empty()) {
-      if (tags.empty()) refuse("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", r.named));
-      calls = tags[0];
-    } else {
-      calls = {{"type", "tags_with_separator"},
-               {"tags", std::move(tags)},
-               {"separator", r.format == ToolCallFormat::kGlm45 ? "\n" : ""},
-               {"at_least_one", true},
-               {"stop_after_first", !r.parallel_tool_calls}};
+    if (tags.empty()) refuse("tool_choice", fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", r.named));
+    // "required": one or more calls (one without parallel_tool_calls); a named function: one.
+    json call = one_of(std::move(tags));
+    json calls = call;
+    if (r.named.empty() && r.parallel_tool_calls) {
+      json more = r.format == ToolCallFormat::kGlm45 ? sequence(json::array({const_string("\n"), call})) : call;
+      calls = sequence(json::array({std::move(call), json{{"type", "star"}, {"content", std::move(more)}}}));
     }
     json format = std::move(calls);
     if (r.reasoning_open)
-      format = {{"type", "sequence"},
-                {"elements",
-                 {{{"type", "tag"}, {"begin", ""}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}},
-                  std::move(format)}}};
+      format = sequence(json::array(
+          {json{{"type", "tag"}, {"begin", ""}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}}, std::move(format)}));
     grammar::GrammarSpec spec;
     spec.kind = grammar::Kind::kStructuralTag;
     spec.strict = true;

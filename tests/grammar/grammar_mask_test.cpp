@@ -146,6 +146,28 @@ GrammarError compile_error(Compiler& c, const GrammarSpec& spec) {
   return GrammarError("");
 }
 
+// Only UTF-8 comes out: after the lead byte ED a character class (a JSON string's, a negated
+// regex class) takes the continuation bytes 80-9F, never A0-BF (the surrogates U+D800-U+DFFF);
+// after F4, 80-8F only (nothing past U+10FFFF). tools/grammar/patch_xgrammar.py, fix 3.
+TEST(GrammarMask, CharacterClassesNeverTakeSurrogates) {
+  const Vocab v = test_vocab();
+  Compiler c(v);
+  for (const GrammarSpec& spec : {GrammarSpec{Kind::kJsonSchema, R"({"type":"string"})", true},
+                                  GrammarSpec{Kind::kRegex, "[^<]*", true}, GrammarSpec{Kind::kEbnf, "root ::= [^a]*", true}}) {
+    Matcher m(c.compile(spec));
+    std::vector<uint32_t> mask(size_t(mask_words(v.vocab_size)));
+    if (spec.kind == Kind::kJsonSchema) ASSERT_TRUE(m.accept('"'));
+    ASSERT_TRUE(m.accept(0xED)) << spec.text;
+    m.fill_mask(mask);
+    for (int b = 0x80; b <= 0xBF; ++b) EXPECT_EQ(bit(mask, b), b <= 0x9F) << spec.text << " ED " << b;
+    ASSERT_TRUE(m.accept(0x9F));
+    ASSERT_TRUE(m.accept(0xBF));  // U+D7FF, the last code point before the surrogates
+    ASSERT_TRUE(m.accept(0xF4));
+    m.fill_mask(mask);
+    for (int b = 0x80; b <= 0xBF; ++b) EXPECT_EQ(bit(mask, b), b <= 0x8F) << spec.text << " F4 " << b;
+  }
+}
+
 TEST(GrammarErrors, BadInputIsOneLineWithoutXgrammarsPrefix) {
   const Vocab v = test_vocab();
   Compiler c(v);

@@ -5,6 +5,10 @@
 // refused with the parameter named.
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include <fmt/format.h>
+
 #include "grammar/grammar.hpp"
 #include "serve/tool_choice_grammar.hpp"
 
@@ -107,7 +111,10 @@ TEST(ToolChoiceGrammar, Glm47RequiredRefusesWhatIsNotAValidCall) {
   EXPECT_FALSE(accepts(spec, city + "<arg_key>days</arg_key><arg_value>\"3\"</arg_value></tool_call>"));
   EXPECT_FALSE(accepts(spec, city + "<arg_key>wind</arg_key><arg_value>3</arg_value></tool_call>"));  // not a property
   EXPECT_FALSE(accepts(spec, city + "<arg_key>units</arg_key><arg_value>{\"temp\":\"K\"}</arg_value></tool_call>"));
-  EXPECT_FALSE(accepts(spec, city + "<arg_key>units</arg_key><arg_value>{\"temp\": \"C\"}</arg_value></tool_call>"));
+  // JSON values: at most one whitespace character between tokens (xgrammar's structural tags
+  // allow no less); raw strings: none added.
+  EXPECT_TRUE(accepts(spec, city + "<arg_key>units</arg_key><arg_value>{\"temp\": \"C\"}</arg_value></tool_call>"));
+  EXPECT_FALSE(accepts(spec, city + "<arg_key>units</arg_key><arg_value>{\"temp\":  \"C\"}</arg_value></tool_call>"));
   // glm47: no whitespace between the parts (bounded output).
   EXPECT_FALSE(accepts(spec, "<tool_call>ping\n</tool_call>"));
   // A length-bounded raw string: at most maxLength characters, no '<'.
@@ -164,10 +171,12 @@ TEST(ToolChoiceGrammar, RefusesWhatTheEncodingCannotKeepExact) {
       {R"({"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}})", "properties.x.pattern"},
       {R"({"type": "object", "properties": {"x": {"type": "string", "format": "email"}}})", "properties.x.format"},
       {R"({"type": "object", "properties": {"x": {"const": "a</arg_value>"}}})", "properties.x.const"},
+      {R"({"type": "object", "properties": {"x": {"type": "string", "format": "date"}}})", "properties.x.format"},
+      {R"({"type": "object", "properties": {"x": {"type": "integer"}}, "minProperties": 1})", "minProperties"},
+      {R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["y"]})", "parameters.required"},
       {R"({"type": "object", "properties": {"a b": {"type": "integer"}}})", "parameters.properties"},
       {R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/s"}}, "$defs": {"s": {"type": "string"}}})",
        "properties.x.$ref"},
-      {R"({"type": "object", "additionalProperties": {"type": "string"}})", "additionalProperties"},
       {R"({"type": "array"})", "parameters.type"},
       {R"({"type": "object", "properties": {"x": {"not": {}}}})", "tools[0].function.parameters"},
   };
@@ -185,6 +194,74 @@ TEST(ToolChoiceGrammar, RefusesWhatTheEncodingCannotKeepExact) {
   (void)spec_for(ToolCallFormat::kGlm47, "", true, false,
                  tools_with(R"({"type": "object", "properties": {"o": {"type": "object", "properties": {
                     "s": {"type": "string", "pattern": "[a-z]+"}}}}})"));
+}
+
+}  // namespace
+}  // namespace fp4moe::serve
+
+namespace fp4moe::serve {
+namespace {
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = uint8_t(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+    for (size_t k = 1; k < n; ++k) {
+      if ((uint8_t(s[i + k]) & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (uint8_t(s[i + k]) & 0x3f);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
+// Random walks through the grammar (every allowed token equally likely): each finished text is
+// valid UTF-8 and parses back into one call whose arguments have the schema's JSON types.
+TEST(ToolChoiceGrammar, RandomWalksParseBack) {
+  // Raw strings bounded (an unbounded one ends only on `</arg_value>`, which a uniform walk
+  // practically never writes); JSON strings nested in an object end at their quote.
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "w", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 6}, "mode": {"enum": ["a b", "日本"]},
+    "days": {"type": "integer"}, "units": {"type": "object", "properties": {"s": {"type": "string"},
+    "n": {"type": "number"}}, "required": ["s"]}}, "required": ["city"]}}}])");
+  const auto spec = spec_for(ToolCallFormat::kGlm47, "w", true, false, tools);
+  auto catalog = std::make_shared<const ToolCatalog>(
+      std::get<ToolCatalog>(ToolCatalog::from_json(nlohmann::json::parse(tools.dump()))));
+  std::mt19937 rng(5);
+  std::vector<uint32_t> mask(size_t(grammar::mask_words(compiler().vocab_size())));
+  int finished = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    grammar::Matcher m(compiler().compile(spec));
+    std::string text;
+    for (int step = 0; step < 400 && !m.terminated(); ++step) {
+      m.fill_mask(mask);
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < compiler().vocab_size(); ++t)
+        if (mask[size_t(t / 32)] >> (t % 32) & 1u) allowed.push_back(t);
+      ASSERT_FALSE(allowed.empty()) << text;
+      const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      ASSERT_TRUE(m.accept(t));
+      if (t < 256) text += char(t);
+    }
+    if (!m.terminated()) continue;
+    ++finished;
+    ASSERT_TRUE(valid_utf8(text)) << nlohmann::json(text).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) << " " << [&] { std::string h; for (unsigned char c : text) if (c >= 0x80) h += fmt::format("{:02x} ", c); return h; }();
+    const ParsedToolCalls p = parse_tool_calls(ToolCallFormat::kGlm47, catalog, text, [] { return std::string("c"); });
+    ASSERT_EQ(p.calls.size(), 1u) << text;
+    const auto args = nlohmann::json::parse(p.calls[0].arguments);
+    ASSERT_TRUE(args["city"].is_string()) << text;
+    if (args.contains("days")) EXPECT_TRUE(args["days"].is_number()) << text;  // beyond int64: a double
+    if (args.contains("units")) EXPECT_TRUE(args["units"].is_object()) << text;
+    if (args.contains("mode")) EXPECT_TRUE(args["mode"] == "a b" || args["mode"] == "日本") << text;
+    EXPECT_LE(args["city"].get<std::string>().size(), 6u * 4) << text;
+  }
+  EXPECT_GT(finished, 100);
 }
 
 }  // namespace

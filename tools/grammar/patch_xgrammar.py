@@ -3,8 +3,9 @@
 
     patch_xgrammar.py XGRAMMAR_DIR
 
-Each fix is an exact text replacement that must match once (the script fails otherwise, so a
-new xgrammar version is looked at again). Both were found by this repository's tests:
+Each fix is an exact text replacement that must match as many times as it says (the script
+fails otherwise, so a new xgrammar version is looked at again). All were found by this
+repository's tests:
 1. tokenizer_info.cc: the vocabulary's pseudo-trie took a token as inside another's subtree
    when it merely CONTAINED it (std::string::find) instead of starting with it: rejecting `":`
    also rejected the tokens sorted after it that contain `":` (e.g. `"k":`), an over-strict mask
@@ -12,26 +13,42 @@ new xgrammar version is looked at again). Both were found by this repository's t
 2. json_schema_converter.cc: a string with minLength / maxLength allowed raw control characters
    U+0000-U+001F (other than CR, LF), which JSON forbids unescaped; the class now excludes them
    as the unbounded string's does (tests/serve/structured_output_e2e_test.py, json.loads).
+3. earley_parser.cc: a character class matched a completed multi-byte character by its code
+   point alone, so ranges like [0, 0x10FFFF] (every JSON string character) took the UTF-16
+   surrogates U+D800-U+DFFF (bytes ED A0..BF xx), which are not UTF-8: a JSON string argument
+   then failed to parse (tests/serve/tool_choice_grammar_test.cpp, random walks). A completed
+   surrogate (or a code point past U+10FFFF) now matches no class, positive or negative; the
+   check sits in both of the parser's character-class steps (plain and starred).
 """
 import os
 import sys
 
-FIXES = [
+_UTF8_DONE = "      // Check if the UTF8 character is completed.\n      if (new_state.sub_element_id == 0) {\n"
+FIXES = [  # (file, old, new, times)
     ("cpp/tokenizer_info.cc",
      "(token.find(prefix_stack.top().first) == std::string::npos)",
-     "(token.rfind(prefix_stack.top().first, 0) != 0)"),
+     "(token.rfind(prefix_stack.top().first, 0) != 0)", 1),
     ("cpp/json_schema_converter.cc",
      "builder_.AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);\n"
      "      int32_t body = Repeat(rule_name + \"_characters\"",
      "builder_.AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);\n"
-     "      int32_t body = Repeat(rule_name + \"_characters\""),
+     "      int32_t body = Repeat(rule_name + \"_characters\"", 1),
+    ("cpp/earley_parser.cc", _UTF8_DONE,
+     "      // Check if the UTF8 character is completed (a surrogate or a code point past U+10FFFF\n"
+     "      // is not UTF-8: no class matches it).\n"
+     "      if (new_state.sub_element_id == 0 &&\n"
+     "          ((new_state.partial_codepoint >= 0xD800 && new_state.partial_codepoint <= 0xDFFF) ||\n"
+     "           new_state.partial_codepoint > 0x10FFFF)) {\n"
+     "        return;\n"
+     "      }\n"
+     "      if (new_state.sub_element_id == 0) {\n", 2),
 ]
 
 root = sys.argv[1]
-for path, old, new in FIXES:
+for path, old, new, times in FIXES:
     p = os.path.join(root, path)
     text = open(p, encoding="utf-8").read()
-    if text.count(old) != 1:
-        sys.exit(f"patch_xgrammar.py: {path}: the text to fix occurs {text.count(old)} times, not once")
+    if text.count(old) != times:
+        sys.exit(f"patch_xgrammar.py: {path}: the text to fix occurs {text.count(old)} times, not {times}")
     open(p, "w", encoding="utf-8").write(text.replace(old, new))
 print(f"patch_xgrammar.py: {len(FIXES)} fixes applied to {root}")

@@ -267,6 +267,39 @@ class Reasoning(unittest.TestCase):
             server.stop()
 
 
+class TrainedModel(unittest.TestCase):
+    """The shipped trained model on the CPU backend (its template renders `tools`; its BPE
+    vocabulary has no tool-call special tokens, so the markers are ordinary tokens): greedy
+    replies to "required" and a named choice are calls that validate."""
+    TOOLS = [
+        {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {
+            "module": {"type": "string", "enum": ["os", "sys", "re", "json"]},
+            "depth": {"type": "integer", "minimum": 0, "maximum": 9},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
+            "alias": {"type": "string", "maxLength": 8}}, "required": ["module", "alias"]}}},
+        {"type": "function", "function": {"name": "run", "parameters": {"type": "object", "properties": {
+            "line": {"type": "integer", "minimum": 1, "maximum": 500}}, "required": ["line"]}}},
+    ]
+
+    def test_greedy_calls_validate(self):
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "glm5-mini-py")
+        server = e2e.ServerProcess("--model", model, "--tool-call-parser", "glm47", "--served-model-name", "m",
+                                   backend="cpu")
+        try:
+            client = server.client()
+            for choice, named in (("required", None), ({"type": "function", "function": {"name": "run"}}, "run"),
+                                  ({"type": "function", "function": {"name": "lookup"}}, "lookup")):
+                r = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "import os"}], max_tokens=200, temperature=0,
+                    tools=self.TOOLS, tool_choice=choice)
+                c = r.choices[0]
+                self.assertEqual(c.finish_reason, "tool_calls", c.message)
+                calls = [(tc.function.name, tc.function.arguments) for tc in c.message.tool_calls]
+                check_calls(self, f"trained model, {choice}", self.TOOLS, calls, named)
+        finally:
+            server.stop()
+
+
 if __name__ == "__main__":
     e2e.BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else e2e.BINARY
     unittest.main(verbosity=2)

@@ -182,7 +182,8 @@ TEST(GrammarMask, CharacterClassesTakeOnlyUtf8) {
     for (const auto& [lead, want] : after) {
       Matcher m = start();
       ASSERT_TRUE(m.accept(lead)) << spec.text;
-      EXPECT_EQ(allowed_bytes(m), want) << spec.text << " after " << lead;
+      const std::vector<int> got = allowed_bytes(m);
+      EXPECT_EQ(got, want) << spec.text << " after " << lead << ": " << got.size() << " bytes, last " << (got.empty() ? 0 : got.back());
     }
     Matcher m = start();
     for (int b : {0xED, 0x9F, 0xBF, 0xF4, 0x8F, 0xBF, 0xBF}) ASSERT_TRUE(m.accept(b)) << spec.text;  // U+D7FF U+10FFFF

@@ -228,8 +228,8 @@ TEST(ToolChoiceGrammar, RandomWalksParseBack) {
   // practically never writes); JSON strings nested in an object end at their quote.
   const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "w", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 6}, "mode": {"enum": ["a b", "日本"]},
-    "days": {"type": "integer"}, "units": {"type": "object", "properties": {"s": {"type": "string"},
-    "n": {"type": "number"}}, "required": ["s"]}}, "required": ["city"]}}}])");
+    "days": {"type": "integer", "minimum": -99999, "maximum": 99999}, "units": {"type": "object", "properties": {"s": {"type": "string"},
+    "n": {"type": "number", "minimum": -1000, "maximum": 1000}}, "required": ["s"]}}, "required": ["city"]}}}])");
   const auto spec = spec_for(ToolCallFormat::kGlm47, "w", true, false, tools);
   auto catalog = std::make_shared<const ToolCatalog>(
       std::get<ToolCatalog>(ToolCatalog::from_json(nlohmann::json::parse(tools.dump()))));
@@ -256,7 +256,7 @@ TEST(ToolChoiceGrammar, RandomWalksParseBack) {
     ASSERT_EQ(p.calls.size(), 1u) << text;
     const auto args = nlohmann::json::parse(p.calls[0].arguments);
     ASSERT_TRUE(args["city"].is_string()) << text;
-    if (args.contains("days")) EXPECT_TRUE(args["days"].is_number()) << text;  // beyond int64: a double
+    if (args.contains("days")) EXPECT_TRUE(args["days"].is_number_integer()) << text;
     if (args.contains("units")) EXPECT_TRUE(args["units"].is_object()) << text;
     if (args.contains("mode")) EXPECT_TRUE(args["mode"] == "a b" || args["mode"] == "日本") << text;
     EXPECT_LE(args["city"].get<std::string>().size(), 6u * 4) << text;

@@ -13,22 +13,17 @@ repository's tests:
 2. json_schema_converter.cc: a string with minLength / maxLength allowed raw control characters
    U+0000-U+001F (other than CR, LF), which JSON forbids unescaped; the class now excludes them
    as the unbounded string's does (tests/serve/structured_output_e2e_test.py, json.loads).
-3. earley_parser.cc: a character class matched a multi-byte character by its code point alone,
-   so ranges like [0, 0x10FFFF] (every JSON string character) took byte sequences that are not
-   UTF-8: the UTF-16 surrogates U+D800-U+DFFF (ED A0..BF xx), overlong forms (C0 80, E0 80 80,
-   ...) and code points past U+10FFFF (F4 90 ...): a JSON string argument then failed to parse
-   (tests/serve/tool_choice_grammar_test.cpp, random walks). Such a sequence now matches no
-   class, positive or negative, from its first byte that rules it out (so the mask never
-   offers a dead end); the checks sit in both of the parser's character-class steps (plain and
-   starred), hence the two occurrences of each text.
+3. grammar_functor.cc, fsm_builder.cc: a character class's code-point ranges were turned into
+   UTF-8 byte ranges straight across the UTF-16 surrogates U+D800-U+DFFF, so [0, 0x10FFFF]
+   (every JSON string character) and negated classes ([^<]) took the bytes ED A0..BF xx, which
+   are not UTF-8: a JSON string argument then failed to parse
+   (tests/serve/tool_choice_grammar_test.cpp, random walks; tests/grammar/grammar_mask_test.cpp
+   checks the mask after every kind of lead byte). Both builders now take each range without
+   the surrogates.
 """
 import os
 import sys
 
-_UTF8_PARTIAL = ("        int32_t max_codepoint = min_codepoint | ((1 << (6 * remaining_bytes)) - 1);\n\n"
-                 "        bool could_match = false;\n")
-_UTF8_FIRST = "    int32_t max_codepoint = min_codepoint | ((1 << (6 * (num_bytes - 1))) - 1);\n"
-_UTF8_DONE = "      // Check if the UTF8 character is completed.\n      if (new_state.sub_element_id == 0) {\n"
 FIXES = [  # (file, old, new, times)
     ("cpp/tokenizer_info.cc",
      "(token.find(prefix_stack.top().first) == std::string::npos)",
@@ -38,30 +33,44 @@ FIXES = [  # (file, old, new, times)
      "      int32_t body = Repeat(rule_name + \"_characters\"",
      "builder_.AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);\n"
      "      int32_t body = Repeat(rule_name + \"_characters\"", 1),
-    ("cpp/earley_parser.cc", _UTF8_DONE,
-     "      // Check if the UTF8 character is completed (an overlong two-byte form is not UTF-8:\n"
-     "      // no class matches it; the longer forms were ruled out at an earlier byte).\n"
-     "      if (new_state.sub_element_id == 0 && new_state.partial_codepoint < 0x80) {\n"
-     "        return;\n"
-     "      }\n"
-     "      if (new_state.sub_element_id == 0) {\n", 2),
-    ("cpp/earley_parser.cc", _UTF8_PARTIAL,
-     "        int32_t max_codepoint = min_codepoint | ((1 << (6 * remaining_bytes)) - 1);\n"
-     "        // Not UTF-8 (all surrogates, past U+10FFFF, or an overlong three- or four-byte form):\n"
-     "        // no class matches it.\n"
-     "        if ((min_codepoint >= 0xD800 && max_codepoint <= 0xDFFF) || min_codepoint > 0x10FFFF ||\n"
-     "            (remaining_bytes == 1 && max_codepoint < 0x800) ||\n"
-     "            (remaining_bytes == 2 && max_codepoint < 0x10000)) {\n"
-     "          return;\n"
-     "        }\n"
-     "\n"
-     "        bool could_match = false;\n", 2),
-    ("cpp/earley_parser.cc", _UTF8_FIRST,
-     "    int32_t max_codepoint = min_codepoint | ((1 << (6 * (num_bytes - 1))) - 1);\n"
-     "    // Not UTF-8 (C0 / C1: overlong two-byte forms; F5-F7: past U+10FFFF): no class matches.\n"
-     "    if ((num_bytes == 2 && max_codepoint < 0x80) || min_codepoint > 0x10FFFF) {\n"
-     "      return;\n"
-     "    }\n", 2),
+    ("cpp/fsm_builder.cc",
+     "  for (const auto& [low, high] : ranges) {\n"
+     "    if (low <= kMax1ByteUnicode) {\n",
+     "  for (const auto& [range_low, range_high] : ranges) {\n"
+     "   for (int part = 0; part < 2; ++part) {  // UTF-8 has no surrogates: the range without them\n"
+     "    const uint32_t low = part == 0 ? range_low : std::max<uint32_t>(range_low, 0xE000);\n"
+     "    const uint32_t high = part == 0 ? std::min<uint32_t>(range_high, 0xD7FF) : range_high;\n"
+     "    if (low > high) continue;\n"
+     "    if (low <= kMax1ByteUnicode) {\n", 1),
+    ("cpp/fsm_builder.cc",
+     "          *fsm, from, to, CodepointToPackedUTF8(multi_byte_low), CodepointToPackedUTF8(high)\n"
+     "      );\n"
+     "    }\n"
+     "  }\n",
+     "          *fsm, from, to, CodepointToPackedUTF8(multi_byte_low), CodepointToPackedUTF8(high)\n"
+     "      );\n"
+     "    }\n"
+     "   }\n"
+     "  }\n", 1),
+    ("cpp/grammar_functor.cc",
+     "  constexpr uint32_t width_ends[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};\n"
+     "  for (uint32_t width_end : width_ends) {\n"
+     "    if (low <= high && low <= width_end) {\n"
+     "      auto end = std::min(high, width_end);\n"
+     "      AddCharacterRange(from, to, CodepointToPackedUTF8(low), CodepointToPackedUTF8(end));\n"
+     "      low = end + 1;\n"
+     "    }\n"
+     "  }\n",
+     "  // UTF-8 has no surrogates: a range stops at U+D7FF and goes on from U+E000.\n"
+     "  constexpr uint32_t width_ends[] = {0x7F, 0x7FF, 0xD7FF, 0xFFFF, 0x10FFFF};\n"
+     "  for (uint32_t width_end : width_ends) {\n"
+     "    if (low <= high && low <= width_end) {\n"
+     "      auto end = std::min(high, width_end);\n"
+     "      AddCharacterRange(from, to, CodepointToPackedUTF8(low), CodepointToPackedUTF8(end));\n"
+     "      low = end + 1;\n"
+     "    }\n"
+     "    if (width_end == 0xD7FF && low >= 0xD800 && low <= 0xDFFF) low = 0xE000;\n"
+     "  }\n", 1),
 ]
 
 root = sys.argv[1]

@@ -103,6 +103,9 @@ json raw_value_then_close(const json& s, const std::string& at) {
     const int64_t lo = bound_of("minLength", 0), hi = bound_of("maxLength", -1);
     if (hi >= 0 && hi < lo) refuse(at + ".maxLength", fmt::format("'{}.maxLength' is below its minLength", at));
     const std::string bound = hi < 0 ? fmt::format("{{{},}}", lo) : fmt::format("{{{},{}}}", lo, hi);
+    // (xgrammar unrolls the bounded repetition: a cold compile with maxLength 120 takes ~1.5 s
+    // against a 154,880-token vocabulary; bench grammar prints it. A structural-tag repeat or an
+    // EBNF costs the same.)
     return sequence(json::array({json{{"type", "regex"}, {"pattern", "[^<]" + bound}}, close}));
   }
   return {{"type", "tag"}, {"begin", ""}, {"content", {{"type", "any_text"}}}, {"end", std::string(kValueClose)}};

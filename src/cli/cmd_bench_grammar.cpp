@@ -7,7 +7,8 @@
 // tokens are appended). Each tool call's arguments are a fixed valid JSON text, tokenized by
 // greedy longest match over the vocabulary (valid, not BPE-canonical: the grammar sees a real
 // token sequence). Times are wall clock on this thread; the machine is shared: p99 includes
-// the neighbours.
+// the neighbours. Then tool_choice (serve/tool_choice_grammar.hpp, the glm47 format): each tool
+// as a named function, and "required" over the tools it accepts, cold and cached.
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "cli/command.hpp"
 #include "cli/text_io.hpp"
 #include "grammar/grammar.hpp"
+#include "serve/tool_choice_grammar.hpp"
 
 namespace fp4moe {
 namespace {
@@ -180,6 +182,41 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   t0 = Clock::now();
   grammar::GrammarPtr object = compiler.compile({grammar::Kind::kJsonObject, "", false});
   fmt::print("compile, json_object: {:.2f} ms\n", us_since(t0) / 1e3);
+
+  // tool_choice (glm47): each tool named (cold), then "required" over the accepted ones.
+  {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < tl.size(); ++i)
+      all.push_back({{"type", "function"},
+                     {"function", {{"name", fmt::format("tool_{}", i)}, {"parameters", nlohmann::ordered_json::parse(tl[i].schema)}}}});
+    nlohmann::ordered_json accepted = nlohmann::ordered_json::array();
+    std::string named;
+    for (size_t i = 0; i < tl.size(); ++i) {
+      serve::ToolChoiceGrammarRequest q;
+      q.tools = &all;
+      q.named = fmt::format("tool_{}", i);
+      auto spec = serve::tool_choice_grammar(q);
+      if (auto* e = std::get_if<serve::FieldError>(&spec)) {
+        named += fmt::format(" [refused: {}]", e->param);
+        continue;
+      }
+      accepted.push_back(all[i]);
+      t0 = Clock::now();
+      compiler.compile(std::get<grammar::GrammarSpec>(spec));
+      named += fmt::format(" {:.1f}", us_since(t0) / 1e3);
+    }
+    fmt::print("compile, tool_choice named (glm47), cold, ms:{}\n", named);
+    serve::ToolChoiceGrammarRequest q;
+    q.tools = &accepted;
+    const auto spec = std::get<grammar::GrammarSpec>(serve::tool_choice_grammar(q));
+    t0 = Clock::now();
+    compiler.compile(spec);
+    const double cold_ms = us_since(t0) / 1e3;
+    t0 = Clock::now();
+    compiler.compile(spec);
+    fmt::print("compile, tool_choice required over those {} tools (glm47): cold {:.1f} ms, cached {:.1f} µs\n",
+               accepted.size(), cold_ms, us_since(t0));
+  }
 
   // Masks: per request and step, fill + accept (the stop token at the end included).
   std::vector<double> step, fill, accept;

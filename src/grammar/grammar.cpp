@@ -17,6 +17,7 @@ const char* kind_name(Kind k) {
     case Kind::kJsonObject: return "json_object";
     case Kind::kRegex: return "regex";
     case Kind::kEbnf: return "ebnf";
+    case Kind::kStructuralTag: return "structural_tag";
   }
   return "?";
 }
@@ -113,6 +114,7 @@ struct Compiler::Impl {
                                           std::make_pair(std::string(","), std::string(":")), false);
       case Kind::kRegex: return compiler.CompileRegex(spec.text);
       case Kind::kEbnf: return compiler.CompileGrammar(spec.text, "root");
+      case Kind::kStructuralTag: return compiler.CompileStructuralTag(spec.text);
     }
     throw GrammarError("unknown grammar kind");
   }
@@ -165,6 +167,15 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
       throw GrammarError(fmt::format("the json_schema nests {} levels deep, over the limit of {}", depth,
                                      lim.max_json_depth));
     check_schema_keywords(spec.text);
+  }
+  if (spec.kind == Kind::kStructuralTag) {
+    // The schemas inside were checked one by one by its builder; the tag's own wrapping (format,
+    // sequence, tags, content) adds a few levels.
+    constexpr int32_t kWrapping = 8;
+    const int32_t depth = json_nesting_depth(spec.text);
+    if (depth > lim.max_json_depth + kWrapping)
+      throw GrammarError(fmt::format("the tool schemas nest {} levels deep, over the limit of {}", depth - kWrapping,
+                                     lim.max_json_depth));
   }
   const std::string key = cache_key(spec);
   {

@@ -25,8 +25,11 @@ enum class Kind {
   kJsonObject,  // any JSON object (text unused): compiled as the schema {"type":"object"}
   kRegex,       // text: a regex (the PCRE subset xgrammar reads)
   kEbnf,        // text: a GBNF-style EBNF grammar whose start rule is `root`
+  // text: an xgrammar structural tag ({"type": "structural_tag", "format": {...}}), built by the
+  // server (tool-call formats with the tools' argument schemas), never taken from a client as is.
+  kStructuralTag,
 };
-const char* kind_name(Kind k);  // "json_schema", "json_object", "regex", "ebnf"
+const char* kind_name(Kind k);  // "json_schema", "json_object", "regex", "ebnf", "structural_tag"
 
 struct GrammarSpec {
   Kind kind = Kind::kJsonSchema;

@@ -551,15 +551,20 @@ json chat_tools(const Fields& f) {
   return *v;
 }
 
-// tool_choice: "auto" | "none"; "required" and a named function need constrained decoding.
-ToolChoice tool_choice(const Fields& f, const json& tools) {
+// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name"}}; the last
+// two are held to the tool-call format by a grammar (generation_handlers.cpp decides whether
+// this server can build it).
+ToolChoice tool_choice(const Fields& f, const json& tools, std::string& named) {
   const json* v = f.get("tool_choice");
   if (!v) return ToolChoice::kAuto;
   if (v->is_string()) {
     const std::string s = v->get<std::string>();
     if (s == "auto") return ToolChoice::kAuto;
     if (s == "none") return ToolChoice::kNone;
-    if (s == "required") invalid("tool_choice", fmt::format("'tool_choice': 'required' is not supported: {}", kConstrained));
+    if (s == "required") {
+      if (!tools.is_array() || tools.empty()) invalid("tool_choice", "'tool_choice': 'required' needs a non-empty 'tools' list");
+      return ToolChoice::kRequired;
+    }
     invalid("tool_choice", fmt::format("'tool_choice' must be 'auto', 'none', 'required' or a function, not '{}'",
                                          printable_key(s)));
   }
@@ -576,7 +581,8 @@ ToolChoice tool_choice(const Fields& f, const json& tools) {
   if (!known)
     invalid("tool_choice",
             fmt::format("'tool_choice' names the function '{}', which is not in 'tools'", printable_key(*name)));
-  invalid("tool_choice", fmt::format("'tool_choice' naming a function is not supported: {}", kConstrained));
+  named = *name;
+  return ToolChoice::kNamed;
 }
 
 // chat_template_kwargs: an object of extra template variables; the ones the server sets are refused.
@@ -591,11 +597,11 @@ json template_kwargs(const Fields& f) {
 }
 
 // The chat fields shared by chat requests and /tokenize.
-void chat_input(const Fields& f, ChatInput& chat, json& tools, ToolChoice& choice) {
+void chat_input(const Fields& f, ChatInput& chat, json& tools, ToolChoice& choice, std::string& named) {
   chat.messages = chat_messages(f.get("messages"));
   if (auto x = f.boolean("add_generation_prompt")) chat.add_generation_prompt = *x;
   tools = chat_tools(f);
-  choice = tool_choice(f, tools);
+  choice = tool_choice(f, tools, named);
   // Rendered unless tool_choice is "none" or the list is empty (SGLang's rule).
   if (choice != ToolChoice::kNone && tools.is_array() && !tools.empty()) chat.tools = tools;
   chat.kwargs = template_kwargs(f);
@@ -659,7 +665,7 @@ ApiRequest parse(ApiKind kind, const json& body) {
       r.prompts = prompts(*p, "prompt");
       if (auto x = f.integer("logprobs", 0, kMaxTopLogprobs)) r.logprobs = int32_t(*x);
     } else {
-      chat_input(f, r.chat, r.tools, r.tool_choice);
+      chat_input(f, r.chat, r.tools, r.tool_choice, r.tool_choice_name);
       if (auto x = f.integer("max_completion_tokens", 1, std::numeric_limits<int32_t>::max())) r.max_tokens = *x;
       const bool lp = f.boolean("logprobs").value_or(false);
       const auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs);
@@ -753,7 +759,8 @@ std::variant<TokenizeRequest, ApiError> parse_tokenize_request(std::string_view 
     if (f.get("messages")) {
       json tools;
       ToolChoice choice;
-      chat_input(f, r.chat, tools, choice);
+      std::string named;
+      chat_input(f, r.chat, tools, choice, named);
       return r;
     }
     auto text = f.string("prompt");

@@ -39,7 +39,8 @@ struct PromptInput {
   std::vector<int32_t> ids;
 };
 
-enum class ToolChoice { kAuto, kNone };
+// "required" and a named function hold the output to the tool-call format (tool_choice_grammar.hpp).
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 // Structured output: the grammar a request asks for and the field that asked (for its 400s).
 struct Constraint {
@@ -56,6 +57,7 @@ struct ApiRequest {
   // not rendered, as SGLang does).
   nlohmann::ordered_json tools;
   ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;     // kNamed: the function
   bool parallel_tool_calls = true;  // recorded for the tool-call parser
   bool separate_reasoning = true;   // SGLang's per-request switch, recorded for the reasoning parser
   std::optional<int64_t> max_tokens;  // absent: the endpoint's default

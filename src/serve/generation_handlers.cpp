@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "serve/server_impl.hpp"
+#include "serve/tool_choice_grammar.hpp"
 
 namespace fp4moe::serve {
 namespace {
@@ -110,6 +111,42 @@ uint64_t mix_seed(uint64_t seed, uint64_t choice) {
 
 }  // namespace
 
+// tool_choice "required" / a named function: the tool-call format's grammar, compiled; or the
+// 400 that says why this server cannot hold the output to it.
+std::optional<ApiError> Server::tool_choice_grammar_for(const ApiRequest& r, const ChatParsing& parsing,
+                                                        grammar::GrammarPtr& out) {
+  const std::string choice =
+      r.tool_choice == ToolChoice::kRequired ? "'tool_choice': 'required'" : "'tool_choice' naming a function";
+  auto refused = [&](std::string param, std::string message) {
+    return ApiError{400, std::move(message), "invalid_request_error", std::move(param), ""};
+  };
+  if (r.constraint)
+    return refused(r.constraint->param, fmt::format("{} and '{}' both constrain the output: give one of them", choice,
+                                                    r.constraint->param));
+  if (!parser_flags_.tool_calls)
+    return refused("tool_choice", fmt::format("{} needs the server to run with --tool-call-parser (the output is held "
+                                              "to that parser's tool-call format)",
+                                              choice));
+  if (!grammar_)
+    return refused("tool_choice", fmt::format("{} is not supported by the {} backend: its sampler does not apply "
+                                              "grammar masks yet",
+                                              choice, backend_info_.name));
+  ToolChoiceGrammarRequest q;
+  q.format = *parser_flags_.tool_calls;
+  q.tools = &r.tools;
+  q.named = r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string();
+  q.parallel_tool_calls = r.parallel_tool_calls;
+  q.reasoning_open = parsing.reasoning && parsing.reasoning_starts_open;
+  auto spec = tool_choice_grammar(q);
+  if (auto* e = std::get_if<FieldError>(&spec)) return refused(e->param, e->message);
+  try {
+    out = grammar_->compile(std::get<grammar::GrammarSpec>(spec));
+  } catch (const grammar::GrammarError& e) {
+    return refused("tools", fmt::format("{}: the tools' grammar: {}", choice, e.what()));
+  }
+  return std::nullopt;
+}
+
 void Server::handle_generation(ApiKind kind, const http::Request& req, http::Response& res) {
   static const bool kMallocFixed = fix_malloc_thresholds();
   (void)kMallocFixed;
@@ -183,6 +220,9 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
     }
     call->parsing = chat_parsing(parser_flags_, r.separate_reasoning, r.chat.kwargs, text, std::move(catalog),
                                  r.tool_choice == ToolChoice::kNone);
+    if (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) {
+      if (auto e = tool_choice_grammar_for(r, call->parsing, grammar)) return send_error(res, *e);
+    }
   } else {
     for (const PromptInput& p : r.prompts)
       if (!p.is_ids)

@@ -112,6 +112,7 @@ class Server {
 
   // generation_handlers.cpp
   void handle_generation(ApiKind kind, const http::Request& req, http::Response& res);
+  std::optional<ApiError> tool_choice_grammar_for(const ApiRequest& r, const ChatParsing& parsing, grammar::GrammarPtr& out);
   void pump(GenerationCall& call, std::chrono::milliseconds wait,
             const std::function<void(int32_t, ChoiceDelta&)>& on_delta);
   void abandon(GenerationCall& call);  // the client left: cancel and drain

@@ -146,6 +146,50 @@ GrammarError compile_error(Compiler& c, const GrammarSpec& spec) {
   return GrammarError("");
 }
 
+// Only UTF-8 comes out of a character class (a JSON string's, a negated regex or EBNF class),
+// and the mask offers no byte that leads to a dead end: no C0 / C1 (overlong two-byte forms) or
+// F5-FF lead byte; after E0 only A0-BF, after F0 only 90-BF (no overlong forms); after ED only
+// 80-9F (no surrogates U+D800-U+DFFF); after F4 only 80-8F (nothing past U+10FFFF).
+// tools/grammar/patch_xgrammar.py, fix 3.
+TEST(GrammarMask, CharacterClassesTakeOnlyUtf8) {
+  const Vocab v = test_vocab();
+  Compiler c(v);
+  auto allowed_bytes = [&](Matcher& m) {
+    std::vector<uint32_t> mask(size_t(mask_words(v.vocab_size)));
+    m.fill_mask(mask);
+    std::vector<int> out;
+    for (int b = 0x80; b <= 0xFF; ++b)
+      if (bit(mask, b)) out.push_back(b);
+    return out;
+  };
+  auto range = [](int lo, int hi) {
+    std::vector<int> r;
+    for (int b = lo; b <= hi; ++b) r.push_back(b);
+    return r;
+  };
+  for (const GrammarSpec& spec : {GrammarSpec{Kind::kJsonSchema, R"({"type":"string"})", true},
+                                  GrammarSpec{Kind::kRegex, "[^<]*", true}, GrammarSpec{Kind::kEbnf, "root ::= [^a]*", true}}) {
+    auto start = [&] {
+      Matcher m(c.compile(spec));
+      if (spec.kind == Kind::kJsonSchema) EXPECT_TRUE(m.accept('"'));
+      return m;
+    };
+    Matcher m0 = start();
+    EXPECT_EQ(allowed_bytes(m0), range(0xC2, 0xF4)) << spec.text;  // lead bytes only
+    const std::pair<int, std::vector<int>> after[] = {
+        {0xC2, range(0x80, 0xBF)}, {0xE0, range(0xA0, 0xBF)}, {0xE1, range(0x80, 0xBF)}, {0xED, range(0x80, 0x9F)},
+        {0xF0, range(0x90, 0xBF)}, {0xF4, range(0x80, 0x8F)}};
+    for (const auto& [lead, want] : after) {
+      Matcher m = start();
+      ASSERT_TRUE(m.accept(lead)) << spec.text;
+      const std::vector<int> got = allowed_bytes(m);
+      EXPECT_EQ(got, want) << spec.text << " after " << lead << ": " << got.size() << " bytes, last " << (got.empty() ? 0 : got.back());
+    }
+    Matcher m = start();
+    for (int b : {0xED, 0x9F, 0xBF, 0xF4, 0x8F, 0xBF, 0xBF}) ASSERT_TRUE(m.accept(b)) << spec.text;  // U+D7FF U+10FFFF
+  }
+}
+
 TEST(GrammarErrors, BadInputIsOneLineWithoutXgrammarsPrefix) {
   const Vocab v = test_vocab();
   Compiler c(v);

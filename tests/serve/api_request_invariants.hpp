@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "serve/api_request.hpp"
+#include "serve/tool_choice_grammar.hpp"
 
 namespace fp4moe::serve::testing {
 
@@ -71,11 +72,36 @@ inline std::string request_violation(const ApiRequest& r) {
 }
 
 // Parses body as kind (0 chat, 1 completion, 2 generate, 3 tokenize, 4 detokenize).
+// tool_choice "required" / a named function: the grammar built from the request's tools, for
+// both glm formats (without compiling it), is either a structural tag that is JSON or a
+// one-line refusal naming a parameter.
+inline std::string tool_choice_violation(const ApiRequest& r) {
+  if (r.tool_choice != ToolChoice::kRequired && r.tool_choice != ToolChoice::kNamed) return "";
+  for (ToolCallFormat f : {ToolCallFormat::kGlm47, ToolCallFormat::kGlm45}) {
+    ToolChoiceGrammarRequest q;
+    q.format = f;
+    q.tools = &r.tools;
+    q.named = r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : std::string();
+    q.reasoning_open = f == ToolCallFormat::kGlm45;
+    auto spec = tool_choice_grammar(q);
+    if (auto* e = std::get_if<FieldError>(&spec)) {
+      if (e->param.empty() || e->message.empty() || e->message.find('\n') != std::string::npos)
+        return "a tool_choice refusal without a parameter or on several lines";
+      continue;
+    }
+    const auto& g = std::get<grammar::GrammarSpec>(spec);
+    if (g.kind != grammar::Kind::kStructuralTag || !nlohmann::json::accept(g.text))
+      return "a tool_choice grammar that is not a structural tag in JSON";
+  }
+  return "";
+}
+
 inline std::string parse_violation(int kind, std::string_view body) {
   if (kind <= 2) {
     auto r = parse_api_request(ApiKind(kind), body);
     if (auto* e = std::get_if<ApiError>(&r)) return error_violation(*e);
-    return request_violation(std::get<ApiRequest>(r));
+    const std::string broken = request_violation(std::get<ApiRequest>(r));
+    return broken.empty() ? tool_choice_violation(std::get<ApiRequest>(r)) : broken;
   }
   if (kind == 3) {
     auto r = parse_tokenize_request(body);

@@ -196,8 +196,7 @@ TEST(ApiRequest, UnimplementedFieldsAreRefusedByName) {
       {ApiKind::kGenerate, R"("sampling_params": {"structural_tag": "{}"})", "sampling_params.structural_tag"},
       {ApiKind::kChat, R"("logit_bias": {"5": 10})", "logit_bias"},
       {ApiKind::kGenerate, R"("sampling_params": {"logit_bias": {"5": 1}})", "sampling_params.logit_bias"},
-      {ApiKind::kChat, R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required")",
-       "tool_choice"},
+      {ApiKind::kChat, R"("tool_choice": "required")", "tool_choice"},
       {ApiKind::kChat, R"("stream": true, "stream_options": {"continuous_usage_stats": true})",
        "stream_options.continuous_usage_stats"},
       {ApiKind::kChat, R"("stream": true, "stream_options": {"bogus": 1})", "stream_options.bogus"},
@@ -365,6 +364,14 @@ TEST(ApiRequest, ToolsAreValidatedAndRenderedUnlessToolChoiceIsNone) {
   EXPECT_FALSE(flags.parallel_tool_calls);
   EXPECT_FALSE(flags.separate_reasoning);
   EXPECT_TRUE(ok(ApiKind::kChat, chat_with(R"("tool_choice": "auto")")).parallel_tool_calls);
+  // "required" and a named function: parsed here, held to the tool-call format by the handler.
+  auto required = ok(ApiKind::kChat, chat_with(std::string(R"("tool_choice": "required", "tools": )") + kTools));
+  EXPECT_EQ(required.tool_choice, ToolChoice::kRequired);
+  EXPECT_TRUE(required.chat.tools.is_array());
+  auto named = ok(ApiKind::kChat, chat_with(std::string(R"("tool_choice": {"type": "function", "function": {"name": )"
+                                                        R"("get_weather"}}, "tools": )") + kTools));
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_choice_name, "get_weather");
 
   struct Case {
     std::string fields;
@@ -385,9 +392,8 @@ TEST(ApiRequest, ToolsAreValidatedAndRenderedUnlessToolChoiceIsNone) {
        "constrained decoding"},
       {R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])",
        "tools[1].function.name", "two tools"},
-      {tools + R"(, "tool_choice": "required")", "tool_choice", "needs constrained decoding, which is not supported yet"},
-      {tools + R"(, "tool_choice": {"type": "function", "function": {"name": "add"}})", "tool_choice",
-       "needs constrained decoding"},
+      {R"("tool_choice": "required")", "tool_choice", "needs a non-empty 'tools' list"},
+      {R"("tools": [], "tool_choice": "required")", "tool_choice", "needs a non-empty 'tools' list"},
       {tools + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})", "tool_choice",
        "not in 'tools'"},
       {R"("tool_choice": {"type": "function", "function": {"name": "add"}})", "tool_choice", "not in 'tools'"},

@@ -3,8 +3,9 @@
 
     patch_xgrammar.py XGRAMMAR_DIR
 
-Each fix is an exact text replacement that must match once (the script fails otherwise, so a
-new xgrammar version is looked at again). Both were found by this repository's tests:
+Each fix is an exact text replacement that must match as many times as it says (the script
+fails otherwise, so a new xgrammar version is looked at again). All were found by this
+repository's tests:
 1. tokenizer_info.cc: the vocabulary's pseudo-trie took a token as inside another's subtree
    when it merely CONTAINED it (std::string::find) instead of starting with it: rejecting `":`
    also rejected the tokens sorted after it that contain `":` (e.g. `"k":`), an over-strict mask
@@ -12,26 +13,71 @@ new xgrammar version is looked at again). Both were found by this repository's t
 2. json_schema_converter.cc: a string with minLength / maxLength allowed raw control characters
    U+0000-U+001F (other than CR, LF), which JSON forbids unescaped; the class now excludes them
    as the unbounded string's does (tests/serve/structured_output_e2e_test.py, json.loads).
+3. grammar_functor.cc, fsm_builder.cc: a character class's code-point ranges were turned into
+   UTF-8 byte ranges straight across the UTF-16 surrogates U+D800-U+DFFF, so [0, 0x10FFFF]
+   (every JSON string character) and negated classes ([^<]) took the bytes ED A0..BF xx, which
+   are not UTF-8: a JSON string argument then failed to parse
+   (tests/serve/tool_choice_grammar_test.cpp, random walks; tests/grammar/grammar_mask_test.cpp
+   checks the mask after every kind of lead byte). Both builders now take each range without
+   the surrogates.
 """
 import os
 import sys
 
-FIXES = [
+FIXES = [  # (file, old, new, times)
     ("cpp/tokenizer_info.cc",
      "(token.find(prefix_stack.top().first) == std::string::npos)",
-     "(token.rfind(prefix_stack.top().first, 0) != 0)"),
+     "(token.rfind(prefix_stack.top().first, 0) != 0)", 1),
     ("cpp/json_schema_converter.cc",
      "builder_.AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);\n"
      "      int32_t body = Repeat(rule_name + \"_characters\"",
      "builder_.AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);\n"
-     "      int32_t body = Repeat(rule_name + \"_characters\""),
+     "      int32_t body = Repeat(rule_name + \"_characters\"", 1),
+    ("cpp/fsm_builder.cc",
+     "  for (const auto& [low, high] : ranges) {\n"
+     "    if (low <= kMax1ByteUnicode) {\n",
+     "  for (const auto& [range_low, range_high] : ranges) {\n"
+     "   for (int part = 0; part < 2; ++part) {  // UTF-8 has no surrogates: the range without them\n"
+     "    const uint32_t low = part == 0 ? range_low : std::max<uint32_t>(range_low, 0xE000);\n"
+     "    const uint32_t high = part == 0 ? std::min<uint32_t>(range_high, 0xD7FF) : range_high;\n"
+     "    if (low > high) continue;\n"
+     "    if (low <= kMax1ByteUnicode) {\n", 1),
+    ("cpp/fsm_builder.cc",
+     "          *fsm, from, to, CodepointToPackedUTF8(multi_byte_low), CodepointToPackedUTF8(high)\n"
+     "      );\n"
+     "    }\n"
+     "  }\n",
+     "          *fsm, from, to, CodepointToPackedUTF8(multi_byte_low), CodepointToPackedUTF8(high)\n"
+     "      );\n"
+     "    }\n"
+     "   }\n"
+     "  }\n", 1),
+    ("cpp/grammar_functor.cc",
+     "  constexpr uint32_t width_ends[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};\n"
+     "  for (uint32_t width_end : width_ends) {\n"
+     "    if (low <= high && low <= width_end) {\n"
+     "      auto end = std::min(high, width_end);\n"
+     "      AddCharacterRange(from, to, CodepointToPackedUTF8(low), CodepointToPackedUTF8(end));\n"
+     "      low = end + 1;\n"
+     "    }\n"
+     "  }\n",
+     "  // UTF-8 has no surrogates: a range stops at U+D7FF and goes on from U+E000.\n"
+     "  constexpr uint32_t width_ends[] = {0x7F, 0x7FF, 0xD7FF, 0xFFFF, 0x10FFFF};\n"
+     "  for (uint32_t width_end : width_ends) {\n"
+     "    if (low <= high && low <= width_end) {\n"
+     "      auto end = std::min(high, width_end);\n"
+     "      AddCharacterRange(from, to, CodepointToPackedUTF8(low), CodepointToPackedUTF8(end));\n"
+     "      low = end + 1;\n"
+     "    }\n"
+     "    if (width_end == 0xD7FF && low >= 0xD800 && low <= 0xDFFF) low = 0xE000;\n"
+     "  }\n", 1),
 ]
 
 root = sys.argv[1]
-for path, old, new in FIXES:
+for path, old, new, times in FIXES:
     p = os.path.join(root, path)
     text = open(p, encoding="utf-8").read()
-    if text.count(old) != 1:
-        sys.exit(f"patch_xgrammar.py: {path}: the text to fix occurs {text.count(old)} times, not once")
+    if text.count(old) != times:
+        sys.exit(f"patch_xgrammar.py: {path}: the text to fix occurs {text.count(old)} times, not {times}")
     open(p, "w", encoding="utf-8").write(text.replace(old, new))
 print(f"patch_xgrammar.py: {len(FIXES)} fixes applied to {root}")

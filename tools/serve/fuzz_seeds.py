@@ -98,6 +98,11 @@ extra_seeds = {
         "chat_template_kwargs": {"enable_thinking": False}}),
     "tool_choice": (0, {"messages": [{"role": "user", "content": "x"}], "tools": [tool],
                         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+    "tool_choice_required": (0, {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", "tools": [
+        tool, {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "s": {"type": "string", "maxLength": 4}, "e": {"enum": ["a b", "c"]}, "n": {"type": "integer", "minimum": 0},
+            "o": {"type": "object", "properties": {"t": {"type": "array", "items": {"type": "string"}}}},
+            "u": {"anyOf": [{"type": "string"}, {"type": "null"}]}}, "required": ["s"], "$defs": {}}}}]}),
     "defaults": (0, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"},
                      "logit_bias": {}, "stream": True, "stream_options": {"include_usage": True,
                      "continuous_usage_stats": False}, "user": "u", "seed": 18446744073709551615}),

@@ -8,7 +8,9 @@
 #   2. fp4moe serve --backend cpu on a free local port (its start-up line says what was loaded)
 #   3. one chat completion with the openai client (the user turn is a module's one-line summary,
 #      as in training; the reply is Python-looking code), one with tools (and the tool-call parser
-#      on a GLM-4.7 call through /parse_function_call), then a short fp4moe bench serve run
+#      on a GLM-4.7 call through /parse_function_call), the same with tool_choice naming the
+#      function (constrained decoding: a call that parses, arguments that fit the schema), one with
+#      response_format json_schema, then a short fp4moe bench serve run
 #   4. SIGTERM: the server drains and exits 0
 # A small model trained for 50 minutes on one shared CPU core: the code it writes looks like the
 # standard library's, it does not do what was asked.
@@ -60,7 +62,8 @@ import json, sys, urllib.request
 import openai
 client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none", max_retries=0)
 tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}, "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+                         "required": ["city", "days"]}}}]
 r = client.chat.completions.create(model="glm5-mini-py", max_tokens=16, temperature=0, tools=tools,
                                    messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}])
 m = r.choices[0].message
@@ -71,6 +74,25 @@ req = urllib.request.Request(sys.argv[1] + "/parse_function_call", method="POST"
                              data=json.dumps({"text": text, "tool_call_parser": "glm47", "tools": tools}).encode(),
                              headers={"Content-Type": "application/json"})
 print(json.dumps(json.load(urllib.request.urlopen(req)), ensure_ascii=False))
+print("(the same request with tool_choice naming the function: the output is held to the GLM-4.7 call format")
+print(" and the tool's argument schema, so even this model writes a call the parser reads back:)")
+r = client.chat.completions.create(model="glm5-mini-py", max_tokens=256, temperature=0, tools=tools,
+                                   tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                   messages=[{"role": "user", "content": "Weather in Paris for 3 days?"}])
+c = r.choices[0]
+print(f"finish_reason={c.finish_reason} tool_calls={[(t.function.name, t.function.arguments) for t in c.message.tool_calls or []]}")
+assert c.finish_reason in ("tool_calls", "length")
+print("== structured output: response_format json_schema (the reply is JSON that validates)")
+schema = {"type": "object", "properties": {"module": {"type": "string", "maxLength": 24},
+          "functions": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 3}},
+          "required": ["module", "functions"], "additionalProperties": False}
+r = client.chat.completions.create(model="glm5-mini-py", max_tokens=96, temperature=0,
+                                   response_format={"type": "json_schema", "json_schema": {"name": "summary", "schema": schema, "strict": True}},
+                                   messages=[{"role": "user", "content": "Helpers for the json module."}])
+c = r.choices[0]
+print(f"finish_reason={c.finish_reason} content={c.message.content}")
+if c.finish_reason == "stop":
+    print("parsed:", json.loads(c.message.content))
 PY
 
 echo "== fp4moe bench serve (16 random prompts of 64 tokens, 32 output tokens, 4 at a time)"

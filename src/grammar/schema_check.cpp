@@ -15,8 +15,24 @@ namespace {
 
 using json = nlohmann::json;
 
+// A refusal is one printable line: control bytes of client-chosen keys are escaped (a property
+// named "e\nf" put a newline in the message: grammar_compile fuzz finding) and a long path keeps
+// its last 160 bytes.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += char(c);
+  }
+  return out;
+}
+
 [[noreturn]] void refuse(const std::string& where, const std::string& what) {
-  throw GrammarError(fmt::format("{} at {}", what, where.empty() ? "#" : "#" + where));
+  std::string path = printable(where);
+  if (path.size() > 160) path = "..." + path.substr(path.size() - 160);
+  throw GrammarError(fmt::format("{} at {}", printable(what), path.empty() ? "#" : "#" + path));
 }
 
 bool is_annotation(const std::string& k) {

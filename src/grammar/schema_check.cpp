@@ -113,7 +113,10 @@ void check_schema_keywords(std::string_view text) {
   } catch (const json::exception& e) {
     std::string what = e.what();
     const size_t p = what.find("] ");  // "[json.exception.parse_error.101] parse error at ..."
-    throw GrammarError("the json_schema is not valid JSON: " + (p == std::string::npos ? what : what.substr(p + 2)));
+    // nlohmann quotes the text it last read ("last read: '...'"): cut to one bounded line.
+    std::string why = printable(p == std::string::npos ? what : what.substr(p + 2));
+    if (why.size() > 200) why = why.substr(0, 197) + "...";
+    throw GrammarError("the json_schema is not valid JSON: " + why);
   }
   check(schema, "", 0);
 }

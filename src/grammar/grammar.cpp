@@ -1,6 +1,7 @@
 #include "grammar/grammar.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -60,6 +61,33 @@ std::string one_line(std::string_view what) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   if (s.size() > 300) s = s.substr(0, 297) + "...";
   return s.empty() ? std::string("unknown error") : s;
+}
+
+// xgrammar's escape parser (support/encoding.h) reads "\\x" with any number of hex digits and
+// "\\U" with 8 into an int32 without a bound: signed overflow (UBSan, a grammar_compile fuzz
+// finding). Refused here instead: a \\x escape of more than 6 hex digits, or a \\x / \\U escape
+// past U+10FFFF. Escapes are looked for behind any number of backslashes, so a JSON schema's
+// pattern ("\\\\x...", decoded before xgrammar reads it) is covered; a literal backslash followed
+// by such digits is refused too, with the reason.
+void check_hex_escapes(const std::string& text, const char* what) {
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] == '\\' && (static_cast<unsigned char>(text[i + 1]) < 0x20 || text[i + 1] == 0x7f))
+      // xgrammar's regex converter re-writes "\\<control byte>" as a \\x escape that runs into
+      // the digits after it (the same overflow).
+      throw GrammarError(fmt::format("the {} has a backslash before a control byte (at byte {})", what, i));
+    if (text[i] != '\\' || (text[i + 1] != 'x' && text[i + 1] != 'U')) continue;
+    size_t n = 0;
+    while (i + 2 + n < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 2 + n])) && n < 16) ++n;
+    const bool too_long = text[i + 1] == 'x' ? n > 6 : false;
+    const size_t used = text[i + 1] == 'U' ? std::min<size_t>(n, 8) : n;
+    uint64_t value = 0;
+    for (size_t k = 0; k < used; ++k) {
+      const char c = text[i + 2 + k];
+      value = value * 16 + uint64_t(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    if (too_long || value > 0x10FFFF)
+      throw GrammarError(fmt::format("the {} has a \\{} escape past U+10FFFF (at byte {})", what, text[i + 1], i));
+  }
 }
 
 std::string cache_key(const GrammarSpec& spec) {
@@ -160,6 +188,7 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
       throw GrammarError(fmt::format("the {} is {} bytes, over the limit of {} bytes", what, spec.text.size(),
                                      lim.max_text_bytes));
     if (spec.text.find('\0') != std::string::npos) throw GrammarError(fmt::format("the {} holds a NUL byte", what));
+    check_hex_escapes(spec.text, what);
   }
   if (spec.kind == Kind::kJsonSchema) {
     const int32_t depth = json_nesting_depth(spec.text);

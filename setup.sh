@@ -76,7 +76,7 @@ XGRAMMAR_VERSION=0.2.9
 XGRAMMAR_SDIST=xgrammar-${XGRAMMAR_VERSION}.tar.gz
 XGRAMMAR_SHA256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
 XGRAMMAR_DIR=third_party/xgrammar
-XGRAMMAR_STAMP="$XGRAMMAR_VERSION (tools/grammar/patch_xgrammar.py: 5 fixes)"
+XGRAMMAR_STAMP="$XGRAMMAR_VERSION (tools/grammar/patch_xgrammar.py: 7 fixes)"
 if [ "$(cat "$XGRAMMAR_DIR/FP4MOE_VERSION" 2>/dev/null)" != "$XGRAMMAR_STAMP" ]; then
   mkdir -p .whl
   [ -f ".whl/$XGRAMMAR_SDIST" ] ||

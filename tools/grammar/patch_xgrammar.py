@@ -20,6 +20,11 @@ repository's tests:
    (tests/serve/tool_choice_grammar_test.cpp, random walks; tests/grammar/grammar_mask_test.cpp
    checks the mask after every kind of lead byte). Both builders now take each range without
    the surrogates.
+4. support/encoding.h: an escape's hex digits ("\\x" of any length, "\\U" of 8; the regex
+   converter also re-writes an unknown escape such as "\\c" as a \\x escape that runs into the
+   hex digits after it) were accumulated into an int32 without a bound: signed overflow (UBSan,
+   fuzz/grammar_compile_fuzz.cpp). Past U+10FFFF the escape is now invalid (the parser's existing
+   kInvalidEscape, a one-line refusal).
 """
 import os
 import sys
@@ -71,6 +76,14 @@ FIXES = [  # (file, old, new, times)
      "    }\n"
      "    if (width_end == 0xD7FF && low >= 0xD800 && low <= 0xDFFF) low = 0xE000;\n"
      "  }\n", 1),
+    ("cpp/support/encoding.h",
+     "      codepoint = codepoint * 16 + digit;\n      ++len;\n",
+     "      if (codepoint > 0x10FFFF) return {CharHandlingError::kInvalidEscape, 0};\n"
+     "      codepoint = codepoint * 16 + digit;\n      ++len;\n", 1),
+    ("cpp/support/encoding.h",
+     "      codepoint = codepoint * 16 + digit;\n    }\n",
+     "      if (codepoint > 0x10FFFF) return {CharHandlingError::kInvalidEscape, 0};\n"
+     "      codepoint = codepoint * 16 + digit;\n    }\n", 1),
 ]
 
 root = sys.argv[1]

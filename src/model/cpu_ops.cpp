@@ -82,12 +82,17 @@ std::string CpuOps::can_implement(const RmsNormArgs& a) const {
   const bool mtp = a.role == NormRole::MtpEmbed || a.role == NormRole::MtpHidden || a.role == NormRole::MtpSharedHead ||
                    ((a.role == NormRole::Input || a.role == NormRole::PostAttention) && a.ref.mtp);
   if (mtp && w_.mtp.empty()) return "the checkpoint has no MTP layer";
+  if ((a.role == NormRole::Input || a.role == NormRole::PostAttention) && !a.ref.mtp &&
+      (a.ref.layer < 0 || a.ref.layer >= int64_t(w_.layers.size())))
+    return fmt::format("norm of layer {}: the model has {} layers", a.ref.layer, w_.layers.size());
   return first_of({host_rows(a.x, "a norm's input", T, cfg_.hidden), host_rows(a.y, "a norm's output", T, cfg_.hidden)});
 }
 
 std::string CpuOps::can_implement(const AttentionArgs& a) const {
   const int64_t T = batch_.num_tokens;
   if (a.ref.mtp && w_.mtp.empty()) return "the checkpoint has no MTP layer";
+  if (!a.ref.mtp && (a.ref.layer < 0 || a.ref.layer >= int64_t(w_.layers.size())))
+    return fmt::format("attention of layer {}: the model has {} layers", a.ref.layer, w_.layers.size());
   if (a.ref.layer >= kv_.geometry().num_layers)
     return fmt::format("attention of layer {}: the KV pool has {} layers", a.ref.layer, kv_.geometry().num_layers);
   return first_of({host_rows(a.h, "attention's input", T, cfg_.hidden),
@@ -104,7 +109,9 @@ std::string CpuOps::can_implement(const AddArgs& a) const {
 std::string CpuOps::can_implement(const FfnArgs& a) const {
   const int64_t T = batch_.num_tokens;
   if (a.ref.mtp && w_.mtp.empty()) return "the checkpoint has no MTP layer";
-  if (!a.ref.mtp && a.ref.layer >= 0 && a.ref.layer < cfg_.num_layers && a.moe != layer_weights(a.ref).is_moe)
+  if (!a.ref.mtp && (a.ref.layer < 0 || a.ref.layer >= int64_t(w_.layers.size())))
+    return fmt::format("FFN of layer {}: the model has {} layers", a.ref.layer, w_.layers.size());
+  if (a.moe != layer_weights(a.ref).is_moe)
     return fmt::format("layer {} is {}, the FFN op was asked for {}", a.ref.layer,
                        layer_weights(a.ref).is_moe ? "MoE" : "dense", a.moe ? "MoE" : "dense");
   return first_of({host_rows(a.h, "the FFN input", T, cfg_.hidden), host_rows(a.o, "the FFN scratch", T, cfg_.hidden),

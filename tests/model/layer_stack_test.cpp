@@ -157,8 +157,8 @@ TEST(LayerStack, ARefusedOpStopsTheStepWithItsReasonBeforeItRuns) {
   }
 }
 
-// The CPU op set refuses views it cannot take (one line naming the view), and an op set bound
-// to a model without an MTP layer refuses the MTP ops.
+// The CPU op set refuses views it cannot take (one line naming the view), layers it does not
+// have, an FFN of the other kind, and (bound to a model without an MTP layer) the MTP ops.
 TEST(CpuOps, RefusesViewsItCannotTakeAndMtpOpsWithoutAnMtpLayer) {
   const auto m = Model::load(testing_model::golden_dir("glm5-tiny-sparse") + "/model");
   const MlaModelConfig& c = m->config();
@@ -175,6 +175,12 @@ TEST(CpuOps, RefusesViewsItCannotTakeAndMtpOpsWithoutAnMtpLayer) {
   EXPECT_EQ(ops.can_implement(RmsNormArgs{xv, yv, NormRole::Input, {0, false}}), "");
   const TensorView bf = TensorView::contiguous(y16.data(), DType::BF16, {2, H});
   EXPECT_NE(ops.can_implement(RmsNormArgs{xv, bf, NormRole::Input, {0, false}}).find("F32"), std::string::npos);
+  EXPECT_NE(ops.can_implement(RmsNormArgs{xv, yv, NormRole::Input, {c.num_layers, false}}).find("layer"),
+            std::string::npos);
+  EXPECT_NE(ops.can_implement(AttentionArgs{{-1, false}, IndexerKind::Full, xv, yv}), "");
+  const bool moe0 = m->weights().layers[0].is_moe;
+  EXPECT_EQ(ops.can_implement(FfnArgs{{0, false}, moe0, xv, yv, xv}), "");
+  EXPECT_NE(ops.can_implement(FfnArgs{{0, false}, !moe0, xv, yv, xv}).find("FFN op was asked"), std::string::npos);
   const TensorView short_rows = TensorView::of(x.data(), {1, H});
   EXPECT_NE(ops.can_implement(AddArgs{short_rows, yv}), "");
   if (!m->has_mtp()) {

@@ -85,7 +85,8 @@ std::string CpuOps::can_implement(const RmsNormArgs& a) const {
   if ((a.role == NormRole::Input || a.role == NormRole::PostAttention) && !a.ref.mtp &&
       (a.ref.layer < 0 || a.ref.layer >= int64_t(w_.layers.size())))
     return fmt::format("norm of layer {}: the model has {} layers", a.ref.layer, w_.layers.size());
-  return first_of({host_rows(a.x, "a norm's input", T, cfg_.hidden), host_rows(a.y, "a norm's output", T, cfg_.hidden)});
+  return first_of(
+      {host_rows(a.x, "a norm's input", T, cfg_.hidden), host_rows(a.y, "a norm's output", T, cfg_.hidden)});
 }
 
 std::string CpuOps::can_implement(const AttentionArgs& a) const {
@@ -124,7 +125,8 @@ std::string CpuOps::can_implement(const FfnArgs& a) const {
 std::string CpuOps::can_implement(const LinearArgs& a) const {
   const int64_t T = batch_.num_tokens;
   if (w_.mtp.empty()) return "the checkpoint has no MTP layer (eh_proj)";
-  return first_of({host_rows(a.x, "eh_proj's input", T, 2 * cfg_.hidden), host_rows(a.y, "eh_proj's output", T, cfg_.hidden),
+  return first_of({host_rows(a.x, "eh_proj's input", T, 2 * cfg_.hidden),
+                   host_rows(a.y, "eh_proj's output", T, cfg_.hidden),
                    a.x.is_contiguous() && a.y.is_contiguous() ? "" : "the CPU linear takes contiguous rows"});
 }
 

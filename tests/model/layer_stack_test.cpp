@@ -190,8 +190,7 @@ TEST(CpuOps, RefusesViewsItCannotTakeAndMtpOpsWithoutAnMtpLayer) {
   }
   const std::vector<int32_t> one = {0};
   std::vector<float> logits(size_t(c.vocab));
-  EXPECT_NE(ops.can_implement(HeadArgs{yv, TensorView::of(one.data(), {1}), TensorView::of(logits.data(), {1, c.vocab - 1})}),
-            "");
-  EXPECT_EQ(ops.can_implement(HeadArgs{yv, TensorView::of(one.data(), {1}), TensorView::of(logits.data(), {1, c.vocab})}),
-            "");
+  const TensorView one_row = TensorView::of(one.data(), {1});
+  EXPECT_NE(ops.can_implement(HeadArgs{yv, one_row, TensorView::of(logits.data(), {1, c.vocab - 1})}), "");
+  EXPECT_EQ(ops.can_implement(HeadArgs{yv, one_row, TensorView::of(logits.data(), {1, c.vocab})}), "");
 }

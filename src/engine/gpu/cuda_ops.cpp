@@ -196,7 +196,8 @@ void CudaOps::run(const model::HeadArgs& a) {
 }
 
 void CudaOps::read(const TensorView& src, float* dst) {
-  FP4MOE_CHECK(src.device == Device::Cuda && src.is_contiguous() && (src.dtype == DType::F32 || src.dtype == DType::BF16),
+  FP4MOE_CHECK(src.device == Device::Cuda && src.is_contiguous() &&
+                   (src.dtype == DType::F32 || src.dtype == DType::BF16),
                "the CUDA op set reads contiguous F32 / BF16 device views, got {}", src.describe());
   const size_t n = size_t(src.numel());
   if (src.dtype == DType::F32) {
@@ -213,7 +214,8 @@ void CudaOps::read(const TensorView& src, float* dst) {
   }
 }
 
-static_assert(int(model::Stage::Embed) == int(StepStage::Embed) && int(model::Stage::Indexer) == int(StepStage::Indexer) &&
+static_assert(int(model::Stage::Embed) == int(StepStage::Embed) &&
+                  int(model::Stage::Indexer) == int(StepStage::Indexer) &&
                   int(model::Stage::Moe) == int(StepStage::Moe) && int(model::Stage::Dense) == int(StepStage::Dense) &&
                   int(model::Stage::Sampling) == int(StepStage::Sampling),
               "model::Stage and StepStage name the same stages in the same order");

@@ -170,7 +170,9 @@ void CudaOps::run(const model::AttentionArgs& args) {
       ta.workspace = s.topk_ws;
       ta.workspace_bytes = s.topk_ws_bytes;
       ta.sample_lines = GpuRunner::Impl::kTopKSampleLines;
-      ta.one_cta_keys = n >= GpuRunner::Impl::kTopKOneCtaMinRows && n <= m.topk_one_cta_max_rows ? m.topk_one_cta_keys_many_rows : 0;
+      ta.one_cta_keys = n >= GpuRunner::Impl::kTopKOneCtaMinRows && n <= m.topk_one_cta_max_rows
+                            ? m.topk_one_cta_keys_many_rows
+                            : 0;
       cuda::indexer::top_k(ta, stream);
     }
     topk = s.topk_slot;
@@ -183,11 +185,11 @@ void CudaOps::run(const model::AttentionArgs& args) {
   // Absorbed MLA: q_lat[t,h] = W_UK[h]ᵀ q_nope[t,h]; attention over the latent cache;
   // v[t,h] = W_UV[h] · out_lat[t,h] (kv_b rows: per head N nope rows then V value rows).
   const uint16_t* wkv = L.kv_b.bf16();
-  m.blas.batched(false, C, T, N, wkv, C, int64_t(W) * C, s.q, int64_t(NH) * QK, QK, s.ql, false, int64_t(NH) * C, C, NH,
-               stream);
+  m.blas.batched(false, C, T, N, wkv, C, int64_t(W) * C, s.q, int64_t(NH) * QK, QK, s.ql, false, int64_t(NH) * C, C,
+                 NH, stream);
   mla(l, topk);
   m.blas.batched(true, V, T, C, wkv + int64_t(N) * C, C, int64_t(W) * C, s.ol, int64_t(NH) * C, C, s.ov, false,
-               int64_t(NH) * V, V, NH, stream);
+                 int64_t(NH) * V, V, NH, stream);
   L.o.run(s.ov, T, bf16_bits(args.out), false, x);
 }
 
@@ -203,9 +205,9 @@ void CudaOps::mla(int64_t l, const int32_t* topk) {
   const KvLayerView& kvl = m.kv_layers[size_t(l)];
   const bool prefill = !topk && !decode && m.prefill_planned;
   if (!m.mla_fast || (!topk && !decode && !prefill)) {
-    (m.kv_fp8 ? mla_attention_warp_fp8 : mla_attention_warp_bf16)(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl, m.batch(T, R),
-                                                                NH, c.softmax_scale, topk, int(c.index_topk), s.ol,
-                                                                stream);
+    (m.kv_fp8 ? mla_attention_warp_fp8 : mla_attention_warp_bf16)(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl,
+                                                                  m.batch(T, R), NH, c.softmax_scale, topk,
+                                                                  int(c.index_topk), s.ol, stream);
     return;
   }
   // MlaDecodeMma takes a contiguous [T, NH, 64] rope query: one strided copy (a graph node).

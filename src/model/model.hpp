@@ -1,13 +1,13 @@
-// The MLA model (GLM-5 / DeepSeek-V3 family) on the CPU backend: load = parse config.json,
-// open the shards (mmap), bind every tensor in place; step = one forward pass over a batch
-// of flat tokens from several requests with a paged KV cache (core/paged_kv.hpp).
+// The MLA model (GLM-5 / DeepSeek-V3 family) on the CPU: load = parse config.json, open the
+// shards (mmap), bind every tensor in place; step = one forward pass over a batch of flat
+// tokens from several requests with a paged KV cache (core/paged_kv.hpp).
 //
-// The step, per layer: RMSNorm → MLA (+ DSA indexer) → residual → RMSNorm → dense MLP or MoE
-// → residual; then the final RMSNorm and lm_head for the rows asked for. FP32 activations and
-// accumulation throughout (the weights' own precision: BF16 / NVFP4 / MXFP4 / F32).
-// Attention: requests with more than one token in the step (prefill) expand K/V from the
-// latent (mla_expanded_cpu); single-token requests (decode) use the weight-absorbed form over
-// the cached latent (mla_cpu). Options can force either form for every request (tests).
+// The step is model/layer_stack.hpp's forward (the layer stack every backend runs) with the
+// CPU op set (model/cpu_ops.hpp): FP32 activations and accumulation throughout (the weights'
+// own precision: BF16 / NVFP4 / MXFP4 / F32). Attention: requests with more than one token in
+// the step (prefill) expand K/V from the latent (mla_expanded_cpu); single-token requests
+// (decode) use the weight-absorbed form over the cached latent (mla_cpu). Options can force
+// either form for every request (tests).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "core/tensor.hpp"
 #include "format/checkpoint.hpp"
 #include "model/kv_pool.hpp"
+#include "model/layer_stack.hpp"
 #include "model/model_config.hpp"
 #include "model/weights.hpp"
 
@@ -60,11 +61,6 @@ struct ModelOptions {
   MoeRoutingObserver on_moe_routing;     // null: not counted
   StepChoiceHooks hooks;                 // tests only
 };
-
-// Per-layer hidden states of a step, as transformers' output_hidden_states gives them:
-// [0] the embeddings, [i] the output of layer i-1 for 1 <= i < L, [L] after the final norm.
-// Each [T, hidden] FP32 over the step's flat tokens.
-using HiddenStates = std::vector<std::vector<float>>;
 
 class Model {
  public:
@@ -106,21 +102,8 @@ class Model {
 
  private:
   Model() = default;
-  struct Step;  // per-step scratch pointers (model.cpp)
-  // kv_layer: the pool layer (and hook index); lw / kind: the block's weights and indexer kind.
-  void attention(int64_t kv_layer, const LayerWeights& lw, IndexerKind kind, const float* h, const KvBatchView& batch,
-                 HostKvPool& kv, Step& s, float* out);
-  void mlp(int64_t layer, const LayerWeights& lw, const float* h, int64_t tokens, float* out);
-  // One decoder block in place on x [T, hidden] (h, o: [T, hidden] scratch).
-  void block(int64_t kv_layer, const LayerWeights& lw, IndexerKind kind, float* x, float* h, float* o,
-             const KvBatchView& b, HostKvPool& kv, Step& s);
-  // logits [rows, vocab] = head(h[row]) for each row asked for (nothing when none).
-  void head_rows(const cpu::LinearView& head, const float* h, const std::vector<int32_t>& logits_rows, float* logits);
-  void begin_step(const KvBatchView& b, Step& s);  // arena reset, rope tables, top-k buffer
   void check_step(const TensorView& tokens, const KvBatchView& b, const HostKvPool& kv,
                   const std::vector<int32_t>& logits_rows, const TensorView& logits, int64_t kv_layers);
-  AttentionForm step_form_ = AttentionForm::Auto;
-  int threads() const;
 
   std::unique_ptr<Checkpoint> ck_;
   MlaModelConfig cfg_;

@@ -3,9 +3,8 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "cpu/linear_cpu.hpp"
+#include "model/cpu_ops.hpp"
 #include "model/model.hpp"
-#include "model/step_scratch.hpp"
 
 namespace fp4moe::model {
 
@@ -37,27 +36,20 @@ void Model::mtp_step(const TensorView& token_view, const float* h_in, const KvBa
                c.num_layers);
   check_step(token_view, b, kv, logits_rows, logits_view, c.num_layers + 1);
   const int64_t T = b.num_tokens, H = c.hidden;
-  const int32_t* tokens = token_view.ptr<const int32_t>();
-  Step s;
-  begin_step(b, s);
-  const float eps = float(c.rms_norm_eps);
-
-  // [e | g]: [T, 2H]; e = enorm(embed(token)), g = hnorm(h_in) (SGLang's and vLLM's order).
-  float* eg = arena_.alloc<float>(size_t(T * 2 * H));
-  float* e = arena_.alloc<float>(size_t(T * H));
-  const cpu::LinearView& emb = m.embed ? m.embed->w : w_.embed.w;
-  for (int64_t t = 0; t < T; ++t) cpu::linear_row_cpu(emb, tokens[t], e + t * H);
-  rms_norm_rows(e, T, H, H, m.enorm.weight.data(), eps, eg, 2 * H);
-  rms_norm_rows(h_in, T, H, H, m.hnorm.weight.data(), eps, eg + H, 2 * H);
-  float* x = arena_.alloc<float>(size_t(T * H));
-  float* h = arena_.alloc<float>(size_t(T * H));
-  float* o = arena_.alloc<float>(size_t(T * H));
-  cpu::linear_cpu(m.eh_proj.w, eg, T, x, threads());
-
-  block(c.num_layers, m.layer, kind, x, h, o, b, kv, s);
-  rms_norm_rows(x, T, H, H, m.shared_head_norm.weight.data(), eps, h, H);
-  if (h_out) std::memcpy(h_out, h, size_t(T * H) * sizeof(float));
-  head_rows(m.head ? m.head->w : w_.lm_head.w, h, logits_rows, logits_rows.empty() ? nullptr : logits_view.ptr<float>());
+  CpuOps ops(cfg_, w_, opt_, arena_, kv, b, opt_.attention);
+  ops.begin_step();
+  MtpViews v;
+  v.tokens = token_view;
+  v.h_in = TensorView::of(h_in, {T, H});
+  v.eg = TensorView::of(arena_.alloc<float>(size_t(T * 2 * H)), {T, 2 * H});  // [e | g], embedding first
+  v.e = TensorView::of(arena_.alloc<float>(size_t(T * H)), {T, H});
+  v.x = TensorView::of(arena_.alloc<float>(size_t(T * H)), {T, H});
+  v.h = TensorView::of(arena_.alloc<float>(size_t(T * H)), {T, H});
+  v.o = TensorView::of(arena_.alloc<float>(size_t(T * H)), {T, H});
+  v.rows = TensorView::of(logits_rows.data(), {int64_t(logits_rows.size())});
+  if (!logits_rows.empty()) v.logits = logits_view;
+  v.h_out = h_out;
+  mtp_forward(ops, c, kind, m.layer.is_moe, v);
 }
 
 }  // namespace fp4moe::model

@@ -41,7 +41,7 @@
 
 namespace fp4moe::engine::gpu {
 
-// The runner's kernels (src/cuda families), called unqualified in gpu_forward / gpu_decode.
+// The runner's kernels (src/cuda families), called unqualified in cuda_ops / gpu_decode.
 using cuda::DeviceBatch;
 using cuda::moe_dense_combine_f32;
 using cuda::attention::kv_append_bf16;
@@ -353,22 +353,15 @@ struct GpuRunner::Impl {
   void poison_activations();
   // A stage boundary of a timed forward (no-op unless `marks`).
   void mark(StepStage s);
-  // Enqueues the whole forward for T tokens of R requests reading the device metadata; rows:
-  // logits rows (gathered by meta.rows); max_ctx (>= every position + 1) sizes the indexer grid
-  // and the fast attention's split grid; decode: every request has exactly one token (token t
-  // = request t), so the fast decode kernel may run. hidden / choices (eager only): filled when set.
+  // Enqueues the whole forward for T tokens of R requests reading the device metadata: model/'s
+  // layer stack with the CUDA op set (cuda_ops.hpp). rows: logits rows (gathered by meta.rows);
+  // max_ctx (>= every position + 1) sizes the indexer grid and the fast attention's split grid;
+  // decode: every request has exactly one token (token t = request t), so the fast decode kernel
+  // may run. hidden / choices (eager only): filled when set.
   void forward(int T, int R, int rows, int max_ctx, bool decode, model::HiddenStates* hidden,
                StepChoices* choices = nullptr);
-  void attention(int64_t l, int T, int R, int max_ctx, bool decode, StepChoices* choices);
-  // The absorbed attention of layer l over s.ql / s.q's rope part into s.ol (topk: the DSA
-  // slots, or null for dense causal attention): the fast kernels where chosen, else the own.
-  void mla(int64_t l, int T, int R, int max_ctx, bool decode, const int32_t* topk);
-  // Plans mla_prefill for this forward when it can take the step (see gpu_forward.cpp).
+  // Plans mla_prefill for this forward when it can take the step (see gpu_step.cpp).
   void plan_prefill(int T, bool decode);
-  void mlp(int64_t l, int T, StepChoices* choices);
-  // This step's tokens per expert of MoE layer l from its routing ids [T, k] (real tokens only).
-  void count_layer(int64_t l, const int32_t* ids, int T, int k);
-  void dense_mlp(const DenseMlp& m, int T, uint16_t* out);
   DeviceBatch batch(int T, int R) const;
   LinearCtx lctx() { return {&blas, meta.offsets, s.fp4_ws, stream}; }
 };

@@ -1,5 +1,6 @@
-// GpuRunner::step: validation, the one metadata upload, eager forward or a decode graph's
-// replay, device sampling (gpu_sample.cpp), results back; graph capture per batch-size bucket.
+// GpuRunner::step: validation, the one metadata upload, eager forward (model/'s layer stack
+// with the CUDA op set) or a decode graph's replay, device sampling (gpu_sample.cpp), results
+// back; graph capture per batch-size bucket.
 #include <algorithm>
 #include <chrono>
 
@@ -8,9 +9,86 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
+#include "engine/gpu/cuda_ops.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
+#include "model/layer_stack.hpp"
 
 namespace fp4moe::engine::gpu {
+
+DeviceBatch GpuRunner::Impl::batch(int T, int R) const {
+  DeviceBatch b;
+  b.tokens = T;
+  b.requests = R;
+  b.qo_indptr = meta.qo_indptr;
+  b.positions = meta.positions;
+  b.kv_len = meta.kv_len;
+  b.page_indptr = meta.page_indptr;
+  b.page_indices = meta.page_indices;
+  b.token_req = meta.token_req;
+  b.page_size = int32_t(opt.page_size);
+  return b;
+}
+
+// MlaSm90 takes the step when: it exists (sm_90, FlashInfer, heads a power of two <= 128), the
+// model has a dense-attention layer, the step is not a decode step, its host batch is known
+// (eager step()), every request has >= 1 new token at the end of its context (the kernel's
+// causal rule), and the schedule fits (FlashInfer's bound on work items, as MlaSm90::plan_impl).
+void GpuRunner::Impl::plan_prefill(int T, bool decode) {
+  prefill_planned = false;
+  if (!mla_prefill || decode || !host_batch || host_batch->num_tokens != T) return;
+  const KvBatchView& b = *host_batch;
+  const int64_t H = cfg.num_heads;
+  if (T * H / 64 + b.num_requests + 1024 > cuda::attention::MlaSm90::kMaxWorks) return;
+  for (int64_t r = 0; r < b.num_requests; ++r) {
+    const int32_t q = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    if (q < 1) return;
+    for (int32_t j = 0; j < q; ++j)
+      if (b.positions[b.qo_indptr[r] + j] != b.kv_len[r] - q + j) return;
+  }
+  mla_prefill->plan(b, opt.page_size, kv_layers.empty() ? num_pages : kv_layers[0].num_pages, stream);
+  prefill_planned = true;
+}
+
+// The step's forward: model/'s layer stack (model/layer_stack.hpp) with the CUDA op set
+// (cuda_ops.hpp) over the runner's workspace and the uploaded metadata. Enqueue only: the same
+// sequence runs eager or captured in a decode graph.
+void GpuRunner::Impl::forward(int T, int R, int rows, int max_ctx, bool decode, model::HiddenStates* hidden,
+                              StepChoices* choices) {
+  const model::MlaModelConfig& c = cfg;
+  const int64_t H = c.hidden;
+  plan_prefill(T, decode);
+  if (choices) {
+    *choices = StepChoices{};
+    choices->router_logits.resize(size_t(c.num_layers));
+    choices->expert_ids.resize(size_t(c.num_layers));
+    choices->topk_positions.resize(size_t(c.num_layers));
+  }
+  CudaOps ops(*this, T, R, max_ctx, decode, choices);
+  model::ForwardViews v;
+  v.tokens = TensorView::of(meta.tokens, {T}, Device::Cuda);
+  v.x = TensorView::of(s.x, {T, H}, Device::Cuda);
+  v.h = TensorView::contiguous(s.h, DType::BF16, {T, H}, Device::Cuda);
+  v.o = TensorView::contiguous(s.o, DType::BF16, {T, H}, Device::Cuda);
+  v.rows = TensorView::of(meta.rows, {rows}, Device::Cuda);
+  v.logits = TensorView::of(s.logits, {rows, c.vocab}, Device::Cuda);
+  v.hidden = hidden;
+  model::forward(ops, c, v);
+}
+
+void GpuRunner::Impl::mark(StepStage st) {
+  if (!marks) return;
+  StageMarks& m = *marks;
+  if (m.used == m.events.size()) {
+    cudaEvent_t e = nullptr;
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+    m.events.push_back(e);
+    m.stage.push_back(st);
+  }
+  m.stage[m.used] = st;
+  FP4MOE_CUDA_CHECK(cudaEventRecord(m.events[m.used], stream));
+  ++m.used;
+}
+
 
 void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
   const KvBatchView& b = in.batch;

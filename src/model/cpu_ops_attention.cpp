@@ -1,4 +1,5 @@
-// Model::attention: MLA with the DSA indexer for one layer over a step's batch.
+// CpuOps::run(AttentionArgs): MLA with the DSA indexer and the cache write for one layer over
+// a step's batch (model/ops.hpp AttentionArgs).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,8 +12,7 @@
 #include "cpu/attention/mla_cpu.hpp"
 #include "cpu/attention/mla_expanded_cpu.hpp"
 #include "cpu/linear_cpu.hpp"
-#include "model/model.hpp"
-#include "model/step_scratch.hpp"
+#include "model/cpu_ops.hpp"
 
 namespace fp4moe::model {
 namespace {
@@ -56,10 +56,16 @@ void rope_rows(float* x, int64_t T, int64_t heads, int64_t stride, int64_t offse
 
 }  // namespace
 
-void Model::attention(int64_t l, const LayerWeights& lw, IndexerKind kind, const float* h, const KvBatchView& b,
-                      HostKvPool& kv, Step& s, float* out) {
+void CpuOps::run(const AttentionArgs& args) {
   const MlaModelConfig& c = cfg_;
-  const AttentionWeights& a = lw.attn;
+  const KvBatchView& b = batch_;
+  HostKvPool& kv = kv_;
+  CpuStepState& s = s_;
+  const int64_t l = args.ref.layer;
+  const IndexerKind kind = args.indexer;
+  const AttentionWeights& a = layer_weights(args.ref).attn;
+  const float* h = args.h.ptr<const float>();
+  float* out = args.out.ptr<float>();
   const int64_t T = b.num_tokens, NH = c.num_heads, N = c.qk_nope_dim, R = c.qk_rope_dim, QK = N + R,
                 C = c.kv_lora_rank, V = c.v_head_dim, W = N + V;
   const int th = threads();
@@ -134,7 +140,7 @@ void Model::attention(int64_t l, const LayerWeights& lw, IndexerKind kind, const
   for (int32_t r = 0; r < int32_t(b.num_requests); ++r) {
     const int64_t n = b.qo_indptr[r + 1] - b.qo_indptr[r];
     if (n == 0) continue;
-    const AttentionForm form = step_form_ != AttentionForm::Auto ? step_form_ : opt_.attention;
+    const AttentionForm form = form_;
     const bool exp = form == AttentionForm::Expanded || (form == AttentionForm::Auto && n > 1);
     (exp ? expanded : absorbed).push_back(r);
   }

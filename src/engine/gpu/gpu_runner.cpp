@@ -21,6 +21,7 @@
 #include "cuda/routing/router.hpp"
 #include "cuda/sampling/sampling.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
+#include "tuner/arch.hpp"
 
 namespace fp4moe::engine::gpu {
 namespace {
@@ -96,15 +97,6 @@ cuda::DeviceBuffer upload_bf16_stack(const ExpertStack& s, Loader& ld) {
 }
 
 }  // namespace
-
-AttentionKernels parse_attention_kernels(const std::string& name) {
-  if (name == "auto") return AttentionKernels::Auto;
-  if (name == "own") return AttentionKernels::Own;
-  if (name == "flashinfer-decode") return AttentionKernels::FlashInferDecode;
-  if (name == "mma-decode") return AttentionKernels::MmaDecode;
-  if (name == "wgmma-decode") return AttentionKernels::WgmmaDecode;
-  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode, mma-decode or wgmma-decode (got '{}')", name);
-}
 
 std::vector<int64_t> graph_buckets(int64_t max_bs) {
   std::vector<int64_t> b;
@@ -276,94 +268,42 @@ size_t GpuRunner::Impl::replicate_layers() {
 void GpuRunner::Impl::choose_attention() {
   namespace at = cuda::attention;
   const model::MlaModelConfig& c = cfg;
-  std::string why, prefill_why;
-  if (opt.attention_kernels == AttentionKernels::Own) {
-    why = "attention kernels forced to own (RunnerOptions::attention_kernels)";
-  } else if (c.kv_lora_rank != at::kCkvDim || c.qk_rope_dim != at::kKpeDim) {
-    why = fmt::format("kv_lora_rank {} / qk_rope_head_dim {} (the fast kernels take {} / {})", c.kv_lora_rank,
-                      c.qk_rope_dim, at::kCkvDim, at::kKpeDim);
-  } else {
-    at::MlaDesc d;
-    d.num_heads = int(c.num_heads);
-    d.sm_scale = float(c.softmax_scale);
-    d.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
-    const bool wgmma = opt.attention_kernels == AttentionKernels::WgmmaDecode;
-    const at::DecodeMath math = wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync;
-    why = at::mla_decode_can_implement(d, math);
-    if (wgmma) FP4MOE_CHECK(why.empty(), "--attention-kernels wgmma-decode: {}", why);
-    if (why.empty()) mla_fast = std::make_unique<at::MlaDecodeMma>(d, math);
-    // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
-    // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
-    // FlashInferDecode (an error where it cannot run), never under MmaDecode / WgmmaDecode.
-    std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
-    if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
-    if (opt.attention_kernels == AttentionKernels::FlashInferDecode)
-      FP4MOE_CHECK(fi_why.empty(), "--attention-kernels flashinfer-decode: {}", fi_why);
-    if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode && !wgmma) {
-      mla_fi_decode = std::make_unique<at::MlaSm90>(d);
-      mla_fi_decode->reserve_device(int(opt.max_tokens));
-      static_assert(kMmaSparseMaxRows == 1, "the start-up line says one-token steps");
-      if (mla_fast && opt.attention_kernels == AttentionKernels::Auto) {  // the smallest steps' DSA rows
-        mma_sparse_max_rows = kMmaSparseMaxRows;
-        mla_fast->reserve_device(mma_sparse_max_rows);
-      }
-    } else if (mla_fast) {  // decode and top-k rows on MlaDecodeMma: its workspace only then
-      mla_fast->reserve_device(int(opt.max_tokens));
-    }
-    bool dense_layer = false;
-    for (int64_t l = 0; l < c.num_layers; ++l)
-      dense_layer |= !layers[size_t(l)].has_indexer && c.indexer[size_t(l)] != model::IndexerKind::Shared;
-    prefill_why = !mla_fast ? "no fast decode path" : at::mla_can_implement(d, at::current_device_sm());
-    // 64 heads only: the head count cuda/attention's GPU tests run MlaSm90 with (128 would be
-    // FlashInfer's other tile packing, not yet run here).
-    if (prefill_why.empty() && d.num_heads != 64)
-      prefill_why = fmt::format("MlaSm90 prefill is enabled for 64 heads only (verified); {} here", d.num_heads);
-    if (mla_fast && dense_layer && prefill_why.empty()) mla_prefill = std::make_unique<at::MlaSm90>(d);
+  tuner::AttentionDims d;
+  d.heads = c.num_heads, d.kv_lora = c.kv_lora_rank, d.rope = c.qk_rope_dim;
+  d.softmax_scale = c.softmax_scale;
+  d.kv_fp8 = kv_fp8;
+  d.indexer = c.has_indexer();
+  d.index_heads = c.index_n_heads, d.index_dim = c.index_head_dim, d.index_topk = c.index_topk;
+  d.index_rope_interleaved = c.index_rope == model::RopeLayout::Interleaved;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    d.dsa_layer.push_back(layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared);
+  const tuner::AttentionPlan p =
+      tuner::plan_attention(tuner::device_arch(cuda::current_device_ordinal()), tuner::flashinfer_mla_built(), d,
+                            opt.attention_kernels);
+  FP4MOE_CHECK(p.error.empty(), "{}", p.error);
+  attention_plan = p;
+  at::MlaDesc desc;
+  desc.num_heads = int(c.num_heads);
+  desc.sm_scale = float(c.softmax_scale);
+  desc.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+  if (p.mma_decode)
+    mla_fast = std::make_unique<at::MlaDecodeMma>(desc, p.wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync);
+  if (p.flashinfer_decode) {
+    mla_fi_decode = std::make_unique<at::MlaSm90>(desc);
+    mla_fi_decode->reserve_device(int(opt.max_tokens));
   }
-  std::string dsa, dense;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    std::string& list = layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared ? dsa : dense;
-    if (!list.empty()) list += ',';
-    list += std::to_string(l);
-  }
-  fast_indexer = mla_fast && c.has_indexer() &&
-                 cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
-  topk_one_cta_keys_many_rows = cuda::indexer::top_k_max_one_cta_keys();
-  topk_one_cta_max_rows = cuda::current_device().sm_count;
-  fast_index_key = fast_indexer && cuda::indexer::index_key_prep_can_implement(
-                                       c.index_head_dim, int(c.qk_rope_dim),
-                                       c.index_rope == model::RopeLayout::Interleaved)
-                                       .empty();
-  // The latent keys' RMSNorm + RoPE + cache write in one launch, where the index keys are fused
-  // too (or there are none): the runner's append then has nothing left to write.
-  fast_latent = mla_fast && cuda::attention::kv_latent_prep_can_implement(c.kv_lora_rank, c.qk_rope_dim).empty() &&
-                (!c.has_indexer() || fast_index_key);
-  const std::string own = "the runner's own kernels (one CTA per token x head, FP32)";
-  if (!mla_fast) {
-    attention_line = fmt::format("attention: every layer on {}: {}", own, why);
-    return;
-  }
-  const std::string fast =
-      mla_fi_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
-                    : opt.attention_kernels == AttentionKernels::WgmmaDecode
-                        ? "cuda/attention MlaDecodeMma (wgmma, device-built split schedule, graph-capturable)"
-                        : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
-  attention_line = fmt::format("attention: latent keys {};", fast_latent ? "by cuda/attention's fused RMSNorm + RoPE + cache write"
-                                                                         : "by the runner's RMSNorm, RoPE and append kernels");
-  if (!dense.empty())
-    attention_line += fmt::format(
-        " layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense, fast,
-        mla_prefill ? std::string("FlashInfer's SM90 MLA (MlaSm90, causal, planned per eager step; else ") + own + ")"
-                    : own + " (" + prefill_why + ")");
-  if (!dsa.empty())
-    attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {}{};", dsa, c.index_topk, fast,
-                                  mma_sparse_max_rows > 0 ? " (one-token steps: MlaDecodeMma, mma.sync)" : "");
-  if (c.has_indexer())
-    attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",
-                                  fast_index_key ? "by cuda/indexer's fused LayerNorm + RoPE + cache write"
-                                                 : "by the runner's LayerNorm, RoPE and append kernels",
-                                  fast_indexer ? "cuda/indexer's mma kernel" : "the runner's own kernel");
-  if (attention_line.back() == ';') attention_line.pop_back();
+  mma_sparse_max_rows = p.mma_sparse_max_rows;
+  // MlaDecodeMma's workspace: beside FlashInfer's decode only for the smallest steps' DSA rows
+  // (none when FlashInfer is forced), else for every decode and top-k row.
+  if (mla_fast && !mla_fi_decode) mla_fast->reserve_device(int(opt.max_tokens));
+  if (mla_fast && mla_fi_decode && mma_sparse_max_rows > 0) mla_fast->reserve_device(mma_sparse_max_rows);
+  if (p.flashinfer_prefill) mla_prefill = std::make_unique<at::MlaSm90>(desc);
+  fast_indexer = p.fast_indexer;
+  fast_index_key = p.fast_index_key;
+  fast_latent = p.fast_latent;
+  topk_one_cta_keys_many_rows = p.topk_one_cta_keys_many_rows;
+  topk_one_cta_max_rows = p.topk_one_cta_max_rows;
+  attention_line = p.line;
 }
 
 RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_t device_bytes) const {

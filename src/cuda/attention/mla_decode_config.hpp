@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <string>
 
-#include <fmt/format.h>
-
 namespace fp4moe::cuda::attention::decode {
 
 constexpr int kThreads = 256;
@@ -77,14 +75,17 @@ inline int tile_keys(bool fp8, bool wgmma = false) {
 // "" when the decode kernel (wgmma: its wgmma variant) can run `heads` heads with a BF16 or
 // (fp8) FP8 E4M3 cache and softmax scale sm_scale on a device of compute capability `cc` (90 for
 // sm_90) allowing `smem_optin` bytes of shared memory per block; else why not, one line.
+// (Plain std::string: nvcc compiles this header into the kernels' translation units, where fmt's
+// compile-time format strings do not build.)
 inline std::string can_implement(int heads, bool fp8, float sm_scale, int64_t smem_optin, int cc, bool wgmma) {
   if (heads < kHeadsPerCta || heads % kHeadsPerCta != 0)
-    return fmt::format("MLA decode (mma): {} heads unsupported (a multiple of {})", heads, kHeadsPerCta);
-  if (!(sm_scale > 0)) return fmt::format("MLA decode (mma): sm_scale {} must be positive", sm_scale);
+    return "MLA decode (mma): " + std::to_string(heads) + " heads unsupported (a multiple of " +
+           std::to_string(kHeadsPerCta) + ")";
+  if (!(sm_scale > 0)) return "MLA decode (mma): sm_scale " + std::to_string(sm_scale) + " must be positive";
   const size_t need = smem_bytes(fp8, wgmma);
   if (smem_optin < int64_t(need))
-    return fmt::format("MLA decode (mma): needs {} B of shared memory per block, this GPU allows {} B", need,
-                       smem_optin);
+    return "MLA decode (mma): needs " + std::to_string(need) + " B of shared memory per block, this GPU allows " +
+           std::to_string(smem_optin) + " B";
   if (cc < 89) return "MLA decode (mma): needs sm_89 or newer (E4M3 conversions)";
   if (wgmma && cc != 90) return "MLA decode (wgmma): needs sm_90 (Hopper's wgmma)";
   return "";

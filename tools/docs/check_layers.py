@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks CMakeLists.txt's layer comment against the code (issue 38 item 9):
+"""Checks CMakeLists.txt's layer comment against the code, and README.md's diagram against it
+(issue 38 item 9):
 
     check_layers.py [REPO_ROOT]
 
@@ -9,7 +10,8 @@
   fp4moe_gpu_runner, engine/dist fp4moe_dist);
 - every link between our libraries is a path of the comment's arrows (a link to a layer further
   down, e.g. cli -> cpu, is drawn through the layers between);
-- every folder of src/ with a CMakeLists.txt is named in it.
+- every folder of src/ with a CMakeLists.txt is named in it;
+- README.md's layer diagram (the code block under "## Layout") has the same arrows.
 Prints the differences and exits 1, else one line and 0.
 """
 import os
@@ -26,6 +28,28 @@ def layer_of(target, layers):
     return name if name in layers else None
 
 
+def arrows(lines):
+    """The (a, b) arrows of `a -> b -> c` chains and `a -> b, c` fan-outs, `;`-separated."""
+    said = set()
+    for line in lines:
+        if "->" not in line or line.startswith("Kernels"):
+            continue
+        for part in line.split(";"):
+            steps = [s.strip() for s in part.split("->")]
+            for a, b in zip(steps, steps[1:]):
+                a = re.sub(r"\s*\(.*\)", "", a).split(",")[-1].strip()
+                for t in re.sub(r"\s*\(.*\)", "", b).split(","):
+                    said.add((a, t.strip()))
+    return said
+
+
+def readme_arrows(root):
+    """The arrows of the code block under README.md's "## Layout"."""
+    text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    m = re.search(r"## Layout\n.*?```\n(.*?)```", text, re.S)
+    return arrows(m.group(1).split("\n")) if m else set()
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
     layers = sorted(os.path.relpath(d, os.path.join(root, "src")) for d, _, files in os.walk(os.path.join(root, "src"))
@@ -39,16 +63,7 @@ def main():
         if not l.startswith("#"):
             break
         comment.append(l.lstrip("#").strip())
-    said = set()
-    for line in comment:
-        if "->" not in line or line.startswith("Kernels"):
-            continue
-        for part in line.split(";"):
-            steps = [s.strip() for s in part.split("->")]
-            for a, b in zip(steps, steps[1:]):
-                a = re.sub(r"\s*\(.*\)", "", a).split(",")[-1].strip()
-                for t in re.sub(r"\s*\(.*\)", "", b).split(","):
-                    said.add((a, t.strip()))
+    said = arrows(comment)
     real = set()
     for l in layers:
         text = open(os.path.join(root, "src", l, "CMakeLists.txt"), encoding="utf-8").read()
@@ -75,6 +90,9 @@ def main():
             for a, b in sorted(real) if b not in reach(a)]
     named = {x for e in said for x in e}
     bad += [f"src/{l} is not in the layer comment" for l in layers if l not in named]
+    in_readme = readme_arrows(root)
+    bad += [f"README.md's layer diagram has {a} -> {b}, CMakeLists.txt's comment does not" for a, b in sorted(in_readme - said)]
+    bad += [f"CMakeLists.txt's comment has {a} -> {b}, README.md's layer diagram does not" for a, b in sorted(said - in_readme)]
     for b in bad:
         print(b)
     if bad:

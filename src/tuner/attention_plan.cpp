@@ -222,7 +222,8 @@ AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const Att
         {"indexer top-k", "cuda/indexer radix top-k",
          fmt::format("rows of <= {} keys on one CTA from {} rows up to one per SM ({}): {} B of shared memory per block "
                      "here; longer rows' threshold from a {}-line sample",
-                     p.topk_one_cta_keys_many_rows, p.topk_one_cta_min_rows, p.topk_one_cta_max_rows,
+                     p.topk_one_cta_keys_many_rows, p.topk_one_cta_min_rows,
+                     a.sm_count > 0 ? std::to_string(a.sm_count) : std::string("the SM count"),
                      with_commas(a.smem_per_block_optin), p.topk_sample_lines)});
   }
   p.line = plan_line(p, d);

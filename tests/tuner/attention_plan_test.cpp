@@ -14,6 +14,7 @@
 #include "cuda/attention/mla_decode_config.hpp"
 #include "cuda/indexer/topk_smem.hpp"
 #include "tuner/attention_plan.hpp"
+#include "tuner/model_plan.hpp"
 #include "tuner/moe_gemm_family.hpp"
 
 #ifdef FP4MOE_HAVE_CUDA
@@ -219,6 +220,23 @@ TEST(AttentionPlan, FlagNamesRoundTripAndOthersAreRefused) {
     EXPECT_EQ(parse_attention_kernels(attention_kernels_name(k)), k);
   EXPECT_THROW(parse_attention_kernels("wgmma"), Error);
   EXPECT_THROW(parse_attention_kernels(""), Error);
+}
+
+// `tune --dry-run`'s whole-model plan lists the runner's attention choices (Auto) for the arch.
+TEST(AttentionPlan, TheDryRunModelPlanShowsTheRunnersChoices) {
+  auto runner_decode = [](const char* arch) {
+    const ModelPlan plan = plan_model(arch_by_name(arch), glm5_config(), {1}, true);
+    for (const ModelPlanEntry& e : plan.entries)
+      if (e.part == "GPU runner: MLA decode steps and DSA top-k rows") return e;
+    ADD_FAILURE() << arch << ": no runner attention entry";
+    return ModelPlanEntry{};
+  };
+  EXPECT_EQ(runner_decode("sm_90").kernel, flashinfer_mla_built() ? "FlashInfer MlaSm90 (device-built schedule)"
+                                                                  : "MlaDecodeMma (mma.sync)");
+  EXPECT_EQ(runner_decode("sm_100").kernel, "MlaDecodeMma (mma.sync)");
+  const ModelPlanEntry sm120 = runner_decode("sm_120");
+  EXPECT_EQ(sm120.kernel, "the runner's own kernels");
+  EXPECT_NE(sm120.why.find("shared memory per block"), std::string::npos) << sm120.why;
 }
 
 #ifdef FP4MOE_HAVE_CUDA

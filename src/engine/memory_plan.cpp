@@ -92,37 +92,73 @@ int64_t runner_score_rows(const RunnerPlanInput& in, int64_t tokens) {
   return std::min(rows, tokens);
 }
 
-RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows) {
+int64_t ws_layout_bytes(int64_t bytes) { return align256(bytes); }
+
+std::vector<WsBuffer> runner_workspace_buffers(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows) {
   const RunnerDims& d = in.dims;
   const int64_t T = tokens, H = d.hidden, NH = d.heads, C = d.kv_lora, Rd = d.rope, D = d.index_dim,
-                HI = d.index_heads, ctx = in.max_context, L = logits_rows;
-  RunnerWorkspace w;
-  // The [T, ...] buffers of GpuRunner::Impl::plan_memory (Scratch), in its order.
-  for (int64_t b : {T * H * 4, T * H * 2, T * H * 2, T * H * 4, T * std::max<int64_t>(d.q_lora, 1) * 2,
-                    T * NH * d.qk_head_dim * 2, T * (C + Rd) * 2, T * C * 2, T * NH * C * 2, T * NH * C * 2,
-                    T * NH * Rd * 2, T * NH * d.v_head * 2, T * D * 2, T * HI * D * 2, T * HI * 2, T * HI * 4,
-                    T * d.max_inter * 2, T * d.max_inter * 2, T * d.max_inter * 2})
-    w.activations += align256(b);
-  const int64_t topk = std::max<int64_t>(d.index_topk, 1);
-  const int64_t SR = runner_score_rows(in, T);
-  w.indexer = align256(d.indexer ? SR * ctx * 4 : 4) + align256((in.max_requests + 2) * 4) + 2 * align256(T * topk * 4);
-  if (d.indexer) w.indexer += in.topk_workspace ? in.topk_workspace(SR, ctx) : topk_estimate(SR, ctx);
-  if (d.indexer && d.fp8_index_queries) w.indexer += align256(T * HI * d.index_dim) + align256(T * HI * 4);
-  w.moe = in.moe_workspace ? in.moe_workspace(T) : moe_estimate(d, T);
-  if (d.dense_experts) {
-    const int64_t E = d.experts, k = d.top_k, I = d.moe_inter;
-    w.moe += align256(T * E * 4) + 2 * align256(T * k * 4) + align256(E * T * 2 * I * 2) + align256(E * T * I * 2) +
-             align256(E * T * H * 4);
-    w.moe += in.router_workspace ? in.router_workspace(T) : align256(T * E * 4 + (int64_t(1) << 20));
-  } else {
-    w.moe += 6 * 256;  // the fallback's buffers, empty
-  }
-  w.logits = align256(L * H * 2) + align256(L * d.vocab * 4) + align256(L * 4);
+                HI = d.index_heads, ctx = in.max_context, L = logits_rows, maxI = d.max_inter;
+  const int64_t topk = std::max<int64_t>(d.index_topk, 1), SR = runner_score_rows(in, T);
+  // The BF16-experts fallback's buffers (empty without it).
+  const int64_t E = d.dense_experts ? d.experts : 0, k = d.dense_experts ? d.top_k : 0,
+                I = d.dense_experts ? d.moe_inter : 0;
   const int64_t S = std::max<int64_t>(in.max_requests, 1), K = std::max<int64_t>(in.max_decode_steps, 1);
-  w.sampling = (in.sample_workspace ? in.sample_workspace(S) : sample_estimate(S, d.vocab)) + align256(S * 56) +
-               align256(K * S * 42 * 4) + align256(S * (ctx + K) * 4) +
-               align256(L * 4 + S * ((d.vocab + 31) / 32) * 4);  // grammar masks: slots + S masks
-  w.fixed = align256(in.fixed_workspace_bytes);
+  using B = WsBuf;
+  std::vector<WsBuffer> w = {
+      {B::X, T * H * 4}, {B::H, T * H * 2}, {B::O, T * H * 2}, {B::Of, T * H * 4},
+      {B::Qa, T * std::max<int64_t>(d.q_lora, 1) * 2}, {B::Q, T * NH * d.qk_head_dim * 2}, {B::Kva, T * (C + Rd) * 2},
+      {B::Ckv, T * C * 2}, {B::Ql, T * NH * C * 2}, {B::Ol, T * NH * C * 2}, {B::Qpe, d.rope_queries ? T * NH * Rd * 2 : 1},
+      {B::Ov, T * NH * d.v_head * 2}, {B::Ik, T * D * 2}, {B::Iq, T * HI * D * 2}, {B::Iw16, T * HI * 2},
+      {B::Iw, T * HI * 4}};
+  if (d.indexer && d.fp8_index_queries) w.insert(w.end(), {{B::Iq8, T * HI * D}, {B::Iw8, T * HI * 4}});
+  w.insert(w.end(),
+           {{B::Scores, d.indexer ? SR * ctx * 4 : 4}, {B::ChunkQo, (in.max_requests + 2) * 4},
+            {B::TopkPos, T * topk * 4}, {B::TopkSlot, T * topk * 4}, {B::G, T * maxI * 2}, {B::U, T * maxI * 2},
+            {B::Hm, T * maxI * 2}, {B::Rows, L * H * 2}, {B::Logits, L * d.vocab * 4}, {B::Greedy, L * 4},
+            {B::Rlogits, T * E * 4}, {B::Rids, T * k * 4}, {B::Rw, T * k * 4}, {B::Gu, E * T * 2 * I * 2},
+            {B::Eh, E * T * I * 2}, {B::Ey, E * T * H * 4},
+            {B::MoeWs, in.moe_workspace ? in.moe_workspace(T) : moe_estimate(d, T)},
+            {B::RouterWs, !d.dense_experts          ? 0
+                          : in.router_workspace ? in.router_workspace(T)
+                                                : T * E * 4 + (int64_t(1) << 20)},
+            {B::TopkWs, !d.indexer ? 0 : in.topk_workspace ? in.topk_workspace(SR, ctx) : topk_estimate(SR, ctx)},
+            {B::Fp4Ws, in.fixed_workspace_bytes},
+            {B::SampleWs, in.sample_workspace ? in.sample_workspace(S) : sample_estimate(S, d.vocab)},
+            {B::SampleIn, in.sample_in_bytes ? in.sample_in_bytes(S) : S * 56},
+            {B::SampleOut, in.sample_out_bytes ? in.sample_out_bytes(K, S) : K * S * 42 * 4},
+            {B::SampleHist, S * (ctx + K) * 4},
+            // grammar masks: a slot per logits row + S masks
+            {B::TokenMasks, in.token_mask_bytes ? in.token_mask_bytes(L, S) : L * 4 + S * ((d.vocab + 31) / 32) * 4}});
+  return w;
+}
+
+RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows) {
+  RunnerWorkspace w;
+  for (const WsBuffer& b : runner_workspace_buffers(in, tokens, logits_rows)) {
+    const int64_t bytes = ws_layout_bytes(b.bytes);
+    switch (b.id) {
+      case WsBuf::Iq8: case WsBuf::Iw8: case WsBuf::Scores: case WsBuf::ChunkQo: case WsBuf::TopkPos:
+      case WsBuf::TopkSlot: case WsBuf::TopkWs:
+        w.indexer += bytes;
+        break;
+      case WsBuf::Rows: case WsBuf::Logits: case WsBuf::Greedy:
+        w.logits += bytes;
+        break;
+      case WsBuf::Rlogits: case WsBuf::Rids: case WsBuf::Rw: case WsBuf::Gu: case WsBuf::Eh: case WsBuf::Ey:
+      case WsBuf::MoeWs: case WsBuf::RouterWs:
+        w.moe += bytes;
+        break;
+      case WsBuf::Fp4Ws:
+        w.fixed += bytes;
+        break;
+      case WsBuf::SampleWs: case WsBuf::SampleIn: case WsBuf::SampleOut: case WsBuf::SampleHist:
+      case WsBuf::TokenMasks:
+        w.sampling += bytes;
+        break;
+      default:
+        w.activations += bytes;
+    }
+  }
   return w;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/paged_kv.hpp"
 
@@ -65,6 +66,8 @@ struct RunnerDims {
   int64_t experts = 0, top_k = 0, moe_inter = 0, moe_rows_per_token = 0;
   // BF16 routed experts run dense over all experts (the fallback's [E, T, ...] scratch)
   bool dense_experts = false;
+  // The fast attention's rope queries [T, heads, rope] BF16 (with MlaDecodeMma; else a 1-byte stub).
+  bool rope_queries = true;
   int64_t kv_bytes_per_token = 0;  // every layer's latent + rope (+ index key): runner_kv_bytes_per_token
 };
 
@@ -97,6 +100,9 @@ struct RunnerPlanInput {
   std::function<int64_t(int64_t tokens)> router_workspace;  // the BF16-experts router's
   std::function<int64_t(int64_t rows, int64_t ctx)> topk_workspace;  // cuda::indexer::top_k_workspace_bytes
   std::function<int64_t(int64_t rows)> sample_workspace;   // cuda::sampling::sample_workspace_bytes
+  std::function<int64_t(int64_t rows)> sample_in_bytes;    // GpuRunner::Impl::sample_in_bytes
+  std::function<int64_t(int64_t steps, int64_t rows)> sample_out_bytes;  // 4 x GpuRunner::Impl::sample_out_ints
+  std::function<int64_t(int64_t logits_rows, int64_t rows)> token_mask_bytes;  // GpuRunner::Impl::token_mask_bytes
   // What sets the tokens per step, for the refusal ("--chunked-prefill-size", "the prompt", ...).
   std::string tokens_flag = "--chunked-prefill-size";
 };
@@ -112,6 +118,29 @@ struct RunnerWorkspace {
   int64_t total() const { return activations + indexer + moe + logits + sampling + fixed; }
 };
 RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows);
+
+// The step workspace buffer by buffer: GpuRunner::Impl's Scratch pointers, one each.
+enum class WsBuf : uint8_t {
+  X, H, O, Of, Qa, Q, Kva, Ckv, Ql, Ol, Qpe, Ov, Ik, Iq, Iw16, Iw, Iq8, Iw8,  // activations (Iq8, Iw8: indexer)
+  Scores, ChunkQo, TopkPos, TopkSlot,                                       // indexer
+  G, U, Hm,                                                                 // activations (MLPs)
+  Rows, Logits, Greedy,                                                     // logits
+  Rlogits, Rids, Rw, Gu, Eh, Ey, MoeWs, RouterWs,                           // MoE (+ the BF16-experts fallback)
+  TopkWs, Fp4Ws,                                                            // indexer, fixed
+  SampleWs, SampleIn, SampleOut, SampleHist, TokenMasks,                    // sampling
+  Count
+};
+struct WsBuffer {
+  WsBuf id;
+  int64_t bytes;  // as asked (the layout gives each max(bytes, 1) rounded up to 256)
+};
+// The step workspace at `tokens` tokens per step and `logits_rows` logits rows, in layout order:
+// GpuRunner::Impl::plan_memory lays the buffers out in this order and runner_workspace sums them
+// by part, so the plan and the allocation are one list. The FP8 index queries (Iq8, Iw8) are
+// listed only with dims.fp8_index_queries.
+std::vector<WsBuffer> runner_workspace_buffers(const RunnerPlanInput& in, int64_t tokens, int64_t logits_rows);
+// A buffer's bytes in the layout: max(bytes, 1) rounded up to 256.
+int64_t ws_layout_bytes(int64_t bytes);
 // The score rows per chunk at `tokens` tokens per step (= tokens where the indexer is absent).
 int64_t runner_score_rows(const RunnerPlanInput& in, int64_t tokens);
 

@@ -82,19 +82,6 @@ void trim_heap_soon() {
   trimmer->cv.notify_one();
 }
 
-// glibc raises its mmap threshold to the largest block freed (up to 32 MiB) and its trim
-// threshold with it, so after one large request every later buffer under 32 MiB lands on an
-// arena heap whose free top (up to 64 MiB per thread arena) malloc_trim leaves resident.
-// Fixed thresholds keep blocks of 4 MiB and more on mmap (returned on free) and trim heap tops
-// past 4 MiB (with 16 MiB, 4 threads kept ~40 MB after four 30 MB prompts; bench serve on the
-// CPU backend measured the same tokens/s either way). Set once, at the first generation
-// request (before any of their allocations).
-bool fix_malloc_thresholds() {
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  mallopt(M_TRIM_THRESHOLD, 4 << 20);
-  return true;
-}
-
 // Calls trim_heap_soon() when it goes out of scope, if armed.
 struct TrimOnExit {
   bool armed = false;
@@ -110,6 +97,18 @@ uint64_t mix_seed(uint64_t seed, uint64_t choice) {
 }
 
 }  // namespace
+
+// glibc raises its mmap threshold to the largest block freed (up to 32 MiB) and its trim
+// threshold with it, so after one large request every later buffer under 32 MiB lands on an
+// arena heap whose free top (up to 64 MiB per thread arena) malloc_trim leaves resident.
+// Fixed thresholds keep blocks of 4 MiB and more on mmap (returned on free) and trim heap tops
+// past 4 MiB (with 16 MiB, 4 threads kept ~40 MB after four 30 MB prompts; bench serve on the
+// CPU backend measured the same tokens/s either way). Set once, by Server's constructor: at
+// start-up, before the model's and any request's allocations.
+void fix_malloc_thresholds() {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 4 << 20);
+}
 
 // tool_choice "required" / a named function: the tool-call format's grammar, compiled; or the
 // 400 that says why this server cannot hold the output to it.
@@ -148,8 +147,6 @@ std::optional<ApiError> Server::tool_choice_grammar_for(const ApiRequest& r, con
 }
 
 void Server::handle_generation(ApiKind kind, const http::Request& req, http::Response& res) {
-  static const bool kMallocFixed = fix_malloc_thresholds();
-  (void)kMallocFixed;
   if (!ready(res)) return;
   TrimOnExit trim{req.body.size() >= kLargeBodyBytes};  // refused or not, a large body leaves garbage
   auto parsed = parse_api_request(kind, req.body);

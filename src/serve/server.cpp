@@ -132,6 +132,7 @@ Server::Server(ServeOptions options)
         l.max_connections_per_client = opt_.http_max_connections_per_client;
         return l;
       }()) {
+  fix_malloc_thresholds();
   served_name_ = opt_.served_model_name;
   if (served_name_.empty()) {
     const auto p = std::filesystem::path(opt_.model).lexically_normal();

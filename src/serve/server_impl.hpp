@@ -94,6 +94,10 @@ struct GenerationCall {
   bool done() const { return finished == int32_t(choices.size()); }
 };
 
+// glibc's mmap and trim thresholds fixed at 4 MiB (generation_handlers.cpp says why); Server's
+// constructor calls it, once per process at start-up.
+void fix_malloc_thresholds();
+
 class Server {
  public:
   explicit Server(ServeOptions options);

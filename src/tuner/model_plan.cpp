@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "tuner/attention_plan.hpp"
 #include "tuner/moe_gemm_family.hpp"
 #include "tuner/sm1xx_tactics.hpp"
 
@@ -145,9 +146,8 @@ void add_attention(ModelPlan& plan, const ArchInfo& a, const ModelConfig& c) {
   if (a.cc == 90) {
     plan.entries.push_back({"MLA decode / sparse decode (DSA)", "FlashInfer SM90 MLA (attention/mla_hopper.cuh) via MlaSm90",
                             fmt::format("wgmma + TMA, BF16 or FP8 KV ({}); sparse rows: page_size 1 with the top-{} "
-                                        "slots as the page table. The GPU runner's graph-captured steps run our "
-                                        "MlaDecodeMma instead (split schedule built on the device; FlashInfer's is "
-                                        "built on the host), and MlaSm90 for eager dense-attention prefill",
+                                        "slots as the page table. What the GPU runner runs: its attention plan's "
+                                        "entries below",
                                         heads, c.index_topk)});
     plan.entries.push_back({"MLA prefill", "expanded form: FlashInfer FA3 ragged prefill (256/256) via MlaPrefillExpandedSm90",
                             "kv_b_proj expands K/V per head (cuBLAS), then causal FA3; the absorbed MlaSm90 for short chunks"});
@@ -189,8 +189,8 @@ void add_attention(ModelPlan& plan, const ArchInfo& a, const ModelConfig& c) {
                    "x {} keys, {} of {} B (its SharedStorage type); FP8 KV ({} keys + BF16 repack) needs {} B: {}. "
                    "Sparse rows: page_size 1 with the top-{} slots as the page table. FlashInfer's SM120 sparse MLA "
                    "(attention/sparse_mla_sm120) wants its own 656 B/token FP8 cache rows and its planner is not in the "
-                   "wheel's headers: not used. The GPU runner does not use this path yet: it runs our MlaDecodeMma "
-                   "where its ~199 KB per block fits (sm_100), else its own any-dims kernels (sm_120)",
+                   "wheel's headers: not used. The GPU runner does not use this path yet (its attention plan's entries "
+                   "below say what it runs)",
                    heads, row.stages, row.kv_tile, with_commas(row.bf16_bytes), with_commas(cap), row.fp8_kv_tile,
                    with_commas(row.fp8_bytes),
                    row.fp8_bytes <= cap ? "fits" : "does not fit, so this arch keeps a BF16 KV cache", c.index_topk)});
@@ -243,6 +243,17 @@ ModelPlan plan_model(const ArchInfo& a, const ModelConfig& c, const std::vector<
                           "cuBLASLt BF16 GEMM", "BF16 in NVIDIA's checkpoint (only the routed experts are NVFP4); "
                                                 "cuBLASLt picks the arch's tensor-core kernels"});
   add_attention(plan, a, c);
+  {  // what the GPU runner runs: its attention plan (tuner/attention_plan.hpp), --attention-kernels auto
+    AttentionDims d;
+    d.heads = c.num_attention_heads, d.kv_lora = c.kv_lora_rank, d.rope = c.qk_rope_head_dim;
+    d.softmax_scale = 1.0 / std::sqrt(double(std::max<int64_t>(c.qk_nope_head_dim + c.qk_rope_head_dim, 1)));
+    d.indexer = c.index_topk > 0;
+    d.index_heads = c.index_n_heads, d.index_dim = c.index_head_dim, d.index_topk = c.index_topk;
+    d.dsa_layer.assign(size_t(std::max<int64_t>(c.num_layers, 1)), d.indexer);
+    const AttentionPlan ap = plan_attention(a, flashinfer_mla_built(), d, AttentionKernels::Auto);
+    for (const AttentionChoice& ch : ap.choices)
+      plan.entries.push_back({"GPU runner: " + ch.part, ch.kernel, ch.why, true});
+  }
   plan.entries.push_back(
       {fmt::format("DSA indexer ({} x {}, top-{})", c.index_n_heads, c.index_head_dim, c.index_topk),
        "indexer_score_mma + indexer_topk_radix (cuda/indexer)",

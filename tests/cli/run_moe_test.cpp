@@ -4,6 +4,7 @@
 // token's output close); every bad input gives exit code 1 or 2 with a one-line message.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -234,7 +235,19 @@ double worst_row_error(const std::vector<float>& got, const std::vector<float>& 
 
 // Where a GPU is present, --backend cuda succeeds and matches the CPU backend: its logits are
 // the CPU's within FP32 rounding, the CPU selection on its own logits picks the same ids for
-// every token, and every token's output is within 1e-2 of the CPU layer on that routing.
+// every token, and every token's output is within kOutputBound of the CPU layer on that routing.
+//
+// kOutputBound, derived: both sides round x and SiLU(g)·u to BF16 (CpuMoeOptions::
+// bf16_activations), multiply the same FP4 weights (W4A16: MoeCudaOptions::w4a4 is off here) and
+// sum in FP32 (order noise ~sqrt(K) 2^-24 < 1e-6, a BF16 rounding of h flipped by it ~1e-4 of the
+// elements, each by one BF16 step); what only the GPU does is store each expert's down output (the
+// folded shared expert's too) in BF16 before the FP32 weighted combine. A BF16 rounding errs by
+// at most 2^-8 of a value and ~2^-7 / sqrt(12) / 1.5 ~ 1.5e-3 of it in RMS; the k + 1 experts'
+// errors are independent, so the combined row's relative L2 is ~1.5e-3 (times
+// sqrt(sum w_i^2 |y_i|^2) / |sum w_i y_i| ~ 1 for unrelated expert outputs), at most ~2.3e-3
+// with every error at its RMS bound. 6e-3 is ~3x that (it was 1e-2, underived); a wrong expert
+// or a moved FP4 weight code shows far above it.
+constexpr double kOutputBound = 6e-3;
 TEST_F(RunMoeTest, CudaBackendMatchesTheCpuBackend) {
   FP4MOE_SKIP_WITHOUT_GPU();
   for (int64_t T : {1, 37}) {
@@ -262,7 +275,9 @@ TEST_F(RunMoeTest, CudaBackendMatchesTheCpuBackend) {
     EXPECT_EQ(ids, ref.routing.topk_ids) << "ids differ from the CPU selection on the GPU's logits";
     for (size_t i = 0; i < wts.size(); ++i)
       EXPECT_NEAR(wts[i], ref.routing.topk_weights[i], 1e-4 * (1 + std::fabs(ref.routing.topk_weights[i])));
-    EXPECT_LT(worst_row_error(out, ref.out, kHidden), 1e-2) << "output";
+    const double err = worst_row_error(out, ref.out, kHidden);
+    std::printf("[ info ] T=%lld: worst row rel L2 %.3g (bound %.3g)\n", static_cast<long long>(T), err, kOutputBound);
+    EXPECT_LT(err, kOutputBound) << "output";
   }
 }
 

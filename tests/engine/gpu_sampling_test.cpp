@@ -20,6 +20,7 @@
 #include "engine/device_sampling.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
+#include "engine/gpu_sampling_rows.hpp"
 #include "gpu_test.hpp"
 
 namespace fp4moe {
@@ -27,7 +28,6 @@ namespace {
 
 using cpu::SamplingRowParams;
 using engine::GeneratedToken;
-using engine::RowSampling;
 using engine::gpu::DecodeInput;
 using engine::gpu::GpuRunner;
 using engine::gpu::StepInput;
@@ -35,53 +35,11 @@ using engine::gpu::StepOutput;
 using testing_gpu_runner::Decoding;
 using testing_gpu_runner::model_dir;
 using testing_gpu_runner::prefill;
-using testing_gpu_runner::prompt_of;
 using testing_gpu_runner::small_options;
 
-// Row r's parameters: r % 4 = plain greedy; temperature + top-p + logprobs 5; top-k + min-p +
-// all three penalties + logprobs 0; greedy + repetition penalty + logprobs 3.
-SamplingRowParams mixed(int r) {
-  SamplingRowParams p;
-  switch (r % 4) {
-    case 0:
-      break;
-    case 1:
-      p.temperature = 0.7f, p.top_p = 0.9f, p.logprobs_top_n = 5;
-      break;
-    case 2:
-      p.temperature = 1.0f, p.top_k = 20, p.min_p = 0.05f, p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f,
-      p.frequency_penalty = 0.3f, p.logprobs_top_n = 0;
-      break;
-    default:
-      p.repetition_penalty = 1.5f, p.logprobs_top_n = 3;
-  }
-  p.seed = 1000 + uint64_t(r) * 7919;
-  return p;
-}
-
-struct Requests {
-  std::vector<SamplingRowParams> params;
-  std::vector<std::vector<int32_t>> prompt, gen;
-  // The prompts prefill() used (prompt_of(len, vocab, r + 5)); nothing generated yet.
-  Requests(const std::vector<int64_t>& lens, int64_t V) {
-    for (size_t r = 0; r < lens.size(); ++r) {
-      params.push_back(mixed(int(r)));
-      prompt.push_back(prompt_of(lens[r], V, int(r) + 5));
-      gen.emplace_back();
-    }
-  }
-  std::vector<RowSampling> rows() const {
-    std::vector<RowSampling> out;
-    for (size_t r = 0; r < params.size(); ++r) {
-      RowSampling x;
-      x.params = params[r];
-      x.draw_index = int32_t(gen[r].size());
-      x.prompt = prompt[r];
-      x.generated = gen[r];
-      out.push_back(x);
-    }
-    return out;
-  }
+// Every sampling mode in one batch (gpu_sampling_rows.hpp), this test's seeds.
+struct Requests : testing_gpu_runner::SampledRequests {
+  Requests(const std::vector<int64_t>& lens, int64_t V) : SampledRequests(lens, V, 1000) {}
 };
 
 // The device's token of request r vs the host scheme over the same logits row; returns 1 for a

@@ -28,21 +28,19 @@
 #include "engine/device_sampling.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
+#include "engine/gpu_sampling_rows.hpp"
 #include "gpu_test.hpp"
 
 namespace fp4moe {
 namespace {
 
-using cpu::SamplingRowParams;
 using engine::GeneratedToken;
-using engine::RowSampling;
 using engine::gpu::GpuRunner;
 using engine::gpu::StepInput;
 using engine::gpu::StepOutput;
 using testing_gpu_runner::Decoding;
 using testing_gpu_runner::model_dir;
 using testing_gpu_runner::prefill;
-using testing_gpu_runner::prompt_of;
 using testing_gpu_runner::small_options;
 
 bool allowed(const std::vector<uint32_t>& m, int32_t t) { return t >= 0 && ((m[size_t(t) >> 5] >> (t & 31)) & 1u); }
@@ -60,44 +58,6 @@ std::vector<uint32_t> few_tokens(int64_t V, int n, int32_t avoid, std::mt19937_6
   return m;
 }
 
-// Row r's parameters: r % 4 = plain greedy; temperature + top-p + logprobs 5; top-k + min-p +
-// penalties + logprobs 0; greedy + repetition penalty + logprobs 3.
-SamplingRowParams mixed(int r) {
-  SamplingRowParams p;
-  switch (r % 4) {
-    case 0:
-      break;
-    case 1:
-      p.temperature = 0.7f, p.top_p = 0.9f, p.logprobs_top_n = 5;
-      break;
-    case 2:
-      p.temperature = 1.0f, p.top_k = 20, p.min_p = 0.05f, p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f,
-      p.frequency_penalty = 0.3f, p.logprobs_top_n = 0;
-      break;
-    default:
-      p.repetition_penalty = 1.5f, p.logprobs_top_n = 3;
-  }
-  p.seed = 4242 + uint64_t(r) * 7919;
-  return p;
-}
-
-struct Rows {
-  std::vector<SamplingRowParams> params;
-  std::vector<std::vector<int32_t>> prompt, gen;
-  std::vector<RowSampling> get() const {
-    std::vector<RowSampling> out;
-    for (size_t r = 0; r < params.size(); ++r) {
-      RowSampling x;
-      x.params = params[r];
-      x.draw_index = int32_t(gen[r].size());
-      x.prompt = prompt[r];
-      x.generated = gen[r];
-      out.push_back(x);
-    }
-    return out;
-  }
-};
-
 std::vector<const uint32_t*> pointers(const std::vector<std::vector<uint32_t>>& masks) {
   std::vector<const uint32_t*> p;
   for (const auto& m : masks) p.push_back(m.empty() ? nullptr : m.data());
@@ -111,12 +71,7 @@ TEST(GpuTokenMasks, MaskedGreedyAndSampledStepsEqualTheHostOnTheStepsOwnLogits) 
   const std::vector<int64_t> lens = {10, 17, 24, 13, 9, 30, 11, 20};  // every mode twice
   const int64_t B = int64_t(lens.size());
   Decoding d = prefill(*gpu, lens, steps + 1);
-  Rows q;
-  for (int64_t r = 0; r < B; ++r) {
-    q.params.push_back(mixed(int(r)));
-    q.prompt.push_back(prompt_of(lens[size_t(r)], V, int(r) + 5));
-    q.gen.emplace_back();
-  }
+  testing_gpu_runner::SampledRequests q(lens, V, 4242);  // every sampling mode (gpu_sampling_rows.hpp)
   std::mt19937_64 g(7);
   int near = 0, rows = 0;
   for (int64_t s = 0; s < steps; ++s) {
@@ -131,7 +86,7 @@ TEST(GpuTokenMasks, MaskedGreedyAndSampledStepsEqualTheHostOnTheStepsOwnLogits) 
     std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(B));
     for (int64_t r = 0; r < 6; ++r)
       masks[size_t(r)] = few_tokens(V, r == (4 + s) % 6 ? 1 : 6, raw_greedy[size_t(r)], g);
-    StepInput in = d.step(q.get());
+    StepInput in = d.step(q.rows());
     in.token_masks = pointers(masks);
     std::vector<float> logits;
     std::vector<int32_t> greedy;

@@ -312,3 +312,37 @@ TEST(RunnerMemoryPlan, WeightsThatDoNotFitAreSaidFirst) {
   EXPECT_EQ(p.error.rfind("memory plan: the weights (110.00 GB) do not fit 0.88 x the device's 80.00 GB", 0), 0u)
       << p.error;
 }
+
+// The workspace is one list (runner_workspace_buffers): the plan's parts are its sums, every
+// Scratch buffer is in it once, the FP8 index queries only with an FP8 cache's fast scores, the
+// rope queries a 1-byte stub without the fast attention; a dense-experts model gets the fallback's
+// [E, T, ...] buffers, an FP4 one empty ones.
+TEST(RunnerMemoryPlan, TheWorkspaceIsOneListThePlanSumsAndTheRunnerLaysOut) {
+  for (bool fp8 : {false, true})
+    for (bool rope_queries : {false, true})
+      for (bool dense_experts : {false, true}) {
+        RunnerPlanInput in = serve_input(kH100, 32768, 8);
+        in.dims.fp8_index_queries = fp8;
+        in.dims.rope_queries = rope_queries;
+        in.dims.dense_experts = dense_experts;
+        const int64_t T = 512, L = 8;
+        const std::vector<WsBuffer> list = runner_workspace_buffers(in, T, L);
+        std::vector<int> seen(size_t(WsBuf::Count), 0);
+        int64_t sum = 0;
+        for (const WsBuffer& b : list) {
+          ++seen[size_t(b.id)];
+          EXPECT_GE(b.bytes, 0);
+          sum += ws_layout_bytes(b.bytes);
+          if (b.id == WsBuf::Qpe) EXPECT_EQ(b.bytes, rope_queries ? T * in.dims.heads * in.dims.rope * 2 : 1);
+          if (b.id == WsBuf::Gu) EXPECT_EQ(b.bytes, dense_experts ? in.dims.experts * T * 2 * in.dims.moe_inter * 2 : 0);
+        }
+        for (size_t id = 0; id < seen.size(); ++id) {
+          const bool fp8_only = id == size_t(WsBuf::Iq8) || id == size_t(WsBuf::Iw8);
+          EXPECT_EQ(seen[id], fp8_only && !fp8 ? 0 : 1) << "buffer " << id;
+        }
+        const RunnerWorkspace w = runner_workspace(in, T, L);
+        EXPECT_EQ(w.total(), sum);
+        EXPECT_EQ(ws_layout_bytes(0), 256);
+        EXPECT_EQ(ws_layout_bytes(257), 512);
+      }
+}

@@ -31,6 +31,8 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../..")
+sys.path.insert(0, os.path.join(ROOT, "tools/train_small"))
+from engine_dump import generate_dump  # noqa: E402  (numpy only, shared with evaluate.py)
 # Both sides compute in FP32 on identical weights; they differ only in summation order:
 # ~sqrt(K) * 2^-24 ~ 1.4e-6 relative per dot product (K <= 512), through ~30 dependent ops
 # ~1e-5 at worst; measured <= 1e-6 (meta.json "engine_max_row_rel_l2"). 1e-4 is that bound
@@ -48,22 +50,8 @@ def run(cmd, stdin=None):
     return r.stdout
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    dt = {"F32": np.float32, "I32": np.int32}
-    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"])
-            for k, v in header.items() if k != "__metadata__"}
-
-
 def generate(binary, model, ids, new_tokens):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "logits.safetensors")
-        run([binary, "generate", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
-             "--max-new-tokens", str(new_tokens), "--dump-logits", out, "--threads", "1"])
-        return read_safetensors(out)
+    return generate_dump(binary, model, ids, new_tokens, run)
 
 
 def main():
@@ -141,11 +129,7 @@ def main():
 
     def mtp_logits():
         tokens = g["tokens"].tolist()
-        with tempfile.TemporaryDirectory() as d:
-            out = os.path.join(d, "mtp.safetensors")
-            run([a.fp4moe, "generate", "--model", a.model, "--prompt-ids", ",".join(map(str, tokens)),
-                 "--max-new-tokens", "1", "--dump-mtp-logits", out, "--threads", "1"])
-            eng = read_safetensors(out)["mtp_logits"]
+        eng = generate_dump(a.fp4moe, a.model, tokens, 1, run, "--dump-mtp-logits")["mtp_logits"]
         rows = g["mtp_rows"]
         err = np.linalg.norm(eng[rows] - g["mtp_logits"], axis=1) / np.linalg.norm(g["mtp_logits"], axis=1)
         print(f"  MTP logits rows {rows.tolist()}: max rel L2 {err.max():.3g} (bound {LOGITS_BOUND:g})")

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "../oracle"))
 import corpus  # noqa: E402
+from engine_dump import generate_dump  # noqa: E402
 from model import load_hf  # noqa: E402
 from nvfp4 import dequantize_state  # noqa: E402
 
@@ -55,22 +56,8 @@ def run(cmd, stdin=None):
     return r.stdout
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    dt = {"F32": np.float32, "I32": np.int32}
-    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"])
-            for k, v in header.items() if k != "__metadata__"}
-
-
 def engine_logits(fp4moe, folder, ids):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "l.safetensors")
-        run([fp4moe, "generate", "--model", folder, "--prompt-ids", ",".join(map(str, ids)), "--max-new-tokens", "1",
-             "--dump-logits", out, "--threads", "1"])
-        return read_safetensors(out)["logits"][:len(ids)]
+    return generate_dump(fp4moe, folder, ids, 1, run)["logits"][:len(ids)]
 
 
 def load_nvfp4(folder):

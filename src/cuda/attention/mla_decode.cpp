@@ -50,21 +50,13 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
 }  // namespace decode
 
 std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
-  const bool wgmma = math == DecodeMath::kWgmma;
-  if (d.num_heads < decode::kHeadsPerCta || d.num_heads % decode::kHeadsPerCta != 0)
-    return fmt::format("MLA decode (mma): {} heads unsupported (a multiple of {})", d.num_heads, decode::kHeadsPerCta);
   if (d.kv_elem != KvElem::BF16 && d.kv_elem != KvElem::FP8_E4M3)
     return fmt::format("MLA decode (mma): KV element {} unsupported (bf16 or fp8_e4m3)", kv_elem_name(d.kv_elem));
-  if (!(d.sm_scale > 0)) return fmt::format("MLA decode (mma): sm_scale {} must be positive", d.sm_scale);
   int dev = 0, smem = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const size_t need = decode::smem_bytes(fp8_of(d), wgmma);
-  if (size_t(smem) < need)
-    return fmt::format("MLA decode (mma): needs {} B of shared memory per block, this GPU allows {} B", need, smem);
-  if (current_device_sm() < 89) return "MLA decode (mma): needs sm_89 or newer (E4M3 conversions)";
-  if (wgmma && current_device_sm() != 90) return "MLA decode (wgmma): needs sm_90 (Hopper's wgmma)";
-  return "";
+  return decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, smem, current_device_sm(),
+                               math == DecodeMath::kWgmma);
 }
 
 MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc, DecodeMath math) : desc_(desc), wgmma_(math == DecodeMath::kWgmma) {

@@ -8,67 +8,13 @@
 #include <vector>
 
 #include "core/host_device.hpp"
+#include "cuda/attention/mla_decode_config.hpp"
 
 #if !defined(FP4MOE_CUDA_EMU)  // the emulator test defines the CUDA types itself
 #include <cuda_runtime_api.h>
 #endif
 
 namespace fp4moe::cuda::attention::decode {
-
-constexpr int kThreads = 256;
-constexpr int kWarps = 8;
-constexpr int kHeadsPerCta = 64;
-constexpr int kCkv = 512, kKpe = 64, kQk = kCkv + kKpe;
-constexpr int kStages = 3;
-
-template <bool kFp8>
-struct Cfg {
-  static constexpr int kTk = kFp8 ? 64 : 32;                 // keys per tile
-  static constexpr int kElem = kFp8 ? 1 : 2;                 // bytes per cached element
-  static constexpr int kRowBytes = kQk * kElem;              // one key: [latent 512 | rope 64]
-  static constexpr int kKvPitch = kRowBytes + 16;            // conflict-free ldmatrix rows
-  static constexpr int kQPitch = kQk * 2 + (kFp8 ? 32 : 16);  // 16-bit Q rows (FP8: 8 B loads)
-  static constexpr int kChunks = kRowBytes / 16;             // 16 B copies per key
-  static constexpr int kLatentChunks = kCkv * kElem / 16;    // of which from the latent pool
-  static constexpr int kNT = kTk / 8;                        // n8 tiles of S per warp
-  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQPitch;
-  static constexpr size_t kStageBytes = size_t(kTk) * kKvPitch;
-  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
-  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);  // the tiles' cache slots
-  static constexpr size_t kConvBytes = 0;  // (the wgmma variant with an FP8 cache: its FP16 tiles)
-  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
-  static_assert((kKvPitch / 4) % 8 == 4, "KV rows must shift banks by 4 words (mod 32)");
-  static_assert(kSmemBytes <= 227 * 1024, "");
-};
-
-// The wgmma variant (BF16 cache, sm_90a): Q and each KV tile stored as 8 x 8 core matrices of
-// 128 contiguous bytes (no padding), [row / 8][dim / 8][row % 8][dim % 8]: the no-swizzle
-// canonical layout (cuda/common/wgmma_prims.cuh) of Q and K as K-major operands and of V (the
-// latent dims of the same tile) as an MN-major one.
-struct CfgWg : Cfg<false> {
-  static constexpr int kDimGroups = kQk / 8;                           // 72 core matrices per 8 rows
-  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728
-  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 36,864
-  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "");
-};
-
-// The wgmma variant with an FP8 cache: tiles of 32 keys whose codes land as plain 576-byte rows,
-// each thread converting the chunks it copied to FP16 (exact: E4M3 is a subset of FP16) into one
-// of two core-matrix tiles (CfgWg's layout), which wgmma reads with the FP16 Q; P is FP16.
-struct CfgWgFp8 : Cfg<true> {
-  static constexpr int kTk = 32;
-  static constexpr int kNT = kTk / 8;
-  static constexpr int kDimGroups = kQk / 8;
-  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728 (FP16)
-  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 18,432 (codes)
-  static constexpr size_t kConvBytes = size_t(kTk) * kQk * 2;           // 36,864 (one FP16 tile)
-  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
-  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);
-  static constexpr size_t kSmemBytes =
-      kQBytes + kStages * kStageBytes + 2 * kConvBytes + kXchgBytes + 16 + kSlotBytes;
-  static_assert(kSmemBytes <= 227 * 1024, "");
-};
 
 // One work item: keys [kv_start, kv_end) of query token `token`; key i's cache slot is
 // (table[i >> page_shift] << page_shift) + (i & (page_size - 1)) with table = kv_indices +
@@ -147,13 +93,6 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
                         int tile_keys);
 
 
-inline size_t smem_bytes(bool fp8, bool wgmma = false) {
-  if (wgmma) return fp8 ? CfgWgFp8::kSmemBytes : CfgWg::kSmemBytes;
-  return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes;
-}
-inline int tile_keys(bool fp8, bool wgmma = false) {
-  return wgmma ? CfgWg::kTk : fp8 ? Cfg<true>::kTk : Cfg<false>::kTk;
-}
 #if !defined(FP4MOE_CUDA_EMU)
 // The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel; pdl:
 // both with programmatic dependent launch (cuda/common/launch.cuh); wgmma: the wgmma variant

@@ -50,8 +50,7 @@ int one_cta_keys(const TopKArgs& a) {
 size_t top_k_workspace_bytes(int64_t rows, int max_ctx) { return topk::workspace_layout(rows, max_ctx).total; }
 
 int top_k_max_one_cta_keys() {
-  const size_t large = topk::select_smem_bytes(topk::kRowKeysLarge, topk::kRowKeysLarge);
-  return int64_t(large) <= current_device().smem_per_block_optin ? topk::kRowKeysLarge : topk::kRowKeys;
+  return topk::max_one_cta_keys(current_device().smem_per_block_optin);
 }
 
 int top_k_slice_keys(int64_t rows, int max_ctx) {

@@ -38,23 +38,20 @@
 #include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
 #include "cuda/attention/kv_device.cuh"
 #include "cuda/indexer/topk_sample.hpp"
+#include "cuda/indexer/topk_smem.hpp"
 
 namespace fp4moe::cuda::indexer::topk {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowKeys = 16384;                         // one-CTA rows (keys in shared memory), every arch
-constexpr int kRowKeysLarge = 32768;                    // the same up to 32K keys: 145 KB of shared memory (sm_90 / sm_100)
 constexpr int kSliceKeys = 4096;                        // longer rows: keys per gather CTA (default, and the unit)
 constexpr int kMaxSliceKeys = 16 * kSliceKeys;          // 64K keys per CTA: 64 per thread
-constexpr int kBins0 = 4096;                            // first digit: key bits [31:20]
 constexpr int kMaxK = 4096;                             // the selection is staged in the kBins0 histogram ints
 static_assert(kMaxK <= kBins0 && kMaxK % kThreads == 0, "");
 constexpr int kCandCap = 8192;                          // candidates resolved in shared memory
 constexpr int kSharedBitmapKeys = 2 * kCandCap * 32;    // rows up to 512K keys: the selection bitmap over the candidates' arrays
 constexpr int kPosBits = 22;                            // positions < 2^22 (the tie cut's radix)
 constexpr uint32_t kPosMax = (1u << kPosBits) - 1;
-constexpr int kScratchInts = 64;
 constexpr int kNoCut = 0x7fffffff;
 
 // Per row, in the workspace; zero between calls.
@@ -132,10 +129,6 @@ inline int gather_ctas_per_row(int64_t rows, int64_t slices, int resident) {
 inline bool sample_lines_valid(int lines) { return lines >= 32 && lines <= kSampleLines; }
 inline bool slice_keys_valid(int slice_keys) {
   return slice_keys >= kSliceKeys && slice_keys <= kMaxSliceKeys && slice_keys % kSliceKeys == 0;
-}
-inline size_t select_smem_bytes(int max_ctx, int row_keys = kRowKeys) {
-  const int keys = max_ctx < row_keys ? max_ctx : row_keys;  // long rows: the sample, <= 8K keys
-  return (kBins0 + kScratchInts) * sizeof(int) + size_t(keys) * sizeof(uint32_t);
 }
 inline size_t gather_smem_bytes() { return (kBins0 + kScratchInts) * sizeof(int) + kCandCap * 2 * sizeof(uint32_t); }
 // Points p's workspace arrays into ws (layout l).

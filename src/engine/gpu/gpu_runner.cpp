@@ -3,12 +3,14 @@
 #include "engine/gpu/gpu_runner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -21,6 +23,7 @@
 #include "cuda/routing/router.hpp"
 #include "cuda/sampling/sampling.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
+#include "tuner/arch.hpp"
 
 namespace fp4moe::engine::gpu {
 namespace {
@@ -96,15 +99,6 @@ cuda::DeviceBuffer upload_bf16_stack(const ExpertStack& s, Loader& ld) {
 }
 
 }  // namespace
-
-AttentionKernels parse_attention_kernels(const std::string& name) {
-  if (name == "auto") return AttentionKernels::Auto;
-  if (name == "own") return AttentionKernels::Own;
-  if (name == "flashinfer-decode") return AttentionKernels::FlashInferDecode;
-  if (name == "mma-decode") return AttentionKernels::MmaDecode;
-  if (name == "wgmma-decode") return AttentionKernels::WgmmaDecode;
-  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode, mma-decode or wgmma-decode (got '{}')", name);
-}
 
 std::vector<int64_t> graph_buckets(int64_t max_bs) {
   std::vector<int64_t> b;
@@ -276,94 +270,42 @@ size_t GpuRunner::Impl::replicate_layers() {
 void GpuRunner::Impl::choose_attention() {
   namespace at = cuda::attention;
   const model::MlaModelConfig& c = cfg;
-  std::string why, prefill_why;
-  if (opt.attention_kernels == AttentionKernels::Own) {
-    why = "attention kernels forced to own (RunnerOptions::attention_kernels)";
-  } else if (c.kv_lora_rank != at::kCkvDim || c.qk_rope_dim != at::kKpeDim) {
-    why = fmt::format("kv_lora_rank {} / qk_rope_head_dim {} (the fast kernels take {} / {})", c.kv_lora_rank,
-                      c.qk_rope_dim, at::kCkvDim, at::kKpeDim);
-  } else {
-    at::MlaDesc d;
-    d.num_heads = int(c.num_heads);
-    d.sm_scale = float(c.softmax_scale);
-    d.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
-    const bool wgmma = opt.attention_kernels == AttentionKernels::WgmmaDecode;
-    const at::DecodeMath math = wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync;
-    why = at::mla_decode_can_implement(d, math);
-    if (wgmma) FP4MOE_CHECK(why.empty(), "--attention-kernels wgmma-decode: {}", why);
-    if (why.empty()) mla_fast = std::make_unique<at::MlaDecodeMma>(d, math);
-    // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
-    // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
-    // FlashInferDecode (an error where it cannot run), never under MmaDecode / WgmmaDecode.
-    std::string fi_why = !mla_fast ? why : at::mla_can_implement(d, at::current_device_sm());
-    if (fi_why.empty() && d.num_heads != 64) fi_why = fmt::format("{} heads (it takes 64)", d.num_heads);
-    if (opt.attention_kernels == AttentionKernels::FlashInferDecode)
-      FP4MOE_CHECK(fi_why.empty(), "--attention-kernels flashinfer-decode: {}", fi_why);
-    if (fi_why.empty() && opt.attention_kernels != AttentionKernels::MmaDecode && !wgmma) {
-      mla_fi_decode = std::make_unique<at::MlaSm90>(d);
-      mla_fi_decode->reserve_device(int(opt.max_tokens));
-      static_assert(kMmaSparseMaxRows == 1, "the start-up line says one-token steps");
-      if (mla_fast && opt.attention_kernels == AttentionKernels::Auto) {  // the smallest steps' DSA rows
-        mma_sparse_max_rows = kMmaSparseMaxRows;
-        mla_fast->reserve_device(mma_sparse_max_rows);
-      }
-    } else if (mla_fast) {  // decode and top-k rows on MlaDecodeMma: its workspace only then
-      mla_fast->reserve_device(int(opt.max_tokens));
-    }
-    bool dense_layer = false;
-    for (int64_t l = 0; l < c.num_layers; ++l)
-      dense_layer |= !layers[size_t(l)].has_indexer && c.indexer[size_t(l)] != model::IndexerKind::Shared;
-    prefill_why = !mla_fast ? "no fast decode path" : at::mla_can_implement(d, at::current_device_sm());
-    // 64 heads only: the head count cuda/attention's GPU tests run MlaSm90 with (128 would be
-    // FlashInfer's other tile packing, not yet run here).
-    if (prefill_why.empty() && d.num_heads != 64)
-      prefill_why = fmt::format("MlaSm90 prefill is enabled for 64 heads only (verified); {} here", d.num_heads);
-    if (mla_fast && dense_layer && prefill_why.empty()) mla_prefill = std::make_unique<at::MlaSm90>(d);
+  tuner::AttentionDims d;
+  d.heads = c.num_heads, d.kv_lora = c.kv_lora_rank, d.rope = c.qk_rope_dim;
+  d.softmax_scale = c.softmax_scale;
+  d.kv_fp8 = kv_fp8;
+  d.indexer = c.has_indexer();
+  d.index_heads = c.index_n_heads, d.index_dim = c.index_head_dim, d.index_topk = c.index_topk;
+  d.index_rope_interleaved = c.index_rope == model::RopeLayout::Interleaved;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    d.dsa_layer.push_back(layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared);
+  const tuner::AttentionPlan p =
+      tuner::plan_attention(tuner::device_arch(cuda::current_device_ordinal()), tuner::flashinfer_mla_built(), d,
+                            opt.attention_kernels);
+  FP4MOE_CHECK(p.error.empty(), "{}", p.error);
+  attention_plan = p;
+  at::MlaDesc desc;
+  desc.num_heads = int(c.num_heads);
+  desc.sm_scale = float(c.softmax_scale);
+  desc.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+  if (p.mma_decode)
+    mla_fast = std::make_unique<at::MlaDecodeMma>(desc, p.wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync);
+  if (p.flashinfer_decode) {
+    mla_fi_decode = std::make_unique<at::MlaSm90>(desc);
+    mla_fi_decode->reserve_device(int(opt.max_tokens));
   }
-  std::string dsa, dense;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    std::string& list = layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared ? dsa : dense;
-    if (!list.empty()) list += ',';
-    list += std::to_string(l);
-  }
-  fast_indexer = mla_fast && c.has_indexer() &&
-                 cuda::indexer::indexer_can_implement(c.index_n_heads, c.index_head_dim).empty();
-  topk_one_cta_keys_many_rows = cuda::indexer::top_k_max_one_cta_keys();
-  topk_one_cta_max_rows = cuda::current_device().sm_count;
-  fast_index_key = fast_indexer && cuda::indexer::index_key_prep_can_implement(
-                                       c.index_head_dim, int(c.qk_rope_dim),
-                                       c.index_rope == model::RopeLayout::Interleaved)
-                                       .empty();
-  // The latent keys' RMSNorm + RoPE + cache write in one launch, where the index keys are fused
-  // too (or there are none): the runner's append then has nothing left to write.
-  fast_latent = mla_fast && cuda::attention::kv_latent_prep_can_implement(c.kv_lora_rank, c.qk_rope_dim).empty() &&
-                (!c.has_indexer() || fast_index_key);
-  const std::string own = "the runner's own kernels (one CTA per token x head, FP32)";
-  if (!mla_fast) {
-    attention_line = fmt::format("attention: every layer on {}: {}", own, why);
-    return;
-  }
-  const std::string fast =
-      mla_fi_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
-                    : opt.attention_kernels == AttentionKernels::WgmmaDecode
-                        ? "cuda/attention MlaDecodeMma (wgmma, device-built split schedule, graph-capturable)"
-                        : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
-  attention_line = fmt::format("attention: latent keys {};", fast_latent ? "by cuda/attention's fused RMSNorm + RoPE + cache write"
-                                                                         : "by the runner's RMSNorm, RoPE and append kernels");
-  if (!dense.empty())
-    attention_line += fmt::format(
-        " layers [{}] (dense MLA): decode steps on {}, prefill / mixed steps on {};", dense, fast,
-        mla_prefill ? std::string("FlashInfer's SM90 MLA (MlaSm90, causal, planned per eager step; else ") + own + ")"
-                    : own + " (" + prefill_why + ")");
-  if (!dsa.empty())
-    attention_line += fmt::format(" layers [{}] (DSA top-{}): every token's top-k rows on {}{};", dsa, c.index_topk, fast,
-                                  mma_sparse_max_rows > 0 ? " (one-token steps: MlaDecodeMma, mma.sync)" : "");
-  if (c.has_indexer())
-    attention_line += fmt::format(" indexer keys {}, scores on {}, top-k on cuda/indexer's radix top-k",
-                                  fast_index_key ? "by cuda/indexer's fused LayerNorm + RoPE + cache write"
-                                                 : "by the runner's LayerNorm, RoPE and append kernels",
-                                  fast_indexer ? "cuda/indexer's mma kernel" : "the runner's own kernel");
-  if (attention_line.back() == ';') attention_line.pop_back();
+  mma_sparse_max_rows = p.mma_sparse_max_rows;
+  // MlaDecodeMma's workspace: beside FlashInfer's decode only for the smallest steps' DSA rows
+  // (none when FlashInfer is forced), else for every decode and top-k row.
+  if (mla_fast && !mla_fi_decode) mla_fast->reserve_device(int(opt.max_tokens));
+  if (mla_fast && mla_fi_decode && mma_sparse_max_rows > 0) mla_fast->reserve_device(mma_sparse_max_rows);
+  if (p.flashinfer_prefill) mla_prefill = std::make_unique<at::MlaSm90>(desc);
+  fast_indexer = p.fast_indexer;
+  fast_index_key = p.fast_index_key;
+  fast_latent = p.fast_latent;
+  topk_one_cta_keys_many_rows = p.topk_one_cta_keys_many_rows;
+  topk_one_cta_max_rows = p.topk_one_cta_max_rows;
+  attention_line = p.line;
 }
 
 RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_t device_bytes) const {
@@ -420,17 +362,16 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
   };
   const int64_t V = c.vocab;
   in.sample_workspace = [V](int64_t rows) { return int64_t(cuda::sampling::sample_workspace_bytes(rows, V)); };
+  in.sample_in_bytes = [](int64_t rows) { return int64_t(sample_in_bytes(rows)); };
+  in.sample_out_bytes = [](int64_t steps, int64_t rows) { return int64_t(sample_out_ints(steps, rows)) * 4; };
+  in.token_mask_bytes = [V](int64_t logits_rows, int64_t rows) { return int64_t(token_mask_bytes(logits_rows, rows, V)); };
   return in;
 }
 
 void GpuRunner::Impl::plan_memory() {
   const model::MlaModelConfig& c = cfg;
-  int64_t maxI = c.intermediate, E = 0, k = 0, I = 0;
   size_t fp4_ws = 0;
-  bool dense_experts = false;
   for (const DeviceLayer& L : layers) {
-    if (L.shared) maxI = std::max(maxI, L.shared->inter);
-    if (L.dense_experts) dense_experts = true;
     for (const GpuLinear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
                                &L.mlp.up, &L.mlp.down})
       fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
@@ -458,6 +399,8 @@ void GpuRunner::Impl::plan_memory() {
     in.min_tokens = opt.min_tokens > 0 ? std::min(opt.min_tokens, opt.max_tokens) : 0;
     in.fixed_workspace_bytes = int64_t(fp4_ws);
     in.moe_workspace = [&](int64_t tokens) { return int64_t(moe_ws_at(tokens)); };
+    in.dims.rope_queries = mla_fast != nullptr;  // what the attention plan chose (the first plan counted both)
+    in.dims.fp8_index_queries = kv_fp8 && fast_indexer;
     RunnerPlan p = plan_runner_memory(in);
     FP4MOE_CHECK(p.ok, "{}", p.error);
     if (plan.tokens_lowered) p.tokens_lowered = true, p.tokens_asked = plan.tokens_asked;
@@ -466,78 +409,51 @@ void GpuRunner::Impl::plan_memory() {
     logits_rows = plan.logits_rows;
     score_rows = plan.score_rows;
   }
-  const int64_t T = opt.max_tokens, H = c.hidden, NH = c.num_heads, QK = c.qk_head_dim(), C = c.kv_lora_rank,
-                Rd = c.qk_rope_dim, V = c.v_head_dim, D = c.index_head_dim, HI = c.index_n_heads;
-  const size_t moe_ws = moe_ws_at(T);
-  if (dense_experts) E = c.moe.num_experts, k = c.moe.top_k, I = c.moe.inter;
-  const size_t router_ws = dense_experts ? cuda::router_workspace_bytes(T, int(E)) : 0;
-
+  const int64_t T = opt.max_tokens, C = c.kv_lora_rank, Rd = c.qk_rope_dim, D = c.index_head_dim;
+  // The workspace, buffer by buffer, as the plan counted it (engine::runner_workspace_buffers:
+  // one list for the plan and the layout).
+  RunnerPlanInput in = plan_in;
+  in.dims.rope_queries = mla_fast != nullptr;
+  in.dims.fp8_index_queries = kv_fp8 && fast_indexer;
+  in.max_tokens = T;
+  in.fixed_workspace_bytes = int64_t(fp4_ws);
+  in.moe_workspace = [&](int64_t tokens) { return int64_t(moe_ws_at(tokens)); };
+  constexpr size_t kAbsent = ~size_t(0);
+  std::array<size_t, size_t(WsBuf::Count)> offset;
+  std::array<size_t, size_t(WsBuf::Count)> bytes{};
+  offset.fill(kAbsent);
   size_t off = 0;
-  std::vector<std::pair<void**, size_t>> layout;
-  auto take = [&](auto*& p, size_t bytes) {
-    layout.emplace_back(reinterpret_cast<void**>(&p), off);
-    off += align256(std::max<size_t>(bytes, 1));
-  };
-  const size_t t = size_t(T);
-  take(s.x, t * H * 4);
-  take(s.h, t * H * 2);
-  take(s.o, t * H * 2);
-  take(s.of, t * H * 4);
-  take(s.qa, t * std::max<int64_t>(c.q_lora_rank, 1) * 2);
-  take(s.q, t * NH * QK * 2);
-  take(s.kva, t * (C + Rd) * 2);
-  take(s.ckv, t * C * 2);
-  take(s.ql, t * NH * C * 2);
-  take(s.ol, t * NH * C * 2);
-  take(s.qpe, mla_fast ? t * NH * Rd * 2 : 1);
-  take(s.ov, t * NH * V * 2);
-  take(s.ik, t * D * 2);
-  take(s.iq, t * HI * D * 2);
-  take(s.iw16, t * HI * 2);
-  take(s.iw, t * HI * 4);
-  if (kv_fp8 && fast_indexer) {  // the FP8 scores' quantized queries (absent from the BF16 layout)
-    take(s.iq8, t * HI * D);
-    take(s.iw8, t * HI * 4);
+  for (const WsBuffer& b : runner_workspace_buffers(in, T, logits_rows)) {
+    offset[size_t(b.id)] = off;
+    bytes[size_t(b.id)] = size_t(b.bytes);
+    off += size_t(ws_layout_bytes(b.bytes));
   }
-  take(s.scores, c.has_indexer() ? size_t(score_rows) * size_t(opt.max_context) * 4 : 4);
-  take(s.chunk_qo, size_t(opt.max_requests + 2) * 4);
-  take(s.topk_pos, t * std::max<int64_t>(c.index_topk, 1) * 4);
-  take(s.topk_slot, t * std::max<int64_t>(c.index_topk, 1) * 4);
-  take(s.g, t * maxI * 2);
-  take(s.u, t * maxI * 2);
-  take(s.hm, t * maxI * 2);
-  const size_t lr = size_t(logits_rows);
-  take(s.rows, lr * H * 2);
-  take(s.logits, lr * c.vocab * 4);
-  take(s.greedy, lr * 4);
-  take(s.rlogits, t * E * 4);
-  take(s.rids, t * k * 4);
-  take(s.rw, t * k * 4);
-  take(s.gu, size_t(E) * t * 2 * I * 2);
-  take(s.eh, size_t(E) * t * I * 2);
-  take(s.ey, size_t(E) * t * H * 4);
-  take(s.moe_ws, moe_ws);
-  take(s.router_ws, router_ws);
-  const size_t topk_ws = c.has_indexer() ? cuda::indexer::top_k_workspace_bytes(score_rows, int(opt.max_context)) : 0;
-  take(s.topk_ws, topk_ws);
-  take(s.fp4_ws, fp4_ws);
+  FP4MOE_CHECK(int64_t(off) == plan.ws.total(), "memory plan: the workspace laid out is {} B, the plan's {} B", off,
+               plan.ws.total());
+  phase = "allocating the step workspace";
+  workspace = cuda::DeviceBuffer(off);
+  auto at = [&](WsBuf id, auto*& p) {
+    using Ptr = std::remove_reference_t<decltype(p)>;
+    p = offset[size_t(id)] == kAbsent ? nullptr
+                                      : reinterpret_cast<Ptr>(static_cast<uint8_t*>(workspace.ptr()) + offset[size_t(id)]);
+  };
+  at(WsBuf::X, s.x), at(WsBuf::H, s.h), at(WsBuf::O, s.o), at(WsBuf::Of, s.of), at(WsBuf::Qa, s.qa);
+  at(WsBuf::Q, s.q), at(WsBuf::Kva, s.kva), at(WsBuf::Ckv, s.ckv), at(WsBuf::Ql, s.ql), at(WsBuf::Ol, s.ol);
+  at(WsBuf::Qpe, s.qpe), at(WsBuf::Ov, s.ov), at(WsBuf::Ik, s.ik), at(WsBuf::Iq, s.iq), at(WsBuf::Iw16, s.iw16);
+  at(WsBuf::Iw, s.iw), at(WsBuf::Iq8, s.iq8), at(WsBuf::Iw8, s.iw8), at(WsBuf::Scores, s.scores);
+  at(WsBuf::ChunkQo, s.chunk_qo), at(WsBuf::TopkPos, s.topk_pos), at(WsBuf::TopkSlot, s.topk_slot);
+  at(WsBuf::G, s.g), at(WsBuf::U, s.u), at(WsBuf::Hm, s.hm), at(WsBuf::Rows, s.rows), at(WsBuf::Logits, s.logits);
+  at(WsBuf::Greedy, s.greedy), at(WsBuf::Rlogits, s.rlogits), at(WsBuf::Rids, s.rids), at(WsBuf::Rw, s.rw);
+  at(WsBuf::Gu, s.gu), at(WsBuf::Eh, s.eh), at(WsBuf::Ey, s.ey), at(WsBuf::MoeWs, s.moe_ws);
+  at(WsBuf::RouterWs, s.router_ws), at(WsBuf::TopkWs, s.topk_ws), at(WsBuf::Fp4Ws, s.fp4_ws);
+  at(WsBuf::SampleWs, s.sample_ws), at(WsBuf::SampleIn, s.sample_in), at(WsBuf::SampleOut, s.sample_out);
+  at(WsBuf::SampleHist, s.sample_hist), at(WsBuf::TokenMasks, s.token_masks);
+  const size_t moe_ws = bytes[size_t(WsBuf::MoeWs)], router_ws = bytes[size_t(WsBuf::RouterWs)],
+               topk_ws = bytes[size_t(WsBuf::TopkWs)], sample_ws = bytes[size_t(WsBuf::SampleWs)];
   // Device sampling (gpu_sample.cpp): max_requests rows, max_decode_steps results per launch.
   sample_rows = std::max<int64_t>(opt.max_requests, 1);
   sample_steps = std::max<int64_t>(opt.max_decode_steps, 1);
   sample_hist_ints = sample_rows * (opt.max_context + sample_steps);
-  const size_t sample_ws = cuda::sampling::sample_workspace_bytes(sample_rows, c.vocab);
-  take(s.sample_ws, sample_ws);
-  take(s.sample_in, sample_in_bytes(sample_rows));
-  take(s.sample_out, sample_out_ints(sample_steps, sample_rows) * 4);
-  take(s.sample_hist, size_t(sample_hist_ints) * 4);
-  take(s.token_masks, token_mask_bytes(logits_rows, sample_rows, c.vocab));
-  // The layout above is the plan's arithmetic buffer for buffer (the KV pool below is measured
-  // after the allocation, so a difference would show there, not as an allocation failure).
-  if (int64_t(off) != plan.ws.total())
-    log_debug("memory plan: workspace laid out {} B, planned {} B", off, plan.ws.total());
-  phase = "allocating the step workspace";
-  workspace = cuda::DeviceBuffer(off);
-  for (auto& [p, o] : layout) *p = static_cast<uint8_t*>(workspace.ptr()) + o;
   s.moe_ws_bytes = moe_ws;
   s.router_ws_bytes = router_ws;
   s.topk_ws_bytes = topk_ws;

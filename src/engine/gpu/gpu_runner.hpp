@@ -43,26 +43,14 @@
 #include "engine/request.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
+#include "tuner/attention_plan.hpp"
 
 namespace fp4moe::engine::gpu {
 
-// Which kernels run the absorbed MLA attention (the README's "what runs where").
-//   Auto: on sm_90 with 64 heads, FlashInfer's SM90 MLA kernel over a schedule built on the
-//         device (MlaSm90::run_device, graph-capturable) for decode steps and DSA top-k rows;
-//         elsewhere cuda/attention's MlaDecodeMma (mma.sync, its own device-built split
-//         schedule) where the dims allow (kv_lora_rank 512, qk_rope 64, heads a multiple of 64,
-//         sm_89+ with ~199 KB of shared memory per block); with cuda/indexer's mma scores (32
-//         index heads x 128) and, on sm_90, FlashInfer's MlaSm90 for dense-attention layers'
-//         eager prefill / mixed steps; the runner's own any-dims kernels elsewhere;
-//   FlashInferDecode: as Auto, an error where FlashInfer's decode cannot run;
-//   MmaDecode: as Auto, but decode steps and top-k rows always on MlaDecodeMma;
-//   WgmmaDecode: as MmaDecode, with MlaDecodeMma's wgmma variant (sm_90; an error elsewhere);
-//   Own:  the runner's own kernels everywhere (tests compare them with the others).
-enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode, WgmmaDecode };
-
-// "auto" | "own" | "flashinfer-decode" | "mma-decode" | "wgmma-decode" (the CLI's --attention-kernels);
-// an Error otherwise.
-AttentionKernels parse_attention_kernels(const std::string& name);
+// Which kernels run the absorbed MLA attention, the indexer and its top-k: the tuner's attention
+// plan (tuner/attention_plan.hpp: the flag's values and what each means).
+using tuner::AttentionKernels;
+using tuner::parse_attention_kernels;  // --attention-kernels; an Error (one line) for another value
 
 // SGLang's --kv-cache-dtype for the GPU runner: "auto" | "bf16" -> BF16, "fp8_e4m3" -> FP8_E4M3;
 // an Error (one line) otherwise (f32 is the CPU reference's).

@@ -38,6 +38,7 @@
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"
 #include "moe/moe_layer_cuda.hpp"
+#include "tuner/attention_plan.hpp"
 
 namespace fp4moe::engine::gpu {
 
@@ -268,28 +269,20 @@ struct GpuRunner::Impl {
   std::unique_ptr<StageMarks> mark_pool;
   cudaEvent_t ev_begin = nullptr, ev_end = nullptr;
 
-  // The fast attention kernels (null: the runner's own everywhere); choose_attention() at load.
+  // The fast attention kernels (null: the runner's own everywhere), as attention_plan says.
   std::unique_ptr<cuda::attention::MlaDecodeMma> mla_fast;
   std::unique_ptr<cuda::attention::MlaSm90> mla_fi_decode;  // Auto / FlashInferDecode where FlashInfer runs
   bool fast_indexer = false;  // cuda/indexer's mma scores (with mla_fast, 32 index heads x 128)
   bool fast_index_key = false;  // cuda/indexer's fused key LayerNorm + RoPE + cache write (with fast_indexer)
   bool fast_latent = false;  // cuda/attention's fused latent RMSNorm + RoPE + cache write (every key fused)
-  // cuda/indexer's top-k settings, from bench attention's top-k rows (H100, ad1bda0 / d7ad5af):
-  // - from 64 rows up to one row per SM, rows of 16K-32K keys on one CTA (one 145 KB block per SM):
-  //   0.78-0.82x the sampled path's time at 64 and 128 rows of 32K; 0.94-0.99x at 1-16 rows (the
-  //   128-line sample is faster there) and 1.04x at 256 rows (two waves);
-  // - longer rows' threshold from a 128-line sample: 0.89-0.95x the 256-line default's time at
-  //   32K (1-256 rows), 0.95-1.04x at 128K (about even).
-  // The same selection either way.
-  static constexpr int kTopKOneCtaMinRows = 64;
-  static constexpr int kTopKSampleLines = 128;
-  int topk_one_cta_keys_many_rows = 0;  // top_k_max_one_cta_keys(): 32768 where shared memory allows
+  // cuda/indexer's top-k settings and the one-token steps' sparse kernel: the attention plan's
+  // (tuner/attention_plan.hpp, where the measurements behind them are written).
+  static constexpr int kTopKOneCtaMinRows = tuner::kTopKOneCtaMinRows;
+  static constexpr int kTopKSampleLines = tuner::kTopKSampleLines;
+  int topk_one_cta_keys_many_rows = 0;  // rows up to this many keys on one CTA (32768 where shared memory allows)
   int topk_one_cta_max_rows = 0;        // the SM count
-  // Auto with FlashInfer's decode: the DSA rows of steps with at most this many tokens still go to
-  // MlaDecodeMma (bench attention's sparse-mla rows, H100: 0.85-0.86x FlashInfer's device-scheduled
-  // time at 1 row, 1.00x at 2, 1.12-1.28x at 4-16).
-  static constexpr int kMmaSparseMaxRows = 1;
-  int mma_sparse_max_rows = 0;  // kMmaSparseMaxRows under Auto with FlashInfer's decode, else 0
+  int mma_sparse_max_rows = 0;  // steps of <= this many tokens: DSA rows on MlaDecodeMma beside FlashInfer's decode
+  tuner::AttentionPlan attention_plan;  // choose_attention()'s, from the device, the dims and the flag
   // FlashInfer's SM90 MLA for dense-attention layers' prefill / mixed steps (eager only: its
   // schedule is planned on the host per step from host_batch; null: the own kernel).
   std::unique_ptr<cuda::attention::MlaSm90> mla_prefill;
@@ -338,8 +331,9 @@ struct GpuRunner::Impl {
   // opt.replicate_layers: extends cfg and layer_src; returns the extra bytes to upload.
   size_t replicate_layers();
   void plan_memory();
-  // Picks the attention kernels (opt.attention_kernels, the dims, the device) and reserves their
-  // workspace (before plan_memory: the KV pool takes what is left); sets attention_line.
+  // Builds the attention kernels the tuner's attention plan picks (opt.attention_kernels, the
+  // dims, the device; a refused override throws one line) and reserves their workspace (before
+  // plan_memory: the KV pool takes what is left); sets attention_line.
   void choose_attention();
   void capture_graphs();
   // Fills the pinned metadata for `in` (padded to `pad_tokens` tokens / requests when > T) and

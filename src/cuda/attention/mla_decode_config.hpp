@@ -1,0 +1,94 @@
+// Internal to cuda/attention, plain C++ (no CUDA headers): the MLA decode kernels' tile
+// configuration and shared-memory carve-up (mla_decode_mma.cuh lays its shared memory out by
+// these), and the rule of where they run. mla_decode_params.hpp (the launches) and the tuner's
+// attention plan (tuner/attention_plan.cpp, which judges an arch without a GPU) both read it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fp4moe::cuda::attention::decode {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kHeadsPerCta = 64;
+constexpr int kCkv = 512, kKpe = 64, kQk = kCkv + kKpe;
+constexpr int kStages = 3;
+
+template <bool kFp8>
+struct Cfg {
+  static constexpr int kTk = kFp8 ? 64 : 32;                 // keys per tile
+  static constexpr int kElem = kFp8 ? 1 : 2;                 // bytes per cached element
+  static constexpr int kRowBytes = kQk * kElem;              // one key: [latent 512 | rope 64]
+  static constexpr int kKvPitch = kRowBytes + 16;            // conflict-free ldmatrix rows
+  static constexpr int kQPitch = kQk * 2 + (kFp8 ? 32 : 16);  // 16-bit Q rows (FP8: 8 B loads)
+  static constexpr int kChunks = kRowBytes / 16;             // 16 B copies per key
+  static constexpr int kLatentChunks = kCkv * kElem / 16;    // of which from the latent pool
+  static constexpr int kNT = kTk / 8;                        // n8 tiles of S per warp
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQPitch;
+  static constexpr size_t kStageBytes = size_t(kTk) * kKvPitch;
+  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
+  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);  // the tiles' cache slots
+  static constexpr size_t kConvBytes = 0;  // (the wgmma variant with an FP8 cache: its FP16 tiles)
+  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
+  static_assert((kKvPitch / 4) % 8 == 4, "KV rows must shift banks by 4 words (mod 32)");
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
+// The wgmma variant (BF16 cache, sm_90a): Q and each KV tile stored as 8 x 8 core matrices of
+// 128 contiguous bytes (no padding), [row / 8][dim / 8][row % 8][dim % 8]: the no-swizzle
+// canonical layout (cuda/common/wgmma_prims.cuh) of Q and K as K-major operands and of V (the
+// latent dims of the same tile) as an MN-major one.
+struct CfgWg : Cfg<false> {
+  static constexpr int kDimGroups = kQk / 8;                           // 72 core matrices per 8 rows
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728
+  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 36,864
+  static constexpr size_t kSmemBytes = kQBytes + kStages * kStageBytes + kXchgBytes + 16 + kSlotBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
+// The wgmma variant with an FP8 cache: tiles of 32 keys whose codes land as plain 576-byte rows,
+// each thread converting the chunks it copied to FP16 (exact: E4M3 is a subset of FP16) into one
+// of two core-matrix tiles (CfgWg's layout), which wgmma reads with the FP16 Q; P is FP16.
+struct CfgWgFp8 : Cfg<true> {
+  static constexpr int kTk = 32;
+  static constexpr int kNT = kTk / 8;
+  static constexpr int kDimGroups = kQk / 8;
+  static constexpr size_t kQBytes = size_t(kHeadsPerCta) * kQk * 2;    // 73,728 (FP16)
+  static constexpr size_t kStageBytes = size_t(kTk) * kRowBytes;        // 18,432 (codes)
+  static constexpr size_t kConvBytes = size_t(kTk) * kQk * 2;           // 36,864 (one FP16 tile)
+  static constexpr size_t kXchgBytes = size_t(kWarps) * kNT * 32 * 4 * sizeof(float);
+  static constexpr size_t kSlotBytes = size_t(kStages) * kTk * sizeof(int64_t);
+  static constexpr size_t kSmemBytes =
+      kQBytes + kStages * kStageBytes + 2 * kConvBytes + kXchgBytes + 16 + kSlotBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "");
+};
+
+inline size_t smem_bytes(bool fp8, bool wgmma = false) {
+  if (wgmma) return fp8 ? CfgWgFp8::kSmemBytes : CfgWg::kSmemBytes;
+  return fp8 ? Cfg<true>::kSmemBytes : Cfg<false>::kSmemBytes;
+}
+inline int tile_keys(bool fp8, bool wgmma = false) {
+  return wgmma ? CfgWg::kTk : fp8 ? Cfg<true>::kTk : Cfg<false>::kTk;
+}
+// "" when the decode kernel (wgmma: its wgmma variant) can run `heads` heads with a BF16 or
+// (fp8) FP8 E4M3 cache and softmax scale sm_scale on a device of compute capability `cc` (90 for
+// sm_90) allowing `smem_optin` bytes of shared memory per block; else why not, one line.
+// (Plain std::string: nvcc compiles this header into the kernels' translation units, where fmt's
+// compile-time format strings do not build.)
+inline std::string can_implement(int heads, bool fp8, float sm_scale, int64_t smem_optin, int cc, bool wgmma) {
+  if (heads < kHeadsPerCta || heads % kHeadsPerCta != 0)
+    return "MLA decode (mma): " + std::to_string(heads) + " heads unsupported (a multiple of " +
+           std::to_string(kHeadsPerCta) + ")";
+  if (!(sm_scale > 0)) return "MLA decode (mma): sm_scale " + std::to_string(sm_scale) + " must be positive";
+  const size_t need = smem_bytes(fp8, wgmma);
+  if (smem_optin < int64_t(need))
+    return "MLA decode (mma): needs " + std::to_string(need) + " B of shared memory per block, this GPU allows " +
+           std::to_string(smem_optin) + " B";
+  if (cc < 89) return "MLA decode (mma): needs sm_89 or newer (E4M3 conversions)";
+  if (wgmma && cc != 90) return "MLA decode (wgmma): needs sm_90 (Hopper's wgmma)";
+  return "";
+}
+
+}  // namespace fp4moe::cuda::attention::decode

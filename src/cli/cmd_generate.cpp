@@ -70,7 +70,8 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-// The backend of `--backend`, loaded (each prints its start-up line).
+// The backend of `--backend`, loaded (cuda prints its start-up and memory plan lines; the cpu
+// backend's one line comes once the request is checked).
 std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t prompt_tokens, int32_t speculative_steps,
                                               std::string& threads_note) {
   const bool fp8_kv = a.kv_dtype == "fp8" || a.kv_dtype == "fp8_e4m3";
@@ -107,7 +108,6 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
   c.speculative_steps = speculative_steps;
   c.mtp_layer = !a.dump_mtp_logits.empty();
   auto b = std::make_unique<engine::CpuModelBackend>(c);
-  fmt::print(stderr, "fp4moe: {}\n", b->model().description());  // the one start-up line
   threads_note = fmt::format("{} threads", c.threads);
   return b;
 }
@@ -143,6 +143,8 @@ int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(P + N <= info.max_context,
                "the prompt ({} tokens) + {} new tokens exceed the model's max_position_embeddings ({})", P, N,
                info.max_context);
+  if (a.backend == "cpu")  // the one start-up line
+    fmt::print(stderr, "fp4moe: {}\n", static_cast<const engine::CpuModelBackend&>(*backend).model().description());
   engine::SpeculativeCounter counter(spec_steps);
   if (spec_steps > 0) backend->set_observer(&counter);
 

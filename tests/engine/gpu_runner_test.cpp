@@ -37,6 +37,8 @@ using testing_gpu_runner::Case;
 using testing_gpu_runner::model_dir;
 using testing_gpu_runner::prompt_of;
 using testing_gpu_runner::small_options;
+using testing_gpu_runner::GpuSequenceForward;
+using testing_gpu_runner::gpu_forward_sequence;
 using testing_model::rel_l2;
 
 class GpuVsCpu : public ::testing::TestWithParam<Case> {};

@@ -178,7 +178,7 @@ TEST(OneRequest, SpeculativeRunGivesThePlainRunsGreedyTokens) {
 
 TEST(OneRequest, ABackendThatCannotDumpRefusesTheRequestInOneLine) {
   FakeBackendOptions fo;
-  fo.vocab_size = 64;
+  fo.vocab_size = 260;
   FakeBackend fake(fo);
   ASSERT_EQ(fake.info().dumps_rows, 0);
   EngineOptions eo;

@@ -145,8 +145,8 @@ int run_generate(const GenerateArgs& a) {
                info.max_context);
   if (a.backend == "cpu")  // the one start-up line
     fmt::print(stderr, "fp4moe: {}\n", static_cast<const engine::CpuModelBackend&>(*backend).model().description());
-  engine::SpeculativeCounter counter(spec_steps);
-  if (spec_steps > 0) backend->set_observer(&counter);
+  engine::OneRequestObserver counter(spec_steps);
+  backend->set_observer(&counter);
 
   engine::SchedulerConfig sc = engine::one_request_config(P, N, int32_t(a.page_size), spec_steps);
   if (info.kv_pool_tokens > 0)  // the cuda runner planned its pool at load: the request's pages fit in it
@@ -173,7 +173,7 @@ int run_generate(const GenerateArgs& a) {
   rq.sampling.has_seed = true;
   rq.dump = uint8_t((a.dump_logits.empty() ? 0 : engine::kDumpLogits) | (a.dump_hidden.empty() ? 0 : engine::kDumpHidden) |
                     (a.dump_mtp_logits.empty() ? 0 : engine::kDumpMtpLogits));
-  const engine::OneRequestResult r = engine::run_one_request(eng, std::move(rq));
+  const engine::OneRequestResult r = engine::run_one_request(eng, std::move(rq), &counter);
   eng.shutdown();
 
   const int64_t vocab = info.vocab_size;

@@ -57,7 +57,7 @@ SchedulerConfig one_request_config(int64_t prompt_tokens, int64_t max_new_tokens
   return c;
 }
 
-OneRequestResult run_one_request(Engine& engine, RequestSpec spec) {
+OneRequestResult run_one_request(Engine& engine, RequestSpec spec, const OneRequestObserver* observer) {
   OneRequestResult r;
   r.tokens = spec.prompt;
   r.prompt_tokens = int64_t(spec.prompt.size());
@@ -100,8 +100,12 @@ OneRequestResult run_one_request(Engine& engine, RequestSpec spec) {
       }
     }
   }
-  const Clock::time_point t2 = Clock::now();
+  Clock::time_point t2 = Clock::now();
   if (!t1) t1 = t2;
+  if (observer && observer->first_step) {  // the engine thread's step ends (it emitted the events after them)
+    t1 = *observer->first_step;
+    t2 = *observer->last_step;
+  }
   r.prefill_seconds = std::chrono::duration<double>(*t1 - t0).count();
   r.decode_seconds = std::chrono::duration<double>(t2 - *t1).count();
 

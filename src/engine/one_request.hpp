@@ -4,7 +4,9 @@
 // generate's dump layouts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,8 +23,10 @@ struct OneRequestResult {
   std::vector<GeneratedToken> generated;    // with logprobs when asked
   FinishReason reason = FinishReason::kLength;
   Usage usage;
-  // Wall seconds on the client's clock: submit -> the first token's event (the prefill and the
-  // first sample), and the first token -> the finish (the decode steps).
+  // Wall seconds: submit -> the end of the first model step (the prefill and the first sample),
+  // and from there to the end of the last step (the decode steps), on the engine thread's clock
+  // when the backend's observer is a OneRequestObserver given to run_one_request (else when the
+  // events reach this thread, which a loaded machine delays).
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   // kDumpLogits: [tokens - 1, vocab]: row i = the next-token logits after the first i + 1 tokens.
   std::vector<float> logits;
@@ -33,10 +37,13 @@ struct OneRequestResult {
   std::vector<float> mtp_logits;
 };
 
+class OneRequestObserver;
+
 // Submits spec and waits for its finish. A refusal (queue full, engine stopped) or an aborted
 // request throws fp4moe::Error with the engine's reason (one line); so does a dump asked for and
-// not delivered whole.
-OneRequestResult run_one_request(Engine& engine, RequestSpec spec);
+// not delivered whole. observer: the engine's backend's observer (set before the engine started),
+// for the step times; null: timed on this thread.
+OneRequestResult run_one_request(Engine& engine, RequestSpec spec, const OneRequestObserver* observer = nullptr);
 
 // The scheduler configuration of an engine that runs one request of `prompt_tokens` +
 // `max_new_tokens` (pages for exactly that, the whole prompt in one prefill step, one running
@@ -44,12 +51,16 @@ OneRequestResult run_one_request(Engine& engine, RequestSpec spec);
 SchedulerConfig one_request_config(int64_t prompt_tokens, int64_t max_new_tokens, int32_t page_size,
                                    int32_t speculative_steps);
 
-// Counts speculative rounds for a one-request run (StepObserver::on_speculative): drafts proposed
-// and accepted, and rounds by tokens emitted (accept_length[i]: rounds that emitted i + 1).
-class SpeculativeCounter : public StepObserver {
+// The backend's observer for a one-request run (engine thread): when the first and the last model
+// step ended, and the speculative rounds (StepObserver::on_speculative): drafts proposed and
+// accepted, rounds by tokens emitted (accept_length[i]: rounds that emitted i + 1).
+class OneRequestObserver : public StepObserver {
  public:
-  explicit SpeculativeCounter(int32_t steps) : accept_length(size_t(steps) + 1, 0) {}
-  void on_step(int32_t, int32_t) override {}
+  explicit OneRequestObserver(int32_t speculative_steps = 0) : accept_length(size_t(speculative_steps) + 1, 0) {}
+  void on_step(int32_t, int32_t) override {
+    last_step = std::chrono::steady_clock::now();
+    if (!first_step) first_step = last_step;
+  }
   void on_moe_gemm(int32_t, std::span<const int32_t>) override {}
   void on_speculative(int32_t d, int32_t a, int32_t emitted) override {
     drafted += d;
@@ -58,6 +69,7 @@ class SpeculativeCounter : public StepObserver {
   }
   int64_t drafted = 0, accepted = 0;
   std::vector<int64_t> accept_length;
+  std::optional<std::chrono::steady_clock::time_point> first_step, last_step;
 };
 
 }  // namespace fp4moe::engine

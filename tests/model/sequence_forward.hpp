@@ -99,7 +99,7 @@ inline EngineGenerate generate_on_engine(const std::string& model_dir, const std
   bo.mtp_layer = (o.dump & engine::kDumpMtpLogits) != 0;
   EngineGenerate g;
   g.backend = std::make_unique<engine::CpuModelBackend>(bo);
-  engine::SpeculativeCounter counter(o.speculative_steps);
+  engine::OneRequestObserver counter(o.speculative_steps);
   g.backend->set_observer(&counter);
   {
     engine::EngineOptions eo;
@@ -113,7 +113,7 @@ inline EngineGenerate generate_on_engine(const std::string& model_dir, const std
     rq.sampling = o.sampling;
     rq.top_logprobs = o.top_logprobs;
     rq.dump = o.dump;
-    g.result = engine::run_one_request(e, std::move(rq));
+    g.result = engine::run_one_request(e, std::move(rq), &counter);
   }
   g.backend->set_observer(nullptr);
   g.drafted = counter.drafted;

@@ -1,16 +1,20 @@
 // fp4moe generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-new-tokens N [sampling options]
-//                 [--backend cpu] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
+//                 [--backend cpu|cuda] [--dump-logits OUT.safetensors] [--dump-hidden OUT.safetensors]
 //                 [--dump-mtp-logits OUT.safetensors]
 //
-// Runs the model on the CPU backend (or the GPU runner with --backend cuda): one prefill step over the prompt, then one decode step per
-// new token. Prints the generated ids (with --prompt: the generated text, through the model
-// folder's tokenizer.json, or --tokenizer-path) and the prefill / decode tokens per second.
+// A one-request client of engine::Engine (engine/one_request.hpp): the same scheduler and backends
+// as `serve` (cpu: model::Model on the host; cuda: the GPU runner), with pages for exactly this
+// request, the whole prompt in one prefill step, then one decode step per new token (or one
+// draft/verify round with --speculative-algorithm NEXTN); the EOS ids do not stop it
+// (max_new_tokens tokens always). Prints the generated ids (with --prompt: the generated text,
+// through the model folder's tokenizer.json, or --tokenizer-path) and the prefill / decode tokens
+// per second. The dumps are rows the backend hands back with the tokens (RequestSpec::dump):
 // --dump-logits writes `tokens` I32 [P+N] and `logits` F32 [P+N-1, vocab] (row i: next-token
 // logits after the first i+1 tokens; prompt rows from the prefill step, the others from the
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
 // prefill step (0: embeddings, L: after the final norm). --dump-mtp-logits writes `tokens` I32 [P]
 // and `mtp_logits` F32 [P-1, vocab]: row i is the MTP layer's next-next-token logits given the
-// target's hidden state at prompt position i and prompt token i+1 (model::mtp_prompt_logits).
+// target's hidden state at prompt position i and prompt token i+1 (cpu backend).
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -25,13 +29,16 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/threads.hpp"
+#include "cpu/sampling_cpu.hpp"
+#include "engine/cpu_model_backend.hpp"
 #include "engine/dist/parallel_options.hpp"
+#include "engine/engine.hpp"
+#include "engine/one_request.hpp"
 #include "engine/speculative_options.hpp"
 #include "format/safetensors.hpp"
-#include "model/generate.hpp"
 #include "text/tokenizer.hpp"
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
-#include "engine/gpu/gpu_generate.hpp"
+#include "engine/gpu/cuda_model_backend.hpp"
 #endif
 
 namespace fp4moe::cli {
@@ -63,6 +70,48 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// The backend of `--backend`, loaded (cuda prints its start-up and memory plan lines; the cpu
+// backend's one line comes once the request is checked).
+std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t prompt_tokens, int32_t speculative_steps,
+                                              std::string& threads_note) {
+  const bool fp8_kv = a.kv_dtype == "fp8" || a.kv_dtype == "fp8_e4m3";
+  if (a.backend == "cuda") {
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+    engine::gpu::CudaModelBackendOptions c;
+    c.model_dir = a.model;
+    engine::gpu::RunnerOptions& ro = c.runner;
+    const int64_t P = prompt_tokens;
+    ro.max_tokens = std::max<int64_t>(P + 1, 8);  // the scheduler's largest step: the prompt + one running request
+    ro.max_requests = 1;
+    ro.max_context = P + a.max_new_tokens;
+    ro.page_size = a.page_size;
+    ro.mem_fraction_static = a.mem_fraction_static;
+    ro.max_total_tokens = P + a.max_new_tokens + a.page_size;
+    ro.cuda_graph_max_bs = 1;
+    // One prefill step over the whole prompt (the memory plan refuses it, naming the prompt, when
+    // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
+    ro.max_logits_rows = a.dump_logits.empty() ? 1 : 0;
+    ro.tokens_flag = "the prompt length";
+    ro.max_score_rows = a.indexer_score_rows;
+    ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
+    if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
+    threads_note = "cuda";
+    return std::make_unique<engine::gpu::CudaModelBackend>(c);  // prints its start-up and memory plan lines
+#else
+    FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA");
+#endif
+  }
+  engine::CpuModelBackendOptions c;
+  c.model_dir = a.model;
+  c.threads = a.threads > 0 ? a.threads : default_num_threads();
+  c.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
+  c.speculative_steps = speculative_steps;
+  c.mtp_layer = !a.dump_mtp_logits.empty();
+  auto b = std::make_unique<engine::CpuModelBackend>(c);
+  threads_note = fmt::format("{} threads", c.threads);
+  return b;
+}
+
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
   FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
@@ -72,99 +121,100 @@ int run_generate(const GenerateArgs& a) {
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
   const std::vector<int32_t> prompt = tokenizer ? tokenizer->encode(a.prompt_text) : parse_ids(a.prompt_ids);
   FP4MOE_CHECK(!prompt.empty(), "--prompt: the text encodes to no tokens");
-  cpu::validate_sampling(a.sampling);
-  model::GenerateOptions go;
-  go.speculative_steps = engine::speculative_steps(a.speculative, a.backend, 1);
-  go.max_new_tokens = a.max_new_tokens;
-  go.sampling = a.sampling;
-  go.sampling.logprobs_top_n = a.logprobs;
-  go.page_size = a.page_size;
-  const bool fp8_kv = a.kv_dtype == "fp8" || a.kv_dtype == "fp8_e4m3";
-  go.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
-  go.keep_logits = !a.dump_logits.empty();
-  model::HiddenStates hidden;
-  if (!a.dump_hidden.empty()) go.prompt_hidden = &hidden;
-  model::GenerateResult r;
-  int64_t vocab = 0, hidden_size = 0;
-  std::string threads_note;
-  if (a.backend == "cuda") {
-#if defined(FP4MOE_HAVE_GPU_RUNNER)
-    engine::gpu::RunnerOptions ro;
-    const int64_t P = int64_t(prompt.size());
-    ro.max_tokens = std::max<int64_t>(P, 8);
-    ro.max_requests = 1;
-    ro.max_context = P + a.max_new_tokens;
-    ro.page_size = a.page_size;
-    ro.mem_fraction_static = a.mem_fraction_static;
-    ro.max_total_tokens = P + a.max_new_tokens + a.page_size;
-    ro.cuda_graph_max_bs = 1;
-    // One prefill step over the whole prompt (the memory plan refuses it, naming the prompt, when
-    // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
-    ro.max_logits_rows = go.keep_logits ? 0 : 1;
-    ro.tokens_flag = "the prompt length";
-    ro.max_score_rows = a.indexer_score_rows;
-    ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
-    if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
-    auto runner = engine::gpu::GpuRunner::load(a.model, ro);  // prints its start-up and memory plan lines
-    vocab = runner->config().vocab;
-    hidden_size = runner->config().hidden;
-    r = engine::gpu::generate_gpu(*runner, prompt, go);
-    threads_note = "cuda";
-#else
-    FP4MOE_FAIL("--backend cuda: this fp4moe was built without CUDA");
-#endif
-  } else {
-    model::ModelOptions mo;
-    mo.threads = a.threads > 0 ? a.threads : default_num_threads();
-    auto m = model::Model::load(a.model, mo);
-    model::validate_request(*m, prompt, go);
-    FP4MOE_CHECK(go.speculative_steps == 0 || m->has_mtp(),
-                 "--speculative-algorithm NEXTN: {} has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
-                 a.model, m->config().num_layers, m->config().num_nextn_predict_layers);
-    fmt::print(stderr, "fp4moe: {}\n", m->description());  // the one start-up line
-    vocab = m->config().vocab;
-    hidden_size = m->config().hidden;
-    r = model::generate(*m, prompt, go);
-    threads_note = fmt::format("{} threads", mo.threads);
-    if (!a.dump_mtp_logits.empty()) {
-      const std::vector<float> mtp = model::mtp_prompt_logits(*m, prompt, a.page_size, go.kv_elem);
-      SafetensorsWriter w(a.dump_mtp_logits);
-      w.add("tokens", DType::I32, {int64_t(prompt.size())}, prompt);
-      w.add("mtp_logits", DType::F32, {int64_t(prompt.size()) - 1, vocab}, mtp);
-      w.finish();
-    }
-  }
+  cpu::SamplingParams sampling = a.sampling;
+  sampling.logprobs_top_n = a.logprobs;
+  cpu::validate_sampling(sampling);
+  const int32_t spec_steps = engine::speculative_steps(a.speculative, a.backend, 1);
+  // The dumps speculative decoding cannot give: its verify steps' rows are not one per token.
+  FP4MOE_CHECK(spec_steps == 0 || (a.dump_logits.empty() && a.dump_hidden.empty()),
+               "--dump-logits / --dump-hidden with speculative decoding: the verify steps' rows are not one per token; "
+               "dump without --speculative-algorithm");
+  const int64_t P = int64_t(prompt.size()), N = a.max_new_tokens;
+  FP4MOE_CHECK(a.dump_mtp_logits.empty() || P >= 2,
+               "--dump-mtp-logits: the prompt has {} token(s); the MTP layer needs at least 2", P);
+  FP4MOE_CHECK(P + N <= INT32_MAX / 2, "the prompt ({} tokens) + {} new tokens are too many", P, N);
 
+  std::string threads_note;
+  std::unique_ptr<engine::Backend> backend = make_backend(a, P, spec_steps, threads_note);
+  const engine::BackendInfo info = backend->info();
+  for (int64_t i = 0; i < P; ++i)
+    FP4MOE_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < info.vocab_size,
+                 "prompt token {} = {} is out of the vocabulary (0 .. {})", i, prompt[size_t(i)], info.vocab_size - 1);
+  FP4MOE_CHECK(P + N <= info.max_context,
+               "the prompt ({} tokens) + {} new tokens exceed the model's max_position_embeddings ({})", P, N,
+               info.max_context);
+  if (a.backend == "cpu")  // the one start-up line
+    fmt::print(stderr, "fp4moe: {}\n", static_cast<const engine::CpuModelBackend&>(*backend).model().description());
+  engine::OneRequestObserver counter(spec_steps);
+  backend->set_observer(&counter);
+
+  engine::SchedulerConfig sc = engine::one_request_config(P, N, int32_t(a.page_size), spec_steps);
+  if (info.kv_pool_tokens > 0)  // the cuda runner planned its pool at load: the request's pages fit in it
+    FP4MOE_CHECK(int64_t(sc.num_pages) * sc.page_size <= info.kv_pool_tokens,
+                 "the request's {} KV pages of {} tokens exceed the {} backend's pool ({} tokens)", sc.num_pages,
+                 sc.page_size, info.name, info.kv_pool_tokens);
+  engine::EngineOptions eo;
+  eo.log_interval_rounds = 0;
+  engine::Engine eng(sc, *backend, eo);
+
+  engine::RequestSpec rq;
+  rq.prompt = prompt;
+  rq.max_new_tokens = int32_t(N);
+  rq.ignore_eos = true;  // max_new_tokens tokens, always
+  rq.top_logprobs = a.logprobs;
+  rq.sampling.temperature = a.sampling.temperature;
+  rq.sampling.top_p = a.sampling.top_p;
+  rq.sampling.top_k = int32_t(std::min<int64_t>(a.sampling.top_k, INT32_MAX));  // 0: off (the engine: <= 0)
+  rq.sampling.min_p = a.sampling.min_p;
+  rq.sampling.repetition_penalty = a.sampling.repetition_penalty;
+  rq.sampling.presence_penalty = a.sampling.presence_penalty;
+  rq.sampling.frequency_penalty = a.sampling.frequency_penalty;
+  rq.sampling.seed = a.sampling.seed;
+  rq.sampling.has_seed = true;
+  rq.dump = uint8_t((a.dump_logits.empty() ? 0 : engine::kDumpLogits) | (a.dump_hidden.empty() ? 0 : engine::kDumpHidden) |
+                    (a.dump_mtp_logits.empty() ? 0 : engine::kDumpMtpLogits));
+  const engine::OneRequestResult r = engine::run_one_request(eng, std::move(rq), &counter);
+  eng.shutdown();
+
+  const int64_t vocab = info.vocab_size;
+  if (!a.dump_mtp_logits.empty()) {
+    SafetensorsWriter w(a.dump_mtp_logits);
+    w.add("tokens", DType::I32, {P}, prompt);
+    w.add("mtp_logits", DType::F32, {P - 1, vocab}, r.mtp_logits);
+    w.finish();
+  }
   std::string ids;
-  for (size_t i = size_t(r.prompt_tokens); i < r.tokens.size(); ++i) ids += fmt::format("{}{}", ids.empty() ? "" : ",", r.tokens[i]);
+  for (size_t i = size_t(P); i < r.tokens.size(); ++i) ids += fmt::format("{}{}", ids.empty() ? "" : ",", r.tokens[i]);
   if (tokenizer) {
-    const std::span<const int32_t> out(r.tokens.data() + r.prompt_tokens, r.tokens.size() - size_t(r.prompt_tokens));
+    const std::span<const int32_t> out(r.tokens.data() + P, r.tokens.size() - size_t(P));
     fmt::print("{}\n", tokenizer->decode(out, /*skip_special_tokens=*/true));
   } else {
     fmt::print("{}\n", ids);
   }
   if (a.logprobs >= 0)
-    for (const auto& s : r.samples) {
+    for (const auto& s : r.generated) {
       std::string top;
-      for (const auto& [t, lp] : s.top) top += fmt::format(" {}:{:.4f}", t, lp);
-      fmt::print("logprob {} {:.6f}{}\n", s.token, s.logprob, top);
+      for (const auto& t : s.top) top += fmt::format(" {}:{:.4f}", t.id, t.logprob);
+      fmt::print("logprob {} {:.6f}{}\n", s.id, s.logprob, top);
     }
-  const int64_t decoded = r.new_tokens - 1;
+  const int64_t new_tokens = int64_t(r.tokens.size()) - P, decoded = new_tokens - 1;
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tok/s); decode: {} tokens in {:.3f} s ({:.2f} tok/s); {}\n",
-             r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / r.prefill_seconds, decoded,
-             r.decode_seconds, decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
-  if (go.speculative_steps > 0) {
+             P, r.prefill_seconds, double(P) / r.prefill_seconds, decoded, r.decode_seconds,
+             decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
+  if (spec_steps > 0) {
+    const int64_t rounds = r.usage.spec_verify_steps;
+    const model::MtpSpeculator::Times t = static_cast<const engine::CpuModelBackend&>(*backend).speculator_times();
     std::string hist;
-    for (size_t i = 0; i < r.accept_length.size(); ++i) hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, r.accept_length[i]);
+    for (size_t i = 0; i < counter.accept_length.size(); ++i)
+      hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, counter.accept_length[i]);
+    auto per_round = [&](double s) { return rounds ? 1e3 * s / double(rounds) : 0.0; };
     fmt::print(stderr,
                "speculative NEXTN {} steps: {} verify steps ({:.3f} ms each), {} of {} drafts accepted, mean accept "
                "length {:.2f} tokens per verify step (rounds by tokens emitted: {}); per round: draft steps {:.3f} ms, "
-               "verify step {:.3f} ms, MTP over the emitted tokens {:.3f} ms\n",
-               go.speculative_steps, r.verify_steps, r.verify_steps ? 1e3 * r.decode_seconds / double(r.verify_steps) : 0.0,
-               r.accepted, r.drafted, r.verify_steps ? double(r.new_tokens - 1) / double(r.verify_steps) : 0.0, hist,
-               r.verify_steps ? 1e3 * r.draft_seconds / double(r.verify_steps) : 0.0,
-               r.verify_steps ? 1e3 * r.verify_seconds / double(r.verify_steps) : 0.0,
-               r.verify_steps ? 1e3 * r.mtp_seconds / double(r.verify_steps) : 0.0);
+               "verify step {:.3f} ms, MTP over the emitted tokens {:.3f} ms (the prompt's included)\n",
+               spec_steps, rounds, per_round(r.decode_seconds), counter.accepted, counter.drafted,
+               rounds ? double(decoded) / double(rounds) : 0.0, hist, per_round(t.draft), per_round(t.verify),
+               per_round(t.mtp));
   }
   if (!a.dump_logits.empty()) {
     SafetensorsWriter w(a.dump_logits);
@@ -174,8 +224,9 @@ int run_generate(const GenerateArgs& a) {
   }
   if (!a.dump_hidden.empty()) {
     SafetensorsWriter w(a.dump_hidden);
-    for (size_t i = 0; i < hidden.size(); ++i)
-      w.add(fmt::format("hidden_states.{}", i), DType::F32, {r.prompt_tokens, hidden_size}, hidden[i]);
+    const int64_t hidden_size = r.hidden.empty() ? 0 : int64_t(r.hidden[0].size()) / P;
+    for (size_t i = 0; i < r.hidden.size(); ++i)
+      w.add(fmt::format("hidden_states.{}", i), DType::F32, {P, hidden_size}, r.hidden[i]);
     w.finish();
   }
   return 0;

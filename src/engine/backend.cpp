@@ -25,6 +25,8 @@ void StepBatch::clear() {
   request_ids.clear();
   sample.clear();
   sampling.clear();
+  dump.clear();
+  dumps = nullptr;
 }
 
 void StepBatch::add(uint64_t id, std::span<const int32_t> toks, int32_t start, std::span<const int32_t> pages,
@@ -42,6 +44,7 @@ void StepBatch::add(uint64_t id, std::span<const int32_t> toks, int32_t start, s
   request_ids.push_back(id);
   sample.push_back(samples ? 1 : 0);
   sampling.push_back(spec);
+  dump.push_back(0);
 }
 
 KvBatchView StepBatch::kv_view(std::vector<int32_t>& kv_len, std::vector<int32_t>& sample_rows) const {

@@ -47,6 +47,10 @@ struct StepBatch {
   // Whether request r samples after its last token (false for a prefill chunk that does not end its prompt).
   std::vector<uint8_t> sample;
   std::vector<SampleSpec> sampling;   // per request; read where sample[r]
+  // Per request: the DumpRows it asks back this step (0 for almost all). A backend with
+  // BackendInfo::dumps_rows appends them to *dumps (RowDump::request = r); null when none asks.
+  std::vector<uint8_t> dump;
+  std::vector<RowDump>* dumps = nullptr;
 
   int32_t num_requests() const { return int32_t(request_ids.size()); }
   int32_t num_tokens() const { return int32_t(tokens.size()); }
@@ -116,6 +120,9 @@ struct BackendInfo {
   // The backend's sampler honours SampleSpec::allowed_tokens (constrained decoding). A backend
   // that does not gets no constrained request (the scheduler refuses it, the server says 400).
   bool applies_token_masks = false;
+  // Which RequestSpec::dump bits step() honours (DumpRows; 0: none). The scheduler refuses a request
+  // asking for others.
+  uint8_t dumps_rows = 0;
 };
 
 // Thrown by Backend::step / decode for a failure that leaves the backend able to serve other

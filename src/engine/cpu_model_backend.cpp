@@ -22,6 +22,10 @@ CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(o
   FP4MOE_CHECK(opt_.speculative_steps == 0 || model_->has_mtp(),
                "--speculative-algorithm NEXTN: {} has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
                opt_.model_dir, model_->config().num_layers, model_->config().num_nextn_predict_layers);
+  FP4MOE_CHECK(!opt_.mtp_layer || model_->has_mtp(),
+               "--dump-mtp-logits: the checkpoint has no MTP layer (model.layers.{}.*; num_nextn_predict_layers {})",
+               model_->config().num_layers, model_->config().num_nextn_predict_layers);
+  opt_.mtp_layer = opt_.mtp_layer || opt_.speculative_steps > 0;
   std::error_code ec;  // the shards the model mmap'd (regular files; anything else was refused or is unused)
   for (const auto& e : std::filesystem::directory_iterator(opt_.model_dir, ec))
     if (e.path().extension() == ".safetensors" && e.is_regular_file(ec)) weight_bytes_ += int64_t(e.file_size(ec));
@@ -32,9 +36,10 @@ BackendInfo CpuModelBackend::info() const {
   BackendInfo i;
   i.name = "cpu";
   i.applies_token_masks = true;  // sample_row_cpu
+  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
-  const bool mtp = opt_.speculative_steps > 0;  // the MTP layer's KV is counted with the rest
+  const bool mtp = opt_.mtp_layer;  // the MTP layer's KV is counted with the rest
   const PagedKvGeometry g = mtp ? model_->mtp_kv_geometry(1, 1, opt_.kv_elem) : model_->kv_geometry(1, 1, opt_.kv_elem);
   const auto index_layers = mtp ? model_->mtp_kv_index_layers() : model_->kv_index_layers();
   int64_t per_token = 0;
@@ -47,10 +52,10 @@ BackendInfo CpuModelBackend::info() const {
 }
 
 void CpuModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) {
-  if (opt_.speculative_steps > 0) {
+  if (opt_.mtp_layer) {
     kv_ = std::make_unique<model::HostKvPool>(model_->mtp_kv_geometry(page_size, num_pages, opt_.kv_elem),
                                               model_->mtp_kv_index_layers());
-    spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, opt_.speculative_steps);
+    spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, std::max(opt_.speculative_steps, 1));
     spec_->draft_override = opt_.draft_override;
   } else {
     kv_ = std::make_unique<model::HostKvPool>(model_->kv_geometry(page_size, num_pages, opt_.kv_elem),
@@ -65,6 +70,22 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
   const int32_t n = batch.num_requests();
   const KvBatchView view = batch.kv_view(kv_len_, rows_);
   const int64_t vocab = model_->config().vocab;
+  auto dump = [&](int32_t r) { return batch.dump.empty() ? uint8_t(0) : batch.dump[size_t(r)]; };
+  uint8_t any_dump = 0;
+  for (int32_t r = 0; r < n; ++r) any_dump |= dump(r);
+  FP4MOE_CHECK(!any_dump || batch.dumps, "cpu backend: a step with dumps and nowhere to put them");
+  // The logits rows: each sampling request's last token, or every token of one dumping its logits.
+  rows_.clear();
+  sample_at_.assign(size_t(n), -1);
+  for (int32_t r = 0; r < n; ++r) {
+    const int32_t b = batch.token_begin[size_t(r)], e = batch.token_begin[size_t(r) + 1];
+    if (dump(r) & kDumpLogits)
+      for (int32_t t = b; t < e - 1; ++t) rows_.push_back(t);
+    if ((dump(r) & kDumpLogits) || batch.sample[size_t(r)]) {
+      rows_.push_back(e - 1);
+      if (batch.sample[size_t(r)]) sample_at_[size_t(r)] = int32_t(rows_.size()) - 1;
+    }
+  }
   logits_.resize(rows_.size() * size_t(vocab));
   // The host model keeps no state across a failed step (its scratch arena resets per step, the
   // batch's KV pages are freed with its requests): an error or a failed allocation fails this
@@ -77,22 +98,33 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
       x.final_hidden = hidden_.data();
     }
     model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
-                 TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}), nullptr, x);
-    size_t k = 0;
+                 TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}),
+                 (any_dump & kDumpHidden) ? &step_hidden_ : nullptr, x);
     for (int32_t r = 0; r < n; ++r)
-      if (batch.sample[size_t(r)]) {
-        out.push_back(sample_row_cpu(logits_.data() + k * size_t(vocab), vocab, batch.sampling[size_t(r)]));
-        ++k;
-      }
+      if (batch.sample[size_t(r)])
+        out.push_back(sample_row_cpu(logits_.data() + size_t(sample_at_[size_t(r)]) * size_t(vocab), vocab,
+                                     batch.sampling[size_t(r)]));
+    if (any_dump) dump_rows(batch);
     if (spec_) {  // the MTP layer over the pairs this step completed (the next round's first draft)
       const int64_t H = model_->config().hidden;
       size_t s = first;
       for (int32_t r = 0; r < n; ++r) {
         const int32_t next = batch.sample[size_t(r)] ? out[s++].id : -1;
         spec_->add_target_rows(batch.request_ids[size_t(r)], batch.start(r), batch.request_tokens(r),
-                               hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next, batch.page_table(r));
+                               hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next, batch.page_table(r),
+                               (dump(r) & kDumpMtpLogits) != 0);
       }
       spec_->run_queued();
+      for (int32_t r = 0; r < n; ++r) {
+        if (!(dump(r) & kDumpMtpLogits)) continue;
+        RowDump d;
+        d.request = r;
+        d.what = kDumpMtpLogits;
+        d.width = int32_t(vocab);
+        d.data = spec_->take_logits(batch.request_ids[size_t(r)], &d.start);
+        d.rows = int32_t(d.data.size() / size_t(vocab));
+        if (d.rows > 0) batch.dumps->push_back(std::move(d));
+      }
     }
   } catch (const Error& e) {
     out.resize(first);
@@ -103,8 +135,40 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
   }
 }
 
+void CpuModelBackend::dump_rows(const StepBatch& batch) {
+  const int64_t vocab = model_->config().vocab, H = model_->config().hidden;
+  for (int32_t r = 0; r < batch.num_requests(); ++r) {
+    const uint8_t bits = batch.dump.empty() ? 0 : batch.dump[size_t(r)];
+    const int32_t b = batch.token_begin[size_t(r)], n = batch.count(r);
+    if (bits & kDumpLogits) {  // its rows are consecutive in rows_, ending at its last token
+      int32_t k = 0;
+      while (rows_[size_t(k)] != b) ++k;
+      RowDump d;
+      d.request = r;
+      d.what = kDumpLogits;
+      d.start = batch.start(r);
+      d.rows = n;
+      d.width = int32_t(vocab);
+      d.data.assign(logits_.begin() + int64_t(k) * vocab, logits_.begin() + int64_t(k + n) * vocab);
+      batch.dumps->push_back(std::move(d));
+    }
+    if (bits & kDumpHidden)
+      for (size_t l = 0; l < step_hidden_.size(); ++l) {
+        RowDump d;
+        d.request = r;
+        d.what = kDumpHidden;
+        d.layer = int32_t(l);
+        d.start = batch.start(r);
+        d.rows = n;
+        d.width = int32_t(H);
+        d.data.assign(step_hidden_[l].begin() + int64_t(b) * H, step_hidden_[l].begin() + int64_t(b + n) * H);
+        batch.dumps->push_back(std::move(d));
+      }
+  }
+}
+
 void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
-  if (!spec_) return Backend::decode(batch, limits, steps, out);
+  if (!spec_ || opt_.speculative_steps == 0) return Backend::decode(batch, limits, steps, out);
   FP4MOE_CHECK(kv_, "cpu backend: decode before init_kv");
   const int32_t n = batch.num_requests();
   std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));

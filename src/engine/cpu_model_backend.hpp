@@ -4,6 +4,8 @@
 // decode call is one MTP draft/verify round (model/speculative.hpp) that emits 1 .. N + 1
 // tokens per request, and every step also runs the MTP layer over the positions it computed.
 // The MTP layer's KV is one more layer of the host pool, addressed by the same page ids.
+// Dumps (RequestSpec::dump, `fp4moe generate --dump-*`): the logits of every token of a request,
+// the hidden states of its step, and (with the MTP layer) the MTP logits of its pairs.
 #pragma once
 
 #include <memory>
@@ -23,6 +25,9 @@ struct CpuModelBackendOptions {
   int threads = 0;                 // 0: default_num_threads()
   KvElem kv_elem = KvElem::BF16;   // --kv-cache-dtype
   int32_t speculative_steps = 0;   // --speculative-num-steps with --speculative-algorithm NEXTN; 0: off
+  // The pool holds the MTP layer and every step runs it over the pairs it completed (implied by
+  // speculative_steps > 0; `generate --dump-mtp-logits` without speculation).
+  bool mtp_layer = false;
   model::DraftOverride draft_override;  // tests (model/speculative.hpp)
 };
 
@@ -39,6 +44,8 @@ class CpuModelBackend : public Backend {
   // Tests: the pool (its layer num_layers is the MTP layer's when speculating).
   const model::HostKvPool& kv_pool() const { return *kv_; }
   const model::Model& model() const { return *model_; }
+  // Speculative decoding's wall seconds so far (draft steps, verify steps, MTP steps); zeros without it.
+  model::MtpSpeculator::Times speculator_times() const { return spec_ ? spec_->times : model::MtpSpeculator::Times{}; }
 
  private:
   CpuModelBackendOptions opt_;
@@ -47,7 +54,9 @@ class CpuModelBackend : public Backend {
   std::unique_ptr<model::MtpSpeculator> spec_;
   std::vector<float> hidden_;  // speculative: the step's rows after the final norm
   int64_t weight_bytes_ = 0;
-  std::vector<int32_t> kv_len_, rows_;
+  void dump_rows(const StepBatch& batch);  // the step's logits / hidden rows of the requests that dump them
+  std::vector<int32_t> kv_len_, rows_, sample_at_;  // sample_at_[r]: request r's sampled row in rows_
+  model::HiddenStates step_hidden_;  // a step with a kDumpHidden request
   std::vector<float> logits_;
 };
 

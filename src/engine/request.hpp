@@ -46,6 +46,29 @@ struct RequestSpec {
   // accepts its stop id after complete text, kLength with partial text when max_new_tokens
   // runs out first. Compiled for the backend's vocabulary (the serve layer's Compiler).
   grammar::GrammarPtr grammar;
+  // Rows the backend hands back beside the tokens (`fp4moe generate --dump-*`; DumpRows bits, 0:
+  // none), in OutputEvent::dumps. A backend without BackendInfo::dumps_rows refuses them; a request
+  // that dumps runs one step per round (no K-step decode, no speculative round when it dumps the
+  // target's logits or hidden states).
+  uint8_t dump = 0;
+};
+
+// What a request may ask the backend to hand back (RequestSpec::dump).
+enum DumpRows : uint8_t {
+  kDumpLogits = 1,     // the next-token logits of every position it computes
+  kDumpHidden = 2,     // the hidden states (0: embeddings .. L: after the final norm) of its prompt positions
+  kDumpMtpLogits = 4,  // the MTP layer's logits over every (position, next token) pair it computes
+};
+
+// One block of dumped rows of one request from one step: rows [start, start + rows) of one kind.
+struct RowDump {
+  int32_t request = 0;  // index of the request in the StepBatch (the scheduler maps it back)
+  DumpRows what = kDumpLogits;
+  int32_t layer = 0;    // kDumpHidden: hidden_states index 0 .. L
+  int32_t start = 0;    // position of the first row (kDumpMtpLogits: h at start + i, token at start + i + 1)
+  int32_t rows = 0;
+  int32_t width = 0;    // floats per row (vocab, or hidden)
+  std::vector<float> data;  // [rows, width]
 };
 
 enum class FinishReason { kStop, kLength, kAbort };
@@ -77,6 +100,7 @@ struct OutputEvent {
   int32_t matched_stop_id = -1;  // the stop / EOS id that ended it, -1 otherwise
   std::string abort_message;     // why, for kAbort
   Usage usage;                   // valid when finished
+  std::vector<RowDump> dumps;    // RequestSpec::dump: the rows computed since the last event
 };
 
 }  // namespace fp4moe::engine

@@ -29,6 +29,13 @@ struct Scheduler::Sequence {
   // the next token (filled on the engine thread before each step that samples).
   std::optional<grammar::Matcher> matcher;
   std::vector<uint32_t> mask;
+  std::vector<RowDump> dumps;  // RequestSpec::dump: rows computed, not yet emitted
+
+  // The dump bits of a step that computes its pending tokens: the logits always, the hidden
+  // states and MTP logits while it computes prompt positions.
+  uint8_t step_dump() const {
+    return uint8_t(spec.dump & (kDumpLogits | (kv_len < prompt_len ? (kDumpHidden | kDumpMtpLogits) : 0)));
+  }
 
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t pending() const { return int32_t(tokens.size()) - kv_len; }
@@ -60,6 +67,9 @@ void Scheduler::add(uint64_t id, RequestSpec spec) {
   FP4MOE_CHECK(total <= cfg_.context_length && total <= int64_t(cfg_.num_pages) * cfg_.page_size,
                "request {}: {} prompt + {} new tokens exceed the context ({}) or the KV pool ({} tokens)", id,
                spec.prompt.size(), spec.max_new_tokens, cfg_.context_length, int64_t(cfg_.num_pages) * cfg_.page_size);
+  const uint8_t dumps = backend_.info().dumps_rows;
+  FP4MOE_CHECK((spec.dump & ~dumps) == 0, "request {}: the {} backend does not hand back the rows asked for (dump {:#x}, "
+               "it offers {:#x})", id, backend_.info().name, spec.dump, dumps);
   auto s = std::make_unique<Sequence>();
   s->id = id;
   if (spec.grammar) {
@@ -181,8 +191,9 @@ void Scheduler::run_round(const EventSink& sink) {
   // A constrained request's mask depends on the token sampled just before: batches holding one
   // run one plain step per round (exact), whatever --num-continuous-decode-steps says, and no
   // speculative round (the MTP drafts and the verify step apply no mask).
-  const bool constrained =
-      std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
+  // A request dumping rows (RequestSpec::dump) gets them from step() only: one step per round too.
+  const bool constrained = std::any_of(running_.begin(), running_.end(),
+                                       [](const SeqPtr& s) { return s->matcher.has_value() || s->step_dump() != 0; });
   const bool speculative = cfg_.speculative_tokens > 0 && !constrained;
   if (all_decode && !constrained && (cfg_.decode_steps > 1 || speculative)) {
     steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
@@ -276,8 +287,10 @@ void Scheduler::run_round(const EventSink& sink) {
       }
     }
     batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, spec);
+    if ((batch_.dump.back() = s.step_dump()) != 0) batch_.dumps = &step_dumps_;
     rows.push_back(i);
   }
+  step_dumps_.clear();
   auto consume = [&](Sequence& s, int32_t written, std::vector<GeneratedToken>& produced) {
     const int32_t old_kv = s.kv_len;
     for (auto& tok : produced) {
@@ -370,6 +383,12 @@ void Scheduler::run_round(const EventSink& sink) {
       abort_failed(e);
       return;
     }
+    for (RowDump& d : step_dumps_) {
+      FP4MOE_CHECK(d.request >= 0 && size_t(d.request) < rows.size(), "backend dump for request {} of {}", d.request,
+                   rows.size());
+      running_[rows[size_t(d.request)]]->dumps.push_back(std::move(d));
+    }
+    step_dumps_.clear();
     totals_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (StepObserver* o = backend_.observer()) o->on_step(batch_.num_requests(), batch_.num_tokens());
     size_t next = 0;
@@ -396,10 +415,12 @@ void Scheduler::run_round(const EventSink& sink) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     if (!s.done && s.kv_len >= s.prompt_len && s.indexed_pages < s.prompt_len / page) cache_prefix(s);  // once per prompt
-    if (!s.fresh.empty() || s.done) {
+    if (!s.fresh.empty() || !s.dumps.empty() || s.done) {
       OutputEvent ev;
       ev.tokens = std::move(s.fresh);
       s.fresh.clear();
+      ev.dumps = std::move(s.dumps);
+      s.dumps.clear();
       if (s.done) {
         ev.finished = true;
         ev.reason = s.reason;

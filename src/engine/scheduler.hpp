@@ -112,6 +112,7 @@ class Scheduler {
   bool retracted_ = false;  // a retraction happened and nothing finished since
   SchedulerStats totals_;
   StepBatch batch_;
+  std::vector<RowDump> step_dumps_;  // the rows a step's dumping requests got back (StepBatch::dumps)
 };
 
 }  // namespace fp4moe::engine

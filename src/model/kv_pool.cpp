@@ -36,23 +36,6 @@ HostKvPool::HostKvPool(const PagedKvGeometry& g, const std::vector<bool>& has_in
     }
     layers_.push_back(v);
   }
-  free_.resize(size_t(g.num_pages));
-  for (int64_t p = 0; p < g.num_pages; ++p) free_[size_t(p)] = int32_t(g.num_pages - 1 - p);  // pop_back gives 0, 1, ...
-}
-
-std::vector<int32_t> HostKvPool::alloc(int64_t n) {
-  FP4MOE_CHECK(n >= 0 && n <= free_pages(), "KV pool: {} pages wanted, {} free", n, free_pages());
-  std::vector<int32_t> out(free_.end() - n, free_.end());
-  std::reverse(out.begin(), out.end());
-  free_.resize(free_.size() - size_t(n));
-  return out;
-}
-
-void HostKvPool::release(const std::vector<int32_t>& pages) {
-  for (int32_t p : pages) {
-    FP4MOE_CHECK(p >= 0 && p < g_.num_pages, "KV pool: page {} released is not in the pool", p);
-    free_.push_back(p);
-  }
 }
 
 }  // namespace fp4moe::model

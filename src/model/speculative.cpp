@@ -53,12 +53,13 @@ MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps) : 
 }
 
 void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int32_t> tokens, const float* hidden,
-                                    int32_t next, std::span<const int32_t> pages) {
+                                    int32_t next, std::span<const int32_t> pages, bool keep_logits) {
   const int64_t H = model_.config().hidden;
   const int32_t n = int32_t(tokens.size());
   if (n == 0) return;
   State& s = state_[id];
   Queued q;
+  q.keep = keep_logits;
   q.pages.assign(pages.begin(), pages.end());
   if (s.pending_pos >= 0 && s.pending_pos == p0 - 1) {
     q.p0 = p0 - 1;
@@ -96,11 +97,12 @@ void MtpSpeculator::run_queued() {
   std::vector<uint64_t> ids;
   for (const auto& [id, q] : queue_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
-  std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows;
+  std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, last;  // last[i]: request i's draft row in rows
   std::vector<float> hin;
   for (uint64_t id : ids) {
     const Queued& q = queue_[id];
     for (size_t j = 0; j < q.tokens.size(); ++j) {
+      if (q.keep) rows.push_back(int32_t(tokens.size()));
       tokens.push_back(q.tokens[j]);
       pos.push_back(q.p0 + int32_t(j));
     }
@@ -109,21 +111,41 @@ void MtpSpeculator::run_queued() {
     kv_len.push_back(q.p0 + int32_t(q.tokens.size()));
     pages.insert(pages.end(), q.pages.begin(), q.pages.end());
     page_ptr.push_back(int32_t(pages.size()));
-    rows.push_back(int32_t(tokens.size()) - 1);
+    if (!q.keep) rows.push_back(int32_t(tokens.size()) - 1);
+    last.push_back(int32_t(rows.size()) - 1);
   }
   const int64_t T = int64_t(tokens.size());
   std::vector<float> logits(rows.size() * size_t(V)), hout(static_cast<size_t>(T * H));
   const KvBatchView b{int64_t(ids.size()), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+  kept_.clear();
+  for (uint64_t id : ids) {
+    const Queued& q = queue_[id];
+    if (q.keep) kept_[id].start = q.p0;
+  }
   queue_.clear();
   model_.mtp_step(TensorView::of(tokens.data(), {T}), hin.data(), b, kv_, rows,
                   TensorView::of(logits.data(), {int64_t(rows.size()), V}), hout.data());
   for (size_t i = 0; i < ids.size(); ++i) {
     State& s = state_[ids[i]];
-    s.mtp_pos = pos[size_t(rows[i])];
-    s.draft_logits.assign(logits.begin() + int64_t(i) * V, logits.begin() + int64_t(i + 1) * V);
-    s.draft_hidden.assign(hout.begin() + int64_t(rows[i]) * H, hout.begin() + int64_t(rows[i] + 1) * H);
+    const int64_t k = last[i], row = rows[size_t(k)];
+    s.mtp_pos = pos[size_t(row)];
+    s.draft_logits.assign(logits.begin() + k * V, logits.begin() + (k + 1) * V);
+    s.draft_hidden.assign(hout.begin() + row * H, hout.begin() + (row + 1) * H);
+    if (auto it = kept_.find(ids[i]); it != kept_.end()) {
+      const int64_t first = i == 0 ? 0 : last[i - 1] + 1;
+      it->second.logits.assign(logits.begin() + first * V, logits.begin() + (k + 1) * V);
+    }
   }
   times.mtp += since(t0);
+}
+
+std::vector<float> MtpSpeculator::take_logits(uint64_t id, int32_t* start) {
+  auto it = kept_.find(id);
+  if (it == kept_.end()) return {};
+  *start = it->second.start;
+  std::vector<float> out = std::move(it->second.logits);
+  kept_.erase(it);
+  return out;
 }
 
 std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>& reqs) {

@@ -95,13 +95,22 @@ class MtpSpeculator {
   // `hidden` its rows after the final norm [n, hidden]: queues the MTP pairs (h_j, t_{j+1})
   // whose next token is known (next: the token sampled after the last position, or -1 for a
   // prefill chunk that does not sample; that row waits for the next chunk).
+  // keep_logits: run_queued keeps the logits of every pair queued for the request (take_logits).
   void add_target_rows(uint64_t id, int32_t p0, std::span<const int32_t> tokens, const float* hidden, int32_t next,
-                       std::span<const int32_t> pages);
+                       std::span<const int32_t> pages, bool keep_logits = false);
+  // The MTP logits kept by the last run_queued for a request queued with keep_logits: rows of
+  // positions [*start, *start + rows) ([rows, vocab]; h at start + i, the token at start + i + 1);
+  // empty when none.
+  std::vector<float> take_logits(uint64_t id, int32_t* start);
   // One MTP step over every queued pair of every request (batched).
   void run_queued();
   // One draft/verify round over the requests; results in request order.
   std::vector<SpecRoundResult> round(const std::vector<SpecRequest>& requests);
-  void forget(uint64_t id) { state_.erase(id); queue_.erase(id); }
+  void forget(uint64_t id) {
+    state_.erase(id);
+    queue_.erase(id);
+    kept_.erase(id);
+  }
 
  private:
   struct State {
@@ -116,12 +125,18 @@ class MtpSpeculator {
     std::vector<int32_t> tokens;  // t_{j+1} for j = p0 ..
     std::vector<float> hidden;    // h_j rows
     std::vector<int32_t> pages;
+    bool keep = false;            // keep every row's logits (take_logits)
+  };
+  struct Kept {
+    int32_t start = 0;
+    std::vector<float> logits;
   };
   Model& model_;
   HostKvPool& kv_;
   int32_t n_;
   std::unordered_map<uint64_t, State> state_;
   std::unordered_map<uint64_t, Queued> queue_;
+  std::unordered_map<uint64_t, Kept> kept_;
 };
 
 }  // namespace fp4moe::model

@@ -37,11 +37,9 @@
 
 #include "cli/cli_run_helpers.hpp"
 #include "cuda/attention/mla.hpp"
-#include "engine/gpu/gpu_generate.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
-#include "model/generate.hpp"
 #include "model/model_test_util.hpp"
 
 namespace fp4moe {

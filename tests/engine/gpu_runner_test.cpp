@@ -1,7 +1,7 @@
 // The GPU runner against the CPU backend (its reference) on the tiny GLM-5 goldens' checkpoints
 // (tests/model/golden: sparse = DSA top-16 < the 64-token prompt, dense = top-k >= context),
 // each as BF16, NVIDIA's NVFP4 layout (routed experts only) and all-NVFP4 (`fp4moe quantize`):
-//   - logits over 64 prompt tokens + 32 decode steps (teacher-forced on the CPU's tokens):
+//   - logits over 64 prompt tokens + 32 decode steps (teacher-forced on a fixed continuation):
 //     rel L2 <= 5e-2; greedy tokens identical wherever the CPU's top-2 margin > 1e-2;
 //   - the prompt's hidden states layer by layer (a divergence names its layer);
 //   - a batch of requests of different lengths (mixed prefill + decode) = each request alone;
@@ -23,11 +23,9 @@
 
 #include "cli/cli_run_helpers.hpp"
 #include "cpu/moe_cpu.hpp"
-#include "engine/gpu/gpu_generate.hpp"
 #include "engine/gpu/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
-#include "model/generate.hpp"
 #include "model/model_test_util.hpp"
 
 namespace fp4moe {
@@ -39,6 +37,8 @@ using testing_gpu_runner::Case;
 using testing_gpu_runner::model_dir;
 using testing_gpu_runner::prompt_of;
 using testing_gpu_runner::small_options;
+using testing_gpu_runner::GpuSequenceForward;
+using testing_gpu_runner::gpu_forward_sequence;
 using testing_model::rel_l2;
 
 class GpuVsCpu : public ::testing::TestWithParam<Case> {};
@@ -90,7 +90,9 @@ void gpu_vs_cpu(const Case& c, KvElem kv) {
   auto gpu = GpuRunner::load(dir, ro);
   const model::MlaModelConfig& cfg = cpu->config();
   const int64_t P = 64, N = 32, V = cfg.vocab, H = cfg.hidden, L = cfg.num_layers;
-  const std::vector<int32_t> prompt = prompt_of(P, V, 1);
+  // The prompt, then N - 1 decode steps over a fixed continuation (teacher forcing: every row of
+  // every run below compares the same context).
+  const std::vector<int32_t> seq = prompt_of(P + N - 1, V, 1);
 
   // 1. The CPU alone; its prefill routing kept per MoE layer.
   std::map<int64_t, std::pair<std::vector<float>, std::vector<int32_t>>> own;
@@ -99,20 +101,17 @@ void gpu_vs_cpu(const Case& c, KvElem kv) {
     const MoeConfig& mc = cpu->weights().layers[size_t(l)].moe.cfg;
     own[l] = {std::vector<float>(lg, lg + T * mc.num_experts), std::vector<int32_t>(ids, ids + T * mc.top_k)};
   };
-  model::GenerateOptions go;
-  go.max_new_tokens = N;
-  go.keep_logits = true;
-  go.kv_elem = kv;  // the GPU cache's element type
-  model::HiddenStates hc, hg, hf;
-  go.prompt_hidden = &hc;
-  const model::GenerateResult rc = model::generate(*cpu, prompt, go);
+  testing_model::ForwardOptions fo;
+  fo.kv_elem = kv;  // the GPU cache's element type
+  fo.hidden = true;
+  const testing_model::SequenceForward rc = testing_model::forward_sequence(*cpu, seq, P, fo);
+  const model::HiddenStates& hc = rc.hidden;
   cpu->options().hooks = {};
 
   // 2. The GPU on the CPU's tokens (teacher forcing: every row compares the same context).
-  go.forced.assign(rc.tokens.begin() + P, rc.tokens.end());
-  go.prompt_hidden = &hg;
-  std::vector<engine::gpu::StepChoices> ch;
-  const model::GenerateResult rg = engine::gpu::generate_gpu(*gpu, prompt, go, &ch);
+  const GpuSequenceForward rg = gpu_forward_sequence(*gpu, seq, P);
+  const model::HiddenStates& hg = rg.hidden;
+  const std::vector<engine::gpu::StepChoices>& ch = rg.choices;
   ASSERT_EQ(int64_t(ch.size()), N) << "one record per step (prefill + decode)";
   ASSERT_EQ(rg.logits.size(), rc.logits.size());
   for (float x : rg.logits) ASSERT_TRUE(std::isfinite(x)) << "a non-finite GPU logit";
@@ -191,8 +190,8 @@ void gpu_vs_cpu(const Case& c, KvElem kv) {
       }
     return forced_topk.data();
   };
-  go.prompt_hidden = &hf;
-  const model::GenerateResult rf = model::generate(*cpu, prompt, go);
+  const testing_model::SequenceForward rf = testing_model::forward_sequence(*cpu, seq, P, fo);
+  const model::HiddenStates& hf = rf.hidden;
   cpu->options().hooks = {};
   for (const auto& [l, n] : rcur) EXPECT_EQ(n, ch.size()) << "layer " << l << " routed " << n << " steps";
 

@@ -17,10 +17,9 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli_run_helpers.hpp"
-#include "engine/gpu/gpu_generate.hpp"
 #include "engine/gpu/gpu_runner.hpp"
-#include "model/generate.hpp"
 #include "model/model_test_util.hpp"
+#include "model/sequence_forward.hpp"
 
 namespace fp4moe::testing_gpu_runner {
 
@@ -61,6 +60,44 @@ inline std::vector<int32_t> prompt_of(int64_t n, int64_t vocab, int seed) {
   std::vector<int32_t> p;
   for (int64_t i = 0; i < n; ++i) p.push_back(int32_t(2 + (i * 37 + seed * 101 + 7) % (vocab - 2)));
   return p;
+}
+
+// The runner over a FIXED token sequence (teacher forcing; the twin of
+// testing_model::forward_sequence): one step over the first `prefill` tokens, then one step per
+// token; every position's next-token logits, the prefill step's hidden states, every step's
+// routing / top-k choices (StepChoices: eager steps).
+struct GpuSequenceForward {
+  std::vector<float> logits;  // [tokens, vocab]
+  model::HiddenStates hidden;
+  std::vector<engine::gpu::StepChoices> choices;  // one per step
+};
+
+inline GpuSequenceForward gpu_forward_sequence(engine::gpu::GpuRunner& gpu, const std::vector<int32_t>& tokens,
+                                               int64_t prefill) {
+  const int64_t T = int64_t(tokens.size()), page = gpu.page_size();
+  const std::vector<int32_t> table = gpu.alloc_pages((T + page - 1) / page);
+  const int32_t page_ptr[2] = {0, int32_t(table.size())};
+  GpuSequenceForward r;
+  std::vector<float> rows;
+  auto run = [&](int64_t p0, int64_t n) {
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);
+    const int32_t qo[2] = {0, int32_t(n)}, len[1] = {int32_t(p0 + n)};
+    engine::gpu::StepInput in;
+    in.tokens = tokens.data() + p0;
+    in.batch = {1, n, qo, pos.data(), len, page_ptr, table.data()};
+    for (int64_t i = 0; i < n; ++i) in.logits_rows.push_back(int32_t(i));
+    engine::gpu::StepOutput out;
+    out.logits = &rows;
+    out.hidden = p0 == 0 ? &r.hidden : nullptr;
+    out.choices = &r.choices.emplace_back();
+    gpu.step(in, out);
+    r.logits.insert(r.logits.end(), rows.begin(), rows.end());
+  };
+  run(0, prefill);
+  for (int64_t p = prefill; p < T; ++p) run(p, 1);
+  gpu.release_pages(table);
+  return r;
 }
 
 // Requests whose prompts (but their last token) are in the cache, ready for decode steps: the

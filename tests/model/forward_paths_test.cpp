@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 
 #include "core/tensor.hpp"
-#include "model/generate.hpp"
 #include "model/model.hpp"
 #include "cli/cli_run_helpers.hpp"
 #include "model_test_util.hpp"
+#include "sequence_forward.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::testing_model;
@@ -58,15 +58,12 @@ TEST(ForwardPaths, PrefillLogitsEqualTokenByTokenDecodeLogitsWithin1em4) {
   for (const char* name : {"glm5-tiny-sparse", "glm5-tiny-shared", "deepseek-v3-tiny-yarn"})
     for (KvElem kv : {KvElem::F32, KvElem::BF16, KvElem::FP8_E4M3}) {
       auto m = load(name);
-      model::GenerateOptions g;
-      g.max_new_tokens = 4;
-      g.keep_logits = true;
-      g.kv_elem = kv;
-      const auto prompt = golden_prompt(name, 64);
-      const auto prefill = model::generate(*m, prompt, g);
-      g.prefill_token_by_token = true;
-      g.forced.assign(prefill.tokens.begin() + 64, prefill.tokens.end());
-      const auto decode = model::generate(*m, prompt, g);
+      ForwardOptions o;
+      o.kv_elem = kv;
+      const auto seq = golden_prompt(name, 67);  // a 64-token prompt, then 3 decode steps
+      const auto prefill = forward_sequence(*m, seq, 64, o);
+      o.token_by_token = true;
+      const auto decode = forward_sequence(*m, seq, 64, o);
       ASSERT_EQ(prefill.logits.size(), decode.logits.size());
       // F32 cache: the two attention forms differ by FP32 rounding only. BF16 / FP8 caches: a key
       // or latent element the two paths compute ~1e-7 apart can round to neighbouring stored
@@ -85,11 +82,7 @@ TEST(ForwardPaths, ExpandedAndAbsorbedMlaAgreeWithin1em5OnTheSamePrefill) {
     int i = 0;
     for (auto form : {model::AttentionForm::Expanded, model::AttentionForm::Absorbed}) {
       auto m = load(name, form);
-      model::GenerateOptions g;
-      g.max_new_tokens = 2;
-      g.keep_logits = true;
-      g.kv_elem = KvElem::F32;
-      out[i++] = model::generate(*m, golden_prompt(name, 64), g).logits;
+      out[i++] = forward_sequence(*m, golden_prompt(name, 65), 64).logits;  // the prefill, then a decode step
     }
     EXPECT_LE(worst_row(out[0], out[1], 512), 1e-5) << name;
   }
@@ -102,8 +95,9 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
   // Request A: a 40-token prefill; request B: 23 tokens already cached, decoding its 24th.
   const std::vector<int32_t> a(all.begin(), all.begin() + 40), b(all.begin() + 40, all.begin() + 64);
   model::HostKvPool kv(m->kv_geometry(page, 64, KvElem::F32), m->kv_index_layers());
-  std::vector<int32_t> pages_b = kv.alloc(6), pages_a = kv.alloc(10);  // B's pages come first in the pool
-  std::reverse(pages_a.begin(), pages_a.end());
+  std::vector<int32_t> pages_b(6), pages_a(10);  // B's pages come first in the pool, A's in reverse order
+  std::iota(pages_b.begin(), pages_b.end(), 0);
+  std::iota(pages_a.rbegin(), pages_a.rend(), 6);
   // Prefill B's first 23 tokens alone.
   {
     std::vector<int32_t> pos(23);
@@ -124,12 +118,8 @@ TEST(ForwardPaths, BatchOfRequestsWithOwnPageTablesEqualsEachRequestAlone) {
   m->step(TensorView::of(tokens.data(), {41}), bv, kv, {0, 39, 40}, TensorView::of(both.data(), {3, V}));
 
   // Each alone, in fresh caches.
-  model::GenerateOptions g;
-  g.max_new_tokens = 1;
-  g.keep_logits = true;
-  g.kv_elem = KvElem::F32;
-  const auto ra = model::generate(*m, a, g);
-  const auto rb = model::generate(*m, b, g);
+  const auto ra = forward_sequence(*m, a, int64_t(a.size()));
+  const auto rb = forward_sequence(*m, b, int64_t(b.size()));
   EXPECT_LE(rel_l2(both.data(), ra.logits.data(), size_t(V)), 1e-5);
   EXPECT_LE(rel_l2(both.data() + V, ra.logits.data() + 39 * V, size_t(V)), 1e-5);
   EXPECT_LE(rel_l2(both.data() + 2 * V, rb.logits.data() + 23 * V, size_t(V)), 1e-4);  // decode vs prefill form

@@ -212,3 +212,37 @@ TEST(Generate, TextPromptEqualsItsTokenIdsDecoded) {
     EXPECT_EQ(r.out, "") << bad;
   }
 }
+
+// What generate cannot do through the engine is refused in one line: the target's dumps with
+// speculative decoding (its verify steps' rows are not one per token), the MTP logits of a
+// checkpoint without an MTP layer or of a one-token prompt.
+TEST(GenerateBadInput, DumpsTheEngineCannotGiveAreRefused) {
+  TempDir t("gen_dump_refused");
+  const fs::path m = testing_model::golden_dir(kCase) + "/model";
+  const std::string out = " " + (t.path / "x.safetensors").string();
+  expect_one_line_error(generate(t, m, "--prompt-ids 5,6,7 --speculative-algorithm NEXTN --dump-logits" + out),
+                        "--dump-logits / --dump-hidden with speculative decoding");
+  expect_one_line_error(generate(t, m, "--prompt-ids 5,6,7 --speculative-algorithm NEXTN --dump-hidden" + out),
+                        "--dump-logits / --dump-hidden with speculative decoding");
+  expect_one_line_error(generate(t, m, "--prompt-ids 5,6,7 --dump-mtp-logits" + out), "no MTP layer");
+  expect_one_line_error(generate(t, m, "--prompt-ids 5 --dump-mtp-logits" + out), "at least 2");
+  EXPECT_FALSE(fs::exists(t.path / "x.safetensors"));
+}
+
+// --dump-mtp-logits on a checkpoint with an MTP layer (make-synthetic glm5-tiny): tokens [P] and
+// mtp_logits [P-1, vocab], beside the generated ids, with and without speculative decoding.
+TEST(Generate, DumpsTheMtpLogitsOfThePrompt) {
+  TempDir t("gen_dump_mtp");
+  const Result mk = run_binary(t.path, "make-synthetic " + (t.path / "m").string() + " --preset glm5-tiny");
+  ASSERT_EQ(mk.rc, 0) << mk.err;
+  for (const std::string spec : {"", " --speculative-algorithm NEXTN --speculative-num-steps 2"}) {
+    const fs::path f = t.path / "mtp.safetensors";
+    const Result r = generate(t, t.path / "m", "--prompt-ids 5,6,7,8,9 --max-new-tokens 4 --dump-mtp-logits " + f.string() + spec);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), ','), 3) << r.out;
+    const auto d = SafetensorsFile::open(f.string());
+    EXPECT_EQ(d->get("tokens").shape, (std::vector<int64_t>{5}));
+    EXPECT_EQ(d->get("mtp_logits").shape, (std::vector<int64_t>{4, 1024}));
+    fs::remove(f);
+  }
+}

@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli_run_helpers.hpp"
-#include "model/generate.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
+#include "sequence_forward.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::testing_model;
@@ -81,12 +81,9 @@ class GoldenTest : public ::testing::TestWithParam<Case> {
 TEST_P(GoldenTest, LogitsOfEveryPromptAndDecodeRowWithin1em5AndArgmaxWhereMarginAbove1em3) {
   ASSERT_EQ(int64_t(tokens_.size()), kPrompt + kNew);
   ASSERT_EQ(logits_shape_[0], kPrompt + kNew - 1);
-  model::GenerateOptions g;
-  g.max_new_tokens = kNew;
-  g.keep_logits = true;
-  g.kv_elem = KvElem::F32;
-  g.forced.assign(tokens_.begin() + kPrompt, tokens_.end());  // the golden continuation
-  const model::GenerateResult r = model::generate(*model_, prompt(), g);
+  // The prompt in one prefill step, then the golden continuation one decode step per token.
+  const std::vector<int32_t> seq(tokens_.begin(), tokens_.end() - 1);
+  const SequenceForward r = forward_sequence(*model_, seq, kPrompt);
   ASSERT_EQ(r.logits.size(), logits_.size());
   double worst = 0;
   for (int64_t i = 0; i < kPrompt + kNew - 1; ++i) {
@@ -103,10 +100,11 @@ TEST_P(GoldenTest, LogitsOfEveryPromptAndDecodeRowWithin1em5AndArgmaxWhereMargin
 }
 
 TEST_P(GoldenTest, FreeRunningGreedyTokensEqualGoldenUpToTheFirstNearTie) {
-  model::GenerateOptions g;
+  // `fp4moe generate`'s path: the engine, the CPU backend, greedy sampling.
+  EngineGenerateOptions g;
   g.max_new_tokens = kNew;
-  g.kv_elem = KvElem::F32;
-  const model::GenerateResult r = model::generate(*model_, prompt(), g);
+  const engine::OneRequestResult r = generate_on_engine(model_dir(GetParam()), prompt(), g).result;
+  ASSERT_EQ(int64_t(r.tokens.size()), kPrompt + kNew);
   for (int64_t i = kPrompt; i < kPrompt + kNew; ++i) {
     if (top2_margin(logits_.data() + (i - 1) * vocab_, vocab_) <= 1e-3f) break;  // row i-1 chose token i
     ASSERT_EQ(r.tokens[size_t(i)], tokens_[size_t(i)]) << "token " << i;
@@ -114,12 +112,9 @@ TEST_P(GoldenTest, FreeRunningGreedyTokensEqualGoldenUpToTheFirstNearTie) {
 }
 
 TEST_P(GoldenTest, PerLayerHiddenStatesOfThePromptWithin1em5) {
-  model::HiddenStates hidden;
-  model::GenerateOptions g;
-  g.max_new_tokens = 1;
-  g.kv_elem = KvElem::F32;
-  g.prompt_hidden = &hidden;
-  model::generate(*model_, prompt(), g);
+  ForwardOptions o;
+  o.hidden = true;
+  const model::HiddenStates hidden = forward_sequence(*model_, prompt(), kPrompt, o).hidden;
   const int64_t L = model_->config().num_layers, H = model_->config().hidden;
   ASSERT_EQ(int64_t(hidden.size()), L + 1);
   for (int64_t i = 0; i <= L; ++i) {

@@ -18,25 +18,39 @@
 #include <random>
 
 #include "../cli/cli_run_helpers.hpp"
-#include "model/generate.hpp"
 #include "model/speculative.hpp"
+#include "sequence_forward.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::testing_cli;
+using fp4moe::testing_model::EngineGenerate;
+using fp4moe::testing_model::EngineGenerateOptions;
 
 namespace {
 
-model::Model& tiny() {
+const std::string& tiny_dir() {
   static TempDir t("speculative_models");
-  static std::unique_ptr<model::Model> m = [] {
-    const auto dir = t.path / "glm5-tiny";
-    const Result r = run_binary(t.path, "make-synthetic " + dir.string() + " --preset glm5-tiny");
+  static const std::string dir = [] {
+    const auto d = t.path / "glm5-tiny";
+    const Result r = run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
     EXPECT_EQ(r.rc, 0) << r.err;
+    return d.string();
+  }();
+  return dir;
+}
+
+model::Model& tiny() {
+  static std::unique_ptr<model::Model> m = [] {
     model::ModelOptions o;
     o.threads = 1;
-    return model::Model::load(dir.string(), o);
+    return model::Model::load(tiny_dir(), o);
   }();
   return *m;
+}
+
+// `fp4moe generate`'s path: the engine over the CPU backend (speculative: its MTP rounds).
+EngineGenerate generate(const std::vector<int32_t>& prompt, const EngineGenerateOptions& o) {
+  return testing_model::generate_on_engine(tiny_dir(), prompt, o);
 }
 
 std::vector<int32_t> prompt_of(int64_t n, int32_t salt = 0) {
@@ -45,11 +59,12 @@ std::vector<int32_t> prompt_of(int64_t n, int32_t salt = 0) {
   return p;
 }
 
-model::GenerateOptions greedy_options(int64_t new_tokens, int32_t steps) {
-  model::GenerateOptions o;
+EngineGenerateOptions greedy_options(int64_t new_tokens, int32_t steps) {
+  EngineGenerateOptions o;
   o.max_new_tokens = new_tokens;
   o.kv_elem = KvElem::F32;
   o.page_size = 16;
+  o.threads = 1;
   o.speculative_steps = steps;
   return o;
 }
@@ -65,40 +80,38 @@ constexpr double kZ1e6 = 4.753;  // standard normal upper quantile at 1e-6
 }  // namespace
 
 TEST(Speculative, GreedyEqualsThePlainRunTokenForToken) {
-  model::Model& m = tiny();
   for (int64_t P : {5, 33, 40})
     for (int32_t N : {1, 3, 4}) {
       const auto prompt = prompt_of(P, int32_t(P));
-      const auto plain = model::generate(m, prompt, greedy_options(23, 0));
-      const auto spec = model::generate(m, prompt, greedy_options(23, N));
-      EXPECT_EQ(spec.tokens, plain.tokens) << "P " << P << " N " << N;
+      const auto plain = generate(prompt, greedy_options(23, 0));
+      const auto spec = generate(prompt, greedy_options(23, N));
+      EXPECT_EQ(spec.result.tokens, plain.result.tokens) << "P " << P << " N " << N;
       int64_t emitted = 0, rounds = 0;
       for (size_t i = 0; i < spec.accept_length.size(); ++i) {
         emitted += int64_t(i + 1) * spec.accept_length[i];
         rounds += spec.accept_length[i];
       }
       EXPECT_EQ(emitted, 22);  // the first token comes from the prefill
-      EXPECT_EQ(rounds, spec.verify_steps);
+      EXPECT_EQ(rounds, spec.result.usage.spec_verify_steps);
       EXPECT_LE(spec.accepted, spec.drafted);
     }
 }
 
 TEST(Speculative, ForcedDraftsFromThePlainRunAreAcceptedAndWrongOnesRejected) {
-  model::Model& m = tiny();
   const auto prompt = prompt_of(12);
   const int64_t n_new = 23;
-  const auto plain = model::generate(m, prompt, greedy_options(n_new, 0));
+  const auto plain = generate(prompt, greedy_options(n_new, 0)).result;
   const int64_t P = int64_t(prompt.size());
   auto right = [&](uint64_t, uint64_t idx, int32_t mtp) {
     return int64_t(idx) < n_new ? plain.tokens[size_t(P + int64_t(idx))] : mtp;
   };
   auto opt = greedy_options(n_new, 3);
   opt.draft_override = right;
-  const auto all = model::generate(m, prompt, opt);
-  EXPECT_EQ(all.tokens, plain.tokens);
+  const auto all = generate(prompt, opt);
+  EXPECT_EQ(all.result.tokens, plain.tokens);
   EXPECT_EQ(all.accepted, all.drafted);
   // 22 tokens after the prefill's: 5 rounds of 4, then one of 2 (max_new_tokens cuts it).
-  EXPECT_EQ(all.verify_steps, 6);
+  EXPECT_EQ(all.result.usage.spec_verify_steps, 6);
   EXPECT_EQ(all.accept_length[3], 5);
   EXPECT_EQ(all.accept_length[1], 1);
 
@@ -106,8 +119,8 @@ TEST(Speculative, ForcedDraftsFromThePlainRunAreAcceptedAndWrongOnesRejected) {
     const int32_t t = right(id, idx, mtp);
     return idx % 3 == 2 ? (t + 1) % 1024 : t;
   };
-  const auto mixed = model::generate(m, prompt, opt);
-  EXPECT_EQ(mixed.tokens, plain.tokens);
+  const auto mixed = generate(prompt, opt);
+  EXPECT_EQ(mixed.result.tokens, plain.tokens);
   EXPECT_LT(mixed.accepted, mixed.drafted);
   EXPECT_GT(mixed.accepted, 0);
 }
@@ -117,35 +130,33 @@ TEST(Speculative, KvRowsOfTheSequenceEqualThePlainRunBitwise) {
   for (int64_t P : {12, 40}) {
     const auto prompt = prompt_of(P, 3);
     const int64_t n_new = 21;
-    auto plain_opt = greedy_options(n_new, 0);
-    plain_opt.keep_kv = true;
-    const auto plain = model::generate(m, prompt, plain_opt);
+    const auto plain = generate(prompt, greedy_options(n_new, 0));
     auto opt = greedy_options(n_new, 3);
-    opt.keep_kv = true;
     opt.draft_override = [&](uint64_t, uint64_t idx, int32_t mtp) {  // accepts and rejects
-      const int32_t t = int64_t(idx) < n_new ? plain.tokens[size_t(P + int64_t(idx))] : mtp;
+      const int32_t t = int64_t(idx) < n_new ? plain.result.tokens[size_t(P + int64_t(idx))] : mtp;
       return idx % 4 == 3 ? (t + 5) % 1024 : t;
     };
-    const auto spec = model::generate(m, prompt, opt);
-    ASSERT_EQ(spec.tokens, plain.tokens);
+    const auto spec = generate(prompt, opt);
+    ASSERT_EQ(spec.result.tokens, plain.result.tokens);
     ASSERT_GT(spec.accepted, 0);
     ASSERT_LT(spec.accepted, spec.drafted);
-    const int64_t page = 16, written = P + n_new - 1;  // the last token's KV is never computed
-    auto row = [&](const void* base, int64_t dim, int64_t elem, const std::vector<int32_t>& pages, int64_t p) {
-      return static_cast<const uint8_t*>(base) + (int64_t(pages[size_t(p / page)]) * page + p % page) * dim * elem;
+    const int64_t written = P + n_new - 1;  // the last token's KV is never computed
+    // One request in a fresh pool: its page table is 0, 1, 2, ... (the pool hands out page 0 first).
+    auto row = [&](const void* base, int64_t dim, int64_t elem, int64_t p) {
+      return static_cast<const uint8_t*>(base) + p * dim * elem;
     };
     int64_t compared = 0;
     for (int64_t l = 0; l < m.config().num_layers; ++l) {
-      const KvLayerView& a = plain.kv->layer(l);
-      const KvLayerView& b = spec.kv->layer(l);
+      const KvLayerView& a = plain.backend->kv_pool().layer(l);
+      const KvLayerView& b = spec.backend->kv_pool().layer(l);
       for (int64_t p = 0; p < written; ++p) {
-        ASSERT_EQ(std::memcmp(row(a.ckv, a.ckv_dim, 4, plain.kv_pages, p), row(b.ckv, b.ckv_dim, 4, spec.kv_pages, p),
+        ASSERT_EQ(std::memcmp(row(a.ckv, a.ckv_dim, 4, p), row(b.ckv, b.ckv_dim, 4, p),
                               size_t(a.ckv_dim) * 4), 0) << "layer " << l << " position " << p << " latent";
-        ASSERT_EQ(std::memcmp(row(a.kpe, a.kpe_dim, 4, plain.kv_pages, p), row(b.kpe, b.kpe_dim, 4, spec.kv_pages, p),
+        ASSERT_EQ(std::memcmp(row(a.kpe, a.kpe_dim, 4, p), row(b.kpe, b.kpe_dim, 4, p),
                               size_t(a.kpe_dim) * 4), 0) << "layer " << l << " position " << p << " rope key";
         if (a.index_k)
-          ASSERT_EQ(std::memcmp(row(a.index_k, a.index_dim, 4, plain.kv_pages, p),
-                                row(b.index_k, b.index_dim, 4, spec.kv_pages, p), size_t(a.index_dim) * 4), 0)
+          ASSERT_EQ(std::memcmp(row(a.index_k, a.index_dim, 4, p),
+                                row(b.index_k, b.index_dim, 4, p), size_t(a.index_dim) * 4), 0)
               << "layer " << l << " position " << p << " index key";
         ++compared;
       }
@@ -162,27 +173,27 @@ TEST(Speculative, TheMtpLayersKvRowsDoNotDependOnWhichDraftsWereAccepted) {
   model::Model& m = tiny();
   const auto prompt = prompt_of(20, 7);
   const int64_t P = int64_t(prompt.size()), n_new = 22;
-  const auto plain = model::generate(m, prompt, greedy_options(n_new, 0));
+  const auto plain = generate(prompt, greedy_options(n_new, 0)).result;
   auto run = [&](int wrong_every) {
     auto opt = greedy_options(n_new, 3);
-    opt.keep_kv = true;
     if (wrong_every >= 0)
       opt.draft_override = [&, wrong_every](uint64_t, uint64_t idx, int32_t mtp) {
         const int32_t t = int64_t(idx) < n_new ? plain.tokens[size_t(P + int64_t(idx))] : mtp;
         return wrong_every > 0 && idx % uint64_t(wrong_every) == 0 ? (t + 3) % 1024 : t;
       };
-    return model::generate(m, prompt, opt);
+    return generate(prompt, opt);
   };
   const auto right = run(0), mixed = run(3), own = run(-1);
-  for (const auto* r : {&right, &mixed, &own}) ASSERT_EQ(r->tokens, plain.tokens);
+  for (const auto* r : {&right, &mixed, &own}) ASSERT_EQ(r->result.tokens, plain.tokens);
   ASSERT_LT(mixed.accepted, mixed.drafted);
-  const int64_t L = m.config().num_layers, page = 16;
-  const KvLayerView& a = right.kv->layer(L);
-  auto at = [&](const model::GenerateResult& r, const void* base, int64_t dim, int64_t p) {
-    return static_cast<const uint8_t*>(base) + (int64_t(r.kv_pages[size_t(p / page)]) * page + p % page) * dim * 4;
+  const int64_t L = m.config().num_layers;
+  const KvLayerView& a = right.backend->kv_pool().layer(L);
+  // One request in a fresh pool: its page table is 0, 1, 2, ... (the pool hands out page 0 first).
+  auto at = [&](const EngineGenerate&, const void* base, int64_t dim, int64_t p) {
+    return static_cast<const uint8_t*>(base) + p * dim * 4;
   };
   for (const auto* r : {&mixed, &own}) {
-    const KvLayerView& b = r->kv->layer(L);
+    const KvLayerView& b = r->backend->kv_pool().layer(L);
     for (int64_t p = 0; p + 1 < P + n_new; ++p) {
       ASSERT_EQ(std::memcmp(at(right, a.ckv, a.ckv_dim, p), at(*r, b.ckv, b.ckv_dim, p), size_t(a.ckv_dim) * 4), 0)
           << "MTP latent, position " << p;
@@ -247,22 +258,20 @@ TEST(Speculative, SampledTokensFollowTheTargetDistributionAndASeedReproducesThem
   model::Model& m = tiny();
   const auto prompt = prompt_of(9, 5);
   const int64_t P = int64_t(prompt.size()), V = m.config().vocab;
-  model::GenerateOptions o;
-  o.max_new_tokens = 2;
-  o.kv_elem = KvElem::F32;
+  EngineGenerateOptions o = greedy_options(2, 0);
   o.sampling.temperature = 1.5f;
   o.sampling.top_k = 3;
-  // Exact joint distribution.
+  cpu::SamplingParams cs;  // the same knobs in cpu/'s form
+  cs.temperature = 1.5f;
+  cs.top_k = 3;
+  // Exact joint distribution (the model over the prompt and the forced tokens).
   auto dist_after = [&](const std::vector<int32_t>& forced) {
-    model::GenerateOptions g = o;
-    g.sampling.temperature = 0.0f;
-    g.keep_logits = true;
-    g.forced = forced;
-    g.max_new_tokens = int64_t(forced.size()) + 1;
-    const auto r = model::generate(m, prompt, g);
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), forced.begin(), forced.end());
+    const auto r = testing_model::forward_sequence(m, seq, P);
     const float* row = r.logits.data() + (P - 1 + int64_t(forced.size())) * V;
     const std::vector<int32_t> out(forced.begin(), forced.end());
-    return cpu::sampling_distribution(row, V, o.sampling, prompt, out);
+    return cpu::sampling_distribution(row, V, cs, prompt, out);
   };
   const auto p0 = dist_after({});
   std::map<std::pair<int32_t, int32_t>, double> joint;
@@ -279,8 +288,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistributionAndASeedReproducesThem
   o.speculative_steps = 3;
   for (int s = 0; s < n; ++s) {
     o.sampling.seed = uint64_t(1000 + s);
-    const auto r = model::generate(m, prompt, o);
-    ++count[{r.tokens[size_t(P)], r.tokens[size_t(P + 1)]}];
+    const auto r = generate(prompt, o);
+    ++count[{r.result.tokens[size_t(P)], r.result.tokens[size_t(P + 1)]}];
     accepted += r.accepted;
   }
   double chi2 = 0.0;
@@ -295,6 +304,6 @@ TEST(Speculative, SampledTokensFollowTheTargetDistributionAndASeedReproducesThem
   // A fixed seed reproduces the tokens, at length.
   o.max_new_tokens = 24;
   o.sampling.seed = 77;
-  const auto a = model::generate(m, prompt, o), b = model::generate(m, prompt, o);
-  EXPECT_EQ(a.tokens, b.tokens);
+  const auto a = generate(prompt, o), b = generate(prompt, o);
+  EXPECT_EQ(a.result.tokens, b.result.tokens);
 }

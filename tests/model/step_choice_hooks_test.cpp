@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/generate.hpp"
+#include "sequence_forward.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
 
@@ -26,22 +26,18 @@ TEST(StepChoiceHooks, ImposingTheModelsOwnRoutingChangesNothingAndOtherRoutingCh
   o.threads = 2;
   auto m = model::Model::load(testing_model::golden_dir("glm5-tiny-sparse") + "/model", o);
   const int64_t P = 20, N = 4, E = m->config().moe.num_experts;
-  const auto prompt = prompt_of(P, m->config().vocab);
+  const auto seq = prompt_of(P + N - 1, m->config().vocab);  // a P-token prompt, then N - 1 decode steps
   std::map<int64_t, std::vector<std::vector<float>>> seen;  // layer -> per step logits
   m->options().hooks.on_routing = [&](int64_t l, int64_t T, const float* lg, const int32_t*) {
     seen[l].emplace_back(lg, lg + T * E);
   };
-  model::GenerateOptions g;
-  g.max_new_tokens = N;
-  g.keep_logits = true;
-  const auto a = model::generate(*m, prompt, g);
+  const auto a = testing_model::forward_sequence(*m, seq, P);
   ASSERT_FALSE(seen.empty());
   for (const auto& [l, steps] : seen) {
     EXPECT_TRUE(m->config().moe_layer[size_t(l)]) << "layer " << l;
     ASSERT_EQ(int64_t(steps.size()), N) << "layer " << l << ": one call per step";
     EXPECT_EQ(int64_t(steps[0].size()), P * E);
   }
-  g.forced.assign(a.tokens.begin() + P, a.tokens.end());
 
   std::map<int64_t, size_t> cur;
   m->options().hooks = {};
@@ -50,7 +46,7 @@ TEST(StepChoiceHooks, ImposingTheModelsOwnRoutingChangesNothingAndOtherRoutingCh
     EXPECT_EQ(int64_t(v.size()), T * E);
     return v.data();
   };
-  const auto b = model::generate(*m, prompt, g);
+  const auto b = testing_model::forward_sequence(*m, seq, P);
   ASSERT_EQ(a.logits.size(), b.logits.size());
   EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0) << "own routing imposed";
 
@@ -62,7 +58,7 @@ TEST(StepChoiceHooks, ImposingTheModelsOwnRoutingChangesNothingAndOtherRoutingCh
     for (float& x : flipped) x = -x;
     return flipped.data();
   };
-  const auto c = model::generate(*m, prompt, g);
+  const auto c = testing_model::forward_sequence(*m, seq, P);
   EXPECT_GT(testing_model::rel_l2(c.logits.data(), a.logits.data(), a.logits.size()), 1e-2) << "other routing imposed";
   m->options().hooks = {};
 }

@@ -13,7 +13,7 @@
 #include "cpu/moe_cpu.hpp"
 #include "format/fp4.hpp"
 #include "format/safetensors.hpp"
-#include "model/generate.hpp"
+#include "sequence_forward.hpp"
 #include "model/model.hpp"
 #include "model_test_util.hpp"
 
@@ -54,9 +54,9 @@ TEST(Weights, NvidiaLayoutBindsBf16SharedExpertBesideNvfp4ExpertsAndKeepsTheMtpL
   EXPECT_EQ(moe.attn.kv_b.w.format, cpu::LinearFormat::BF16);
   EXPECT_GT(moe.moe.w13.views.size(), 0u);
   EXPECT_GT(moe.moe.w13.views[0].global_scale, 0.0f);
-  model::GenerateOptions g;
+  testing_model::EngineGenerateOptions g;
   g.max_new_tokens = 4;
-  const auto r = model::generate(*m, {3, 4, 5, 6, 7}, g);
+  const auto r = testing_model::generate_on_engine((t.path / "glm5-tiny").string(), {3, 4, 5, 6, 7}, g).result;
   EXPECT_EQ(r.tokens.size(), 9u);
 }
 
@@ -123,13 +123,13 @@ TEST(Weights, Mxfp4CheckpointEqualsItsDequantizedBf16Copy) {
   EXPECT_EQ(mx->weights().layers[1].moe.w13.format, WeightFormat::MXFP4);
   EXPECT_EQ(mx->weights().layers[1].attn.q_b.w.format, cpu::LinearFormat::MXFP4);
   EXPECT_EQ(bf->weights().layers[1].attn.q_b.w.format, cpu::LinearFormat::BF16);
-  model::GenerateOptions g;
+  testing_model::EngineGenerateOptions g;  // `fp4moe generate`'s path, --dump-logits
   g.max_new_tokens = 8;
-  g.keep_logits = true;
-  g.kv_elem = KvElem::F32;
+  g.dump = engine::kDumpLogits;
   std::vector<int32_t> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[size_t(i)] = 2 + 13 * i % 500;
-  const auto a = model::generate(*mx, prompt, g), b = model::generate(*bf, prompt, g);
+  const auto a = testing_model::generate_on_engine(mx_dir.string(), prompt, g).result;
+  const auto b = testing_model::generate_on_engine(bf_dir.string(), prompt, g).result;
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_LE(testing_model::rel_l2(a.logits.data(), b.logits.data(), a.logits.size()), 1e-5);
 }

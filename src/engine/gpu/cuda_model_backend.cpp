@@ -34,6 +34,7 @@ BackendInfo CudaModelBackend::info() const {
   i.default_mem_fraction = runner_->options().mem_fraction_static;
   i.kv_pool_tokens = runner_->num_pages() * runner_->page_size();
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
+  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden);  // step(): every row's logits, the eager step's hidden states
   return i;
 }
 
@@ -53,7 +54,57 @@ StepInput CudaModelBackend::view(const StepBatch& batch) {
   StepInput in;
   in.tokens = batch.tokens.data();
   in.batch = batch.kv_view(kv_len_, in.logits_rows);
+  if (std::none_of(batch.dump.begin(), batch.dump.end(), [](uint8_t d) { return (d & kDumpLogits) != 0; })) return in;
+  // A request dumping its logits: every token's row. The rows that are not sampled come first
+  // (the device samples the last StepInput::sampling.size() rows), then one per sampling request.
+  std::vector<int32_t> rows;
+  for (int32_t r = 0; r < batch.num_requests(); ++r) {
+    if (!(batch.dump[size_t(r)] & kDumpLogits)) continue;
+    const int32_t b = batch.token_begin[size_t(r)], e = batch.token_begin[size_t(r) + 1];
+    for (int32_t t = b; t < e - (batch.sample[size_t(r)] ? 1 : 0); ++t) rows.push_back(t);
+  }
+  dump_rows_ = int32_t(rows.size());
+  rows.insert(rows.end(), in.logits_rows.begin(), in.logits_rows.end());
+  in.logits_rows = std::move(rows);
   return in;
+}
+
+void CudaModelBackend::dump_rows(const StepBatch& batch, const StepInput& in) {
+  const int64_t V = runner_->config().vocab, H = runner_->config().hidden;
+  auto row_of = [&](int32_t t) {  // the index of token t's logits row
+    return int64_t(std::find(in.logits_rows.begin(), in.logits_rows.end(), t) - in.logits_rows.begin());
+  };
+  for (int32_t r = 0; r < batch.num_requests(); ++r) {
+    const uint8_t bits = batch.dump.empty() ? 0 : batch.dump[size_t(r)];
+    const int32_t b = batch.token_begin[size_t(r)], n = batch.count(r);
+    if (bits & kDumpLogits) {
+      RowDump d;
+      d.request = r;
+      d.what = kDumpLogits;
+      d.start = batch.start(r);
+      d.rows = n;
+      d.width = int32_t(V);
+      d.data.resize(size_t(n) * size_t(V));
+      for (int32_t i = 0; i < n; ++i) {
+        const int64_t k = row_of(b + i);
+        FP4MOE_CHECK(k < int64_t(in.logits_rows.size()), "cuda backend: no logits row for token {}", b + i);
+        std::copy(logits_.begin() + k * V, logits_.begin() + (k + 1) * V, d.data.begin() + int64_t(i) * V);
+      }
+      batch.dumps->push_back(std::move(d));
+    }
+    if (bits & kDumpHidden)
+      for (size_t l = 0; l < hidden_.size(); ++l) {
+        RowDump d;
+        d.request = r;
+        d.what = kDumpHidden;
+        d.layer = int32_t(l);
+        d.start = batch.start(r);
+        d.rows = n;
+        d.width = int32_t(H);
+        d.data.assign(hidden_[l].begin() + int64_t(b) * H, hidden_[l].begin() + int64_t(b + n) * H);
+        batch.dumps->push_back(std::move(d));
+      }
+  }
 }
 
 void CudaModelBackend::report_counts(size_t steps) {
@@ -69,13 +120,17 @@ void CudaModelBackend::report_counts(size_t steps) {
 void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out) {
   FP4MOE_CHECK(kv_ready_, "cuda backend: step before init_kv");
   const int32_t n = batch.num_requests();
+  dump_rows_ = 0;
   StepInput in = view(batch);
+  uint8_t any_dump = 0;
+  for (uint8_t d : batch.dump) any_dump |= d;
+  FP4MOE_CHECK(!any_dump || batch.dumps, "cuda backend: a step with dumps and nowhere to put them");
   // Plain greedy rows only: the device's argmax is the whole answer; otherwise every sampling
   // row goes through the device sampler (greedy rows give the argmax there too).
   // Grammar masks: one per logits row (the sampling rows, in order), null where unconstrained.
   bool greedy = true, masked = false;
   rows_.clear();
-  in.token_masks.clear();
+  in.token_masks.assign(size_t(dump_rows_), nullptr);  // the dumped rows that are not sampled: unmasked
   for (int32_t r = 0; r < n; ++r)
     if (batch.sample[size_t(r)]) {
       rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
@@ -92,12 +147,15 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
   }
   const bool counts = observer_ && runner_->options().count_experts && !moe_layers_.empty();
   so.expert_counts = counts ? &counts_ : nullptr;
+  so.logits = (any_dump & kDumpLogits) ? &logits_ : nullptr;
+  so.hidden = (any_dump & kDumpHidden) ? &hidden_ : nullptr;
   runner_->step(in, so);
   if (counts) report_counts(1);
+  if (any_dump) dump_rows(batch, in);
   for (size_t k = 0; k < rows_.size(); ++k) {
     if (greedy) {
       GeneratedToken t;
-      t.id = greedy_[k];
+      t.id = greedy_[size_t(dump_rows_) + k];
       out.push_back(std::move(t));
     } else {
       out.push_back(std::move(sampled_[k]));

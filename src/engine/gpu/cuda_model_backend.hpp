@@ -13,7 +13,9 @@
 // (RunnerOptions::max_decode_steps, max_stop_ids; engine/decode_capacity.hpp) is refused with a
 // StepError naming its requests, never run on a host loop instead; `serve` sizes the runner from
 // --num-continuous-decode-steps and the API's stop-id limit, so its rounds always fit.
-// /metrics' tokens per expert come from the runner's per-layer device counts.
+// /metrics' tokens per expert come from the runner's per-layer device counts. Dumps
+// (RequestSpec::dump, `fp4moe generate --dump-logits / --dump-hidden`): the logits of every token
+// of the request (the runner must allow that many logits rows) and the eager step's hidden states.
 #pragma once
 
 #include <memory>
@@ -51,6 +53,12 @@ class CudaModelBackend : public Backend {
   std::vector<RowSampling> rows_;         // the step's sampling rows (device form)
   std::vector<GeneratedToken> sampled_;   // device-sampled tokens
   std::vector<int32_t> moe_layers_;  // layer ids of the runner's count rows
+  // Dumps (RequestSpec::dump): the step's logits rows and hidden states; the dumped rows that are
+  // not sampled lead the step's logits rows (dump_rows_ of them).
+  std::vector<float> logits_;
+  model::HiddenStates hidden_;
+  int32_t dump_rows_ = 0;
+  void dump_rows(const StepBatch& batch, const StepInput& in);
 
   StepInput view(const StepBatch& batch);       // kv_len_ filled; logits rows: each sampling request's last token
   void report_counts(size_t steps);              // counts_ [steps x moe layers x experts] to the observer

@@ -43,7 +43,7 @@ struct GenerateArgs {
   int64_t indexer_score_rows = 0;  // cuda: the DSA indexer's score rows per chunk at most (0: the plan's)
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
-  cpu::SamplingParams sampling;
+  cpu::SamplingParams sampling{.temperature = 0.0f};  // greedy unless --temperature
   engine::SpeculativeFlags speculative;
 };
 
@@ -194,7 +194,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--temperature", a->sampling.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "nucleus mass kept, (0, 1]")->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "0: off")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "-1: off, else >= 1 (0 is refused)")->capture_default_str();
   app.add_option("--min-p", a->sampling.min_p, "keep tokens with p >= min_p * p_max")->capture_default_str();
   app.add_option("--repetition-penalty", a->sampling.repetition_penalty, "1: off")->capture_default_str();
   app.add_option("--presence-penalty", a->sampling.presence_penalty, "0: off")->capture_default_str();

@@ -15,7 +15,7 @@ namespace fp4moe::model {
 
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
-  cpu::SamplingParams sampling;
+  cpu::SamplingParams sampling{.temperature = 0.0f};  // greedy unless set
   int64_t page_size = 16;
   KvElem kv_elem = KvElem::BF16;
   bool keep_logits = false;         // keep every next-token logits row (for --dump-logits / tests)

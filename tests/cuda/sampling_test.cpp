@@ -279,7 +279,7 @@ sp::DecodeStateHost make_state(int rows, int K, int page_size, uint64_t seed) {
     s.generated.push_back(0);
     s.max_new.push_back(1 + int(g() % (K + 2)));
     s.max_position.push_back(plen + 1 + int(g() % (2 * K)));
-    s.finish.push_back(r % 7 == 3 ? sp::kFinishStop : 0);  // one already done
+    s.finish.push_back(r % 7 == 3 ? int32_t(FinishReason::kStop) : 0);  // one already done
     s.finish_step.push_back(-1);
     for (int q = 0; q < 3; ++q) s.stop_ids.push_back(q < int(r % 3) ? int32_t(g() % 50) : cpu::kNoToken);
     const int need_pages = (plen + K + page_size - 1) / page_size;
@@ -316,7 +316,7 @@ TEST(DecodeAdvanceCpu, StopsLengthsSlotsAndSentinels) {
   EXPECT_EQ(s.kv_slot, (std::vector<int64_t>{9 * 2 + 1, 3 * 2 + 0}));
   EXPECT_EQ(s.input_token, (std::vector<int32_t>{100, 200}));
   sp::decode_advance_cpu(s, step1, 1);  // row 0 samples its stop id, row 1 reaches max_new
-  EXPECT_EQ(s.finish, (std::vector<int32_t>{sp::kFinishStop, sp::kFinishLength}));
+  EXPECT_EQ(s.finish, (std::vector<int32_t>{int32_t(FinishReason::kStop), int32_t(FinishReason::kLength)}));
   EXPECT_EQ(s.finish_step, (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(s.kv_slot, (std::vector<int64_t>{-7, -7}));
   sp::decode_advance_cpu(s, step2, 2);
@@ -334,10 +334,10 @@ TEST(DecodeAdvanceCpu, ReservedPagesAndContextLimit) {
   s.pages = {1};  // position 4 needs a second page
   const int32_t t[] = {7};
   sp::decode_advance_cpu(s, t, 0);
-  EXPECT_EQ(s.finish[0], sp::kFinishNoPage);
+  EXPECT_EQ(s.finish[0], int32_t(FinishReason::kNoPage));
   s.finish = {0}, s.pages = {2}, s.max_position = {s.position[0] + 2};
   sp::decode_advance_cpu(s, t, 1);
-  EXPECT_EQ(s.finish[0], sp::kFinishLength);
+  EXPECT_EQ(s.finish[0], int32_t(FinishReason::kLength));
 }
 
 struct DeviceState {

@@ -39,7 +39,7 @@ constexpr int kChunkAlign = 128;     // chunk starts: multiples of 4 (Philox gro
 constexpr int kTargetCtas = 1024;    // split rows until about this many CTAs
 constexpr int kRowBins = 2048;       // row histogram bins of (max − x) · kBinsPerUnit
 constexpr float kBinsPerUnit = 64.0f;
-constexpr float kGumbelBound = 17.0f;  // > max of −log(−log u), u <= 1 − 2^−24
+using cpu::kGumbelBound;  // > max of −log(−log u), u <= 1 − 2^−24
 
 struct Geometry {
   int chunks = 1;
@@ -121,7 +121,7 @@ __device__ __forceinline__ int load4(const float* l, int i0, int V, bool vec, fl
 
 // Penalties of the tokens in [i0, i1), in place, once per distinct token (bitmap words of the
 // chunk: only this CTA touches them). Each chunk reads the whole token list.
-__device__ void apply_penalties(const SampleArgs& a, const SamplingRowParams& P, float* l, uint32_t* bits,
+__device__ void apply_penalties(const SampleArgs& a, const SamplingParams& P, float* l, uint32_t* bits,
                                 int64_t words, int row, int i0, int i1) {
   const int32_t* hist = a.history + row * a.history_stride;
   const int np = a.prompt_len[row], no = a.output_len[row];
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) stats_kernel(SampleArgs a, Workspace
   const int V = a.vocab;
   const int i0 = c * g.chunk_len, i1 = min(V, i0 + g.chunk_len);
   float* l = a.logits + row * a.logits_stride;
-  const SamplingRowParams P = a.params[row];
+  const SamplingParams P = a.params[row];
   const RowFlags f(P, V);
   if (f.needs_mass()) {  // clear this chunk's share of the row's histogram and counters
     for (int b = c * kThreads + tid; b < kRowBins; b += g.chunks * kThreads) {
@@ -198,9 +198,7 @@ __global__ void __launch_bounds__(kThreads) stats_kernel(SampleArgs a, Workspace
                                                  uint32_t(seed), uint32_t(seed >> 32));
     for (int j = 0; j < n; ++j) {
       if (v[j] + kGumbelBound < win_g) continue;  // its key cannot reach the best one
-      const float u = cpu::bits_to_open_uniform(bits.v[j]);
-      const float e = -logf(u);
-      const float gk = v[j] - logf(e);
+      const float gk = cpu::gumbel_key(v[j], bits.v[j]);
       const unsigned long long r = pack_rank(float_order_key(gk), i4 + j);
       if (r > win) {
         win = r;
@@ -237,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) mass_kernel(SampleArgs a, Workspace 
   const int row = blockIdx.y, c = blockIdx.x, tid = threadIdx.x;
   if (row_done(a, row)) return;
   const int V = a.vocab;
-  const SamplingRowParams P = a.params[row];
+  const SamplingParams P = a.params[row];
   const RowFlags f(P, V);
   if (!f.needs_mass()) return;
   const int i0 = c * g.chunk_len, i1 = min(V, i0 + g.chunk_len);
@@ -314,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(SampleArgs a, Workspac
     return;
   }
   const int V = a.vocab;
-  const SamplingRowParams P = a.params[row];
+  const SamplingParams P = a.params[row];
   const RowFlags f(P, V);
   const float* l = a.logits + row * a.logits_stride;
   const RowSrc rx{l, P.temperature, !f.greedy, V};

@@ -16,6 +16,7 @@ namespace fp4moe::cuda::sampling::detail {
 
 using cpu::float_order_key;
 using cpu::kMassOne;
+using cpu::mass_weight;
 
 constexpr int kThreads = 256;
 constexpr int kCandCap = 4096;               // candidates one CTA selects from in shared memory
@@ -49,10 +50,6 @@ struct Hist {
   uint32_t c[kBins];
 };
 
-__device__ __forceinline__ uint64_t mass_weight(float x, float m) {
-  const float d = x - m;
-  return uint64_t(double(expf(d)) * kMassOne);
-}
 
 // (key desc, id asc) as one u64 for a max reduction.
 __device__ __forceinline__ unsigned long long pack_rank(uint32_t key, int i) {
@@ -218,10 +215,10 @@ __device__ __forceinline__ bool in_prefix(const Prefix& p, uint32_t key, uint32_
 
 struct RowFlags {
   bool greedy, want_lp, top_k_on, top_p_on, min_p_on;
-  __device__ RowFlags(const SamplingRowParams& P, int V)
-      : greedy(P.temperature == 0.0f),
+  __device__ RowFlags(const SamplingParams& P, int V)
+      : greedy(P.greedy()),
         want_lp(P.logprobs_top_n >= 0),
-        top_k_on(!greedy && P.top_k > 0 && P.top_k < V),
+        top_k_on(!greedy && P.top_k_on(V)),
         top_p_on(!greedy && P.top_p < 1.0f),
         min_p_on(!greedy && P.min_p > 0.0f) {}
   __device__ bool truncates() const { return top_k_on || top_p_on || min_p_on; }
@@ -242,7 +239,7 @@ __device__ inline void write_empty_top(const SampleArgs& a, int row, int from) {
 // holds the kept prefix, the top-k prefix and the top-n), then the outputs. `row_x` reads x by id.
 template <class Src, int kDigitBits>
 __device__ void finish_row(Common& cm, Hist<kDigitBits>& h, const Src& src, const RowSrc& row_x, const SampleArgs& a,
-                           const SamplingRowParams& P, int row, float m, int argmax, int plain_token, uint64_t z_all) {
+                           const SamplingParams& P, int row, float m, int argmax, int plain_token, uint64_t z_all) {
   const int tid = threadIdx.x;
   const int V = a.vocab;
   const RowFlags f(P, V);
@@ -289,9 +286,7 @@ __device__ void finish_row(Common& cm, Hist<kDigitBits>& h, const Src& src, cons
     for_each_at_least(cm, src, cuts ? cut.v : 0u, ordered, [&](int i, float x, uint32_t key, uint32_t eq_rank) {
       if (cuts && !in_prefix(cut, key, ordered ? eq_rank : 0u)) return;
       if (f.min_p_on && !(x >= min_cut)) return;
-      const float u = cpu::bits_to_open_uniform(cpu::sample_bits(seed, step, uint32_t(i)));
-      const float e = -logf(u);
-      const float g = x - logf(e);
+      const float g = cpu::gumbel_key(x, cpu::sample_bits(seed, step, uint32_t(i)));
       const unsigned long long r = pack_rank(float_order_key(g), i);
       win = r > win ? r : win;
     });

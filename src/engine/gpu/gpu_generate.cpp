@@ -17,7 +17,7 @@ model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>
                runner.options().max_context);
   FP4MOE_CHECK(P <= runner.options().max_tokens, "the prompt ({} tokens) exceeds the runner's --max-tokens {}", P,
                runner.options().max_tokens);
-  const bool greedy = opt.sampling.temperature == 0.0f && opt.sampling.logprobs_top_n < 0 &&
+  const bool greedy = opt.sampling.greedy() && opt.sampling.logprobs_top_n < 0 &&
                       opt.sampling.repetition_penalty == 1.0f && opt.sampling.presence_penalty == 0.0f &&
                       opt.sampling.frequency_penalty == 0.0f;
 
@@ -36,7 +36,7 @@ model::GenerateResult generate_gpu(GpuRunner& runner, const std::vector<int32_t>
   std::vector<float> logits;
   std::vector<int32_t> argmax;
   std::vector<GeneratedToken> sampled;
-  const cpu::SamplingRowParams params = row_params(opt.sampling);
+  const cpu::SamplingParams& params = opt.sampling;
   auto run = [&](int64_t p0, int64_t n, model::HiddenStates* hidden) {
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(p0 + i);

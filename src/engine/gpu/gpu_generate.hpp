@@ -2,8 +2,8 @@
 // with the same options and result: one prefill step over the prompt, then one decode step per
 // new token (decode steps replay the batch-1 graph). Greedy tokens come from the device's
 // argmax; other sampling (temperature, top-k/p, min-p, penalties, logprobs) runs on the device
-// (StepInput::sampling, cuda/sampling's scheme: the same tokens as cpu::sample_scheme_cpu over
-// the step's logits, not cpu::sample_cpu's inverse-CDF draw). --dump-logits still copies the
+// (StepInput::sampling, cuda/sampling's scheme: the same tokens as cpu::sample_cpu over
+// the step's logits). --dump-logits still copies the
 // logits rows back (keep_logits), before the sampler's in-place penalties.
 #pragma once
 

@@ -23,8 +23,8 @@ void validate_sampling(const SamplingParams& p) {
                p.logprobs_top_n, kMaxTopLogprobs);
 }
 
-bool stable_draw(const SampledToken& t, double d, double x_abs_max) {
-  const double eps_g = d + 4.1e-6 + 1.2e-7 * (x_abs_max + 17.0);
+bool stable_draw(const SampledToken& t, double d) {
+  const double eps_g = d + 4.1e-6 + 1.2e-7 * (t.draw_x_abs + 17.0);
   return t.draw_margin > 2.0 * eps_g && t.cut_margin > 4.0 * d + 2.4e-7;
 }
 
@@ -105,11 +105,17 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
   order.resize(V);
   std::iota(order.begin(), order.end(), 0);
   const size_t n_k = top_k ? size_t(p.top_k) : V;
+  float first_out = -std::numeric_limits<float>::infinity();  // the best token top-k drops
   if (n_k < V) {
     std::nth_element(order.begin(), order.begin() + ptrdiff_t(n_k) - 1, order.end(), RankLess{key});
+    for (size_t r = n_k; r < V; ++r) first_out = std::max(first_out, x[size_t(order[r])]);
     order.resize(n_k);
   }
   std::sort(order.begin(), order.end(), RankLess{key});
+  if (n_k < V) {  // top-k's boundary: the last kept vs the first dropped
+    const double last_in = double(x[size_t(order[n_k - 1])]);
+    k.cut_margin = std::abs(last_in - double(first_out)) / std::max(1.0, std::abs(last_in));
+  }
   size_t n = n_k;
   if (top_p) {
     uint64_t z_k = 0;
@@ -146,20 +152,20 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
 void gumbel_draw(const std::vector<float>& x, const Kept& k, const SamplingParams& p, uint64_t step, SampledToken& out) {
   uint32_t best_key = 0, second_key = 0;
   double best = 0.0, second = -std::numeric_limits<double>::infinity();
-  int32_t best_id = -1;
+  int32_t best_id = -1, second_id = -1;
   auto visit = [&](int32_t i, uint32_t bits) {
     const float g = gumbel_key(x[size_t(i)], bits);
     const uint32_t key = float_order_key(g);
     if (best_id < 0 || key > best_key || (key == best_key && i < best_id)) {
-      if (best_id >= 0) second_key = best_key, second = best;
+      if (best_id >= 0) second_key = best_key, second = best, second_id = best_id;
       best_key = key, best = g, best_id = i;
-    } else if (key > second_key || second == -std::numeric_limits<double>::infinity()) {
-      second_key = key, second = g;
+    } else if (second_id < 0 || key > second_key) {
+      second_key = key, second = g, second_id = i;
     }
   };
   // A token whose x + kGumbelBound is below the runner-up's key can change neither the
   // winner nor the margin: skipped (exactly), as the device skips below its winner.
-  auto skip = [&](int32_t i) { return best_id >= 0 && double(x[size_t(i)]) + kGumbelBound < second; };
+  auto skip = [&](int32_t i) { return second_id >= 0 && double(x[size_t(i)]) + kGumbelBound < second; };
   if (k.all) {
     const uint32_t V = uint32_t(x.size());
     for (uint32_t i4 = 0; i4 < V; i4 += 4) {
@@ -180,7 +186,10 @@ void gumbel_draw(const std::vector<float>& x, const Kept& k, const SamplingParam
   out.token = best_id;
   out.kept = int64_t(k.all ? x.size() : k.n);
   out.cut_margin = k.cut_margin;
-  if (out.kept > 1) out.draw_margin = best - second;
+  if (out.kept > 1) {
+    out.draw_margin = best - second;
+    out.draw_x_abs = std::max(std::abs(double(x[size_t(best_id)])), std::abs(double(x[size_t(second_id)])));
+  }
 }
 
 void fill_logprobs(SampledToken& out, const std::vector<float>& x, const std::vector<uint32_t>& key, float m,
@@ -211,6 +220,14 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
   if (p.greedy()) {
     out.token = first;
     out.kept = 1;
+    // The decision: the highest x against the runner-up (the keys of a greedy draw are x).
+    int32_t second = -1;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (int32_t(i) != first && (second < 0 || key[i] > key[size_t(second)])) second = int32_t(i);
+    if (second >= 0) {
+      out.draw_margin = double(m) - double(x[size_t(second)]);
+      out.draw_x_abs = std::max(std::abs(double(m)), std::abs(double(x[size_t(second)])));
+    }
   } else {
     gumbel_draw(x, truncate(x, key, m, p), p, step, out);
   }

@@ -7,10 +7,8 @@
 //                  row, by cpu/sampling_scheme.hpp's scheme
 #pragma once
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-
-#include "cuda/sampling/sampling.hpp"
+#include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
+#include "cuda/sampling/sample_args.hpp"
 
 namespace fp4moe::cuda::sampling::detail {
 
@@ -19,6 +17,7 @@ using cpu::kMassOne;
 using cpu::mass_weight;
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 constexpr int kCandCap = 4096;               // candidates one CTA selects from in shared memory
 constexpr uint32_t kAllKept = 0xFFFFFFFFu;   // "every equal value kept"
 
@@ -30,10 +29,9 @@ struct Prefix {  // the first n of the rank order: key > v, or key == v and id-r
 };
 
 struct Common {
-  union {
-    cub::BlockScan<unsigned long long, kThreads>::TempStorage scan_u64;
-    cub::BlockScan<int, kThreads>::TempStorage scan_int;
-    cub::BlockReduce<unsigned long long, kThreads>::TempStorage reduce;
+  union {  // block scans / reductions (one at a time)
+    unsigned long long u64[kWarps + 1];
+    int i32[kWarps + 1];
   } tmp;
   unsigned long long bcast_u64[3];
   uint32_t bcast_u32[2];
@@ -78,23 +76,54 @@ struct CandSrc {
   __device__ __forceinline__ float x(int j) const { return xs[j]; }
 };
 
-__device__ inline unsigned long long block_sum(Common& cm, unsigned long long v) {
-  const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce).Sum(v);
-  if (threadIdx.x == 0) cm.bcast_u64[0] = s;
+// Exclusive prefix sum of v over the block's threads in thread order (every thread calls),
+// and the block's total; scratch: kWarps + 1 entries of shared memory, free again on return.
+template <class T>
+__device__ __forceinline__ T block_exclusive_sum(T v, T& total, T* scratch) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  T incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) scratch[warp] = incl;
   __syncthreads();
-  const unsigned long long r = cm.bcast_u64[0];
+  if (warp == 0) {
+    const T x = lane < kWarps ? scratch[lane] : T(0);
+    T xi = x;
+    for (int o = 1; o < 32; o <<= 1) {
+      const T n = __shfl_up_sync(0xffffffffu, xi, o);
+      if (lane >= o) xi += n;
+    }
+    if (lane < kWarps) scratch[lane] = xi - x;
+    if (lane == 31) scratch[kWarps] = xi;
+  }
+  __syncthreads();
+  const T r = scratch[warp] + incl - v;
+  total = scratch[kWarps];
   __syncthreads();
   return r;
 }
 
-__device__ inline unsigned long long block_max(Common& cm, unsigned long long v) {
-  const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce)
-                                   .Reduce(v, [](auto a, auto b) { return a > b ? a : b; });
-  if (threadIdx.x == 0) cm.bcast_u64[0] = s;
+// op over the block's threads, the result in every thread (integer ops: order-free, so
+// deterministic); free again on return.
+template <class T, class Op>
+__device__ __forceinline__ T block_all_reduce(T v, T* scratch, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  const unsigned long long r = cm.bcast_u64[0];
+  T r = scratch[0];
+  for (int w = 1; w < kWarps; ++w) r = op(r, scratch[w]);
   __syncthreads();
   return r;
+}
+
+__device__ inline unsigned long long block_sum(Common& cm, unsigned long long v) {
+  return block_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a + b; });
+}
+
+__device__ inline unsigned long long block_max(Common& cm, unsigned long long v) {
+  return block_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; });
 }
 
 // The rank-`need` position of the order (count mode: weight 1 per key; mass mode: the
@@ -140,10 +169,9 @@ __device__ void radix_select(Common& cm, Hist<kDigitBits>& h, const Src& src, fl
       local_c += h.c[d];
       if (kMass) local_w += h.w[d];
     }
-    unsigned long long above_c, above_w = 0;
-    cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(local_c, above_c);
-    __syncthreads();
-    if (kMass) cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(local_w, above_w);
+    unsigned long long above_w = 0, tot;
+    const unsigned long long above_c = block_exclusive_sum(local_c, tot, cm.tmp.u64);
+    if (kMass) above_w = block_exclusive_sum(local_w, tot, cm.tmp.u64);
     unsigned long long acc_c = above_c, acc_w = above_w;
     for (int j = 0; j < kPerThread; ++j) {
       const int d = kBins - 1 - (threadIdx.x * kPerThread + j);
@@ -201,8 +229,8 @@ __device__ void for_each_at_least(Common& cm, const Src& src, uint32_t v, bool o
       key = float_order_key(x);
     }
     const int eq = j < src.size() && key == v;
-    int rank, total;
-    cub::BlockScan<int, kThreads>(cm.tmp.scan_int).ExclusiveSum(eq, rank, total);
+    int total;
+    const int rank = block_exclusive_sum(eq, total, cm.tmp.i32);
     if (j < src.size() && key >= v) fn(src.id(j), x, key, base + uint32_t(rank));
     base += uint32_t(total);
     __syncthreads();

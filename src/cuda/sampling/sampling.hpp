@@ -30,36 +30,12 @@
 #include <cuda_runtime_api.h>
 
 #include "cpu/finish_reason.hpp"
-#include "cpu/sampling_scheme.hpp"
+#include "cuda/sampling/sample_args.hpp"
 
 namespace fp4moe::cuda::sampling {
 
-using cpu::kMaxTopLogprobs;
-using cpu::kNoToken;
-using cpu::SamplingParams;
-
 // ---- sample ----------------------------------------------------------------------------------
-struct SampleArgs {
-  float* logits = nullptr;                     // [rows, logits_stride] F32 (penalised rows: modified in place)
-  int64_t logits_stride = 0;                   // >= vocab (elements)
-  int32_t rows = 0;                            // host
-  int32_t vocab = 0;                           // host, >= 1
-  const SamplingParams* params = nullptr;   // [rows] device
-  const int32_t* draw_index = nullptr;         // [rows] the request's draw counter (tokens generated so far); null: 0
-  const int32_t* done = nullptr;               // [rows] nonzero: the row is finished, writes kNoToken; null: none
-  // Penalty token lists (required when any row has a penalty: with history null the kernel
-  // cannot fail, it skips penalties, so the runner must pass them): row r's prompt
-  // is history[r * history_stride, + prompt_len[r]), its output the next output_len[r] ids.
-  const int32_t* history = nullptr;            // [rows, history_stride]
-  int64_t history_stride = 0;
-  const int32_t* prompt_len = nullptr;         // [rows]
-  const int32_t* output_len = nullptr;         // [rows] (DecodeState::generated)
-  // Outputs.
-  int32_t* tokens = nullptr;                   // [rows] the sampled token (kNoToken for done rows)
-  float* logprob = nullptr;                    // [rows] its logprob (rows with logprobs_top_n >= 0); may be null
-  int32_t* top_ids = nullptr;                  // [rows, kMaxTopLogprobs] best first, kNoToken padded; may be null
-  float* top_logprobs = nullptr;               // [rows, kMaxTopLogprobs]; with top_ids
-};
+// SampleArgs: cuda/sampling/sample_args.hpp (plain C++, shared with the kernels' header).
 
 // Device workspace for sample() (no initial contents needed): per row the penalty bitmaps (2 bits
 // per vocabulary entry), a 2,048-bin histogram, chunk partials and a 4,096-entry candidate list:

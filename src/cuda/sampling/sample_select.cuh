@@ -10,6 +10,11 @@
 #include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
 #include "cuda/sampling/sample_args.hpp"
 
+#if !defined(FP4MOE_CUDA_EMU)
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#endif
+
 namespace fp4moe::cuda::sampling::detail {
 
 using cpu::float_order_key;
@@ -30,8 +35,14 @@ struct Prefix {  // the first n of the rank order: key > v, or key == v and id-r
 
 struct Common {
   union {  // block scans / reductions (one at a time)
+#if defined(FP4MOE_CUDA_EMU)
     unsigned long long u64[kWarps + 1];
     int i32[kWarps + 1];
+#else
+    cub::BlockScan<unsigned long long, kThreads>::TempStorage scan_u64;
+    cub::BlockScan<int, kThreads>::TempStorage scan_int;
+    cub::BlockReduce<unsigned long long, kThreads>::TempStorage reduce;
+#endif
   } tmp;
   unsigned long long bcast_u64[3];
   uint32_t bcast_u32[2];
@@ -76,10 +87,14 @@ struct CandSrc {
   __device__ __forceinline__ float x(int j) const { return xs[j]; }
 };
 
-// Exclusive prefix sum of v over the block's threads in thread order (every thread calls),
-// and the block's total; scratch: kWarps + 1 entries of shared memory, free again on return.
+// Block-wide scans and reductions (every thread calls; the result in every thread; the shared
+// storage free again on return). On the device: CUB's (the register profile the kernels were
+// tuned with); in the CUDA emulator (tests/ops/sampling_emu_test), which has no CUB, the same
+// contract by warp shuffles — exclusive sums and integer reductions are exact, so the two give
+// the same values.
+#if defined(FP4MOE_CUDA_EMU)
 template <class T>
-__device__ __forceinline__ T block_exclusive_sum(T v, T& total, T* scratch) {
+__device__ __forceinline__ T emu_exclusive_sum(T v, T& total, T* scratch) {
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   T incl = v;
   for (int o = 1; o < 32; o <<= 1) {
@@ -88,27 +103,16 @@ __device__ __forceinline__ T block_exclusive_sum(T v, T& total, T* scratch) {
   }
   if (lane == 31) scratch[warp] = incl;
   __syncthreads();
-  if (warp == 0) {
-    const T x = lane < kWarps ? scratch[lane] : T(0);
-    T xi = x;
-    for (int o = 1; o < 32; o <<= 1) {
-      const T n = __shfl_up_sync(0xffffffffu, xi, o);
-      if (lane >= o) xi += n;
-    }
-    if (lane < kWarps) scratch[lane] = xi - x;
-    if (lane == 31) scratch[kWarps] = xi;
-  }
+  T run = 0;
+  for (int w = 0; w < warp; ++w) run += scratch[w];
+  T all = run;
+  for (int w = warp; w < kWarps; ++w) all += scratch[w];
   __syncthreads();
-  const T r = scratch[warp] + incl - v;
-  total = scratch[kWarps];
-  __syncthreads();
-  return r;
+  total = all;
+  return run + incl - v;
 }
-
-// op over the block's threads, the result in every thread (integer ops: order-free, so
-// deterministic); free again on return.
 template <class T, class Op>
-__device__ __forceinline__ T block_all_reduce(T v, T* scratch, Op op) {
+__device__ __forceinline__ T emu_all_reduce(T v, T* scratch, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
@@ -117,13 +121,55 @@ __device__ __forceinline__ T block_all_reduce(T v, T* scratch, Op op) {
   __syncthreads();
   return r;
 }
+#endif
+
+__device__ inline unsigned long long block_exclusive_sum(Common& cm, unsigned long long v, unsigned long long& total) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_exclusive_sum(v, total, cm.tmp.u64);
+#else
+  unsigned long long r;
+  cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(v, r, total);
+  __syncthreads();
+  return r;
+#endif
+}
+
+__device__ inline int block_exclusive_sum(Common& cm, int v, int& total) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_exclusive_sum(v, total, cm.tmp.i32);
+#else
+  int r;
+  cub::BlockScan<int, kThreads>(cm.tmp.scan_int).ExclusiveSum(v, r, total);
+  __syncthreads();
+  return r;
+#endif
+}
 
 __device__ inline unsigned long long block_sum(Common& cm, unsigned long long v) {
-  return block_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a + b; });
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a + b; });
+#else
+  const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce).Sum(v);
+  if (threadIdx.x == 0) cm.bcast_u64[0] = s;
+  __syncthreads();
+  const unsigned long long r = cm.bcast_u64[0];
+  __syncthreads();
+  return r;
+#endif
 }
 
 __device__ inline unsigned long long block_max(Common& cm, unsigned long long v) {
-  return block_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; });
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; });
+#else
+  const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce)
+                                   .Reduce(v, [](auto a, auto b) { return a > b ? a : b; });
+  if (threadIdx.x == 0) cm.bcast_u64[0] = s;
+  __syncthreads();
+  const unsigned long long r = cm.bcast_u64[0];
+  __syncthreads();
+  return r;
+#endif
 }
 
 // The rank-`need` position of the order (count mode: weight 1 per key; mass mode: the
@@ -170,8 +216,8 @@ __device__ void radix_select(Common& cm, Hist<kDigitBits>& h, const Src& src, fl
       if (kMass) local_w += h.w[d];
     }
     unsigned long long above_w = 0, tot;
-    const unsigned long long above_c = block_exclusive_sum(local_c, tot, cm.tmp.u64);
-    if (kMass) above_w = block_exclusive_sum(local_w, tot, cm.tmp.u64);
+    const unsigned long long above_c = block_exclusive_sum(cm, local_c, tot);
+    if (kMass) above_w = block_exclusive_sum(cm, local_w, tot);
     unsigned long long acc_c = above_c, acc_w = above_w;
     for (int j = 0; j < kPerThread; ++j) {
       const int d = kBins - 1 - (threadIdx.x * kPerThread + j);
@@ -230,7 +276,7 @@ __device__ void for_each_at_least(Common& cm, const Src& src, uint32_t v, bool o
     }
     const int eq = j < src.size() && key == v;
     int total;
-    const int rank = block_exclusive_sum(eq, total, cm.tmp.i32);
+    const int rank = block_exclusive_sum(cm, eq, total);
     if (j < src.size() && key >= v) fn(src.id(j), x, key, base + uint32_t(rank));
     base += uint32_t(total);
     __syncthreads();

@@ -25,7 +25,7 @@ void validate_sampling(const SamplingParams& p) {
 
 bool stable_draw(const SampledToken& t, double d) {
   const double eps_g = d + 4.1e-6 + 1.2e-7 * (t.draw_x_abs + 17.0);
-  return t.draw_margin > 2.0 * eps_g && t.cut_margin > 4.0 * d + 2.4e-7;
+  return t.draw_margin > 2.0 * eps_g && t.cut_margin > 4.0 * d + 2.4e-7 && (d == 0.0 || t.rank_margin > 2.0 * d);
 }
 
 namespace {
@@ -91,6 +91,7 @@ struct Kept {
   std::vector<int32_t> order;
   size_t n = 0;
   double cut_margin = std::numeric_limits<double>::infinity();
+  double rank_margin = std::numeric_limits<double>::infinity();
 };
 
 Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, float m, const SamplingParams& p) {
@@ -112,10 +113,7 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
     order.resize(n_k);
   }
   std::sort(order.begin(), order.end(), RankLess{key});
-  if (n_k < V) {  // top-k's boundary: the last kept vs the first dropped
-    const double last_in = double(x[size_t(order[n_k - 1])]);
-    k.cut_margin = std::abs(last_in - double(first_out)) / std::max(1.0, std::abs(last_in));
-  }
+  if (n_k < V) k.rank_margin = double(x[size_t(order[n_k - 1])]) - double(first_out);  // last kept vs first dropped
   size_t n = n_k;
   if (top_p) {
     uint64_t z_k = 0;
@@ -186,6 +184,7 @@ void gumbel_draw(const std::vector<float>& x, const Kept& k, const SamplingParam
   out.token = best_id;
   out.kept = int64_t(k.all ? x.size() : k.n);
   out.cut_margin = k.cut_margin;
+  out.rank_margin = k.rank_margin;
   if (out.kept > 1) {
     out.draw_margin = best - second;
     out.draw_x_abs = std::max(std::abs(double(x[size_t(best_id)])), std::abs(double(x[size_t(second_id)])));
@@ -220,14 +219,11 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
   if (p.greedy()) {
     out.token = first;
     out.kept = 1;
-    // The decision: the highest x against the runner-up (the keys of a greedy draw are x).
+    // The decision: the highest x against the runner-up (a comparison of x alone).
     int32_t second = -1;
     for (size_t i = 0; i < x.size(); ++i)
       if (int32_t(i) != first && (second < 0 || key[i] > key[size_t(second)])) second = int32_t(i);
-    if (second >= 0) {
-      out.draw_margin = double(m) - double(x[size_t(second)]);
-      out.draw_x_abs = std::max(std::abs(double(m)), std::abs(double(x[size_t(second)])));
-    }
+    if (second >= 0) out.rank_margin = double(m) - double(x[size_t(second)]);
   } else {
     gumbel_draw(x, truncate(x, key, m, p), p, step, out);
   }

@@ -14,13 +14,15 @@
 //     result (ulp of |x| + 17): ε_g = d + 4.1e-6 + 1.2e-7 · (|x| + 17). Both the winner's and
 //     the runner-up's keys move, so the winner is the same when draw_margin (its key minus
 //     the runner-up's) > 2 ε_g.
-//     A greedy draw's keys are the x themselves: draw_margin is the top-2 gap, the same rule.
 //   - the cuts: a weight exp(x − max) moves by a relative 2d (x and max each by d) plus 2 ulp
 //     of expf; top-p's kept count is the same when cut_margin (the distance of the cumulative
 //     mass from the target, relative to the total) exceeds twice that: 4d + 2.4e-7; min-p's
-//     when no x lies within 2d + 2 ulp of max + log(min_p), top-k's when the last kept x and
-//     the first dropped one are more than 2d apart (cut_margin: those distances relative to
-//     max(1, |x|), held to the same 4d + 2.4e-7).
+//     when no x lies within 2d + 2 ulp of max + log(min_p) (cut_margin: that distance relative
+//     to max(1, |cut|), held to the same 4d + 2.4e-7).
+//   - comparisons of x alone (greedy's winner against the runner-up, top-k's last kept token
+//     against the first dropped: rank_margin, their gap) use no logf / expf: with the same
+//     floats (d = 0) they are decided the same on every backend, ties included (lower id);
+//     else they hold when rank_margin > 2d.
 // sample_cpu reports draw_margin and cut_margin; the GPU tests (tests/engine/gpu_sampling_test,
 // tests/cuda/sampling_test) and the emulator test (tests/ops/sampling_emu_test) assert equality
 // exactly where these hold, and count the rest.
@@ -46,10 +48,12 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;     // [top_n] (token, logprob), best first
   int64_t kept = 0;                               // tokens the truncation kept (1 when greedy)
   // How close the decisions came (infinity when there was nothing to decide): the winner's
-  // key minus the runner-up's (Gumbel keys; greedy: the top-2 gap of x), and the relative
-  // distance of the top-k / top-p / min-p cuts from their thresholds.
+  // Gumbel key minus the runner-up's, the relative distance of the top-p / min-p cuts from
+  // their thresholds, and the gap of the comparisons of x alone (greedy's top two, top-k's
+  // boundary).
   double draw_margin = std::numeric_limits<double>::infinity();
   double cut_margin = std::numeric_limits<double>::infinity();
+  double rank_margin = std::numeric_limits<double>::infinity();
   double draw_x_abs = 0.0;  // max |x| of the winner and the runner-up (their keys' rounding)
 };
 

@@ -387,7 +387,30 @@ TEST(SamplingCpu, StableDrawsSurviveLogitsWithinTheMargin) {
     ++stable;
     EXPECT_EQ(other.token, base.token) << "trial " << trial << " margin " << base.draw_margin;
   }
-  EXPECT_GT(stable, total / 2) << "the rule should hold for most draws at these d (81 of 120 now; top-k boundaries are the tight ones)";
+  EXPECT_GT(stable, total / 2) << "the rule should hold for most draws at these d (top-k boundaries are the tight ones)";
+}
+
+// Comparisons of x alone (greedy's top two, top-k's boundary) are decided the same by every
+// backend with the same floats, exact ties included (the lower id): stable at d = 0 whatever
+// their gap; with d > 0 only when the gap exceeds 2d.
+TEST(SamplingCpu, RankMarginsOfGreedyAndTopK) {
+  const std::vector<float> tie = {1.0f, 3.0f, -2.0f, 3.0f};
+  const auto g = draw(tie, greedy());
+  EXPECT_EQ(g.token, 1);
+  EXPECT_EQ(g.rank_margin, 0.0);
+  EXPECT_TRUE(cpu::stable_draw(g, 0.0));
+  EXPECT_FALSE(cpu::stable_draw(g, 1e-6));
+  const auto clear = draw({1.0f, 3.0f, -2.0f, 2.5f}, greedy());
+  EXPECT_EQ(clear.rank_margin, 0.5);
+  EXPECT_TRUE(cpu::stable_draw(clear, 0.2));
+  EXPECT_FALSE(cpu::stable_draw(clear, 0.3));
+  SamplingParams p;  // top-k 2 over {3, 2.5, 2.5, ...}: the boundary is a tie
+  p.top_k = 2;
+  const auto k = draw({3.0f, 2.5f, 2.5f, -1.0f}, p, 4);
+  EXPECT_EQ(k.rank_margin, 0.0);
+  EXPECT_EQ(k.kept, 2);
+  EXPECT_NE(k.token, 2) << "the tie at the boundary keeps the lower id";
+  EXPECT_FALSE(cpu::stable_draw(k, 1e-3));
 }
 
 // Grammar masks (cpu::apply_token_bitmask, the CUDA runner's token_bitmask_f32 reference): a

@@ -38,9 +38,10 @@ struct Options {
 #if defined(FP4MOE_HAVE_CUDA)
 namespace sp = cuda::sampling;
 
-cpu::SamplingRowParams mode_params(const std::string& mode, int r) {
-  cpu::SamplingRowParams p;
+cpu::SamplingParams mode_params(const std::string& mode, int r) {
+  cpu::SamplingParams p;
   p.seed = uint64_t(r) * 7919;
+  p.temperature = 0.0f;
   if (mode == "greedy") return p;
   p.temperature = 1.0f;
   if (mode == "temp") return p;
@@ -79,13 +80,13 @@ int run_bench(const Options& o) {
        dd = cuda::DeviceBuffer::from(draw);
   cuda::bench::ColdL2Timer timer(stream, flush);
   for (const auto& mode : o.modes) {
-    std::vector<cpu::SamplingRowParams> params;
+    std::vector<cpu::SamplingParams> params;
     for (int r = 0; r < max_rows; ++r) params.push_back(mode_params(mode, r));
     auto dparams = cuda::DeviceBuffer::from(params);
     for (int rows : o.rows) {
       sp::SampleArgs a;
       a.logits = logits.as<float>(), a.logits_stride = o.vocab, a.rows = rows, a.vocab = o.vocab;
-      a.params = dparams.as<cpu::SamplingRowParams>(), a.draw_index = dd.as<int32_t>();
+      a.params = dparams.as<cpu::SamplingParams>(), a.draw_index = dd.as<int32_t>();
       a.history = dh.as<int32_t>(), a.history_stride = H, a.prompt_len = dp.as<int32_t>(), a.output_len = dol.as<int32_t>();
       a.tokens = tokens.as<int32_t>(), a.logprob = lp.as<float>();
       a.top_ids = top_ids.as<int32_t>(), a.top_logprobs = top_lp.as<float>();

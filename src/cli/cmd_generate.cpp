@@ -50,7 +50,7 @@ struct GenerateArgs {
   int64_t indexer_score_rows = 0;  // cuda: the DSA indexer's score rows per chunk at most (0: the plan's)
   int threads = 0, logprobs = -1;
   double mem_fraction_static = 0.88;
-  cpu::SamplingParams sampling;
+  cpu::SamplingParams sampling{.temperature = 0.0f};  // greedy unless --temperature
   engine::SpeculativeFlags speculative;
 };
 
@@ -161,15 +161,7 @@ int run_generate(const GenerateArgs& a) {
   rq.prompt = prompt;
   rq.max_new_tokens = int32_t(N);
   rq.ignore_eos = true;  // max_new_tokens tokens, always
-  rq.top_logprobs = a.logprobs;
-  rq.sampling.temperature = a.sampling.temperature;
-  rq.sampling.top_p = a.sampling.top_p;
-  rq.sampling.top_k = int32_t(std::min<int64_t>(a.sampling.top_k, INT32_MAX));  // 0: off (the engine: <= 0)
-  rq.sampling.min_p = a.sampling.min_p;
-  rq.sampling.repetition_penalty = a.sampling.repetition_penalty;
-  rq.sampling.presence_penalty = a.sampling.presence_penalty;
-  rq.sampling.frequency_penalty = a.sampling.frequency_penalty;
-  rq.sampling.seed = a.sampling.seed;
+  rq.sampling = sampling;  // validated above
   rq.sampling.has_seed = true;
   rq.dump = uint8_t((a.dump_logits.empty() ? 0 : engine::kDumpLogits) | (a.dump_hidden.empty() ? 0 : engine::kDumpHidden) |
                     (a.dump_mtp_logits.empty() ? 0 : engine::kDumpMtpLogits));
@@ -245,7 +237,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--temperature", a->sampling.temperature, "0: greedy")->capture_default_str();
   app.add_option("--top-p", a->sampling.top_p, "nucleus mass kept, (0, 1]")->capture_default_str();
-  app.add_option("--top-k", a->sampling.top_k, "0: off")->capture_default_str();
+  app.add_option("--top-k", a->sampling.top_k, "-1: off, else >= 1 (0 is refused)")->capture_default_str();
   app.add_option("--min-p", a->sampling.min_p, "keep tokens with p >= min_p * p_max")->capture_default_str();
   app.add_option("--repetition-penalty", a->sampling.repetition_penalty, "1: off")->capture_default_str();
   app.add_option("--presence-penalty", a->sampling.presence_penalty, "0: off")->capture_default_str();

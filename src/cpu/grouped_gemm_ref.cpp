@@ -11,7 +11,7 @@
 
 namespace fp4moe {
 
-int64_t reference_cols(const GroupedGemmRef& r) { return r.epilogue == RefEpilogue::SiluMul ? r.w->n / 2 : r.w->n; }
+int64_t reference_cols(const GroupedGemmRef& r) { return r.epilogue == Epilogue::SiluMul ? r.w->n / 2 : r.w->n; }
 
 namespace {
 
@@ -43,7 +43,7 @@ std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::v
   FP4MOE_CHECK(r.w && r.w->is_fp4() && r.x && r.offsets, "grouped_gemm_reference: missing weights, x or offsets");
   const ExpertStack& w = *r.w;
   const int64_t E = w.num_experts, N = w.n, K = w.k, cols = reference_cols(r);
-  FP4MOE_CHECK(r.epilogue != RefEpilogue::RowScale || r.row_scale, "grouped_gemm_reference: RowScale needs row_scale");
+  FP4MOE_CHECK(r.epilogue != Epilogue::RowScale || r.row_scale, "grouped_gemm_reference: RowScale needs row_scale");
   if (threads <= 0) threads = default_num_threads();
 
   // The activations as the GEMM sees them: BF16, or NVFP4 fake-quantized with a global g.
@@ -109,11 +109,11 @@ std::vector<double> grouped_gemm_reference(const GroupedGemmRef& r, const std::v
     const double* a = acc.data() + i * size_t(N);
     double* yr = y.data() + i * size_t(cols);
     for (int64_t j = 0; j < cols; ++j) {
-      if (r.epilogue == RefEpilogue::SiluMul) {
+      if (r.epilogue == Epilogue::SiluMul) {
         const double gt = a[j], up = a[N / 2 + j];
         yr[j] = gt / (1.0 + std::exp(-gt)) * up;
       } else {
-        yr[j] = a[j] * (r.epilogue == RefEpilogue::RowScale ? double(r.row_scale[rows[i]]) : 1.0);
+        yr[j] = a[j] * (r.epilogue == Epilogue::RowScale ? double(r.row_scale[rows[i]]) : 1.0);
       }
     }
   }

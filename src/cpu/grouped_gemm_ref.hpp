@@ -15,11 +15,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/gemm_epilogue.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe {
-
-enum class RefEpilogue : uint8_t { None, SiluMul, RowScale };
 
 struct GroupedGemmRef {
   const ExpertStack* w = nullptr;       // FP4, E experts of [N, K]
@@ -27,7 +26,7 @@ struct GroupedGemmRef {
   int64_t m_total = 0;
   const int32_t* offsets = nullptr;     // [E+1] host: expert e owns rows [offsets[e], offsets[e+1])
   const float* row_scale = nullptr;     // [m_total] (RowScale)
-  RefEpilogue epilogue = RefEpilogue::None;
+  Epilogue epilogue = Epilogue::None;
   bool nvfp4_act = false;               // W4A4 emulation
 };
 

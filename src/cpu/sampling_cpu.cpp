@@ -2,180 +2,250 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
-#include <unordered_map>
 
 #include "core/error.hpp"
+#include "cpu/sampling_scheme.hpp"
 
 namespace fp4moe::cpu {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-double uniform(uint64_t seed, uint64_t step) {
-  const uint64_t r = splitmix64(splitmix64(seed) ^ (step * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull));
-  return double(r >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
-}
-
-// Higher value first; ties: the lower id.
-auto rank_by(const std::vector<float>& v) {
-  return [&v](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b); };
-}
-
-}  // namespace
 
 void validate_sampling(const SamplingParams& p) {
-  FP4MOE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature {} must be >= 0", p.temperature);
-  FP4MOE_CHECK(p.top_k >= 0, "top_k {} must be >= 0 (0: off)", p.top_k);
+  FP4MOE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature {} must be >= 0 (0: greedy)",
+               p.temperature);
+  FP4MOE_CHECK(p.top_k == kTopKOff || p.top_k >= 1, "top_k must be -1 (off) or at least 1, got {}", p.top_k);
   FP4MOE_CHECK(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p {} must be in (0, 1]", p.top_p);
   FP4MOE_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p {} must be in [0, 1]", p.min_p);
   FP4MOE_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
                "repetition_penalty {} must be > 0", p.repetition_penalty);
   FP4MOE_CHECK(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty),
                "presence / frequency penalties must be finite");
-  FP4MOE_CHECK(p.logprobs_top_n >= -1 && p.logprobs_top_n <= 20, "logprobs top_n {} must be in [0, 20]",
-               p.logprobs_top_n);
+  FP4MOE_CHECK(p.logprobs_top_n >= -1 && p.logprobs_top_n <= kMaxTopLogprobs, "logprobs top_n {} must be in [0, {}]",
+               p.logprobs_top_n, kMaxTopLogprobs);
+}
+
+bool stable_draw(const SampledToken& t, double d) {
+  const double eps_g = d + 4.1e-6 + 1.2e-7 * (t.draw_x_abs + 17.0);
+  return t.draw_margin > 2.0 * eps_g && t.cut_margin > 4.0 * d + 2.4e-7 && (d == 0.0 || t.rank_margin > 2.0 * d);
 }
 
 namespace {
 
-// Steps 1 and 3 of the header: penalties, then / temperature (unless greedy); and log Z.
-struct Processed {
-  std::vector<float> l;
-  double log_z = 0.0;
-};
-
-Processed process(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
-                  const std::vector<int32_t>& output) {
+// Steps 1 and 3 of the scheme: penalties (the device's float operations: once per distinct
+// token), then / temperature unless greedy. Built with -ffp-contract=off (src/cpu/CMakeLists).
+std::vector<float> scaled_logits(const float* logits, int64_t vocab, const SamplingParams& p,
+                                 const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
   validate_sampling(p);
-  FP4MOE_CHECK(vocab >= 1, "sampling over a vocabulary of {}", vocab);
-  Processed r;
-  std::vector<float>& l = r.l;
-  l.assign(logits, logits + vocab);
+  FP4MOE_CHECK(vocab >= 1 && vocab < (int64_t(1) << 23), "sampling over a vocabulary of {} (1 .. 2^23)", vocab);
+  const size_t V = size_t(vocab);
+  std::vector<float> x(logits, logits + V);
   if (p.repetition_penalty != 1.0f) {
-    std::vector<char> seen(static_cast<size_t>(vocab), 0);
+    std::vector<char> seen(V, 0);
     for (const auto* list : {&prompt, &output})
       for (int32_t t : *list)
-        if (t >= 0 && t < vocab) seen[size_t(t)] = 1;
-    for (int64_t i = 0; i < vocab; ++i)
-      if (seen[size_t(i)]) l[size_t(i)] = l[size_t(i)] > 0 ? l[size_t(i)] / p.repetition_penalty : l[size_t(i)] * p.repetition_penalty;
+        if (t >= 0 && t < vocab && !seen[size_t(t)]) {
+          seen[size_t(t)] = 1;
+          float& v = x[size_t(t)];
+          v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+        }
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int64_t> count;
+    std::vector<int32_t> count(V, 0);
     for (int32_t t : output)
-      if (t >= 0 && t < vocab) ++count[t];
-    for (const auto& [t, n] : count) l[size_t(t)] -= p.presence_penalty + p.frequency_penalty * float(n);
+      if (t >= 0 && t < vocab) ++count[size_t(t)];
+    for (size_t t = 0; t < V; ++t)
+      if (count[t]) {
+        const float f = p.frequency_penalty * float(count[t]);
+        x[t] = x[t] - (p.presence_penalty + f);
+      }
   }
-  if (p.temperature != 0.0f)
-    for (float& x : l) x /= p.temperature;
-  const float mx = *std::max_element(l.begin(), l.end());
-  double z = 0.0;
-  for (float x : l) z += std::exp(double(x) - double(mx));
-  r.log_z = double(mx) + std::log(z);
-  return r;
+  if (!p.greedy())
+    for (float& v : x) v = v / p.temperature;
+  return x;
 }
 
-// Step 4: the kept tokens in rank order with their (unnormalised) probabilities.
-struct Kept {
-  std::vector<int32_t> order;
-  std::vector<double> prob;
-  size_t n = 0;
-  double mass = 0.0;  // of the n kept
+// Rank order: x descending by the order key (NaN last), ties: the lower id.
+struct RankLess {
+  const std::vector<uint32_t>& key;
+  bool operator()(int32_t a, int32_t b) const {
+    return key[size_t(a)] > key[size_t(b)] || (key[size_t(a)] == key[size_t(b)] && a < b);
+  }
 };
 
-Kept truncate(const Processed& pr, const SamplingParams& p) {
-  const std::vector<float>& l = pr.l;
-  const int64_t vocab = int64_t(l.size());
+std::vector<uint32_t> order_keys(const std::vector<float>& x) {
+  std::vector<uint32_t> k(x.size());
+  for (size_t i = 0; i < x.size(); ++i) k[i] = float_order_key(x[i]);
+  return k;
+}
+
+int32_t first_in_rank(const std::vector<uint32_t>& key) {
+  int32_t best = 0;
+  for (size_t i = 1; i < key.size(); ++i)
+    if (key[i] > key[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+// The kept set of step 4: `all` (no truncation: every token, in id order) or the first n of
+// `order` (the rank order, at least as long as n).
+struct Kept {
+  bool all = true;
+  std::vector<int32_t> order;
+  size_t n = 0;
+  double cut_margin = std::numeric_limits<double>::infinity();
+  double rank_margin = std::numeric_limits<double>::infinity();
+};
+
+Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, float m, const SamplingParams& p) {
+  const int64_t vocab = int64_t(x.size());
+  const size_t V = x.size();
   Kept k;
+  k.n = V;
+  const bool top_k = p.top_k_on(vocab), top_p = p.top_p < 1.0f, min_p = p.min_p > 0.0f;
+  if (!top_k && !top_p && !min_p) return k;
+  k.all = false;
   std::vector<int32_t>& order = k.order;
-  order.resize(static_cast<size_t>(vocab));
+  order.resize(V);
   std::iota(order.begin(), order.end(), 0);
-  const size_t keep_k = p.top_k > 0 ? size_t(std::min<int64_t>(p.top_k, vocab)) : size_t(vocab);
-  if (keep_k < order.size()) {
-    std::nth_element(order.begin(), order.begin() + ptrdiff_t(keep_k) - 1, order.end(), rank_by(l));
-    order.resize(keep_k);
+  const size_t n_k = top_k ? size_t(p.top_k) : V;
+  float first_out = -std::numeric_limits<float>::infinity();  // the best token top-k drops
+  if (n_k < V) {
+    std::nth_element(order.begin(), order.begin() + ptrdiff_t(n_k) - 1, order.end(), RankLess{key});
+    for (size_t r = n_k; r < V; ++r) first_out = std::max(first_out, x[size_t(order[r])]);
+    order.resize(n_k);
   }
-  std::sort(order.begin(), order.end(), rank_by(l));
-  std::vector<double>& prob = k.prob;
-  prob.resize(order.size());
-  double mass = 0.0;
-  for (size_t i = 0; i < order.size(); ++i) mass += prob[i] = std::exp(double(l[size_t(order[i])]) - pr.log_z);
-  size_t n = order.size();
-  if (p.top_p < 1.0f) {
-    double c = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      c += prob[i] / mass;
-      if (c >= double(p.top_p)) {
-        n = i + 1;
+  std::sort(order.begin(), order.end(), RankLess{key});
+  if (n_k < V) k.rank_margin = double(x[size_t(order[n_k - 1])]) - double(first_out);  // last kept vs first dropped
+  size_t n = n_k;
+  if (top_p) {
+    uint64_t z_k = 0;
+    for (size_t r = 0; r < n_k; ++r) z_k += mass_weight(x[size_t(order[r])], m);
+    const uint64_t target = std::min<uint64_t>(z_k, uint64_t(std::ceil(double(p.top_p) * double(z_k))));
+    uint64_t s = 0;
+    for (size_t r = 0; r < n_k; ++r) {
+      const uint64_t before = s;
+      s += mass_weight(x[size_t(order[r])], m);
+      if (s >= target) {
+        n = r + 1;
+        k.cut_margin = z_k ? double(std::min(s - target, target - before)) / double(z_k) : 0.0;
         break;
       }
     }
   }
-  if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * prob[0];
-    size_t m = 1;
-    while (m < n && prob[m] >= floor) ++m;
-    n = m;
+  if (min_p) {
+    const float cut = m + logf(p.min_p);
+    size_t kept = 0;
+    while (kept < n && x[size_t(order[kept])] >= cut) ++kept;
+    kept = std::max<size_t>(kept, 1);  // the first always stays (x_max >= cut unless non-finite)
+    // The decision that could flip: the last kept token, and the first one min-p drops inside
+    // the prefix the other cuts kept (beyond it min-p decides nothing).
+    double margin = std::abs(double(x[size_t(order[kept - 1])]) - double(cut));
+    if (kept < n) margin = std::min(margin, std::abs(double(x[size_t(order[kept])]) - double(cut)));
+    k.cut_margin = std::min(k.cut_margin, margin / std::max(1.0, std::abs(double(cut))));
+    n = std::min(n, kept);
   }
   k.n = n;
-  for (size_t i = 0; i < n; ++i) k.mass += prob[i];
   return k;
 }
 
-void fill_logprobs(SampledToken& out, const Processed& pr, const SamplingParams& p) {
-  if (p.logprobs_top_n < 0) return;
-  const std::vector<float>& l = pr.l;
-  auto logprob = [&](int32_t t) { return float(double(l[size_t(t)]) - pr.log_z); };
-  out.logprob = logprob(out.token);
-  if (p.logprobs_top_n > 0) {
-    std::vector<int32_t> all(l.size());
-    std::iota(all.begin(), all.end(), 0);
-    const size_t n = size_t(std::min<int64_t>(p.logprobs_top_n, int64_t(l.size())));
-    std::partial_sort(all.begin(), all.begin() + ptrdiff_t(n), all.end(), rank_by(l));
-    for (size_t i = 0; i < n; ++i) out.top.emplace_back(all[i], logprob(all[i]));
+// Step 5 over the kept tokens: the winner and the margin to the runner-up.
+void gumbel_draw(const std::vector<float>& x, const Kept& k, const SamplingParams& p, uint64_t step, SampledToken& out) {
+  uint32_t best_key = 0, second_key = 0;
+  double best = 0.0, second = -std::numeric_limits<double>::infinity();
+  int32_t best_id = -1, second_id = -1;
+  auto visit = [&](int32_t i, uint32_t bits) {
+    const float g = gumbel_key(x[size_t(i)], bits);
+    const uint32_t key = float_order_key(g);
+    if (best_id < 0 || key > best_key || (key == best_key && i < best_id)) {
+      if (best_id >= 0) second_key = best_key, second = best, second_id = best_id;
+      best_key = key, best = g, best_id = i;
+    } else if (second_id < 0 || key > second_key) {
+      second_key = key, second = g, second_id = i;
+    }
+  };
+  // A token whose x + kGumbelBound is below the runner-up's key can change neither the
+  // winner nor the margin: skipped (exactly), as the device skips below its winner.
+  auto skip = [&](int32_t i) { return second_id >= 0 && double(x[size_t(i)]) + kGumbelBound < second; };
+  if (k.all) {
+    const uint32_t V = uint32_t(x.size());
+    for (uint32_t i4 = 0; i4 < V; i4 += 4) {
+      bool any = false;
+      for (uint32_t j = i4; j < std::min(V, i4 + 4); ++j) any |= !skip(int32_t(j));
+      if (!any) continue;
+      const Philox4 r = philox4x32_10(i4 >> 2, uint32_t(step), uint32_t(step >> 32), 0x53414D50u, uint32_t(p.seed),
+                                      uint32_t(p.seed >> 32));
+      for (uint32_t j = i4; j < std::min(V, i4 + 4); ++j)
+        if (!skip(int32_t(j))) visit(int32_t(j), r.v[j & 3]);
+    }
+  } else {
+    for (size_t r = 0; r < k.n; ++r) {
+      const int32_t i = k.order[r];
+      if (!skip(i)) visit(i, sample_bits(p.seed, step, uint32_t(i)));
+    }
   }
+  out.token = best_id;
+  out.kept = int64_t(k.all ? x.size() : k.n);
+  out.cut_margin = k.cut_margin;
+  out.rank_margin = k.rank_margin;
+  if (out.kept > 1) {
+    out.draw_margin = best - second;
+    out.draw_x_abs = std::max(std::abs(double(x[size_t(best_id)])), std::abs(double(x[size_t(second_id)])));
+  }
+}
+
+void fill_logprobs(SampledToken& out, const std::vector<float>& x, const std::vector<uint32_t>& key, float m,
+                   const SamplingParams& p) {
+  if (p.logprobs_top_n < 0) return;
+  uint64_t z = 0;
+  for (float v : x) z += mass_weight(v, m);
+  const double lse = double(m) + std::log(double(z) / kMassOne);
+  auto lp = [&](int32_t t) { return float(double(x[size_t(t)]) - lse); };
+  out.logprob = lp(out.token);
+  const size_t top = std::min<size_t>(size_t(p.logprobs_top_n), x.size());
+  if (top == 0) return;
+  std::vector<int32_t> all(x.size());
+  std::iota(all.begin(), all.end(), 0);
+  std::partial_sort(all.begin(), all.begin() + ptrdiff_t(top), all.end(), RankLess{key});
+  for (size_t r = 0; r < top; ++r) out.top.emplace_back(all[r], lp(all[r]));
 }
 
 }  // namespace
 
 SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                         const std::vector<int32_t>& output, uint64_t step) {
-  const Processed pr = process(logits, vocab, p, prompt, output);
+  const std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  const std::vector<uint32_t> key = order_keys(x);
+  const int32_t first = first_in_rank(key);
+  const float m = x[size_t(first)];
   SampledToken out;
-  if (p.temperature == 0.0f) {
-    std::vector<int32_t> order(static_cast<size_t>(vocab));
-    std::iota(order.begin(), order.end(), 0);
-    out.token = *std::min_element(order.begin(), order.end(), rank_by(pr.l));
+  if (p.greedy()) {
+    out.token = first;
+    out.kept = 1;
+    // The decision: the highest x against the runner-up (a comparison of x alone).
+    int32_t second = -1;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (int32_t(i) != first && (second < 0 || key[i] > key[size_t(second)])) second = int32_t(i);
+    if (second >= 0) out.rank_margin = double(m) - double(x[size_t(second)]);
   } else {
-    const Kept k = truncate(pr, p);
-    const double u = uniform(p.seed, step) * k.mass;
-    double c = 0.0;
-    out.token = k.order[k.n - 1];
-    for (size_t i = 0; i < k.n; ++i) {
-      c += k.prob[i];
-      if (c > u) {
-        out.token = k.order[i];
-        break;
-      }
-    }
+    gumbel_draw(x, truncate(x, key, m, p), p, step, out);
   }
-  fill_logprobs(out, pr, p);
+  fill_logprobs(out, x, key, m, p);
   return out;
 }
 
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
-  FP4MOE_CHECK(p.temperature > 0.0f, "sampling_distribution: greedy sampling has no distribution to draw from");
-  const Processed pr = process(logits, vocab, p, prompt, output);
-  const Kept k = truncate(pr, p);
+  FP4MOE_CHECK(!p.greedy(), "sampling_distribution: greedy sampling has no distribution to draw from");
+  const std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  const std::vector<uint32_t> key = order_keys(x);
+  const float m = x[size_t(first_in_rank(key))];
+  const Kept k = truncate(x, key, m, p);
   std::vector<double> d(static_cast<size_t>(vocab), 0.0);
-  for (size_t i = 0; i < k.n; ++i) d[size_t(k.order[i])] = k.prob[i] / k.mass;
+  double mass = 0.0;
+  auto add = [&](int32_t i) { mass += d[size_t(i)] = std::exp(double(x[size_t(i)]) - double(m)); };
+  if (k.all)
+    for (int32_t i = 0; i < int32_t(vocab); ++i) add(i);
+  else
+    for (size_t r = 0; r < k.n; ++r) add(k.order[r]);
+  for (double& v : d) v /= mass;
   return d;
 }
 
@@ -184,11 +254,14 @@ SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParam
   FP4MOE_CHECK(token >= 0 && token < vocab, "logprobs_of: token {} outside the vocabulary", token);
   SampledToken out;
   out.token = token;
-  if (p.logprobs_top_n >= 0) fill_logprobs(out, process(logits, vocab, p, prompt, output), p);
+  if (p.logprobs_top_n < 0) return out;
+  const std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  const std::vector<uint32_t> key = order_keys(x);
+  fill_logprobs(out, x, key, x[size_t(first_in_rank(key))], p);
   return out;
 }
 
-double sampling_uniform(uint64_t seed, uint64_t step) { return uniform(seed, step); }
+double sampling_uniform(uint64_t seed, uint64_t step) { return uniform_53(seed, step); }
 
 int64_t apply_token_bitmask(float* logits, int64_t vocab, const uint32_t* allowed) {
   int64_t kept = 0;

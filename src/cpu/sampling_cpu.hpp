@@ -1,68 +1,78 @@
-// Sampling of one next token from a row of logits: the CPU op (and the reference for a GPU
-// sampler).
+// Sampling of one next token from a row of logits on the CPU: the CPU backend's sampler and the
+// reference of the device sampler (cuda/sampling), token for token. The scheme — penalties,
+// greedy, temperature, top-k / top-p / min-p, the Philox-seeded Gumbel-max draw, logprobs — is
+// cpu/sampling_scheme.hpp's; this is its plain host form (sorts only where a truncation needs
+// the rank order, sequential sums of the same fixed-point weights).
 //
-// Order of operations on the FP32 logits of one request:
-//   1. penalties (the vLLM / OpenAI definitions):
-//        repetition_penalty p (p != 1): every token seen in the prompt OR the output so far:
-//          logit > 0 ? logit / p : logit · p
-//        presence_penalty:  logit −= presence  for every token in the output so far
-//        frequency_penalty: logit −= frequency · (count of the token in the output so far)
-//   2. temperature == 0: greedy — the highest logit, ties to the lower token id. Done.
-//   3. logit /= temperature; probabilities = softmax over the vocabulary (FP64 sums).
-//   4. truncation, in this order, over tokens ranked by probability (ties: lower id first):
-//        top_k > 0: keep the top_k first;  top_p < 1: keep the shortest prefix whose
-//        probability mass (of what top-k kept, renormalised) reaches top_p;
-//        min_p > 0: keep tokens with probability >= min_p · (the highest probability).
-//      At least one token always stays.
-//   5. draw u in [0, 1) from the request's stream: u = splitmix64(seed, step) with 53 bits,
-//      and walk the kept tokens in rank order until the renormalised cumulative mass > u.
-//      The same (logits, params, seed, step) always gives the same token, on any thread count.
-// Logprobs (when asked): log-softmax of the logits after steps 1 and 3 (temperature 1 when
-// greedy), before truncation: of the chosen token, and the top_n tokens (ties: lower id).
+// When do the CPU and the GPU give the same token? Both compute the same keys from the same
+// bits, so they differ only through (a) the logits themselves and (b) the last ulp of
+// logf / expf (each within 1 ulp of the exact value, so the two within 2 ulp). Let the two
+// backends' scaled logits x = logit / T differ by at most d per token (d = max |Δlogit| / T;
+// 0 when they are the same floats). Then
+//   - the draw: e = −logf(u) differs by a relative 2 · 2^-23; log(e) (|log e| <= 16.7) by that
+//     plus 2 ulp of 16.7, <= 4.1e-6; the key x − log(e) by that, d, and one rounding of the
+//     result (ulp of |x| + 17): ε_g = d + 4.1e-6 + 1.2e-7 · (|x| + 17). Both the winner's and
+//     the runner-up's keys move, so the winner is the same when draw_margin (its key minus
+//     the runner-up's) > 2 ε_g.
+//   - the cuts: a weight exp(x − max) moves by a relative 2d (x and max each by d) plus 2 ulp
+//     of expf; top-p's kept count is the same when cut_margin (the distance of the cumulative
+//     mass from the target, relative to the total) exceeds twice that: 4d + 2.4e-7; min-p's
+//     when no x lies within 2d + 2 ulp of max + log(min_p) (cut_margin: that distance relative
+//     to max(1, |cut|), held to the same 4d + 2.4e-7).
+//   - comparisons of x alone (greedy's winner against the runner-up, top-k's last kept token
+//     against the first dropped: rank_margin, their gap) use no logf / expf: with the same
+//     floats (d = 0) they are decided the same on every backend, ties included (lower id);
+//     else they hold when rank_margin > 2d.
+// sample_cpu reports draw_margin and cut_margin; the GPU tests (tests/engine/gpu_sampling_test,
+// tests/cuda/sampling_test) and the emulator test (tests/ops/sampling_emu_test) assert equality
+// exactly where these hold, and count the rest.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
+#include "cpu/sampling_params.hpp"
+
 namespace fp4moe::cpu {
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy
-  int64_t top_k = 0;         // 0: off
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  uint64_t seed = 0;
-  int logprobs_top_n = -1;   // -1: no logprobs; 0: the chosen token's only; n: and the top n
-};
-
-// Checks the ranges (temperature >= 0, top_p in (0, 1], min_p in [0, 1], repetition > 0,
-// top_k >= 0, top_n <= 20); throws fp4moe::Error with one line.
-void validate_sampling(const SamplingParams& p);
+// stable_draw(t, d): the token t is the same on every backend whose scaled logits are within
+// d of these, by the bounds above (|x| of the winner and the runner-up: t.draw_x_abs).
+struct SampledToken;
+bool stable_draw(const SampledToken& t, double d);
 
 struct SampledToken {
-  int32_t token = -1;
+  int32_t token = kNoToken;
   float logprob = 0.0f;                           // when logprobs_top_n >= 0
   std::vector<std::pair<int32_t, float>> top;     // [top_n] (token, logprob), best first
+  int64_t kept = 0;                               // tokens the truncation kept (1 when greedy)
+  // How close the decisions came (infinity when there was nothing to decide): the winner's
+  // Gumbel key minus the runner-up's, the relative distance of the top-p / min-p cuts from
+  // their thresholds, and the gap of the comparisons of x alone (greedy's top two, top-k's
+  // boundary).
+  double draw_margin = std::numeric_limits<double>::infinity();
+  double cut_margin = std::numeric_limits<double>::infinity();
+  double rank_margin = std::numeric_limits<double>::infinity();
+  double draw_x_abs = 0.0;  // max |x| of the winner and the runner-up (their keys' rounding)
 };
 
 // logits [vocab] (not modified); prompt / output: the request's token ids so far (for the
-// penalties); step: the index of this draw in the request (0 for its first new token).
+// penalties); step: the draw index (tokens generated so far: 0 for its first new token).
+// Validates p (validate_sampling) and 1 <= vocab < 2^23; throws with one line.
 SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                         const std::vector<int32_t>& output, uint64_t step);
 
 // Speculative decoding's rejection sampling (model/speculative.cpp) needs what sample_cpu draws from:
-// The distribution of a sampled (temperature > 0) draw after steps 1, 3 and 4: [vocab]
-// probabilities, renormalised over the kept tokens, 0 elsewhere.
+// the distribution of a sampled (not greedy) draw after steps 1, 3 and 4: [vocab] probabilities
+// exp(x − max), renormalised over the kept tokens (the same kept set as sample_cpu), 0 elsewhere.
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
 // sample_cpu's logprob fields (when p.logprobs_top_n >= 0) for a token chosen elsewhere.
 SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output, int32_t token);
-// Step 5's uniform draw in [0, 1) for (seed, step): 53 bits of splitmix64.
+// A uniform double in [0, 1) of the same Philox stream for (seed, step) (uniform_53), for
+// draws that are not per token.
 double sampling_uniform(uint64_t seed, uint64_t step);
 // Constrained decoding: logits[v] = -inf for every token v whose bit in allowed (bit v % 32 of
 // word v / 32) is clear (the reference of the CUDA mask kernel). Returns how many stay.

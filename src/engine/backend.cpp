@@ -7,15 +7,6 @@
 
 namespace fp4moe::engine {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-  }
-  return "abort";
-}
-
 void StepBatch::clear() {
   tokens.clear();
   positions.clear();

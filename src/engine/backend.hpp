@@ -25,7 +25,6 @@ namespace fp4moe::engine {
 struct SampleSpec {
   const SamplingParams* params = nullptr;
   int32_t output_index = 0;   // which generated token this is; with params->seed it fixes the draw
-  int32_t top_logprobs = -1;  // -1: no logprobs, else the sampled token's and the top n
   std::span<const int32_t> prompt;     // for the repetition penalty
   std::span<const int32_t> generated;  // tokens generated so far (penalties)
   // Constrained decoding: a vocabulary bitmask (bit v % 32 of word v / 32 set = token v may be

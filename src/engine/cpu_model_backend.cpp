@@ -184,7 +184,7 @@ void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits,
     q.pages = batch.page_table(r);
     q.max_new = std::min(limits.max_new[size_t(r)], steps);
     q.stop_ids = limits.stop_ids[size_t(r)];
-    q.sampling = cpu_sampling(*sp.params, sp.top_logprobs);
+    q.sampling = *sp.params;
     q.prompt = sp.prompt;
     q.generated.assign(sp.generated.begin(), sp.generated.end());
     q.output_index = uint64_t(sp.output_index);

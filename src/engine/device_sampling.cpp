@@ -1,54 +1,28 @@
 #include "engine/device_sampling.hpp"
 
 #include <algorithm>
-#include <climits>
 
 #include "core/error.hpp"
-#include "engine/sampling_cpu.hpp"
 
 namespace fp4moe::engine {
-
-cpu::SamplingRowParams row_params(const SamplingParams& p, int32_t top_logprobs) {
-  return row_params(cpu_sampling(p, top_logprobs));  // greedy() -> temperature 0, top_k <= 0 -> 0
-}
-
-cpu::SamplingRowParams row_params(const cpu::SamplingParams& p) {
-  cpu::SamplingRowParams r;
-  r.temperature = p.temperature;
-  r.top_k = int32_t(std::clamp<int64_t>(p.top_k, 0, INT32_MAX));
-  r.top_p = p.top_p;
-  r.min_p = p.min_p;
-  r.repetition_penalty = p.repetition_penalty;
-  r.presence_penalty = p.presence_penalty;
-  r.frequency_penalty = p.frequency_penalty;
-  r.seed = p.seed;
-  r.logprobs_top_n = p.logprobs_top_n < 0 ? -1 : p.logprobs_top_n;
-  return r;
-}
 
 RowSampling row_sampling(const SampleSpec& s) {
   FP4MOE_CHECK(s.params, "sampling without parameters");
   RowSampling r;
-  r.params = row_params(*s.params, s.top_logprobs);
+  r.params = *s.params;
   r.draw_index = s.output_index;
   r.prompt = s.prompt;
   r.generated = s.generated;
   return r;
 }
 
-bool has_penalties(const cpu::SamplingRowParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
-bool plain_greedy(const cpu::SamplingRowParams& p) {
-  return p.temperature == 0.0f && !has_penalties(p) && p.logprobs_top_n < 0;
-}
+bool plain_greedy(const cpu::SamplingParams& p) { return p.greedy() && !p.has_penalties() && p.logprobs_top_n < 0; }
 
 int64_t history_stride(std::span<const RowSampling> rows, int64_t extra) {
   FP4MOE_CHECK(extra >= 0, "history stride: {} extra tokens", extra);
   int64_t s = 0;
   for (const RowSampling& r : rows)
-    if (has_penalties(r.params)) s = std::max(s, int64_t(r.prompt.size() + r.generated.size()) + extra);
+    if (r.params.has_penalties()) s = std::max(s, int64_t(r.prompt.size() + r.generated.size()) + extra);
   return s;
 }
 
@@ -56,7 +30,7 @@ void pack_sampling_rows(std::span<const RowSampling> rows, int64_t stride, int32
                         int32_t* draw, int32_t* history) {
   for (size_t r = 0; r < rows.size(); ++r) {
     const RowSampling& x = rows[r];
-    const bool pen = has_penalties(x.params);
+    const bool pen = x.params.has_penalties();
     const int64_t n = int64_t(x.prompt.size() + x.generated.size());
     FP4MOE_CHECK(!pen || (history && n <= stride), "sampling row {}: {} penalty tokens, history stride {}", r, n, stride);
     FP4MOE_CHECK(x.draw_index >= 0, "sampling row {}: draw index {}", r, x.draw_index);

@@ -1,5 +1,5 @@
 // The engine's sampling requests in the device sampler's form (cuda/sampling, the scheme of
-// cpu/sampling_scheme.hpp): per-row SamplingRowParams, the draw index, and the penalty token
+// cpu/sampling_scheme.hpp): per-row SamplingParams, the draw index, and the penalty token
 // lists packed at one fixed stride. Plain host code (built without CUDA too, unit-tested in CI);
 // the GPU runner (engine/gpu) uploads what it produces.
 #pragma once
@@ -7,8 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "cpu/sampling_cpu.hpp"
-#include "cpu/sampling_scheme.hpp"
+#include "cpu/sampling_params.hpp"
 #include "engine/backend.hpp"
 
 namespace fp4moe::engine {
@@ -16,23 +15,17 @@ namespace fp4moe::engine {
 // One row the device samples: its parameters, the draw index (tokens generated so far: with
 // params.seed it fixes the draw), and its token lists (read only when the params have a penalty).
 struct RowSampling {
-  cpu::SamplingRowParams params;
+  cpu::SamplingParams params;
   int32_t draw_index = 0;
   std::span<const int32_t> prompt;     // the request's prompt (repetition penalty)
   std::span<const int32_t> generated;  // its output so far (all penalties)
 };
 
-// The engine's knobs as the scheme's: greedy() (temperature <= 0 or top_k == 1) -> temperature 0;
-// top_k <= 0 -> 0 (off); logprobs_top_n = top_logprobs (-1: none).
-cpu::SamplingRowParams row_params(const SamplingParams& p, int32_t top_logprobs);
-// cpu/sampling_cpu.hpp's knobs (generate's) as the scheme's (top_k clamped to int32).
-cpu::SamplingRowParams row_params(const cpu::SamplingParams& p);
 // A SampleSpec as a device row (draw index = its output index; the spans point into the spec's).
 RowSampling row_sampling(const SampleSpec& s);
 
-bool has_penalties(const cpu::SamplingRowParams& p);
-// Temperature 0, no penalties, no logprobs: the device's argmax of the row is the whole answer.
-bool plain_greedy(const cpu::SamplingRowParams& p);
+// Greedy, no penalties, no logprobs: the device's argmax of the row is the whole answer.
+bool plain_greedy(const cpu::SamplingParams& p);
 
 // The history stride of a batch: the longest prompt + generated (+ extra: tokens a K-step launch
 // appends) over the rows with penalties; 0 when no row has one (no history uploaded).

@@ -10,29 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/finish_reason.hpp"
+#include "cpu/sampling_params.hpp"
 #include "grammar/grammar.hpp"
 
 namespace fp4moe::engine {
 
-// Sampling knobs with SGLang / OpenAI meanings. The defaults change nothing.
-struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy
-  float top_p = 1.0f;               // (0, 1]
-  int32_t top_k = -1;               // <= 0: all tokens
-  float min_p = 0.0f;               // [0, 1]
-  float presence_penalty = 0.0f;    // [-2, 2], on generated tokens
-  float frequency_penalty = 0.0f;   // [-2, 2], on generated tokens
-  float repetition_penalty = 1.0f;  // (0, 2], on prompt and generated tokens
-  // Always set: the engine draws one for a request that did not give one, so that a
-  // retracted request samples the same tokens when it runs again.
-  uint64_t seed = 0;
-  bool has_seed = false;
-
-  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
-  bool has_penalties() const {
-    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
-  }
-};
+// The sampling parameters (cpu/sampling_params.hpp: one struct from the HTTP layer to the
+// device; top_k -1 = off; logprobs_top_n: -1 no logprobs, 0 the sampled token's, n plus the top n).
+using cpu::SamplingParams;
 
 struct RequestSpec {
   std::vector<int32_t> prompt;      // token ids, at least one
@@ -40,7 +26,6 @@ struct RequestSpec {
   int32_t max_new_tokens = 16;      // >= 1 (the server's validation guarantees the context fits)
   std::vector<int32_t> stop_ids;    // finish (reason stop) when sampled; always active
   bool ignore_eos = false;          // the model's EOS ids do not stop
-  int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; n: plus the top n
   // Constrained decoding (null: none): every sampled token is one the grammar allows (the mask
   // is applied before every sampling mode); the request finishes with kStop when the grammar
   // accepts its stop id after complete text, kLength with partial text when max_new_tokens
@@ -71,8 +56,8 @@ struct RowDump {
   std::vector<float> data;  // [rows, width]
 };
 
-enum class FinishReason { kStop, kLength, kAbort };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
+using fp4moe::FinishReason;  // cpu/finish_reason.hpp (the engine delivers kStop, kLength, kAbort)
+using fp4moe::finish_reason_name;
 
 struct TokenLogprob {
   int32_t id = 0;

@@ -3,22 +3,9 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "cpu/sampling_cpu.hpp"
 
 namespace fp4moe::engine {
-
-cpu::SamplingParams cpu_sampling(const SamplingParams& p, int32_t top_logprobs) {
-  cpu::SamplingParams c;
-  c.temperature = p.greedy() ? 0.0f : p.temperature;
-  c.top_k = p.top_k > 0 ? p.top_k : 0;
-  c.top_p = p.top_p;
-  c.min_p = p.min_p;
-  c.repetition_penalty = p.repetition_penalty;
-  c.presence_penalty = p.presence_penalty;
-  c.frequency_penalty = p.frequency_penalty;
-  c.seed = p.seed;
-  c.logprobs_top_n = top_logprobs;
-  return c;
-}
 
 GeneratedToken sample_row_cpu(const float* logits, int64_t vocab, const SampleSpec& spec) {
   FP4MOE_CHECK(spec.params, "sampling without parameters");
@@ -31,7 +18,7 @@ GeneratedToken sample_row_cpu(const float* logits, int64_t vocab, const SampleSp
                  "the grammar allows no token (the scheduler finishes such a request before sampling)");
     logits = masked.data();
   }
-  cpu::SampledToken s = cpu::sample_cpu(logits, vocab, cpu_sampling(*spec.params, spec.top_logprobs), prompt, generated,
+  cpu::SampledToken s = cpu::sample_cpu(logits, vocab, *spec.params, prompt, generated,
                                         uint64_t(spec.output_index));
   GeneratedToken out;
   out.id = s.token;

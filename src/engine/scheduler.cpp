@@ -96,7 +96,6 @@ SampleSpec Scheduler::sample_spec(const Sequence& s) const {
   SampleSpec sp;
   sp.params = &s.spec.sampling;
   sp.output_index = s.generated();
-  sp.top_logprobs = s.spec.top_logprobs;
   sp.prompt = {s.tokens.data(), size_t(s.prompt_len)};
   sp.generated = {s.tokens.data() + s.prompt_len, size_t(s.generated())};
   return sp;

@@ -13,7 +13,7 @@ constexpr uint64_t kDraftStream = 0x6d74702d64726166ull;     // "mtp-draf"
 constexpr uint64_t kAcceptStream = 0x6d74702d61636370ull;    // "mtp-accp"
 constexpr uint64_t kResidualStream = 0x6d74702d72657369ull;  // "mtp-resi"
 
-bool greedy(const cpu::SamplingParams& p) { return p.temperature == 0.0f; }
+bool greedy(const cpu::SamplingParams& p) { return p.greedy(); }
 
 }  // namespace
 

@@ -368,7 +368,10 @@ void sampling_fields(const Fields& f, ApiRequest& r) {
   engine::SamplingParams& s = r.sampling;
   if (auto x = f.number("temperature", 0.0, 2.0)) s.temperature = float(*x);
   if (auto x = f.number("top_p", 0.0, 1.0, true)) s.top_p = float(*x);
-  if (auto x = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) s.top_k = *x <= 0 ? -1 : int32_t(*x);
+  if (auto x = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) {  // SGLang's rule: -1 off, 0 refused
+    if (*x == 0) invalid(f.name("top_k"), fmt::format("'{}' must be -1 (off) or at least 1, got 0", f.name("top_k")));
+    s.top_k = int32_t(*x);
+  }
   if (auto x = f.number("min_p", 0.0, 1.0)) s.min_p = float(*x);
   if (auto x = f.number("presence_penalty", -2.0, 2.0)) s.presence_penalty = float(*x);
   if (auto x = f.number("frequency_penalty", -2.0, 2.0)) s.frequency_penalty = float(*x);

@@ -274,7 +274,7 @@ void Server::handle_generation(ApiKind kind, const http::Request& req, http::Res
       s.max_new_tokens = max_new[p];
       s.stop_ids = r.stop_ids;
       s.ignore_eos = r.ignore_eos;
-      s.top_logprobs = r.logprobs;
+      s.sampling.logprobs_top_n = r.logprobs;
       s.grammar = grammar;
       specs.push_back(std::move(s));
       call->prompt_of.push_back(int32_t(p));

@@ -66,7 +66,7 @@ class Metrics : public engine::StepObserver {
 
  private:
   std::atomic<uint64_t> requests_{0};
-  std::array<std::atomic<uint64_t>, 3> finished_{};  // by FinishReason
+  std::array<std::atomic<uint64_t>, kFinishReasons> finished_{};  // by FinishReason
   std::atomic<uint64_t> prompt_tokens_{0}, cached_tokens_{0}, generation_tokens_{0}, moe_gemms_{0};
   std::atomic<uint64_t> spec_drafted_{0}, spec_accepted_{0}, spec_rounds_{0};
   std::atomic<uint64_t> moe_routed_{0}, moe_experts_{0}, moe_active_experts_{0};

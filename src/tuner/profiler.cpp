@@ -279,7 +279,7 @@ ProblemResult profile_problem(const std::string& op, const GemmProblem& p, const
     // The reference: the CPU's, on sampled rows (no tactic under test is its own judge).
     const std::vector<int64_t> rows = sample_rows(in.offsets.data(), p.num_experts, opt.check_rows);
     const GroupedGemmRef gr{&host, in.x.data(), in.m_total, in.offsets.data(), in.row_scale.data(),
-                            cuda::ref_epilogue(p.epilogue), p.act == ActFormat::NVFP4_EMULATED};
+                            p.epilogue, p.act == ActFormat::NVFP4_EMULATED};
     const std::vector<double> ref = grouped_gemm_reference(gr, rows);
 
     for (const Tactic& t : runnable) {

@@ -24,7 +24,7 @@ TEST(GroupedGemmRef, MatchesDequantizeThenMultiply) {
   for (auto& v : x) v = float_to_bf16(nd(rng));
   const std::vector<float> rs = {0.5f, 1.5f, 2.0f, 0.25f, 1.0f};
   for (WeightFormat f : {WeightFormat::NVFP4, WeightFormat::MXFP4})
-    for (RefEpilogue ep : {RefEpilogue::None, RefEpilogue::SiluMul, RefEpilogue::RowScale}) {
+    for (Epilogue ep : {Epilogue::None, Epilogue::SiluMul, Epilogue::RowScale}) {
       const ExpertStack w = test::random_stack(f, E, N, K, 9);
       GroupedGemmRef r;
       r.w = &w;
@@ -45,8 +45,8 @@ TEST(GroupedGemmRef, MatchesDequantizeThenMultiply) {
           for (int64_t k = 0; k < K; ++k) acc[size_t(n)] += double(bf16_to_float(x[size_t(rows[i] * K + k)])) * wf[size_t(n * K + k)];
         for (int64_t j = 0; j < cols; ++j) {
           double want = acc[size_t(j)];
-          if (ep == RefEpilogue::SiluMul) want = want / (1 + std::exp(-want)) * acc[size_t(N / 2 + j)];
-          if (ep == RefEpilogue::RowScale) want *= rs[size_t(rows[i])];
+          if (ep == Epilogue::SiluMul) want = want / (1 + std::exp(-want)) * acc[size_t(N / 2 + j)];
+          if (ep == Epilogue::RowScale) want *= rs[size_t(rows[i])];
           EXPECT_NEAR(got[size_t(i * cols + j)], want, 1e-9 * (1 + std::fabs(want))) << i << " " << j;
         }
       }

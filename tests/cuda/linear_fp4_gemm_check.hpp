@@ -142,7 +142,7 @@ inline double check_grouped_gemm(const GemmCase& c, const GemmRunner& run, doubl
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> y = dy.download<uint16_t>(size_t(m_total) * n_out);
 
-  const GroupedGemmRef r{&w, x.data(), m_total, off.data(), rs.data(), cuda::ref_epilogue(c.epilogue), false};
+  const GroupedGemmRef r{&w, x.data(), m_total, off.data(), rs.data(), c.epilogue, false};
   std::vector<int64_t> all(static_cast<size_t>(rows));
   for (int m = 0; m < rows; ++m) all[size_t(m)] = m;
   const std::vector<double> ref = grouped_gemm_reference(r, all);

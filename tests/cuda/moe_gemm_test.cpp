@@ -106,13 +106,13 @@ std::vector<double> exact_bound(const GroupedGemmRef& r, const GroupedGemmSums& 
     for (int64_t j = 0; j < cols; ++j) {
       const size_t i = size_t(m * N + j);
       double e = 0;
-      if (r.epilogue == RefEpilogue::SiluMul) {
+      if (r.epilogue == Epilogue::SiluMul) {
         const size_t iu = i + size_t(N / 2);
         const double g = sums.acc[i], eg = e_v(i), eu = e_v(iu);
         const double G = std::fabs(g) + eg, U = std::fabs(sums.acc[iu]) + eu;
         const double S = std::fabs(g / (1.0 + std::exp(-g))) + 1.1 * eg;
         e = 1.1 * eg * U + S * eu + S * U * (4 + 1.2 * G) * u23;
-      } else if (r.epilogue == RefEpilogue::RowScale) {
+      } else if (r.epilogue == Epilogue::RowScale) {
         e = (e_v(i) + u24 * std::fabs(sums.acc[i])) * double(r.row_scale[m]);
       } else {
         e = e_v(i);
@@ -230,7 +230,7 @@ struct CaseData {
   }
 
   GroupedGemmRef ref_spec() const {
-    return {&stack, x.data(), M, offsets.data(), row_scale.data(), ref_epilogue(c.epilogue),
+    return {&stack, x.data(), M, offsets.data(), row_scale.data(), c.epilogue,
             c.act == ActFormat::NVFP4_EMULATED};
   }
 
@@ -540,7 +540,7 @@ TEST(Sm90MoeGemmBound, HoldsForTheRoundedReferenceAndFlagsMovedCodes) {
     std::vector<int64_t> all(static_cast<size_t>(M));
     for (int64_t m = 0; m < M; ++m) all[size_t(m)] = m;
     auto rounded_ref = [&](const std::vector<uint16_t>& x, GroupedGemmSums* sums, std::vector<double>* exact) {
-      const GroupedGemmRef r{&stack, x.data(), M, off.data(), rs.data(), ref_epilogue(ep), true};
+      const GroupedGemmRef r{&stack, x.data(), M, off.data(), rs.data(), ep, true};
       const std::vector<double> ref = grouped_gemm_reference(r, all, 0, sums);
       std::vector<float> y(ref.size());
       for (size_t i = 0; i < ref.size(); ++i) y[i] = bf16_to_float(float_to_bf16(float(ref[i])));
@@ -551,7 +551,7 @@ TEST(Sm90MoeGemmBound, HoldsForTheRoundedReferenceAndFlagsMovedCodes) {
     GroupedGemmSums sums;
     std::vector<double> ref;
     const std::vector<float> y = rounded_ref(x, &sums, &ref);
-    const GroupedGemmRef r{&stack, x.data(), M, off.data(), rs.data(), ref_epilogue(ep), true};
+    const GroupedGemmRef r{&stack, x.data(), M, off.data(), rs.data(), ep, true};
     const std::vector<double> bound = exact_bound(r, sums, ref);
     EXPECT_EQ(compare_to_bound(y, ref, bound, cols).bad_rows, 0);
 

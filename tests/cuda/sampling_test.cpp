@@ -1,4 +1,4 @@
-// cuda/sampling: sample() against its host twin cpu::sample_scheme_cpu, row by row (random
+// cuda/sampling: sample() against the CPU sampler cpu::sample_cpu (the same draw), row by row (random
 // logits, BF16-rounded logits with many ties, every parameter mix, penalties from the token
 // lists, logprobs + top-n, done rows, poisoned outputs), the same token alone or batched, graph
 // replay == eager; decode_advance against decode_advance_cpu (CPU tests here too), and K
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "core/bf16.hpp"
-#include "cpu/sampling_scheme_cpu.hpp"
+#include "cpu/sampling_cpu.hpp"
+#include "cpu/sampling_scheme.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/sampling/sampling.hpp"
@@ -21,7 +22,7 @@ namespace fp4moe::test {
 namespace {
 
 namespace sp = cuda::sampling;
-using cpu::SamplingRowParams;
+using cpu::SamplingParams;
 using cuda::DeviceBuffer;
 
 constexpr int32_t kPoisonToken = 0x7eadbeef;
@@ -37,8 +38,9 @@ std::vector<float> random_logits(size_t n, uint64_t seed, float scale, bool bf16
   return v;
 }
 
-SamplingRowParams mixed_params(int r, uint64_t seed) {
-  SamplingRowParams p;
+SamplingParams mixed_params(int r, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.0f;  // greedy unless the mix says otherwise
   p.seed = seed * 1000003 + uint64_t(r);
   switch (r % 11) {
     case 0: break;  // greedy
@@ -63,7 +65,7 @@ struct Batch {
   int vocab = 0;
   int64_t stride = 0;        // logits row stride (elements); the padding holds NaN (never read)
   std::vector<float> logits; // [rows, stride]
-  std::vector<SamplingRowParams> params;
+  std::vector<SamplingParams> params;
   std::vector<int32_t> draw, done, prompt_len, output_len, history;
   int64_t history_stride = 64;
 };
@@ -116,7 +118,7 @@ Result run_device(const Batch& b, cudaStream_t stream = nullptr, bool graph = fa
   a.logits_stride = b.stride;
   a.rows = b.rows;
   a.vocab = b.vocab;
-  a.params = params.as<SamplingRowParams>();
+  a.params = params.as<SamplingParams>();
   a.draw_index = draw.as<int32_t>();
   a.done = done.as<int32_t>();
   a.history = hist.as<int32_t>();
@@ -162,9 +164,9 @@ int check_against_host(const Batch& b, const Result& got) {
     }
     const int32_t* h = b.history.data() + R * size_t(b.history_stride);
     const std::vector<int32_t> prompt(h, h + b.prompt_len[R]), output(h + b.prompt_len[R], h + b.prompt_len[R] + b.output_len[R]);
-    const auto ref = cpu::sample_scheme_cpu(b.logits.data() + R * size_t(b.stride), b.vocab, b.params[R], prompt, output,
+    const auto ref = cpu::sample_cpu(b.logits.data() + R * size_t(b.stride), b.vocab, b.params[R], prompt, output,
                                             uint64_t(b.draw[R]));
-    const bool near_tie = ref.draw_margin < 1e-4 || ref.cut_margin < 1e-5;
+    const bool near_tie = !cpu::stable_draw(ref, 0.0);
     if (got.tokens[R] != ref.token) {
       EXPECT_TRUE(near_tie) << "row " << r << ": device " << got.tokens[R] << ", host " << ref.token
                             << " (draw margin " << ref.draw_margin << ", cut margin " << ref.cut_margin << ")";
@@ -211,7 +213,7 @@ TEST(SamplingGpu, EachMixSplitOrNotEqualsHostTwin) {
       const int vocab = rows == 5 ? 154880 : 8192;
       Batch b = make_batch(rows, vocab, uint64_t(mix * 31 + rows), mix % 2 == 1, 0, mix % 3 == 0);
       for (int r = 0; r < rows; ++r) {
-        const SamplingRowParams q = mixed_params(mix + 11 * (r % 4), uint64_t(r) + 1);  // r % 4: logprob setting
+        const SamplingParams q = mixed_params(mix + 11 * (r % 4), uint64_t(r) + 1);  // r % 4: logprob setting
         b.params[size_t(r)] = q;
       }
       const int near = check_against_host(b, run_device(b));
@@ -279,7 +281,7 @@ sp::DecodeStateHost make_state(int rows, int K, int page_size, uint64_t seed) {
     s.generated.push_back(0);
     s.max_new.push_back(1 + int(g() % (K + 2)));
     s.max_position.push_back(plen + 1 + int(g() % (2 * K)));
-    s.finish.push_back(r % 7 == 3 ? sp::kFinishStop : 0);  // one already done
+    s.finish.push_back(r % 7 == 3 ? int32_t(FinishReason::kStop) : 0);  // one already done
     s.finish_step.push_back(-1);
     for (int q = 0; q < 3; ++q) s.stop_ids.push_back(q < int(r % 3) ? int32_t(g() % 50) : cpu::kNoToken);
     const int need_pages = (plen + K + page_size - 1) / page_size;
@@ -316,7 +318,7 @@ TEST(DecodeAdvanceCpu, StopsLengthsSlotsAndSentinels) {
   EXPECT_EQ(s.kv_slot, (std::vector<int64_t>{9 * 2 + 1, 3 * 2 + 0}));
   EXPECT_EQ(s.input_token, (std::vector<int32_t>{100, 200}));
   sp::decode_advance_cpu(s, step1, 1);  // row 0 samples its stop id, row 1 reaches max_new
-  EXPECT_EQ(s.finish, (std::vector<int32_t>{sp::kFinishStop, sp::kFinishLength}));
+  EXPECT_EQ(s.finish, (std::vector<int32_t>{int32_t(FinishReason::kStop), int32_t(FinishReason::kLength)}));
   EXPECT_EQ(s.finish_step, (std::vector<int32_t>{1, 1}));
   EXPECT_EQ(s.kv_slot, (std::vector<int64_t>{-7, -7}));
   sp::decode_advance_cpu(s, step2, 2);
@@ -334,10 +336,10 @@ TEST(DecodeAdvanceCpu, ReservedPagesAndContextLimit) {
   s.pages = {1};  // position 4 needs a second page
   const int32_t t[] = {7};
   sp::decode_advance_cpu(s, t, 0);
-  EXPECT_EQ(s.finish[0], sp::kFinishNoPage);
+  EXPECT_EQ(s.finish[0], int32_t(FinishReason::kNoPage));
   s.finish = {0}, s.pages = {2}, s.max_position = {s.position[0] + 2};
   sp::decode_advance_cpu(s, t, 1);
-  EXPECT_EQ(s.finish[0], sp::kFinishLength);
+  EXPECT_EQ(s.finish[0], int32_t(FinishReason::kLength));
 }
 
 struct DeviceState {
@@ -406,8 +408,8 @@ sp::DecodeStateHost loop_state() {
   return h;
 }
 
-std::vector<SamplingRowParams> loop_params(int rows) {
-  std::vector<SamplingRowParams> params;
+std::vector<SamplingParams> loop_params(int rows) {
+  std::vector<SamplingParams> params;
   for (int r = 0; r < rows; ++r) params.push_back(mixed_params(r, kLoopParamSeed));
   return params;
 }
@@ -420,7 +422,7 @@ std::vector<float> loop_logits(int rows, int j) {
 
 // Step j of the loop on the host: the twin samples every running row, then decode_advance_cpu.
 // Returns the rows whose draw was a near tie.
-int host_loop_step(sp::DecodeStateHost& h, const std::vector<SamplingRowParams>& params, const std::vector<float>& logits,
+int host_loop_step(sp::DecodeStateHost& h, const std::vector<SamplingParams>& params, const std::vector<float>& logits,
                    int j) {
   int near = 0;
   std::vector<int32_t> host_tokens(size_t(h.rows), cpu::kNoToken);
@@ -430,9 +432,9 @@ int host_loop_step(sp::DecodeStateHost& h, const std::vector<SamplingRowParams>&
     const int32_t* hist = h.history.data() + R * size_t(h.history_stride);
     const std::vector<int32_t> prompt(hist, hist + h.prompt_len[R]),
         output(hist + h.prompt_len[R], hist + h.prompt_len[R] + h.generated[R]);
-    const auto ref = cpu::sample_scheme_cpu(logits.data() + R * kLoopVocab, kLoopVocab, params[R], prompt, output,
+    const auto ref = cpu::sample_cpu(logits.data() + R * kLoopVocab, kLoopVocab, params[R], prompt, output,
                                             uint64_t(h.generated[R]));
-    near += ref.draw_margin < 1e-4 || ref.cut_margin < 1e-5;
+    near += !cpu::stable_draw(ref, 0.0);
     host_tokens[R] = ref.token;
   }
   sp::decode_advance_cpu(h, host_tokens.data(), j);
@@ -465,7 +467,7 @@ TEST(DecodeAdvanceGpu, KStepsOfSampleAndAdvanceEqualTheHostLoop) {
     DeviceBuffer dl = DeviceBuffer::from(logits);
     sp::SampleArgs a;
     a.logits = dl.as<float>(), a.logits_stride = kLoopVocab, a.rows = h.rows, a.vocab = kLoopVocab;
-    a.params = dparams.as<SamplingRowParams>(), a.tokens = tokens.as<int32_t>();
+    a.params = dparams.as<SamplingParams>(), a.tokens = tokens.as<int32_t>();
     sp::bind_decode_state(a, dev.d);
     sp::sample(a, ws.ptr(), ws.bytes(), nullptr);
     sp::decode_advance(dev.d, tokens.as<int32_t>(), j, nullptr);

@@ -1,5 +1,5 @@
-// engine/device_sampling: the engine's SampleSpec / generate's cpu::SamplingParams as the device
-// sampler's SamplingRowParams (greedy, top-k off, logprobs), and the packing of penalty
+// engine/device_sampling: the engine's SampleSpec as the device sampler's row (its
+// SamplingParams as given, the draw index, the lists), and the packing of penalty
 // histories at one stride (only rows with penalties, prompt then output, + the tokens a K-step
 // launch appends). Host code: runs in CI.
 #include <vector>
@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "cpu/sampling_scheme_cpu.hpp"
+#include "cpu/sampling_params.hpp"
 #include "engine/device_sampling.hpp"
 
 namespace fp4moe {
@@ -15,7 +15,9 @@ namespace {
 
 using engine::RowSampling;
 
-TEST(DeviceSampling, EngineParamsMapToTheSchemesRowParams) {
+// The device row is the request's own SamplingParams (no conversion): every knob as given,
+// greedy / plain greedy by the struct's one rule (temperature 0 or top_k 1).
+TEST(DeviceSampling, TheRowCarriesTheRequestsParamsAsGiven) {
   engine::SamplingParams p;
   p.temperature = 0.7f;
   p.top_p = 0.9f;
@@ -25,7 +27,10 @@ TEST(DeviceSampling, EngineParamsMapToTheSchemesRowParams) {
   p.frequency_penalty = -0.25f;
   p.repetition_penalty = 1.2f;
   p.seed = 0x123456789ull;
-  const cpu::SamplingRowParams r = engine::row_params(p, 5);
+  p.logprobs_top_n = 5;
+  engine::SampleSpec s;
+  s.params = &p;
+  const cpu::SamplingParams r = engine::row_sampling(s).params;
   EXPECT_EQ(r.temperature, 0.7f);
   EXPECT_EQ(r.top_p, 0.9f);
   EXPECT_EQ(r.top_k, 40);
@@ -35,54 +40,26 @@ TEST(DeviceSampling, EngineParamsMapToTheSchemesRowParams) {
   EXPECT_EQ(r.repetition_penalty, 1.2f);
   EXPECT_EQ(r.seed, 0x123456789ull);
   EXPECT_EQ(r.logprobs_top_n, 5);
-  EXPECT_TRUE(engine::has_penalties(r));
+  EXPECT_TRUE(r.has_penalties());
   EXPECT_FALSE(engine::plain_greedy(r));
-  EXPECT_NO_THROW(cpu::validate_row_params(r));
+  EXPECT_NO_THROW(cpu::validate_sampling(r));
 
-  // The engine's greedy: temperature <= 0 or top_k == 1; top_k <= 0: off; no logprobs: -1.
-  engine::SamplingParams g;
+  cpu::SamplingParams g;  // defaults: temperature 1, top_k -1 (off), no logprobs
+  EXPECT_EQ(g.top_k, -1);
+  EXPECT_EQ(g.logprobs_top_n, -1);
+  EXPECT_FALSE(g.greedy());
+  EXPECT_FALSE(g.top_k_on(100));
   g.temperature = 0.0f;
-  g.top_k = -1;
-  const cpu::SamplingRowParams rg = engine::row_params(g, -1);
-  EXPECT_EQ(rg.temperature, 0.0f);
-  EXPECT_EQ(rg.top_k, 0);
-  EXPECT_EQ(rg.logprobs_top_n, -1);
-  EXPECT_TRUE(engine::plain_greedy(rg));
+  EXPECT_TRUE(engine::plain_greedy(g));
   g.temperature = 0.8f;
   g.top_k = 1;
-  EXPECT_EQ(engine::row_params(g, -1).temperature, 0.0f) << "top_k 1 is greedy";
-  EXPECT_FALSE(engine::plain_greedy(engine::row_params(g, 0))) << "greedy with logprobs needs the sampler";
+  EXPECT_TRUE(g.greedy()) << "top_k 1 is greedy";
+  EXPECT_TRUE(engine::plain_greedy(g));
+  g.logprobs_top_n = 0;
+  EXPECT_FALSE(engine::plain_greedy(g)) << "greedy with logprobs needs the sampler";
+  g.logprobs_top_n = -1;
   g.repetition_penalty = 1.1f;
-  EXPECT_FALSE(engine::plain_greedy(engine::row_params(g, -1))) << "greedy with a penalty needs the sampler";
-}
-
-TEST(DeviceSampling, GenerateParamsMapToTheSchemesRowParams) {
-  cpu::SamplingParams c;
-  c.temperature = 1.3f;
-  c.top_k = int64_t(1) << 40;  // clamped into int32
-  c.top_p = 0.5f;
-  c.min_p = 0.1f;
-  c.repetition_penalty = 0.9f;
-  c.presence_penalty = 1.0f;
-  c.frequency_penalty = 2.0f;
-  c.seed = 99;
-  c.logprobs_top_n = 20;
-  const cpu::SamplingRowParams r = engine::row_params(c);
-  EXPECT_EQ(r.temperature, 1.3f);
-  EXPECT_EQ(r.top_k, INT32_MAX);
-  EXPECT_EQ(r.top_p, 0.5f);
-  EXPECT_EQ(r.min_p, 0.1f);
-  EXPECT_EQ(r.repetition_penalty, 0.9f);
-  EXPECT_EQ(r.presence_penalty, 1.0f);
-  EXPECT_EQ(r.frequency_penalty, 2.0f);
-  EXPECT_EQ(r.seed, 99u);
-  EXPECT_EQ(r.logprobs_top_n, 20);
-  // The round trip through the scheme's own conversion keeps every knob.
-  const cpu::SamplingParams back = cpu::to_sampling_params(r);
-  EXPECT_EQ(back.temperature, c.temperature);
-  EXPECT_EQ(back.top_p, c.top_p);
-  EXPECT_EQ(back.seed, c.seed);
-  EXPECT_EQ(back.logprobs_top_n, c.logprobs_top_n);
+  EXPECT_FALSE(engine::plain_greedy(g)) << "greedy with a penalty needs the sampler";
 }
 
 TEST(DeviceSampling, SampleSpecRowKeepsItsDrawIndexAndLists) {
@@ -93,7 +70,7 @@ TEST(DeviceSampling, SampleSpecRowKeepsItsDrawIndexAndLists) {
   engine::SampleSpec s;
   s.params = &p;
   s.output_index = 2;
-  s.top_logprobs = 0;
+  p.logprobs_top_n = 0;
   s.prompt = prompt;
   s.generated = gen;
   const RowSampling r = engine::row_sampling(s);

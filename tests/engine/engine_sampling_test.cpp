@@ -1,27 +1,36 @@
-// The engine's sampling knobs mapped onto cpu::sample_cpu (which has its own tests).
+// The engine's SampleSpec through cpu::sample_cpu (which has its own tests).
 #include <cmath>
 
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
+#include "cpu/sampling_cpu.hpp"
 #include "engine/sampling_cpu.hpp"
 
 using namespace fp4moe::engine;
 
-TEST(EngineSampling, EngineKnobsMapOntoTheCpuOp) {
+// The spec's params reach cpu::sample_cpu as they are: top_k 1 is greedy at any temperature,
+// the seed and logprobs come through.
+TEST(EngineSampling, TheSpecsParamsReachTheCpuSampler) {
   SamplingParams p;
+  p.temperature = 1.3f;
+  p.top_k = 1;
+  SampleSpec s;
+  s.params = &p;
+  const std::vector<float> logits = {0.0f, 2.0f, 1.9f, -1.0f};
+  for (int32_t i = 0; i < 20; ++i) {
+    s.output_index = i;
+    EXPECT_EQ(sample_row_cpu(logits.data(), 4, s).id, 1) << "top_k 1: greedy";
+  }
+  p.top_k = 0;
+  EXPECT_THROW(sample_row_cpu(logits.data(), 4, s), fp4moe::Error) << "top_k 0 is refused, not 'off'";
   p.top_k = -1;
-  EXPECT_EQ(cpu_sampling(p, -1).top_k, 0);  // off
-  EXPECT_EQ(cpu_sampling(p, -1).temperature, 1.0f);
-  p.top_k = 1;                               // the engine's greedy
-  EXPECT_EQ(cpu_sampling(p, -1).temperature, 0.0f);
-  p.top_k = 5;
-  p.temperature = 0.7f;
   p.seed = 9;
-  const auto c = cpu_sampling(p, 3);
-  EXPECT_EQ(c.top_k, 5);
-  EXPECT_EQ(c.temperature, 0.7f);
-  EXPECT_EQ(c.seed, 9u);
-  EXPECT_EQ(c.logprobs_top_n, 3);
+  p.logprobs_top_n = 3;
+  const auto t = sample_row_cpu(logits.data(), 4, s);
+  EXPECT_EQ(t.top.size(), 3u);
+  const auto again = fp4moe::cpu::sample_cpu(logits.data(), 4, p, {}, {}, uint64_t(s.output_index));
+  EXPECT_EQ(t.id, again.token);
 }
 
 TEST(EngineSampling, TheDrawDependsOnlyOnSeedAndOutputIndex) {
@@ -45,8 +54,8 @@ TEST(EngineSampling, LogprobsComeBackBestFirst) {
   SamplingParams p;
   p.temperature = 0.0f;
   SampleSpec s;
+  p.logprobs_top_n = 2;
   s.params = &p;
-  s.top_logprobs = 2;
   const std::vector<float> logits = {0.0f, 1.0f, 2.0f};
   const auto t = sample_row_cpu(logits.data(), 3, s);
   EXPECT_EQ(t.id, 2);

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/sampling_scheme.hpp"
+#include "cpu/sampling_params.hpp"
 #include "engine/device_sampling.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 
@@ -15,8 +15,9 @@ namespace fp4moe::testing_gpu_runner {
 // Row r's parameters: r % 4 = plain greedy; temperature + top-p + logprobs 5; top-k + min-p +
 // all three penalties + logprobs 0; greedy + repetition penalty + logprobs 3. Seed seed_base +
 // 7919 r (each test its own base, so that two tests do not draw the same numbers).
-inline cpu::SamplingRowParams mixed_sampling(int r, uint64_t seed_base) {
-  cpu::SamplingRowParams p;
+inline cpu::SamplingParams mixed_sampling(int r, uint64_t seed_base) {
+  cpu::SamplingParams p;
+  p.temperature = 0.0f;  // greedy unless the mix says otherwise
   switch (r % 4) {
     case 0:
       break;
@@ -37,7 +38,7 @@ inline cpu::SamplingRowParams mixed_sampling(int r, uint64_t seed_base) {
 // Requests of the given prompt lengths (prompt_of(len, vocab, r + 5), as prefill() made them),
 // row r sampled by mixed_sampling(r, seed_base); nothing generated yet.
 struct SampledRequests {
-  std::vector<cpu::SamplingRowParams> params;
+  std::vector<cpu::SamplingParams> params;
   std::vector<std::vector<int32_t>> prompt, gen;
   SampledRequests(const std::vector<int64_t>& lens, int64_t vocab, uint64_t seed_base) {
     for (size_t r = 0; r < lens.size(); ++r) {

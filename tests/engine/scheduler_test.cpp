@@ -32,7 +32,7 @@ std::vector<RequestSpec> mixed_requests(int32_t n, uint32_t seed) {
       s.sampling.min_p = 0.05f;
       s.sampling.temperature = 1.0f;
     }
-    if (i % 4 == 0) s.top_logprobs = 2;
+    if (i % 4 == 0) s.sampling.logprobs_top_n = 2;
     s.ignore_eos = i % 6 == 5;
     specs.push_back(std::move(s));
   }
@@ -255,7 +255,7 @@ TEST(Scheduler, RetractionRequeuesTheNewestAndItProducesTheSameTokens) {
   specs[1].sampling.temperature = 0.9f;
   specs[1].sampling.seed = 77;
   specs[1].sampling.has_seed = true;
-  specs[1].top_logprobs = 3;
+  specs[1].sampling.logprobs_top_n = 3;
   const auto ref = run_alone(specs);
   for (bool radix : {false, true}) {
     FakeBackend be(fake_options());

@@ -75,7 +75,6 @@ struct EngineGenerateOptions {
     s.has_seed = true;
     return s;
   }();
-  int32_t top_logprobs = -1;
   int32_t speculative_steps = 0;
   model::DraftOverride draft_override;
   uint8_t dump = 0;  // engine::DumpRows
@@ -111,7 +110,6 @@ inline EngineGenerate generate_on_engine(const std::string& model_dir, const std
     rq.max_new_tokens = int32_t(o.max_new_tokens);
     rq.ignore_eos = true;
     rq.sampling = o.sampling;
-    rq.top_logprobs = o.top_logprobs;
     rq.dump = o.dump;
     g.result = engine::run_one_request(e, std::move(rq), &counter);
   }

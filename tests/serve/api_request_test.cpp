@@ -106,6 +106,10 @@ TEST(ApiRequest, WrongTypesAndRangesNameTheParameter) {
        "top_logprobs"},
       {ApiKind::kGenerate, R"({"text": ["a", 1]})", "text"},
       {ApiKind::kGenerate, R"({"text": "a", "sampling_params": {"top_p": -1}})", "sampling_params.top_p"},
+      // top_k: -1 off, >= 1 kept; 0 and < -1 refused (SGLang's rule, one meaning everywhere)
+      {ApiKind::kCompletion, R"({"prompt": "a", "top_k": 0})", "top_k"},
+      {ApiKind::kCompletion, R"({"prompt": "a", "top_k": -2})", "top_k"},
+      {ApiKind::kGenerate, R"({"text": "a", "sampling_params": {"top_k": 0}})", "sampling_params.top_k"},
   };
   for (const Case& c : cases) {
     const ApiError e = bad(c.kind, c.body);
@@ -113,6 +117,14 @@ TEST(ApiRequest, WrongTypesAndRangesNameTheParameter) {
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_EQ(fp4moe::serve::testing::error_violation(e), "") << c.body;
   }
+}
+
+TEST(ApiRequest, TopKOffIsMinusOneAndZeroIsRefused) {
+  EXPECT_EQ(ok(ApiKind::kCompletion, R"({"prompt": "a"})").sampling.top_k, -1);
+  EXPECT_EQ(ok(ApiKind::kCompletion, R"({"prompt": "a", "top_k": -1})").sampling.top_k, -1);
+  EXPECT_EQ(ok(ApiKind::kCompletion, R"({"prompt": "a", "top_k": 1})").sampling.top_k, 1);
+  const ApiError e = bad(ApiKind::kCompletion, R"({"prompt": "a", "top_k": 0})");
+  EXPECT_EQ(e.message, "'top_k' must be -1 (off) or at least 1, got 0");
 }
 
 TEST(ApiRequest, MalformedJsonAndDeepNestingAreOneLineErrors) {

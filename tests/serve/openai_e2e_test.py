@@ -417,6 +417,8 @@ class MainServer(unittest.TestCase):
             ("/v1/completions", {"prompt": "a", "top_p": 0}, 400, "top_p"),
             ("/v1/completions", {"prompt": "a", "top_p": 1.5}, 400, "top_p"),
             ("/v1/completions", {"prompt": "a", "top_k": "5"}, 400, "top_k"),
+            ("/v1/completions", {"prompt": "a", "top_k": 0}, 400, "top_k"),  # -1 is off (SGLang)
+            ("/v1/completions", {"prompt": "a", "top_k": -2}, 400, "top_k"),
             ("/v1/completions", {"prompt": "a", "min_p": 2}, 400, "min_p"),
             ("/v1/completions", {"prompt": "a", "n": 0}, 400, "n"),
             ("/v1/completions", {"prompt": "a", "n": 1000}, 400, "n"),

@@ -229,7 +229,7 @@ void run_moe_gemm(const MoeGemmDesc& d, const TileConfig& c, const DeviceExpertW
   l.y_ld = d.epilogue == Epilogue::SiluMul ? d.n / 2 : d.n;
   l.block_n = c.block_n;
   l.stages = c.stages;
-  l.epilogue = d.epilogue == Epilogue::SiluMul ? 1 : d.epilogue == Epilogue::RowScale ? 2 : 0;
+  l.epilogue = int(d.epilogue);
   l.mxfp4 = d.weight == WeightFormat::MXFP4;
   l.decode = c.kernel == GemmKernel::Sm90Decode;
   l.sm_count = dev.sm_count;

@@ -16,12 +16,7 @@ namespace fp4moe::cuda {
 
 enum class ActFormat : uint8_t { BF16, NVFP4_EMULATED };  // W4A16, or W4A4 (Blackwell numerics)
 
-enum class Epilogue : uint8_t {
-  None,     // y = acc * global
-  SiluMul,  // N = 2I, rows [0,I) gate, [I,2I) up (halves, as checkpoints store them):
-            // y[m, j] = SiLU(gate[m, j]) * up[m, j], y is [M_total, I]
-  RowScale, // y[m, n] = acc * global * row_scale[m]  (routing weight of that row)
-};
+using fp4moe::Epilogue;  // cpu/gemm_epilogue.hpp: one enum for the reference and the kernels
 
 // What must be computed.
 struct MoeGemmDesc {
@@ -80,12 +75,5 @@ inline std::string to_string(const TileConfig& c) {
   return s.str();
 }
 inline std::ostream& operator<<(std::ostream& os, const TileConfig& c) { return os << to_string(c); }
-
-// The CPU reference's name for an epilogue (cpu/grouped_gemm_ref.hpp, one layer below).
-inline RefEpilogue ref_epilogue(Epilogue e) {
-  return e == Epilogue::SiluMul    ? RefEpilogue::SiluMul
-         : e == Epilogue::RowScale ? RefEpilogue::RowScale
-                                   : RefEpilogue::None;
-}
 
 }  // namespace fp4moe::cuda

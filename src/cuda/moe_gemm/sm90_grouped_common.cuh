@@ -15,13 +15,12 @@
 
 #include <cuda_bf16.h>
 
+#include "cpu/gemm_epilogue.hpp"
 #include "cuda/moe_gemm/sm90_fp4_word.hpp"
 #include "cuda/moe_gemm/sm90_ptx.cuh"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
 
 namespace fp4moe::cuda::sm90 {
-
-enum class EpilogueKind : int { None = 0, SiluMul = 1, RowScale = 2 };
 
 struct GroupedGemmParams {
   const uint8_t* tiles = nullptr;        // [E, N/128, K/64, 4608 B]
@@ -35,7 +34,7 @@ struct GroupedGemmParams {
   int split_cap_units = 0, max_splits = 1;
   int force_splits = 0;                  // > 0: use this split factor (measurements), else pick
   int num_experts = 0, n = 0, k = 0, y_ld = 0, stages = 0;
-  int epilogue = 0;                      // EpilogueKind
+  int epilogue = 0;                      // int(Epilogue), cpu/gemm_epilogue.hpp
   int mxfp4 = 0;
 };
 
@@ -266,12 +265,12 @@ __device__ __forceinline__ void store_tile(const GroupedGemmParams& p, const flo
       const size_t m = size_t(m_begin + tok);
       float v0 = acc[4 * i + h] * alpha;      // fragment row r0
       float v1 = acc[4 * i + 2 + h] * alpha;  // fragment row r1
-      if (p.epilogue == int(EpilogueKind::SiluMul)) {
+      if (p.epilogue == int(Epilogue::SiluMul)) {
         const int f = 64 * c.row_tile + 8 * w + g;
         const float silu = v0 / (1.0f + __expf(-v0));
         p.y[m * p.y_ld + f] = __float2bfloat16_rn(silu * v1);
       } else {
-        if (p.epilogue == int(EpilogueKind::RowScale)) {
+        if (p.epilogue == int(Epilogue::RowScale)) {
           const float rs = p.row_scale[m];
           v0 *= rs;
           v1 *= rs;

@@ -26,12 +26,12 @@ __global__ void decode_advance_kernel(DecodeState s, const int32_t* tokens, int3
   int32_t reason = kRunning;
   for (int q = 0; q < s.stop_stride; ++q) {
     const int32_t stop = s.stop_ids[r * s.stop_stride + q];
-    if (stop != kNoToken && stop == t) reason = kFinishStop;
+    if (stop != kNoToken && stop == t) reason = int32_t(FinishReason::kStop);
   }
-  if (reason == kRunning && (generated >= s.max_new[r] || next_pos + 1 >= s.max_position[r])) reason = kFinishLength;
-  if (reason == kRunning && !hist_room) reason = kFinishNoHistory;
+  if (reason == kRunning && (generated >= s.max_new[r] || next_pos + 1 >= s.max_position[r])) reason = int32_t(FinishReason::kLength);
+  if (reason == kRunning && !hist_room) reason = int32_t(FinishReason::kNoHistory);
   const int32_t page = next_pos / s.page_size;
-  if (reason == kRunning && page >= s.pages[r]) reason = kFinishNoPage;
+  if (reason == kRunning && page >= s.pages[r]) reason = int32_t(FinishReason::kNoPage);
   if (reason != kRunning) {
     s.finish[r] = reason;
     s.finish_step[r] = j;

@@ -7,17 +7,22 @@
 //                  row, by cpu/sampling_scheme.hpp's scheme
 #pragma once
 
+#include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
+#include "cuda/sampling/sample_args.hpp"
+
+#if !defined(FP4MOE_CUDA_EMU)
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-
-#include "cuda/sampling/sampling.hpp"
+#endif
 
 namespace fp4moe::cuda::sampling::detail {
 
 using cpu::float_order_key;
 using cpu::kMassOne;
+using cpu::mass_weight;
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 constexpr int kCandCap = 4096;               // candidates one CTA selects from in shared memory
 constexpr uint32_t kAllKept = 0xFFFFFFFFu;   // "every equal value kept"
 
@@ -29,10 +34,15 @@ struct Prefix {  // the first n of the rank order: key > v, or key == v and id-r
 };
 
 struct Common {
-  union {
+  union {  // block scans / reductions (one at a time)
+#if defined(FP4MOE_CUDA_EMU)
+    unsigned long long u64[kWarps + 1];
+    int i32[kWarps + 1];
+#else
     cub::BlockScan<unsigned long long, kThreads>::TempStorage scan_u64;
     cub::BlockScan<int, kThreads>::TempStorage scan_int;
     cub::BlockReduce<unsigned long long, kThreads>::TempStorage reduce;
+#endif
   } tmp;
   unsigned long long bcast_u64[3];
   uint32_t bcast_u32[2];
@@ -49,10 +59,6 @@ struct Hist {
   uint32_t c[kBins];
 };
 
-__device__ __forceinline__ uint64_t mass_weight(float x, float m) {
-  const float d = x - m;
-  return uint64_t(double(expf(d)) * kMassOne);
-}
 
 // (key desc, id asc) as one u64 for a max reduction.
 __device__ __forceinline__ unsigned long long pack_rank(uint32_t key, int i) {
@@ -81,16 +87,81 @@ struct CandSrc {
   __device__ __forceinline__ float x(int j) const { return xs[j]; }
 };
 
+// Block-wide scans and reductions (every thread calls; the result in every thread; the shared
+// storage free again on return). On the device: CUB's (the register profile the kernels were
+// tuned with); in the CUDA emulator (tests/ops/sampling_emu_test), which has no CUB, the same
+// contract by warp shuffles — exclusive sums and integer reductions are exact, so the two give
+// the same values.
+#if defined(FP4MOE_CUDA_EMU)
+template <class T>
+__device__ __forceinline__ T emu_exclusive_sum(T v, T& total, T* scratch) {
+  const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
+  T incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) scratch[warp] = incl;
+  __syncthreads();
+  T run = 0;
+  for (int w = 0; w < warp; ++w) run += scratch[w];
+  T all = run;
+  for (int w = warp; w < kWarps; ++w) all += scratch[w];
+  __syncthreads();
+  total = all;
+  return run + incl - v;
+}
+template <class T, class Op>
+__device__ __forceinline__ T emu_all_reduce(T v, T* scratch, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = scratch[0];
+  for (int w = 1; w < kWarps; ++w) r = op(r, scratch[w]);
+  __syncthreads();
+  return r;
+}
+#endif
+
+__device__ inline unsigned long long block_exclusive_sum(Common& cm, unsigned long long v, unsigned long long& total) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_exclusive_sum(v, total, cm.tmp.u64);
+#else
+  unsigned long long r;
+  cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(v, r, total);
+  __syncthreads();
+  return r;
+#endif
+}
+
+__device__ inline int block_exclusive_sum(Common& cm, int v, int& total) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_exclusive_sum(v, total, cm.tmp.i32);
+#else
+  int r;
+  cub::BlockScan<int, kThreads>(cm.tmp.scan_int).ExclusiveSum(v, r, total);
+  __syncthreads();
+  return r;
+#endif
+}
+
 __device__ inline unsigned long long block_sum(Common& cm, unsigned long long v) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a + b; });
+#else
   const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce).Sum(v);
   if (threadIdx.x == 0) cm.bcast_u64[0] = s;
   __syncthreads();
   const unsigned long long r = cm.bcast_u64[0];
   __syncthreads();
   return r;
+#endif
 }
 
 __device__ inline unsigned long long block_max(Common& cm, unsigned long long v) {
+#if defined(FP4MOE_CUDA_EMU)
+  return emu_all_reduce(v, cm.tmp.u64, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; });
+#else
   const unsigned long long s = cub::BlockReduce<unsigned long long, kThreads>(cm.tmp.reduce)
                                    .Reduce(v, [](auto a, auto b) { return a > b ? a : b; });
   if (threadIdx.x == 0) cm.bcast_u64[0] = s;
@@ -98,6 +169,7 @@ __device__ inline unsigned long long block_max(Common& cm, unsigned long long v)
   const unsigned long long r = cm.bcast_u64[0];
   __syncthreads();
   return r;
+#endif
 }
 
 // The rank-`need` position of the order (count mode: weight 1 per key; mass mode: the
@@ -143,10 +215,9 @@ __device__ void radix_select(Common& cm, Hist<kDigitBits>& h, const Src& src, fl
       local_c += h.c[d];
       if (kMass) local_w += h.w[d];
     }
-    unsigned long long above_c, above_w = 0;
-    cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(local_c, above_c);
-    __syncthreads();
-    if (kMass) cub::BlockScan<unsigned long long, kThreads>(cm.tmp.scan_u64).ExclusiveSum(local_w, above_w);
+    unsigned long long above_w = 0, tot;
+    const unsigned long long above_c = block_exclusive_sum(cm, local_c, tot);
+    if (kMass) above_w = block_exclusive_sum(cm, local_w, tot);
     unsigned long long acc_c = above_c, acc_w = above_w;
     for (int j = 0; j < kPerThread; ++j) {
       const int d = kBins - 1 - (threadIdx.x * kPerThread + j);
@@ -204,8 +275,8 @@ __device__ void for_each_at_least(Common& cm, const Src& src, uint32_t v, bool o
       key = float_order_key(x);
     }
     const int eq = j < src.size() && key == v;
-    int rank, total;
-    cub::BlockScan<int, kThreads>(cm.tmp.scan_int).ExclusiveSum(eq, rank, total);
+    int total;
+    const int rank = block_exclusive_sum(cm, eq, total);
     if (j < src.size() && key >= v) fn(src.id(j), x, key, base + uint32_t(rank));
     base += uint32_t(total);
     __syncthreads();
@@ -218,10 +289,10 @@ __device__ __forceinline__ bool in_prefix(const Prefix& p, uint32_t key, uint32_
 
 struct RowFlags {
   bool greedy, want_lp, top_k_on, top_p_on, min_p_on;
-  __device__ RowFlags(const SamplingRowParams& P, int V)
-      : greedy(P.temperature == 0.0f),
+  __device__ RowFlags(const SamplingParams& P, int V)
+      : greedy(P.greedy()),
         want_lp(P.logprobs_top_n >= 0),
-        top_k_on(!greedy && P.top_k > 0 && P.top_k < V),
+        top_k_on(!greedy && P.top_k_on(V)),
         top_p_on(!greedy && P.top_p < 1.0f),
         min_p_on(!greedy && P.min_p > 0.0f) {}
   __device__ bool truncates() const { return top_k_on || top_p_on || min_p_on; }
@@ -242,7 +313,7 @@ __device__ inline void write_empty_top(const SampleArgs& a, int row, int from) {
 // holds the kept prefix, the top-k prefix and the top-n), then the outputs. `row_x` reads x by id.
 template <class Src, int kDigitBits>
 __device__ void finish_row(Common& cm, Hist<kDigitBits>& h, const Src& src, const RowSrc& row_x, const SampleArgs& a,
-                           const SamplingRowParams& P, int row, float m, int argmax, int plain_token, uint64_t z_all) {
+                           const SamplingParams& P, int row, float m, int argmax, int plain_token, uint64_t z_all) {
   const int tid = threadIdx.x;
   const int V = a.vocab;
   const RowFlags f(P, V);
@@ -289,9 +360,7 @@ __device__ void finish_row(Common& cm, Hist<kDigitBits>& h, const Src& src, cons
     for_each_at_least(cm, src, cuts ? cut.v : 0u, ordered, [&](int i, float x, uint32_t key, uint32_t eq_rank) {
       if (cuts && !in_prefix(cut, key, ordered ? eq_rank : 0u)) return;
       if (f.min_p_on && !(x >= min_cut)) return;
-      const float u = cpu::bits_to_open_uniform(cpu::sample_bits(seed, step, uint32_t(i)));
-      const float e = -logf(u);
-      const float g = x - logf(e);
+      const float g = cpu::gumbel_key(x, cpu::sample_bits(seed, step, uint32_t(i)));
       const unsigned long long r = pack_rank(float_order_key(g), i);
       win = r > win ? r : win;
     });

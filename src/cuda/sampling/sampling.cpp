@@ -60,13 +60,13 @@ void decode_advance_cpu(DecodeStateHost& s, const int32_t* tokens, int32_t j) {
     for (int32_t q = 0; q < s.stop_stride; ++q) stop |= s.stop_ids[size_t(r * s.stop_stride + q)] == t && t != kNoToken;
     int32_t reason = kRunning;
     if (stop)
-      reason = kFinishStop;
+      reason = int32_t(FinishReason::kStop);
     else if (s.generated[R] >= s.max_new[R] || pos + 1 >= s.max_position[R])
-      reason = kFinishLength;
+      reason = int32_t(FinishReason::kLength);
     else if (at >= s.history_stride)
-      reason = kFinishNoHistory;
+      reason = int32_t(FinishReason::kNoHistory);
     else if (pos / s.page_size >= s.pages[R])
-      reason = kFinishNoPage;
+      reason = int32_t(FinishReason::kNoPage);
     if (reason) {
       s.finish[R] = reason;
       s.finish_step[R] = j;

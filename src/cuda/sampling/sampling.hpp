@@ -3,7 +3,7 @@
 // sample():       logits F32 [rows, vocab] -> one token per row (+ logprobs), by the scheme of
 //                 cpu/sampling_scheme.hpp (penalties, greedy / temperature / top-k / top-p /
 //                 min-p, Philox-seeded Gumbel-max draw). The host twin is
-//                 cpu::sample_scheme_cpu (cpu/sampling_scheme_cpu.hpp): same tokens, per row.
+//                 cpu::sample_cpu (cpu/sampling_cpu.hpp): same tokens, per row.
 // decode_advance(): after the sample of step j of a K-step launch: the token goes to the output
 //                 ring and the request's history, becomes the next input, the position and KV
 //                 slot advance, stop ids / lengths are checked; finished rows become no-ops.
@@ -29,36 +29,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cpu/sampling_scheme.hpp"
+#include "cpu/finish_reason.hpp"
+#include "cuda/sampling/sample_args.hpp"
 
 namespace fp4moe::cuda::sampling {
 
-using cpu::kMaxTopLogprobs;
-using cpu::kNoToken;
-using cpu::SamplingRowParams;
-
 // ---- sample ----------------------------------------------------------------------------------
-struct SampleArgs {
-  float* logits = nullptr;                     // [rows, logits_stride] F32 (penalised rows: modified in place)
-  int64_t logits_stride = 0;                   // >= vocab (elements)
-  int32_t rows = 0;                            // host
-  int32_t vocab = 0;                           // host, >= 1
-  const SamplingRowParams* params = nullptr;   // [rows] device
-  const int32_t* draw_index = nullptr;         // [rows] the request's draw counter (tokens generated so far); null: 0
-  const int32_t* done = nullptr;               // [rows] nonzero: the row is finished, writes kNoToken; null: none
-  // Penalty token lists (required when any row has a penalty: with history null the kernel
-  // cannot fail, it skips penalties, so the runner must pass them): row r's prompt
-  // is history[r * history_stride, + prompt_len[r]), its output the next output_len[r] ids.
-  const int32_t* history = nullptr;            // [rows, history_stride]
-  int64_t history_stride = 0;
-  const int32_t* prompt_len = nullptr;         // [rows]
-  const int32_t* output_len = nullptr;         // [rows] (DecodeState::generated)
-  // Outputs.
-  int32_t* tokens = nullptr;                   // [rows] the sampled token (kNoToken for done rows)
-  float* logprob = nullptr;                    // [rows] its logprob (rows with logprobs_top_n >= 0); may be null
-  int32_t* top_ids = nullptr;                  // [rows, kMaxTopLogprobs] best first, kNoToken padded; may be null
-  float* top_logprobs = nullptr;               // [rows, kMaxTopLogprobs]; with top_ids
-};
+// SampleArgs: cuda/sampling/sample_args.hpp (plain C++, shared with the kernels' header).
 
 // Device workspace for sample() (no initial contents needed): per row the penalty bitmaps (2 bits
 // per vocabulary entry), a 2,048-bin histogram, chunk partials and a 4,096-entry candidate list:
@@ -101,13 +78,12 @@ void sample(const SampleArgs& a, void* workspace, size_t workspace_bytes, cudaSt
 // sample(draw_index = generated, done = finish, history...) -> decode_advance(j). A row done
 // before step j keeps its input_token and position, gets kv_slot = dead_slot (a scratch slot
 // the runner reserves, as for graph padding rows) and writes kNoToken to out_tokens[j].
-enum FinishReason : int32_t {
-  kRunning = 0,
-  kFinishStop = 1,        // sampled one of its stop ids (the stop token is the row's last output)
-  kFinishLength = 2,      // generated == max_new, or the sequence reached max_position tokens
-  kFinishNoPage = 3,      // the next position needs a page beyond `pages` (the runner's bug: reserve K)
-  kFinishNoHistory = 4,   // history_stride too small for another token (the runner's bug)
-};
+// finish[r] holds int32_t(FinishReason) (cpu/finish_reason.hpp): kStop when it sampled one of
+// its stop ids (the stop token is the row's last output), kLength when generated == max_new or
+// the sequence reached max_position tokens, kNoHistory when history_stride has no room for
+// another token and kNoPage when the next position needs a page beyond `pages` (both the
+// runner's bugs: reserve K).
+constexpr int32_t kRunning = int32_t(FinishReason::kRunning);
 
 struct DecodeState {
   int32_t rows = 0;              // host

@@ -5,8 +5,9 @@
 // directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
 // penalties) reads back only the device's argmax per row; any other step samples every row on
 // the device (cuda/sampling: engine/device_sampling.hpp's rows) and reads back only tokens and
-// logprobs. Seeded draws are the device scheme's (Philox Gumbel-max), not the CPU backend's
-// inverse-CDF draw: a seed reproduces its tokens per backend (src/engine/gpu/README.md).
+// logprobs. Seeded draws are the one scheme of cpu/sampling_scheme.hpp (Philox Gumbel-max), as
+// on the CPU backend: a seed gives the CPU backend's tokens wherever the logits allow
+// (cpu::stable_draw).
 // K decode steps per round: one GpuRunner::decode_greedy (all plain greedy) or decode_sampled
 // call (K graph replays back to back with sampling, the next token, positions and stop checks on
 // the device; the host reads the tokens once). A round beyond what the runner was sized for

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "cpu/sampling_scheme_cpu.hpp"
+#include "cpu/sampling_params.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "engine/gpu/gpu_runner_impl.hpp"
 
@@ -16,11 +16,11 @@ namespace fp4moe::engine::gpu {
 
 namespace sp = cuda::sampling;
 using cpu::kMaxTopLogprobs;
-using cpu::SamplingRowParams;
+using cpu::SamplingParams;
 
 namespace {
-constexpr size_t kRowInBytes = sizeof(SamplingRowParams) + 4 * sizeof(int32_t);  // params, 4 ints
-static_assert(sizeof(SamplingRowParams) % 8 == 0);
+constexpr size_t kRowInBytes = sizeof(SamplingParams) + 4 * sizeof(int32_t);  // params, 4 ints
+static_assert(sizeof(SamplingParams) % 8 == 0);
 }  // namespace
 
 size_t GpuRunner::Impl::sample_in_bytes(int64_t rows) { return size_t(rows) * kRowInBytes; }
@@ -72,15 +72,15 @@ SampleLaunch GpuRunner::Impl::upload_sampling(std::span<const RowSampling> rows,
   const int64_t n = int64_t(rows.size());
   FP4MOE_CHECK(n >= 1 && n <= sample_rows, "device sampling of {} rows: the runner samples 1 .. {} (max_requests)", n,
                sample_rows);
-  for (const RowSampling& r : rows) cpu::validate_row_params(r.params);
+  for (const RowSampling& r : rows) cpu::validate_sampling(r.params);
   const int64_t stride = history_stride(rows, extra);
   FP4MOE_CHECK(stride * n <= sample_hist_ints,
                "device sampling: penalty token lists of {} rows x {} ids, room for {} (max_context + max_decode_steps "
                "per request)",
                n, stride, sample_hist_ints);
   uint8_t* h = reinterpret_cast<uint8_t*>(sample_in_host.p);
-  auto* params = reinterpret_cast<SamplingRowParams*>(h);
-  int32_t* ints = reinterpret_cast<int32_t*>(h + size_t(n) * sizeof(SamplingRowParams));
+  auto* params = reinterpret_cast<SamplingParams*>(h);
+  int32_t* ints = reinterpret_cast<int32_t*>(h + size_t(n) * sizeof(SamplingParams));
   bool logprobs = false;
   for (int64_t r = 0; r < n; ++r) {
     params[r] = rows[size_t(r)].params;
@@ -95,7 +95,7 @@ SampleLaunch GpuRunner::Impl::upload_sampling(std::span<const RowSampling> rows,
   SampleLaunch L;
   L.n = n;
   L.logprobs = logprobs;
-  int32_t* d = reinterpret_cast<int32_t*>(s.sample_in + size_t(n) * sizeof(SamplingRowParams));
+  int32_t* d = reinterpret_cast<int32_t*>(s.sample_in + size_t(n) * sizeof(SamplingParams));
   L.prompt_len = d;
   L.output_len = d + n;
   L.draw = d + 2 * n;
@@ -105,7 +105,7 @@ SampleLaunch GpuRunner::Impl::upload_sampling(std::span<const RowSampling> rows,
   a.logits_stride = cfg.vocab;
   a.rows = int32_t(n);
   a.vocab = int32_t(cfg.vocab);
-  a.params = reinterpret_cast<const SamplingRowParams*>(s.sample_in);
+  a.params = reinterpret_cast<const SamplingParams*>(s.sample_in);
   a.draw_index = L.draw;
   a.done = L.done;
   if (stride > 0) {
@@ -152,7 +152,7 @@ GeneratedToken GpuRunner::Impl::sampled_token(const SampleLaunch& L, int64_t K, 
   const int32_t* h = sample_out_host.p;
   GeneratedToken t;
   t.id = h[i];
-  const int top_n = reinterpret_cast<const SamplingRowParams*>(sample_in_host.p)[r].logprobs_top_n;
+  const int top_n = reinterpret_cast<const SamplingParams*>(sample_in_host.p)[r].logprobs_top_n;
   if (top_n < 0 || t.id == cpu::kNoToken) return t;
   t.logprob = reinterpret_cast<const float*>(h + m)[i];
   const int32_t* ids = h + 2 * m + i * kMaxTopLogprobs;

@@ -13,7 +13,8 @@
 // __ballot_sync, __any_sync, __all_sync, __match_any_sync, atomics (plain: fibers are
 // cooperative), __threadfence (no-op), static __shared__ (one block at a time) and dynamic
 // shared memory (FP4MOE_DYNAMIC_SMEM), plus the warp-level primitives of device_prims.cuh,
-// __nv_bfloat16 with its two conversions, __expf (as std::exp), and int min / max.
+// __nv_bfloat16 with its two conversions, __expf (as std::exp), int min / max, and the IEEE
+// __fdiv_rn / __fmul_rn / __fadd_rn / __fsub_rn. logf / expf are the host's (the CPU sampler's).
 #pragma once
 
 #if !defined(FP4MOE_CUDA_EMU)
@@ -248,6 +249,11 @@ inline uint64_t peer(int src_lane, int word) { return warp().slot[src_lane & 31]
 inline void __syncthreads() { emu::block_sync(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
 inline float __fdiv_rn(float a, float b) { return a / b; }  // IEEE division, as on the device
+// One IEEE rounding each (the test translation units are built without FMA contraction: no
+// -march with FMA, and the sampler's own CPU source is built with -ffp-contract=off).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
@@ -328,6 +334,7 @@ inline float __expf(float x) { return std::exp(x); }  // the device's ex2.approx
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 using std::isnan;
+using std::isfinite;
 
 // BF16 as the row kernels use it (cuda_bf16.h's type, conversions round to nearest even).
 struct __nv_bfloat16 {

@@ -3,7 +3,7 @@
 #   1. backend_ops_test's token_bitmask rows (cuda/sampling/token_bitmask_f32 vs
 #      cpu::apply_token_bitmask, then the argmax of the masked rows; GLM-5's 154,880 vocab too);
 #   2. gpu_token_mask_test: the runner's masked greedy and sampled steps = the host (masked logits
-#      bit for bit, argmax, cpu::sample_scheme_cpu per row), graph replay with masks = eager bit for
+#      bit for bit, argmax, cpu::sample_cpu per row), graph replay with masks = eager bit for
 #      bit, slots reset after a masked step; the graph case first under compute-sanitizer memcheck;
 #   3. structured_output_e2e_test.py --backend cuda: `serve --backend cuda` on a toy GLM-5 with a
 #      real tokenizer: regex / json_schema / ebnf requests finish and validate in every sampling
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/token_masks"
 O=$OUT/token_masks
 BD=${PRE_BIN:-build-dev/bin}
-for t in backend_ops_test gpu_token_mask_test sampling_scheme_cpu_test fp4moe; do
+for t in backend_ops_test gpu_token_mask_test sampling_cpu_test fp4moe; do
   [ -x "$BD/$t" ] || [ -n "${PRE_BIN:-}" ] || bash tools/device/build.sh $t > "$O/build_$t.log" 2>&1
 done
 rc=0
@@ -27,7 +27,7 @@ timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BD/gpu_token_m
   --gtest_filter='GpuTokenMasks.GraphReplayWithMasksEqualsEagerBitForBit' > "$O/gpu_token_mask_memcheck.log" 2>&1
 r=$?; echo "gpu_token_mask_test memcheck: rc=$r $(grep -E 'ERROR SUMMARY' "$O/gpu_token_mask_memcheck.log" | tail -n 1)"
 [ $r -eq 0 ] || rc=1
-for spec in "backend_ops_test --gtest_filter=*token_bitmask*:*argmax*" "gpu_token_mask_test" "sampling_scheme_cpu_test"; do
+for spec in "backend_ops_test --gtest_filter=*token_bitmask*:*argmax*" "gpu_token_mask_test" "sampling_cpu_test"; do
   set -- $spec
   t=$1; shift
   [ -x "$BD/$t" ] || { echo "$t: not built"; rc=1; continue; }

@@ -6,7 +6,7 @@
 #   1b. gpu_decode_test: K greedy decode steps per launch = K single steps bit for bit (K 1/2/4/8,
 #      graphs and eager), max_new / stop ids at step j < K, per-expert counts per MoE layer;
 #   1d. gpu_sampling_test: device sampling in the runner (StepInput::sampling, decode_sampled):
-#      tokens = cpu::sample_scheme_cpu on the step's own logits in a mixed greedy / temperature /
+#      tokens = cpu::sample_cpu on the step's own logits in a mixed greedy / temperature /
 #      top-k / top-p / min-p / penalties / logprobs batch, K=8 per launch = 8 x K=1 bit for bit
 #      (graphs on and off), max_new / stop ids, alone = batched; one test under memcheck;
 #   1c. gpu_attention_test: the fast attention path (cuda/attention MlaDecodeMma with a device-built

@@ -1,5 +1,7 @@
 #include "grammar/grammar.hpp"
 
+#include "grammar/dead_ends.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <list>
@@ -224,6 +226,14 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
     if (bytes > lim.max_compiled_bytes)
       throw GrammarError(fmt::format("the {} compiles to {} MiB, over the limit of {} MiB", what, bytes >> 20,
                                      lim.max_compiled_bytes >> 20));
+    // Dead ends: a part of the grammar that text can enter but never complete (the regex
+    // "a[^\s\S]", a pattern whose class is empty, an EBNF rule without a finite derivation).
+    if (const auto dead = find_dead_end(g)) {
+      if (dead->admits_nothing) throw GrammarError(fmt::format("the {} admits no output", what));
+      throw GrammarError(fmt::format("the {} has a part that text can enter but nothing can complete (e.g. a "
+                                     "character class that matches nothing): generation would be stranded there",
+                                     what));
+    }
     compiled = std::make_shared<const CompiledGrammar>(std::move(g), impl_->vocab_size, impl_->end_without_stop);
   } catch (const GrammarError&) {
     throw;

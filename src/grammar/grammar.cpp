@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -129,7 +130,7 @@ struct Compiler::Impl {
         end_without_stop(vocab.stop_ids.empty()),
         info(vocab.token_bytes, xgrammar::VocabType::RAW, vocab.vocab_size,
              std::vector<int32_t>(vocab.stop_ids.begin(), vocab.stop_ids.end())),
-        compiler(info, threads, /*cache_enabled=*/false) {}
+        compiler(info, threads, /*cache_enabled=*/true, int64_t(std::min<size_t>(limits.xgrammar_cache_bytes, size_t(1) << 40))) {}
 
   xgrammar::CompiledGrammar compile_uncached(const GrammarSpec& spec) {
     switch (spec.kind) {
@@ -179,6 +180,21 @@ CacheStats Compiler::cache_stats() const {
   CacheStats s = impl_->stats;
   s.entries = impl_->lru.size();
   return s;
+}
+
+double Compiler::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  static constexpr const char* kSchemas[] = {
+      R"({"type":"object","properties":{"s":{"type":"string"},"i":{"type":"integer"},"n":{"type":"number"},)"
+      R"("b":{"type":"boolean"},"z":{"type":"null"},"e":{"enum":["a","b"]},"t":{"type":"string","maxLength":64},)"
+      R"("a":{"type":"array","items":{"type":"object","properties":{"k":{"type":"string"},"v":{"type":"number"}},)"
+      R"("required":["k"],"additionalProperties":false}},"o":{"type":"object","additionalProperties":{"type":"string"}}},)"
+      R"("required":["s","i"],"additionalProperties":false})",
+      R"({"type":"array","items":{"type":"string"}})",
+  };
+  for (const char* s : kSchemas) compile({Kind::kJsonSchema, s, true});
+  compile({Kind::kJsonObject, "", false});
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 GrammarPtr Compiler::compile(const GrammarSpec& spec) {

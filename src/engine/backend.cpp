@@ -25,6 +25,7 @@ void StepBatch::clear() {
   request_ids.clear();
   sample.clear();
   sampling.clear();
+  await_token_masks = nullptr;
 }
 
 void StepBatch::add(uint64_t id, std::span<const int32_t> toks, int32_t start, std::span<const int32_t> pages,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +48,12 @@ struct StepBatch {
   // Whether request r samples after its last token (false for a prefill chunk that does not end its prompt).
   std::vector<uint8_t> sample;
   std::vector<SampleSpec> sampling;   // per request; read where sample[r]
+  // Constrained decoding overlapped with the forward: when set, the allowed_tokens masks are
+  // still being filled on a host thread. A backend that declares
+  // BackendInfo::overlaps_token_masks calls it (it blocks until they are complete; calling it
+  // again is free) after launching its forward and before it reads any allowed_tokens;
+  // the scheduler never sets it for any other backend (it fills the masks before step()).
+  std::function<void()> await_token_masks;
 
   int32_t num_requests() const { return int32_t(request_ids.size()); }
   int32_t num_tokens() const { return int32_t(tokens.size()); }
@@ -116,6 +123,9 @@ struct BackendInfo {
   // The backend's sampler honours SampleSpec::allowed_tokens (constrained decoding). A backend
   // that does not gets no constrained request (the scheduler refuses it, the server says 400).
   bool applies_token_masks = false;
+  // The backend calls StepBatch::await_token_masks before its sampler reads the masks, so the
+  // scheduler may fill them while the forward runs (step() only; decode() gets no masks).
+  bool overlaps_token_masks = false;
 };
 
 // Thrown by Backend::step / decode for a failure that leaves the backend able to serve other

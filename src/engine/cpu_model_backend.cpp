@@ -32,6 +32,7 @@ BackendInfo CpuModelBackend::info() const {
   BackendInfo i;
   i.name = "cpu";
   i.applies_token_masks = true;  // sample_row_cpu
+  i.overlaps_token_masks = true;  // step() waits for them after the forward
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
   const bool mtp = opt_.speculative_steps > 0;  // the MTP layer's KV is counted with the rest
@@ -78,6 +79,7 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
     }
     model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
                  TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}), nullptr, x);
+    if (batch.await_token_masks) batch.await_token_masks();  // filled during the forward
     size_t k = 0;
     for (int32_t r = 0; r < n; ++r)
       if (batch.sample[size_t(r)]) {

@@ -191,6 +191,10 @@ double Compiler::warm_up() {
       R"("required":["k"],"additionalProperties":false}},"o":{"type":"object","additionalProperties":{"type":"string"}}},)"
       R"("required":["s","i"],"additionalProperties":false})",
       R"({"type":"array","items":{"type":"string"}})",
+      // The string formats most used in tool schemas (each is a large regex of its own).
+      R"({"type":"object","properties":{"e":{"type":"string","format":"email"},"d":{"type":"string","format":"date"},)"
+      R"("t":{"type":"string","format":"date-time"},"u":{"type":"string","format":"uuid"},)"
+      R"("r":{"type":"string","format":"uri"}},"required":["e","d","t","u","r"],"additionalProperties":false})",
   };
   for (const char* s : kSchemas) compile({Kind::kJsonSchema, s, true});
   compile({Kind::kJsonObject, "", false});

@@ -91,7 +91,8 @@ class Compiler {
   GrammarPtr compile(const GrammarSpec& spec);
   CacheStats cache_stats() const;
   // Compiles a few common JSON schemas (every JSON value type, a length-bounded string, an
-  // enum, an array of objects) and json_object, so that their rules' token masks are cached
+  // enum, an array of objects, the string formats email / date / date-time / uuid / uri) and
+  // json_object, so that their rules' token masks are cached
   // before the first request: a later schema made of such pieces compiles in a few ms instead
   // of tens. Returns the milliseconds it took (the server calls it at start; not thread-bound).
   double warm_up();

@@ -1,5 +1,6 @@
 #include "grammar/dead_ends.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -104,51 +105,45 @@ std::optional<DeadEndReport> find_dead_end(const xgrammar::CompiledGrammar& comp
 
   const int32_t root = g.GetRootRuleId();
   if (root < 0 || root >= n_rules) return std::nullopt;
-  if (!productive[size_t(root)]) return DeadEndReport{true, g.GetRule(root).name};
+  if (!productive[size_t(root)]) return DeadEndReport{true};
 
-  // States the matcher can reach from the root's start; entered = reached over a non-epsilon
-  // edge somewhere on the way (text was accepted).
-  std::vector<uint8_t> reached(size_t(n_states), 0), entered(size_t(n_states), 0);
-  std::vector<int32_t> owner(size_t(n_states), -1);
-  std::vector<std::pair<int32_t, int32_t>> stack;  // (state, rule)
-  auto visit = [&](int32_t s, int32_t rule, bool by_text) {
-    const uint8_t bit = by_text ? 2 : 1;  // visited plain / visited with text behind it
+  // States the matcher can reach from the root's start, each once plain and once with text
+  // behind it (reached over a non-epsilon edge somewhere on the way).
+  std::vector<uint8_t> reached(size_t(n_states), 0);  // bit 1: plain, bit 2: with text behind it
+  struct Visit {
+    int32_t state;
+    bool by_text;
+  };
+  std::vector<Visit> stack;
+  auto visit = [&](int32_t s, bool by_text) {
+    const uint8_t bit = by_text ? 2 : 1;
     if (reached[size_t(s)] & bit) return;
     reached[size_t(s)] |= bit;
-    if (by_text) entered[size_t(s)] = 1;
-    owner[size_t(s)] = rule;
-    stack.push_back({s, rule | (by_text ? int32_t(1) << 30 : 0)});
+    stack.push_back({s, by_text});
   };
-  visit(start[size_t(root)], root, false);
+  visit(start[size_t(root)], false);
   while (!stack.empty()) {
-    const auto [s, tagged] = stack.back();
+    const Visit v = stack.back();
     stack.pop_back();
-    const int32_t rule = tagged & ~(int32_t(1) << 30);
-    const bool by_text = (tagged >> 30) & 1;
-    for (const FSMEdge& e : fsm.GetEdges(s)) {
+    for (const FSMEdge& e : fsm.GetEdges(v.state)) {
       if (e.target < 0 || e.target >= n_states) continue;
       const EdgeNeed need = need_of(e, aux);
       if (e.IsRuleRef() || e.IsRepeatRef()) {
         const int32_t at = e.GetAuxIndex();
         const int32_t r = e.IsRuleRef() ? e.GetRefRuleId() : (at >= 0 && size_t(at) < aux.size() ? aux[size_t(at)] : -1);
-        if (r >= 0 && r < n_rules) visit(start[size_t(r)], r, false);
+        if (r >= 0 && r < n_rules) visit(start[size_t(r)], false);
         // Past the reference: text went through the rule (or the repetition was skipped).
-        if (need.rule < 0 || productive[size_t(need.rule)]) visit(e.target, rule, true);
+        if (need.rule < 0 || productive[size_t(need.rule)]) visit(e.target, true);
         continue;
       }
-      if (!need.passable) continue;
-      visit(e.target, rule, by_text || !e.IsEpsilon());
+      if (need.passable) visit(e.target, v.by_text || !e.IsEpsilon());
     }
   }
   for (int32_t s = 0; s < n_states; ++s) {
     if (!reached[size_t(s)] || live[size_t(s)]) continue;
-    bool consumes = false;  // text can enter the dead part from here
-    for (const FSMEdge& e : fsm.GetEdges(s))
-      if (!e.IsEpsilon()) consumes = true;
-    if (entered[size_t(s)] || consumes) {
-      const int32_t r = owner[size_t(s)];
-      return DeadEndReport{false, r >= 0 ? g.GetRule(r).name : std::string()};
-    }
+    const auto edges = fsm.GetEdges(s);
+    const bool consumes = std::any_of(edges.begin(), edges.end(), [](const FSMEdge& e) { return !e.IsEpsilon(); });
+    if ((reached[size_t(s)] & 2) || consumes) return DeadEndReport{false};  // text can get in, and not out
   }
   return std::nullopt;
 }

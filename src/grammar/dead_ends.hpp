@@ -4,7 +4,6 @@
 #pragma once
 
 #include <optional>
-#include <string>
 
 #include <xgrammar/xgrammar.h>
 
@@ -12,7 +11,6 @@ namespace fp4moe::grammar {
 
 struct DeadEndReport {
   bool admits_nothing = false;  // the start itself cannot complete: the language is empty
-  std::string rule;             // xgrammar's name of the rule holding the first dead point found
 };
 
 // Looks at xgrammar's per-rule automata (every rule of a compiled grammar has one, all in one

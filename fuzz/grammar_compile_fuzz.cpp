@@ -4,10 +4,9 @@
 // The first byte picks the kind (0 json_schema, 1 regex, 2 ebnf; its bit 2 clears `strict`),
 // the rest is the text. Every input must either compile, or be refused with a one-line
 // GrammarError; a compiled grammar must then walk: the matcher accepts every token its mask
-// allows (checked on a few). A state whose mask allows no token ends the walk: xgrammar compiles
-// some grammars with dead ends (the regex ^\s\S[^\s\S], whose class matches nothing), and the
-// engine aborts such a request with "the grammar allows no next token" (scheduler.cpp) instead
-// of sampling from nothing; refusing them at compile time is still to do (issue 42).
+// allows (checked on a few), and no state it reaches allows no token at all: grammars with dead
+// ends (the regex ^\s\S[^\s\S], whose class matches nothing) are refused at compile time
+// (grammar/dead_ends.hpp; this vocabulary spells every byte).
 // Anything else (a crash, a sanitizer report, another exception, a broken invariant) aborts.
 #include <cstdint>
 #include <cstdio>
@@ -70,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<int32_t> allowed;
     for (int32_t t = 0; t < m.vocab_size(); ++t)
       if ((mask[size_t(t) / 32] >> (t % 32)) & 1u) allowed.push_back(t);
-    if (allowed.empty()) break;  // a dead end: the engine aborts the request (see the top)
+    if (allowed.empty()) broken("a compiled grammar reached a state that allows no token (a dead end)");
     pick = pick * 1103515245u + 12345u;
     const int32_t tok = allowed[(pick >> 8) % allowed.size()];
     if (!m.accept(tok)) broken("the matcher refused token " + std::to_string(tok) + " that its mask allowed");

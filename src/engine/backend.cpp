@@ -18,6 +18,7 @@ void StepBatch::clear() {
   sampling.clear();
   dump.clear();
   dumps = nullptr;
+  await_token_masks = nullptr;
 }
 
 void StepBatch::add(uint64_t id, std::span<const int32_t> toks, int32_t start, std::span<const int32_t> pages,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ struct StepBatch {
   // BackendInfo::dumps_rows appends them to *dumps (RowDump::request = r); null when none asks.
   std::vector<uint8_t> dump;
   std::vector<RowDump>* dumps = nullptr;
+  // Constrained decoding overlapped with the forward: when set, the allowed_tokens masks are
+  // still being filled on a host thread. A backend that declares
+  // BackendInfo::overlaps_token_masks calls it (it blocks until they are complete; calling it
+  // again is free) after launching its forward and before it reads any allowed_tokens;
+  // the scheduler never sets it for any other backend (it fills the masks before step()).
+  std::function<void()> await_token_masks;
 
   int32_t num_requests() const { return int32_t(request_ids.size()); }
   int32_t num_tokens() const { return int32_t(tokens.size()); }
@@ -122,6 +129,9 @@ struct BackendInfo {
   // Which RequestSpec::dump bits step() honours (DumpRows; 0: none). The scheduler refuses a request
   // asking for others.
   uint8_t dumps_rows = 0;
+  // The backend calls StepBatch::await_token_masks before its sampler reads the masks, so the
+  // scheduler may fill them while the forward runs (step() only; decode() gets no masks).
+  bool overlaps_token_masks = false;
 };
 
 // Thrown by Backend::step / decode for a failure that leaves the backend able to serve other

@@ -37,6 +37,7 @@ BackendInfo CpuModelBackend::info() const {
   i.name = "cpu";
   i.applies_token_masks = true;  // sample_row_cpu
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
+  i.overlaps_token_masks = true;  // step() waits for them after the forward
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
   const bool mtp = opt_.mtp_layer;  // the MTP layer's KV is counted with the rest
@@ -100,6 +101,7 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
     model_->step(TensorView::of(batch.tokens.data(), {batch.num_tokens()}), view, *kv_, rows_,
                  TensorView::of(logits_.data(), {int64_t(rows_.size()), vocab}),
                  (any_dump & kDumpHidden) ? &step_hidden_ : nullptr, x);
+    if (batch.await_token_masks) batch.await_token_masks();  // filled during the forward
     for (int32_t r = 0; r < n; ++r)
       if (batch.sample[size_t(r)])
         out.push_back(sample_row_cpu(logits_.data() + size_t(sample_at_[size_t(r)]) * size_t(vocab), vocab,

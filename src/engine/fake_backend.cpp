@@ -34,6 +34,7 @@ BackendInfo FakeBackend::info() const {
   BackendInfo i;
   i.name = "fake";
   i.applies_token_masks = true;  // sample_row_cpu
+  i.overlaps_token_masks = true;  // step() waits for them before its first sample
   i.vocab_size = opt_.vocab_size;
   i.max_context = opt_.max_context;
   i.kv_bytes_per_token = int64_t(sizeof(uint64_t));
@@ -83,6 +84,9 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
     }
   }
   max_batch_tokens_ = std::max(max_batch_tokens_, batch.num_tokens());
+  // The "forward" takes step_delay_us; the grammar masks may be filled meanwhile.
+  if (opt_.step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(opt_.step_delay_us));
+  if (batch.await_token_masks) batch.await_token_masks();
   std::vector<int32_t> per_expert(size_t(opt_.num_experts), 0);
   auto slot = [&](std::span<const int32_t> table, int32_t pos) -> size_t {  // index into kv_ (and since_marker_)
     const int32_t page = table[size_t(pos / page_size_)];
@@ -125,7 +129,6 @@ void FakeBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& out)
   }
   if (observer_) observer_->on_moe_gemm(0, per_expert);
   ++steps_;
-  if (opt_.step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(opt_.step_delay_us));
 }
 
 }  // namespace fp4moe::engine

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/threads.hpp"
+#include "engine/mask_filler.hpp"
 
 namespace fp4moe::engine {
 
@@ -26,7 +27,7 @@ struct Scheduler::Sequence {
   std::vector<GeneratedToken> fresh;  // produced this round, not yet emitted
   std::string abort_message;          // why, when reason is kAbort
   // Constrained decoding: the grammar's state after the generated tokens, and the bitmask of
-  // the next token (filled on the engine thread before each step that samples).
+  // the next token (filled before each step that samples, or during its forward).
   std::optional<grammar::Matcher> matcher;
   std::vector<uint32_t> mask;
   std::vector<RowDump> dumps;  // RequestSpec::dump: rows computed, not yet emitted
@@ -36,6 +37,10 @@ struct Scheduler::Sequence {
   uint8_t step_dump() const {
     return uint8_t(spec.dump & (kDumpLogits | (kv_len < prompt_len ? (kDumpHidden | kDumpMtpLogits) : 0)));
   }
+  // The grammar allowed no token this step (the fill then allows every token; the row's token
+  // is dropped and the request aborted after the step). Compile-time checks keep it from
+  // happening (grammar/dead_ends.hpp); this is the backstop.
+  bool mask_empty = false;
 
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
   int32_t pending() const { return int32_t(tokens.size()) - kv_len; }
@@ -253,20 +258,29 @@ void Scheduler::run_round(const EventSink& sink) {
     return;
   }
 
-  // 4. The batch and the backend call. First the grammar masks of the requests that sample this
-  // step, filled on the pool's threads when there are several (each request's matcher is its own;
-  // the compiled grammars are shared read-only): B x ~45 µs on one thread otherwise.
+  // 4. The batch and the backend call. The grammar masks of the requests that sample this step
+  // are filled on the pool's threads when there are several (each request's matcher is its own;
+  // the compiled grammars are shared read-only; B x ~45 µs on one thread otherwise): during the
+  // backend's forward when it can wait for them before sampling (overlaps_token_masks), before
+  // the step otherwise. Only the matchers' own state is read, so the tokens are the same.
   std::vector<Sequence*> fill;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     if (take[i] > 0 && s.matcher && s.kv_len + take[i] == int32_t(s.tokens.size())) fill.push_back(&s);
   }
-  if (!fill.empty()) {
+  auto fill_masks = [fill] {
     const int threads = fill.size() >= 4 ? std::min(default_num_threads(), int(fill.size())) : 1;
     parallel_for(int64_t(fill.size()), threads, 1, [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) fill[size_t(k)]->matcher->fill_mask(fill[size_t(k)]->mask);
+      for (int64_t k = b; k < e; ++k) {
+        Sequence& s = *fill[size_t(k)];
+        s.matcher->fill_mask(s.mask);
+        s.mask_empty = std::all_of(s.mask.begin(), s.mask.end(), [](uint32_t w) { return w == 0; });
+        if (s.mask_empty) std::fill(s.mask.begin(), s.mask.end(), ~0u);  // sampled, then dropped
+      }
     });
-  }
+  };
+  const bool overlap = !fill.empty() && cfg_.overlap_token_masks && backend_.info().overlaps_token_masks;
+  if (!fill.empty() && !overlap) fill_masks();
   batch_.clear();
   std::vector<size_t> rows;
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -274,24 +288,41 @@ void Scheduler::run_round(const EventSink& sink) {
     Sequence& s = *running_[i];
     const bool samples = s.kv_len + take[i] == int32_t(s.tokens.size());
     SampleSpec spec = sample_spec(s);
-    if (samples && s.matcher) {  // its mask filled above
-      spec.allowed_tokens = s.mask.data();
-      if (std::all_of(s.mask.begin(), s.mask.end(), [](uint32_t w) { return w == 0; })) {
-        // Cannot happen with a complete grammar (its stop ids stay allowed at its end); a
-        // request here finishes instead of sampling from nothing.
-        s.done = true;
-        s.reason = FinishReason::kAbort;
-        s.abort_message = "the grammar allows no next token";
-        continue;
-      }
-    }
+    if (samples && s.matcher) spec.allowed_tokens = s.mask.data();  // filled above, or during the forward
     batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, spec);
     if ((batch_.dump.back() = s.step_dump()) != 0) batch_.dumps = &step_dumps_;
     rows.push_back(i);
   }
   step_dumps_.clear();
+  // The fill runs from here until the backend waits for it; whatever happens in the backend,
+  // it has finished before anything here reads a matcher or a mask again.
+  struct JoinFill {
+    MaskFiller* filler = nullptr;
+    void finish() {  // quietly: the step failed anyway, and its own error is the one reported
+      if (!filler) return;
+      try {
+        filler->wait();
+      } catch (...) {
+      }
+      filler = nullptr;
+    }
+    ~JoinFill() { finish(); }
+  } join_fill;
+  if (overlap) {
+    if (!mask_filler_) mask_filler_ = std::make_unique<MaskFiller>();
+    mask_filler_->start(fill_masks);
+    join_fill.filler = mask_filler_.get();
+    batch_.await_token_masks = [f = mask_filler_.get()] { f->wait(); };
+  }
   auto consume = [&](Sequence& s, int32_t written, std::vector<GeneratedToken>& produced) {
     const int32_t old_kv = s.kv_len;
+    if (s.mask_empty) {  // its grammar allowed no token: the one sampled from the full mask goes
+      s.mask_empty = false;
+      produced.clear();
+      s.done = true;
+      s.reason = FinishReason::kAbort;
+      s.abort_message = "the grammar allows no next token";
+    }
     for (auto& tok : produced) {
       if (s.done) break;
       s.tokens.push_back(tok.id);
@@ -326,9 +357,7 @@ void Scheduler::run_round(const EventSink& sink) {
     for (uint64_t id : ids) n += cancel(id, std::string("the request failed: ") + e.what(), sink);
     log_warn("scheduler: a step failed for {} request(s), aborted; serving goes on: {}", n, e.what());
   };
-  if (rows.empty()) {
-    // Every request of the round finished before its step (a grammar with no next token).
-  } else if (steps > 1) {
+  if (steps > 1) {
     DecodeLimits limits;
     for (size_t i : rows) {
       const Sequence& s = *running_[i];
@@ -378,7 +407,9 @@ void Scheduler::run_round(const EventSink& sink) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       backend_.step(batch_, sampled);
+      if (overlap) mask_filler_->wait();  // a backend that sampled nothing constrained may not have waited
     } catch (const StepError& e) {
+      join_fill.finish();  // before the aborts free the sequences the fill writes to
       abort_failed(e);
       return;
     }

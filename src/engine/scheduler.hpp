@@ -27,6 +27,8 @@
 
 namespace fp4moe::engine {
 
+class MaskFiller;
+
 struct SchedulerConfig {
   int32_t page_size = 16;
   int32_t num_pages = 0;
@@ -40,6 +42,10 @@ struct SchedulerConfig {
   bool radix_cache = true;            // ! --disable-radix-cache
   int32_t context_length = 0;         // tokens a request may reach (prompt + generated)
   std::vector<int32_t> eos_ids;       // stop unless ignore_eos
+  // Fill the grammar masks of a step on a host thread while the backend runs its forward
+  // (backends with BackendInfo::overlaps_token_masks); false: before the step, as others get.
+  // The tokens are the same either way.
+  bool overlap_token_masks = true;
 };
 
 struct SchedulerStats {
@@ -113,6 +119,7 @@ class Scheduler {
   SchedulerStats totals_;
   StepBatch batch_;
   std::vector<RowDump> step_dumps_;  // the rows a step's dumping requests got back (StepBatch::dumps)
+  std::unique_ptr<MaskFiller> mask_filler_;  // created with the first overlapped step
 };
 
 }  // namespace fp4moe::engine

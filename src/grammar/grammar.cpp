@@ -1,7 +1,10 @@
 #include "grammar/grammar.hpp"
 
+#include "grammar/dead_ends.hpp"
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -127,7 +130,7 @@ struct Compiler::Impl {
         end_without_stop(vocab.stop_ids.empty()),
         info(vocab.token_bytes, xgrammar::VocabType::RAW, vocab.vocab_size,
              std::vector<int32_t>(vocab.stop_ids.begin(), vocab.stop_ids.end())),
-        compiler(info, threads, /*cache_enabled=*/false) {}
+        compiler(info, threads, /*cache_enabled=*/true, int64_t(std::min<size_t>(limits.xgrammar_cache_bytes, size_t(1) << 40))) {}
 
   xgrammar::CompiledGrammar compile_uncached(const GrammarSpec& spec) {
     switch (spec.kind) {
@@ -179,6 +182,25 @@ CacheStats Compiler::cache_stats() const {
   return s;
 }
 
+double Compiler::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  static constexpr const char* kSchemas[] = {
+      R"({"type":"object","properties":{"s":{"type":"string"},"i":{"type":"integer"},"n":{"type":"number"},)"
+      R"("b":{"type":"boolean"},"z":{"type":"null"},"e":{"enum":["a","b"]},"t":{"type":"string","maxLength":64},)"
+      R"("a":{"type":"array","items":{"type":"object","properties":{"k":{"type":"string"},"v":{"type":"number"}},)"
+      R"("required":["k"],"additionalProperties":false}},"o":{"type":"object","additionalProperties":{"type":"string"}}},)"
+      R"("required":["s","i"],"additionalProperties":false})",
+      R"({"type":"array","items":{"type":"string"}})",
+      // The string formats most used in tool schemas (each is a large regex of its own).
+      R"({"type":"object","properties":{"e":{"type":"string","format":"email"},"d":{"type":"string","format":"date"},)"
+      R"("t":{"type":"string","format":"date-time"},"u":{"type":"string","format":"uuid"},)"
+      R"("r":{"type":"string","format":"uri"}},"required":["e","d","t","u","r"],"additionalProperties":false})",
+  };
+  for (const char* s : kSchemas) compile({Kind::kJsonSchema, s, true});
+  compile({Kind::kJsonObject, "", false});
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 GrammarPtr Compiler::compile(const GrammarSpec& spec) {
   const Limits& lim = impl_->limits;
   const char* what = kind_name(spec.kind);
@@ -224,6 +246,14 @@ GrammarPtr Compiler::compile(const GrammarSpec& spec) {
     if (bytes > lim.max_compiled_bytes)
       throw GrammarError(fmt::format("the {} compiles to {} MiB, over the limit of {} MiB", what, bytes >> 20,
                                      lim.max_compiled_bytes >> 20));
+    // Dead ends: a part of the grammar that text can enter but never complete (the regex
+    // "a[^\s\S]", a pattern whose class is empty, an EBNF rule without a finite derivation).
+    if (const auto dead = find_dead_end(g)) {
+      if (dead->admits_nothing) throw GrammarError(fmt::format("the {} admits no output", what));
+      throw GrammarError(fmt::format("the {} has a part that text can enter but nothing can complete (e.g. a "
+                                     "character class that matches nothing): generation would be stranded there",
+                                     what));
+    }
     compiled = std::make_shared<const CompiledGrammar>(std::move(g), impl_->vocab_size, impl_->end_without_stop);
   } catch (const GrammarError&) {
     throw;

@@ -167,6 +167,7 @@ void Server::load() {
     for (int32_t id = 0; id < codec_->vocab_size(); ++id)
       if (!codec_->is_special(id)) gv.token_bytes[size_t(id)] = codec_->token_text(id);
     grammar_ = std::make_unique<grammar::Compiler>(gv);
+    grammar_->warm_up();  // the token masks every JSON schema shares, before the first request
   }
   engine::MemoryPlanRequest mr;
   mr.page_size = opt_.page_size;

@@ -187,6 +187,11 @@ BAD = [
     ("regex", "(ab", "unbalanced"),
     ("regex", r"[^\s\S]", "matches nothing"),
     ("regex", "a{3,1}", "a bad repeat"),
+    ("regex", r"a[^\s\S]", "a dead end after text (the start allows 'a')"),
+    ("regex", r"ok|x(y|z[^\s\S])", "a dead branch that text can enter"),
+    ("json_schema", json.dumps({"type": "object", "properties": {"a": {"type": "string", "pattern": "x[^\\s\\S]"}},
+                                "required": ["a"]}), "a pattern that matches nothing, after text"),
+    ("ebnf", 'root ::= "b" | "a" x\nx ::= "c" x', "a rule without a finite derivation"),
     ("ebnf", 'root ::= "a" | ', "a syntax error"),
     ("ebnf", 'start ::= "a"', "no root rule"),
 ]

@@ -123,6 +123,25 @@ TEST(ToolChoiceGrammar, Glm47RequiredRefusesWhatIsNotAValidCall) {
   EXPECT_FALSE(accepts(spec, city + "<arg_key>code</arg_key><arg_value>a<b</arg_value></tool_call>"));
 }
 
+// Bounds past xgrammar's unrolling threshold (128): the repetition and the closing tag are one
+// regex (a counted edge), exact at both ends, with multi-byte characters counted as one.
+TEST(ToolChoiceGrammar, LargeLengthBoundsOnARawStringAreExact) {
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "note", "parameters": {
+      "type": "object", "properties": {"text": {"type": "string", "minLength": 130, "maxLength": 200}},
+      "required": ["text"]}}}])");
+  const auto spec = spec_for(ToolCallFormat::kGlm47, "", true, false, tools);
+  auto call = [](const std::string& v) { return "<tool_call>note<arg_key>text</arg_key><arg_value>" + v + "</arg_value></tool_call>"; };
+  std::string e200;
+  for (int i = 0; i < 200; ++i) e200 += i % 2 ? "é" : "a";
+  EXPECT_TRUE(accepts(spec, call(std::string(130, 'x'))));
+  EXPECT_TRUE(accepts(spec, call(std::string(200, 'x'))));
+  EXPECT_TRUE(accepts(spec, call(e200)));
+  EXPECT_FALSE(accepts(spec, call(std::string(129, 'x'))));
+  EXPECT_FALSE(accepts(spec, call(std::string(201, 'x'))));
+  EXPECT_FALSE(accepts(spec, call(e200 + "a")));
+  EXPECT_FALSE(accepts(spec, call(std::string(150, 'x') + "<" + std::string(10, 'x'))));
+}
+
 TEST(ToolChoiceGrammar, ParallelToolCallsFalseAndANamedFunctionAllowOneCall) {
   const auto single = spec_for(ToolCallFormat::kGlm47, "", false);
   EXPECT_TRUE(accepts(single, "<tool_call>ping</tool_call>"));

@@ -36,7 +36,7 @@ tokens = ['{"type":', '"object"', '"array"', '"string"', '"integer"', '"number"'
           '"minLength":', '"maxLength":', '"pattern":', '"format":', '"minimum":', '"maximum":',
           '"exclusiveMinimum":', '"multipleOf":', "true", "false", "null", "{", "}", "[", "]", ",", ":",
           "(", ")", "|", "*", "+", "?", "{2,5}", "[a-z]", "[^", "\\d", "\\w", "\\s", "\\u00e9", "\\p{L}", ".",
-          "(?:", "(?=", "::=", "root ::= ", '"', "'", "#", "\\", "é", "日本", "\x00", "\xff"]
+          "(?:", "(?=", "::=", "root ::= ", "[^\\s\\S]", '"', "'", "#", "\\", "é", "日本", "\x00", "\xff"]
 
 
 def esc(c):

@@ -40,7 +40,7 @@ MemoryPlan plan_memory(const BackendInfo& info, const MemoryPlanRequest& req);
 namespace fp4moe::engine {
 
 // ---------------------------------------------------------------------------------------------
-// The GPU runner's plan (engine/gpu/gpu_runner.cpp calls it before it allocates anything on the
+// The GPU runner's plan (backend/cuda/gpu_runner.cpp calls it before it allocates anything on the
 // device, and again after the weights are up, with the measured sizes). Pure arithmetic: tested
 // on the CPU (tests/engine/memory_plan_test.cpp) for GLM-5's dimensions.
 //

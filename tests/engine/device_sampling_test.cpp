@@ -1,4 +1,4 @@
-// engine/device_sampling: the engine's SampleSpec as the device sampler's row (its
+// backend/device_sampling: the engine's SampleSpec as the device sampler's row (its
 // SamplingParams as given, the draw index, the lists), and the packing of penalty
 // histories at one stride (only rows with penalties, prompt then output, + the tokens a K-step
 // launch appends). Host code: runs in CI.
@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "cpu/sampling_params.hpp"
-#include "engine/device_sampling.hpp"
+#include "backend/device_sampling.hpp"
 
 namespace fp4moe {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "core/error.hpp"
 #include "cpu/sampling_cpu.hpp"
-#include "engine/sampling_cpu.hpp"
+#include "backend/sampling_cpu.hpp"
 
 using namespace fp4moe::engine;
 

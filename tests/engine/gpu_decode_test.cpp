@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
 

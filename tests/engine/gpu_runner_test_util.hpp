@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cli_run_helpers.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #include "model/model_test_util.hpp"
 #include "model/sequence_forward.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cpu/sampling_params.hpp"
-#include "engine/device_sampling.hpp"
+#include "backend/device_sampling.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 
 namespace fp4moe::testing_gpu_runner {

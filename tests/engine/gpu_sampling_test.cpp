@@ -25,8 +25,8 @@
 #include <gtest/gtest.h>
 
 #include "cpu/sampling_cpu.hpp"
-#include "engine/device_sampling.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/device_sampling.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 #include "engine/gpu_sampling_rows.hpp"
 #include "model/sequence_forward.hpp"

@@ -24,8 +24,8 @@
 
 #include "cpu/row_ops_cpu.hpp"
 #include "cpu/sampling_cpu.hpp"
-#include "engine/device_sampling.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/device_sampling.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #include "engine/gpu_runner_test_util.hpp"
 #include "engine/gpu_sampling_rows.hpp"
 #include "gpu_test.hpp"

@@ -1,4 +1,4 @@
-// GpuRunner's internals (src/engine/gpu only): device weights per layer, the step workspace
+// GpuRunner's internals (src/backend/cuda only): device weights per layer, the step workspace
 // layout, the per-step metadata buffers, graphs.
 #pragma once
 
@@ -30,9 +30,9 @@
 #include "cuda/sampling/sampling.hpp"
 #include "cuda/sampling/token_bitmask_f32.hpp"
 #include "cuda/step/step.hpp"
-#include "engine/gpu/gpu_linear.hpp"
-#include "engine/gpu/gpu_loader.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_linear.hpp"
+#include "backend/cuda/gpu_loader.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/page_pool.hpp"
 #include "format/checkpoint.hpp"

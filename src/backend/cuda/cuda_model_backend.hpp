@@ -4,7 +4,7 @@
 // --mem-fraction-static / --max-total-tokens) and the engine's page ids address its pool
 // directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
 // penalties) reads back only the device's argmax per row; any other step samples every row on
-// the device (cuda/sampling: engine/device_sampling.hpp's rows) and reads back only tokens and
+// the device (cuda/sampling: backend/device_sampling.hpp's rows) and reads back only tokens and
 // logprobs. Seeded draws are the one scheme of cpu/sampling_scheme.hpp (Philox Gumbel-max), as
 // on the CPU backend: a seed gives the CPU backend's tokens wherever the logits allow
 // (cpu::stable_draw).
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 
 namespace fp4moe::engine::gpu {
 

@@ -1,6 +1,6 @@
 // GpuRunner: load (weights → device), the memory plan, the step (metadata upload, eager
 // forward or graph replay, results back), the page pool.
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 
 #include <algorithm>
 #include <array>
@@ -22,7 +22,7 @@
 #include "cuda/indexer/indexer.hpp"
 #include "cuda/routing/router.hpp"
 #include "cuda/sampling/sampling.hpp"
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 #include "tuner/arch.hpp"
 
 namespace fp4moe::engine::gpu {

@@ -14,7 +14,7 @@
 
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 
 namespace fp4moe::engine::gpu {
 

@@ -1,4 +1,4 @@
-#include "engine/cpu_model_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "engine/sampling_cpu.hpp"
+#include "backend/sampling_cpu.hpp"
 
 namespace fp4moe::engine {
 

@@ -1,4 +1,4 @@
-// A deterministic stand-in model for tests and for `serve --backend fake`.
+// A deterministic stand-in model for tests and for `serve --backend fake` (backend/fake).
 //
 // Its "KV cache" is real and paged: the entry of position p is a hash of the entry of p - 1,
 // the token at p and p, written to the page the page table names. The logits after p are a

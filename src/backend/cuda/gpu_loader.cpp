@@ -1,4 +1,4 @@
-#include "engine/gpu/gpu_loader.hpp"
+#include "backend/cuda/gpu_loader.hpp"
 
 #include <unistd.h>
 

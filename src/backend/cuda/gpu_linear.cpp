@@ -1,4 +1,4 @@
-#include "engine/gpu/gpu_linear.hpp"
+#include "backend/cuda/gpu_linear.hpp"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -12,7 +12,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "engine/gpu/gpu_loader.hpp"
+#include "backend/cuda/gpu_loader.hpp"
 
 namespace fp4moe::engine::gpu {
 

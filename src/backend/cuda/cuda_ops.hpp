@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 #include "model/ops.hpp"
 
 namespace fp4moe::engine::gpu {

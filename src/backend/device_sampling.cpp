@@ -1,4 +1,4 @@
-#include "engine/device_sampling.hpp"
+#include "backend/device_sampling.hpp"
 
 #include <algorithm>
 

@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 
 namespace fp4moe::engine::gpu {
 

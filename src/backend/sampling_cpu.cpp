@@ -1,4 +1,4 @@
-#include "engine/sampling_cpu.hpp"
+#include "backend/sampling_cpu.hpp"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "engine/fake_backend.hpp"
+#include "backend/fake/fake_backend.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "engine/sampling_cpu.hpp"
+#include "backend/sampling_cpu.hpp"
 
 namespace fp4moe::engine {
 namespace {

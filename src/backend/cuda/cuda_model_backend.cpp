@@ -1,4 +1,4 @@
-#include "engine/gpu/cuda_model_backend.hpp"
+#include "backend/cuda/cuda_model_backend.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "engine/decode_capacity.hpp"
-#include "engine/device_sampling.hpp"
+#include "backend/device_sampling.hpp"
 
 namespace fp4moe::engine::gpu {
 

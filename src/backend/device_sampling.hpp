@@ -1,7 +1,7 @@
 // The engine's sampling requests in the device sampler's form (cuda/sampling, the scheme of
 // cpu/sampling_scheme.hpp): per-row SamplingParams, the draw index, and the penalty token
 // lists packed at one fixed stride. Plain host code (built without CUDA too, unit-tested in CI);
-// the GPU runner (engine/gpu) uploads what it produces.
+// the GPU runner (backend/cuda) uploads what it produces.
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/paged_kv.hpp"
-#include "engine/device_sampling.hpp"
+#include "backend/device_sampling.hpp"
 #include "engine/request.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"

@@ -9,8 +9,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "engine/gpu/cuda_ops.hpp"
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/cuda_ops.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 #include "model/layer_stack.hpp"
 
 namespace fp4moe::engine::gpu {

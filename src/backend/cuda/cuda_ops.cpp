@@ -1,5 +1,5 @@
-// The CUDA op set (engine/gpu/cuda_ops.hpp): everything but attention (cuda_ops_attention.cpp).
-#include "engine/gpu/cuda_ops.hpp"
+// The CUDA op set (backend/cuda/cuda_ops.hpp): everything but attention (cuda_ops_attention.cpp).
+#include "backend/cuda/cuda_ops.hpp"
 
 #include <cstring>
 

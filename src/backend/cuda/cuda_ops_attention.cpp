@@ -7,7 +7,7 @@
 #include "cuda/attention/kv_append.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/indexer/indexer.hpp"
-#include "engine/gpu/cuda_ops.hpp"
+#include "backend/cuda/cuda_ops.hpp"
 
 namespace fp4moe::engine::gpu {
 namespace {

@@ -10,7 +10,7 @@
 #include "core/error.hpp"
 #include "cpu/sampling_params.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "engine/gpu/gpu_runner_impl.hpp"
+#include "backend/cuda/gpu_runner_impl.hpp"
 
 namespace fp4moe::engine::gpu {
 

@@ -33,7 +33,7 @@
 #include "backend/cuda/gpu_linear.hpp"
 #include "backend/cuda/gpu_loader.hpp"
 #include "backend/cuda/gpu_runner.hpp"
-#include "engine/memory_plan.hpp"
+#include "backend/runner_memory_plan.hpp"
 #include "engine/page_pool.hpp"
 #include "format/checkpoint.hpp"
 #include "model/weights.hpp"

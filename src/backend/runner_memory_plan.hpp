@@ -16,7 +16,7 @@ namespace fp4moe::engine {
 // ---------------------------------------------------------------------------------------------
 // The GPU runner's plan (backend/cuda/gpu_runner.cpp calls it before it allocates anything on the
 // device, and again after the weights are up, with the measured sizes). Pure arithmetic: tested
-// on the CPU (tests/engine/memory_plan_test.cpp) for GLM-5's dimensions.
+// on the CPU (tests/engine/memory_plan_test.cpp, RunnerMemoryPlan.*) for GLM-5's dimensions.
 //
 // The per-step workspace grows with the tokens per step T (activations, the MoE scratch) and with
 // T x max_context (the indexer's FP32 score rows); the logits with the logits rows. The plan

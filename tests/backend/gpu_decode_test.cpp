@@ -20,7 +20,7 @@
 
 #include "core/error.hpp"
 #include "backend/cuda/gpu_runner.hpp"
-#include "engine/gpu_runner_test_util.hpp"
+#include "backend/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
 
 namespace fp4moe {

@@ -24,7 +24,7 @@
 #include "cli/cli_run_helpers.hpp"
 #include "cpu/moe_cpu.hpp"
 #include "backend/cuda/gpu_runner.hpp"
-#include "engine/gpu_runner_test_util.hpp"
+#include "backend/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
 #include "model/model_test_util.hpp"
 

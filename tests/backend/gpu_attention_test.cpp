@@ -38,7 +38,7 @@
 #include "cli/cli_run_helpers.hpp"
 #include "cuda/attention/mla.hpp"
 #include "backend/cuda/gpu_runner.hpp"
-#include "engine/gpu_runner_test_util.hpp"
+#include "backend/gpu_runner_test_util.hpp"
 #include "gpu_test.hpp"
 #include "model/model_test_util.hpp"
 

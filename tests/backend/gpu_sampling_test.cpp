@@ -27,8 +27,8 @@
 #include "cpu/sampling_cpu.hpp"
 #include "backend/device_sampling.hpp"
 #include "backend/cuda/gpu_runner.hpp"
-#include "engine/gpu_runner_test_util.hpp"
-#include "engine/gpu_sampling_rows.hpp"
+#include "backend/gpu_runner_test_util.hpp"
+#include "backend/gpu_sampling_rows.hpp"
 #include "model/sequence_forward.hpp"
 #include "gpu_test.hpp"
 

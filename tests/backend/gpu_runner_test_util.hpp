@@ -1,4 +1,4 @@
-// Shared by the GPU runner's tests (tests/engine/gpu_*_test.cpp): the tiny GLM-5 goldens'
+// Shared by the GPU runner's tests (tests/backend/gpu_*_test.cpp): the tiny GLM-5 goldens'
 // checkpoints (tests/model/golden) as BF16, NVIDIA's NVFP4 layout (routed experts only) and
 // all-NVFP4 (`fp4moe quantize`, made once per process), small runner options, prompts,
 // requests prefilled for decode steps, the bit-for-bit logits check.

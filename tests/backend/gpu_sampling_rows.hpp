@@ -8,7 +8,7 @@
 
 #include "cpu/sampling_params.hpp"
 #include "backend/device_sampling.hpp"
-#include "engine/gpu_runner_test_util.hpp"
+#include "backend/gpu_runner_test_util.hpp"
 
 namespace fp4moe::testing_gpu_runner {
 

@@ -36,7 +36,7 @@
 
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/device.hpp"
-#include "engine/gpu/gpu_runner.hpp"
+#include "backend/cuda/gpu_runner.hpp"
 #endif
 
 namespace fp4moe::cli {

@@ -30,7 +30,7 @@
 #include "core/log.hpp"
 #include "core/threads.hpp"
 #include "cpu/sampling_cpu.hpp"
-#include "engine/cpu_model_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 #include "engine/dist/parallel_options.hpp"
 #include "engine/engine.hpp"
 #include "engine/one_request.hpp"
@@ -38,7 +38,7 @@
 #include "format/safetensors.hpp"
 #include "text/tokenizer.hpp"
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
-#include "engine/gpu/cuda_model_backend.hpp"
+#include "backend/cuda/cuda_model_backend.hpp"
 #endif
 
 namespace fp4moe::cli {

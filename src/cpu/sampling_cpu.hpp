@@ -23,7 +23,7 @@
 //     against the first dropped: rank_margin, their gap) use no logf / expf: with the same
 //     floats (d = 0) they are decided the same on every backend, ties included (lower id);
 //     else they hold when rank_margin > 2d.
-// sample_cpu reports draw_margin and cut_margin; the GPU tests (tests/engine/gpu_sampling_test,
+// sample_cpu reports draw_margin and cut_margin; the GPU tests (tests/backend/gpu_sampling_test,
 // tests/cuda/sampling_test) and the emulator test (tests/ops/sampling_emu_test) assert equality
 // exactly where these hold, and count the rest.
 #pragma once

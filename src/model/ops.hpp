@@ -5,7 +5,7 @@
 // residual" is ONE op — so an op set loses no fusion by being driven from here.
 //
 // Who implements them: model/cpu_ops.* (the CPU op set: src/cpu's kernels, the reference and
-// the embedded default; Model::step runs it) and engine/gpu/cuda_ops.* (the CUDA op set:
+// the embedded default; Model::step runs it) and backend/cuda/cuda_ops.* (the CUDA op set:
 // src/cuda's launches on the runner's stream; GpuRunner's forward runs it, eager or captured).
 // Both op sets live above model/ because they implement its interface (layer arrows point down).
 //

@@ -17,11 +17,11 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "engine/cpu_model_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 #include "engine/decode_capacity.hpp"
-#include "engine/fake_backend.hpp"
+#include "backend/fake/fake_backend.hpp"
 #ifdef FP4MOE_HAVE_GPU_RUNNER
-#include "engine/gpu/cuda_model_backend.hpp"
+#include "backend/cuda/cuda_model_backend.hpp"
 #endif
 #include "serve/parser_routes.hpp"
 #include "serve/server_impl.hpp"

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "backend/runner_memory_plan.hpp"
 #include "engine/memory_plan.hpp"
 
 #include <cstdio>

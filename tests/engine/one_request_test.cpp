@@ -18,8 +18,8 @@
 #include <cstring>
 
 #include "../cli/cli_run_helpers.hpp"
-#include "engine/cpu_model_backend.hpp"
-#include "engine/fake_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
+#include "backend/fake/fake_backend.hpp"
 #include "engine/one_request.hpp"
 #include "model/model_test_util.hpp"
 #include "model/sequence_forward.hpp"

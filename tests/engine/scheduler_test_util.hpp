@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/fake_backend.hpp"
+#include "backend/fake/fake_backend.hpp"
 #include "engine/scheduler.hpp"
 
 namespace fp4moe::engine::testing {

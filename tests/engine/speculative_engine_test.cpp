@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "../cli/cli_run_helpers.hpp"
-#include "engine/cpu_model_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 #include "scheduler_test_util.hpp"
 
 using namespace fp4moe;

@@ -15,7 +15,7 @@
 
 #include "core/paged_kv.hpp"
 #include "core/tensor.hpp"
-#include "engine/cpu_model_backend.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 #include "engine/engine.hpp"
 #include "engine/one_request.hpp"
 #include "model/kv_pool.hpp"

@@ -6,7 +6,7 @@
 // their mix, top_k 1 at a temperature, penalties from the token lists, logprobs, BF16-rounded
 // logits with many ties, a row whose kept set overflows the candidate list (the whole-row
 // selection), a done row; and a row sampled alone gives its batched token. On a GPU, logf / expf
-// differ in the last ulp: tests/cuda/sampling_test and tests/engine/gpu_sampling_test allow a
+// differ in the last ulp: tests/cuda/sampling_test and tests/backend/gpu_sampling_test allow a
 // difference only where cpu::stable_draw fails (cpu/sampling_cpu.hpp derives the margin).
 #define FP4MOE_CUDA_EMU 1
 #include "cuda/emu/cuda_emu.hpp"

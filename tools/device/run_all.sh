@@ -13,7 +13,7 @@
 #   NO_TESTS=1 bash tools/device/run_all.sh 80_serve_sweep        (issue 17: serve sweep + baseline, < 9 min)
 #   NO_TESTS=1 bash tools/device/run_all.sh ../extra/host_time_baseline  (optional: forward() host
 #                                                  time before / after issue 11, see that script)
-#   BUILD_TARGETS="fp4moe gpu_runner_test" GPU_TEST_LABEL=engine-gpu bash tools/device/run_all.sh
+#   BUILD_TARGETS="fp4moe gpu_runner_test" GPU_TEST_LABEL=backend-gpu bash tools/device/run_all.sh
 #                          a quicker call: those targets only, the GPU tests of one label
 #                          (the torch tests run only in a full call, or with TORCH_TESTS=1)
 # Exit status: non-zero when the build, a GPU test, a torch test or a step failed, or when a test
@@ -66,7 +66,7 @@ if [ -z "${NO_TESTS:-}" ]; then
   echo "gpu tests: rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -E 'tests passed|tests failed' "$OUT/gpu_tests.log")"
   [ $rc -eq 0 ] || failures+=("gpu tests")
   # Counts by folder (label), skips (a GPU test that skipped on the GPU is a failure of the setup).
-  for l in cuda tuner cli moe engine; do
+  for l in cuda tuner cli moe engine backend; do
     n=$(cd build-dev && ctest -N -L "^$l-gpu\$" | grep -cE '^\s+Test +#')
     echo "  gpu tests in tests/$l: $n"
   done

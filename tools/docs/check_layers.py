@@ -6,8 +6,8 @@
 
 - every arrow `a -> b` of the comment (the lines after "# ---- layers", `a -> b -> c` chains,
   `a -> b, c` fan-outs, `;`-separated) is a link of library a to library b in src/a/CMakeLists.txt
-  (target_link_libraries, fp4moe_<folder>; cli is the fp4moe executable, engine/gpu
-  fp4moe_gpu_runner, engine/dist fp4moe_dist);
+  (target_link_libraries, fp4moe_<folder>; cli is the fp4moe executable, engine/dist fp4moe_dist,
+  backend/<x> fp4moe_backend_<x>);
 - every link between our libraries is a path of the comment's arrows (a link to a layer further
   down, e.g. cli -> cpu, is drawn through the layers between);
 - every folder of src/ with a CMakeLists.txt is named in it;
@@ -18,7 +18,8 @@ import os
 import re
 import sys
 
-TARGETS = {"fp4moe": "cli", "fp4moe_gpu_runner": "engine/gpu", "fp4moe_dist": "engine/dist"}
+TARGETS = {"fp4moe": "cli", "fp4moe_dist": "engine/dist", "fp4moe_backend_cpu": "backend/cpu",
+           "fp4moe_backend_fake": "backend/fake", "fp4moe_backend_cuda": "backend/cuda"}
 
 
 def layer_of(target, layers):
@@ -55,7 +56,7 @@ def main():
     layers = sorted(os.path.relpath(d, os.path.join(root, "src")) for d, _, files in os.walk(os.path.join(root, "src"))
                     if "CMakeLists.txt" in files and os.path.relpath(d, os.path.join(root, "src")) != ".")
     # cuda's per-arch subfolders build into fp4moe_cuda's family: not layers of their own
-    layers = [l for l in layers if "/" not in l or l.startswith("engine/")]
+    layers = [l for l in layers if "/" not in l or l.startswith(("engine/", "backend/"))]
     top = open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8").read().split("\n")
     start = next(i for i, l in enumerate(top) if l.startswith("# ---- layers"))
     comment = []

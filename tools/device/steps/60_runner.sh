@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device step (run_all.sh, after build-dev/ is built): the model on the GPU (src/engine/gpu).
+# Device step (run_all.sh, after build-dev/ is built): the model on the GPU (src/backend/cuda).
 #   1. gpu_runner_test: GPU vs CPU backend on the tiny GLM-5 goldens (sparse + dense x BF16 /
 #      NVIDIA NVFP4 / all-NVFP4), batch = alone, graph replay == eager; one case first under
 #      compute-sanitizer memcheck;

@@ -1,5 +1,5 @@
 // The engine's sampling requests in the device sampler's form (cuda/sampling, the scheme of
-// cpu/sampling_scheme.hpp): per-row SamplingParams, the draw index, and the penalty token
+// core/sampling_scheme.hpp): per-row SamplingParams, the draw index, and the penalty token
 // lists packed at one fixed stride. Plain host code (built without CUDA too, unit-tested in CI);
 // the GPU runner (backend/cuda) uploads what it produces.
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <span>
 
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 #include "engine/backend.hpp"
 
 namespace fp4moe::engine {

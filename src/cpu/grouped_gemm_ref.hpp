@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/gemm_epilogue.hpp"
+#include "core/gemm_epilogue.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/bf16.hpp"
-#include "cpu/greedy_advance.hpp"
+#include "core/greedy_advance.hpp"
 
 namespace fp4moe::cpu {
 

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
-#include "cpu/sampling_scheme.hpp"
+#include "core/sampling_scheme.hpp"
 
 namespace fp4moe::cpu {
 

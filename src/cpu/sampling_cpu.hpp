@@ -1,7 +1,7 @@
 // Sampling of one next token from a row of logits on the CPU: the CPU backend's sampler and the
 // reference of the device sampler (cuda/sampling), token for token. The scheme — penalties,
 // greedy, temperature, top-k / top-p / min-p, the Philox-seeded Gumbel-max draw, logprobs — is
-// cpu/sampling_scheme.hpp's; this is its plain host form (sorts only where a truncation needs
+// core/sampling_scheme.hpp's; this is its plain host form (sorts only where a truncation needs
 // the rank order, sequential sums of the same fixed-point weights).
 //
 // When do the CPU and the GPU give the same token? Both compute the same keys from the same
@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 
 namespace fp4moe::cpu {
 

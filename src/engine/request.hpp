@@ -10,13 +10,13 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/finish_reason.hpp"
-#include "cpu/sampling_params.hpp"
+#include "core/finish_reason.hpp"
+#include "core/sampling_params.hpp"
 #include "grammar/grammar.hpp"
 
 namespace fp4moe::engine {
 
-// The sampling parameters (cpu/sampling_params.hpp: one struct from the HTTP layer to the
+// The sampling parameters (core/sampling_params.hpp: one struct from the HTTP layer to the
 // device; top_k -1 = off; logprobs_top_n: -1 no logprobs, 0 the sampled token's, n plus the top n).
 using cpu::SamplingParams;
 
@@ -56,7 +56,7 @@ struct RowDump {
   std::vector<float> data;  // [rows, width]
 };
 
-using fp4moe::FinishReason;  // cpu/finish_reason.hpp (the engine delivers kStop, kLength, kAbort)
+using fp4moe::FinishReason;  // core/finish_reason.hpp (the engine delivers kStop, kLength, kAbort)
 using fp4moe::finish_reason_name;
 
 struct TokenLogprob {

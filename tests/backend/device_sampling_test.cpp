@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 #include "backend/device_sampling.hpp"
 
 namespace fp4moe {

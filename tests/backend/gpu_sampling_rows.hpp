@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 #include "backend/device_sampling.hpp"
 #include "backend/gpu_runner_test_util.hpp"
 

@@ -1,4 +1,4 @@
-// cpu::sample_cpu, the engine's one draw (cpu/sampling_scheme.hpp): the Philox stream (known
+// cpu::sample_cpu, the engine's one draw (core/sampling_scheme.hpp): the Philox stream (known
 // answers, open interval), greedy and its ties, seeds, the Gumbel-max draw against the softmax
 // of the kept set (chi-square, over steps, over seeds, over token ids), truncation against its
 // definition, penalties, logprobs against a double-precision reference, the reported margins
@@ -15,7 +15,7 @@
 
 #include "core/error.hpp"
 #include "cpu/sampling_cpu.hpp"
-#include "cpu/sampling_scheme.hpp"
+#include "core/sampling_scheme.hpp"
 
 namespace fp4moe::test {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "core/bf16.hpp"
 #include "cpu/sampling_cpu.hpp"
-#include "cpu/sampling_scheme.hpp"
+#include "core/sampling_scheme.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/sampling/sampling.hpp"

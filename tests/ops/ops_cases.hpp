@@ -1,7 +1,7 @@
 // The backend-ops table: every small op of the model runner (src/cuda families norm, rope,
 // embed, elementwise, attention/mla_warp_bf16, indexer/indexer_score_warp_bf16,
 // permute/dense_combine_f32, sampling/argmax_f32, sampling/token_bitmask_f32, step) against its CPU reference (cpu/
-// row_ops_cpu.hpp, cpu/greedy_advance.hpp, cpu/attention/*), on random inputs, outputs poisoned
+// row_ops_cpu.hpp, core/greedy_advance.hpp, cpu/attention/*), on random inputs, outputs poisoned
 // before the launch, compared per row. One row of the table per launch variant the code can
 // take (input dtype, in place or not, RoPE layout, dense or top-k attention, greedy or sampled
 // bookkeeping, ...), at shapes that cross each kernel's loop and block boundaries. Each case
@@ -17,7 +17,7 @@
 #include "cpu/attention/indexer_cpu.hpp"
 #include "cpu/attention/kv_cache_cpu.hpp"
 #include "cpu/attention/mla_cpu.hpp"
-#include "cpu/greedy_advance.hpp"
+#include "core/greedy_advance.hpp"
 #include "cpu/row_ops_cpu.hpp"
 #include "cpu/sampling_cpu.hpp"
 #include "ops/ops_util.hpp"

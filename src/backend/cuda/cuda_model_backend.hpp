@@ -5,7 +5,7 @@
 // directly. Sampling: a step whose sampling requests are all plain greedy (no logprobs, no
 // penalties) reads back only the device's argmax per row; any other step samples every row on
 // the device (cuda/sampling: backend/device_sampling.hpp's rows) and reads back only tokens and
-// logprobs. Seeded draws are the one scheme of cpu/sampling_scheme.hpp (Philox Gumbel-max), as
+// logprobs. Seeded draws are the one scheme of core/sampling_scheme.hpp (Philox Gumbel-max), as
 // on the CPU backend: a seed gives the CPU backend's tokens wherever the logits allow
 // (cpu::stable_draw).
 // K decode steps per round: one GpuRunner::decode_greedy (all plain greedy) or decode_sampled

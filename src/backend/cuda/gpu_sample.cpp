@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "backend/cuda/gpu_runner_impl.hpp"
 

@@ -9,14 +9,14 @@
 #include <sstream>
 #include <string>
 
-#include "cpu/grouped_gemm_ref.hpp"
+#include "core/gemm_epilogue.hpp"
 #include "format/moe_layer.hpp"
 
 namespace fp4moe::cuda {
 
 enum class ActFormat : uint8_t { BF16, NVFP4_EMULATED };  // W4A16, or W4A4 (Blackwell numerics)
 
-using fp4moe::Epilogue;  // cpu/gemm_epilogue.hpp: one enum for the reference and the kernels
+using fp4moe::Epilogue;  // core/gemm_epilogue.hpp: one enum for the reference and the kernels
 
 // What must be computed.
 struct MoeGemmDesc {

@@ -15,7 +15,7 @@
 
 #include <cuda_bf16.h>
 
-#include "cpu/gemm_epilogue.hpp"
+#include "core/gemm_epilogue.hpp"
 #include "cuda/moe_gemm/sm90_fp4_word.hpp"
 #include "cuda/moe_gemm/sm90_ptx.cuh"
 #include "cuda/moe_gemm/sm90_tile_layout.hpp"
@@ -34,7 +34,7 @@ struct GroupedGemmParams {
   int split_cap_units = 0, max_splits = 1;
   int force_splits = 0;                  // > 0: use this split factor (measurements), else pick
   int num_experts = 0, n = 0, k = 0, y_ld = 0, stages = 0;
-  int epilogue = 0;                      // int(Epilogue), cpu/gemm_epilogue.hpp
+  int epilogue = 0;                      // int(Epilogue), core/gemm_epilogue.hpp
   int mxfp4 = 0;
 };
 

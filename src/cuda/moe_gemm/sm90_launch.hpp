@@ -20,7 +20,7 @@ struct Sm90GemmLaunch {
   int num_experts = 0, n = 0, k = 0, m_rows = 0, y_ld = 0;
   int block_n = 0, stages = 0;
   void* split_ws = nullptr;              // sm90_split_workspace_bytes(block_n) bytes, or null: no split-K
-  int epilogue = 0;                      // int(Epilogue), cpu/gemm_epilogue.hpp
+  int epilogue = 0;                      // int(Epilogue), core/gemm_epilogue.hpp
   bool mxfp4 = false;
   bool decode = false;                   // the mma.sync decode kernel (block_n 8, 16, 32)
   int force_splits = 0;                  // split-K factor override (MoeGemmArgs::force_splits), 0: auto

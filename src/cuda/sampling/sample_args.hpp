@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cpu/sampling_scheme.hpp"
+#include "core/sampling_scheme.hpp"
 
 namespace fp4moe::cuda::sampling {
 

@@ -1,4 +1,4 @@
-// sample(): F32 logits [rows, vocab] -> one token per row (cpu/sampling_scheme.hpp's scheme), in
+// sample(): F32 logits [rows, vocab] -> one token per row (core/sampling_scheme.hpp's scheme), in
 // three launches of the kernels of sample_f32_kernels.cuh.
 #include <cstdint>
 

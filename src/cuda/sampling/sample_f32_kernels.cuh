@@ -1,6 +1,6 @@
 // The kernels of sample() (sample_f32.cu launches them; tests/ops/sampling_emu_test runs them in
 // the CUDA emulator against cpu::sample_cpu), their geometry and workspace layout.
-// F32 logits [rows, vocab] -> one token per row (cpu/sampling_scheme.hpp's scheme), in
+// F32 logits [rows, vocab] -> one token per row (core/sampling_scheme.hpp's scheme), in
 // three launches; a row is split into `chunks` CTAs when the rows are few (geometry()).
 //
 //   stats   (chunks x rows)  penalties of the chunk's tokens (in place), the chunk's max (greedy

@@ -4,7 +4,7 @@
 //   radix_select   the rank-`need` key (count or fixed-point mass), digit by digit
 //   for_each_at_least  every key >= v, with the id rank among keys equal to v when asked
 //   finish_row     truncation (top-k, top-p, min-p), the Gumbel draw and the logprobs of one
-//                  row, by cpu/sampling_scheme.hpp's scheme
+//                  row, by core/sampling_scheme.hpp's scheme
 #pragma once
 
 #include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator

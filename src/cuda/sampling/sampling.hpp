@@ -1,7 +1,7 @@
 // Sampling and multi-step decode bookkeeping on the device (every arch the engine builds).
 //
 // sample():       logits F32 [rows, vocab] -> one token per row (+ logprobs), by the scheme of
-//                 cpu/sampling_scheme.hpp (penalties, greedy / temperature / top-k / top-p /
+//                 core/sampling_scheme.hpp (penalties, greedy / temperature / top-k / top-p /
 //                 min-p, Philox-seeded Gumbel-max draw). The host twin is
 //                 cpu::sample_cpu (cpu/sampling_cpu.hpp): same tokens, per row.
 // decode_advance(): after the sample of step j of a K-step launch: the token goes to the output
@@ -29,7 +29,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cpu/finish_reason.hpp"
+#include "core/finish_reason.hpp"
 #include "cuda/sampling/sample_args.hpp"
 
 namespace fp4moe::cuda::sampling {
@@ -78,7 +78,7 @@ void sample(const SampleArgs& a, void* workspace, size_t workspace_bytes, cudaSt
 // sample(draw_index = generated, done = finish, history...) -> decode_advance(j). A row done
 // before step j keeps its input_token and position, gets kv_slot = dead_slot (a scratch slot
 // the runner reserves, as for graph padding rows) and writes kNoToken to out_tokens[j].
-// finish[r] holds int32_t(FinishReason) (cpu/finish_reason.hpp): kStop when it sampled one of
+// finish[r] holds int32_t(FinishReason) (core/finish_reason.hpp): kStop when it sampled one of
 // its stop ids (the stop token is the row's last output), kLength when generated == max_new or
 // the sequence reached max_position tokens, kNoHistory when history_stride has no room for
 // another token and kNoPage when the next position needs a page beyond `pages` (both the

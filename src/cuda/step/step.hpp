@@ -5,7 +5,7 @@
 //     the next input, positions and kv_len advance, stop ids / max_new finish a request;
 //   - chunk_qo_indptr: a chunk of a batch's token rows as a batch of its own.
 // CPU references: cpu/row_ops_cpu.hpp (count_experts_cpu, chunk_qo_indptr_cpu),
-// cpu/greedy_advance.hpp (greedy_advance_cpu); checked by tests/ops.
+// core/greedy_advance.hpp (greedy_advance_cpu); checked by tests/ops.
 #pragma once
 
 #include <cstdint>

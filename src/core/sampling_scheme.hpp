@@ -34,7 +34,7 @@
 #include <cstdint>
 
 #include "core/host_device.hpp"
-#include "cpu/sampling_params.hpp"
+#include "core/sampling_params.hpp"
 
 namespace fp4moe::cpu {
 

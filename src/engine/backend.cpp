@@ -96,4 +96,19 @@ void Backend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t
   }
 }
 
+void StepBatch::add_hidden_dumps(int32_t r, int64_t b, int32_t n, int64_t width,
+                                 const std::vector<std::vector<float>>& layers) const {
+  for (size_t l = 0; l < layers.size(); ++l) {
+    RowDump d;
+    d.request = r;
+    d.what = kDumpHidden;
+    d.layer = int32_t(l);
+    d.start = start(r);
+    d.rows = n;
+    d.width = int32_t(width);
+    d.data.assign(layers[l].begin() + b * width, layers[l].begin() + (b + n) * width);
+    dumps->push_back(std::move(d));
+  }
+}
+
 }  // namespace fp4moe::engine

@@ -58,6 +58,10 @@ struct StepBatch {
   // the scheduler never sets it for any other backend (it fills the masks before step()).
   std::function<void()> await_token_masks;
 
+  // Appends request r's kDumpHidden rows to *dumps: its n tokens from flat row b of each layer's
+  // [tokens, width] array (layers: the embeddings, then after each layer; a backend's hidden states).
+  void add_hidden_dumps(int32_t r, int64_t b, int32_t n, int64_t width, const std::vector<std::vector<float>>& layers) const;
+
   int32_t num_requests() const { return int32_t(request_ids.size()); }
   int32_t num_tokens() const { return int32_t(tokens.size()); }
   int32_t start(int32_t r) const { return positions[size_t(token_begin[size_t(r)])]; }

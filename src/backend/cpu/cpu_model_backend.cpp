@@ -154,18 +154,7 @@ void CpuModelBackend::dump_rows(const StepBatch& batch) {
       d.data.assign(logits_.begin() + int64_t(k) * vocab, logits_.begin() + int64_t(k + n) * vocab);
       batch.dumps->push_back(std::move(d));
     }
-    if (bits & kDumpHidden)
-      for (size_t l = 0; l < step_hidden_.size(); ++l) {
-        RowDump d;
-        d.request = r;
-        d.what = kDumpHidden;
-        d.layer = int32_t(l);
-        d.start = batch.start(r);
-        d.rows = n;
-        d.width = int32_t(H);
-        d.data.assign(step_hidden_[l].begin() + int64_t(b) * H, step_hidden_[l].begin() + int64_t(b + n) * H);
-        batch.dumps->push_back(std::move(d));
-      }
+    if (bits & kDumpHidden) batch.add_hidden_dumps(r, int64_t(b), n, H, step_hidden_);
   }
 }
 

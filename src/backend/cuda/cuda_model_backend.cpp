@@ -92,18 +92,7 @@ void CudaModelBackend::dump_rows(const StepBatch& batch, const StepInput& in) {
       }
       batch.dumps->push_back(std::move(d));
     }
-    if (bits & kDumpHidden)
-      for (size_t l = 0; l < hidden_.size(); ++l) {
-        RowDump d;
-        d.request = r;
-        d.what = kDumpHidden;
-        d.layer = int32_t(l);
-        d.start = batch.start(r);
-        d.rows = n;
-        d.width = int32_t(H);
-        d.data.assign(hidden_[l].begin() + int64_t(b) * H, hidden_[l].begin() + int64_t(b + n) * H);
-        batch.dumps->push_back(std::move(d));
-      }
+    if (bits & kDumpHidden) batch.add_hidden_dumps(r, int64_t(b), n, H, hidden_);
   }
 }
 

@@ -2,6 +2,7 @@
 #include "cuda/attention/mla_decode.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -52,6 +53,10 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
 std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
   if (d.kv_elem != KvElem::BF16 && d.kv_elem != KvElem::FP8_E4M3)
     return fmt::format("MLA decode (mma): KV element {} unsupported (bf16 or fp8_e4m3)", kv_elem_name(d.kv_elem));
+  // The dims first, with a device that allows everything: they need no GPU, so a caller without
+  // one gets their reason rather than a CUDA error.
+  const std::string dims = decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, INT64_MAX, 90, false);
+  if (!dims.empty()) return dims;
   int dev = 0, smem = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));

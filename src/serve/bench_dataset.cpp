@@ -1,6 +1,8 @@
 // bench serve: datasets, arrivals, and the parsing of streamed responses (no I/O here).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <random>
 
 #include "core/error.hpp"
@@ -124,9 +126,19 @@ bool StreamAccumulator::on_payload(std::string_view payload, double seconds) {
   }
   if (j.contains("usage") && j["usage"].is_object()) {
     const json& u = j["usage"];
-    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) r_.prompt_len = u["prompt_tokens"];
-    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
-      r_.output_len = u["completion_tokens"];
+    // A count is an int32 in [0, 2^31): anything else is the server's error, not a number to wrap.
+    auto count = [&](const char* key, int32_t& out) {
+      if (!u.contains(key) || !u[key].is_number_integer()) return;
+      const json& v = u[key];
+      const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                             : v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX;
+      if (ok)
+        out = int32_t(v.get<int64_t>());
+      else if (r_.error.empty())
+        r_.error = std::string("usage.") + key + " out of range: " + v.dump();
+    };
+    count("prompt_tokens", r_.prompt_len);
+    count("completion_tokens", r_.output_len);
   }
   if (!j.contains("choices") || !j["choices"].is_array()) return true;
   bool text = false;

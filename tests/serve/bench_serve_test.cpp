@@ -90,6 +90,24 @@ TEST(BenchServe, SseParserJoinsSplitLinesAndSkipsOtherFields) {
   EXPECT_EQ(out[1], "[DONE]");
 }
 
+// A usage count outside [0, 2^31) is the server's error (the request fails with it), never a
+// count wrapped into the int32 it is kept in (a bench_stream fuzz finding, kept as a regression).
+TEST(BenchServe, AUsageCountOutOfRangeIsAnError) {
+  for (const char* usage : {R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2777777777777777}})",
+                            R"({"choices":[],"usage":{"prompt_tokens":-1,"completion_tokens":2}})",
+                            R"({"choices":[],"usage":{"prompt_tokens":2147483648,"completion_tokens":2}})"}) {
+    StreamAccumulator a(false);
+    a.on_payload(R"({"choices":[{"index":0,"text":"x"}]})", 0.01);
+    a.on_payload(usage, 0.02);
+    a.on_payload("[DONE]", 0.03);
+    const RequestResult r = a.finish(200, "", 0.04, "");
+    EXPECT_FALSE(r.success) << usage;
+    EXPECT_NE(r.error.find("out of range"), std::string::npos) << r.error;
+    EXPECT_GE(r.output_len, 0);
+    EXPECT_GE(r.prompt_len, 0);
+  }
+}
+
 TEST(BenchServe, AccumulatorTimesTextChunksAndReadsUsage) {
   StreamAccumulator a(false);
   EXPECT_TRUE(a.on_payload(R"({"choices":[{"index":0,"text":""}]})", 0.01));

@@ -11,15 +11,6 @@
 namespace fp4moe::engine::gpu {
 namespace {
 
-// Device → host copy of n values (eager only: synchronises the stream).
-template <typename V>
-std::vector<V> download(const V* src, size_t n, cudaStream_t stream) {
-  std::vector<V> v(n);
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(v.data(), src, n * sizeof(V), cudaMemcpyDeviceToHost, stream));
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return v;
-}
-
 const char* kNoMtp = "the CUDA op set has no MTP layer (the GPU runner does not load model.layers.{num_layers})";
 
 }  // namespace

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/gpu_runner_impl.hpp"
+#include "cuda/common/cuda_check.hpp"
 #include "model/ops.hpp"
 
 namespace fp4moe::engine::gpu {
@@ -18,6 +20,15 @@ namespace fp4moe::engine::gpu {
 inline uint16_t* bf16_bits(const TensorView& v) {
   FP4MOE_CHECK(v.dtype == DType::BF16, "a BF16 view was expected, got {}", v.describe());
   return static_cast<uint16_t*>(v.data);
+}
+
+// Device → host copy of n values (eager only: synchronises the stream); the ops' StepChoices downloads.
+template <typename V>
+std::vector<V> download(const V* src, size_t n, cudaStream_t stream) {
+  std::vector<V> v(n);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(v.data(), src, n * sizeof(V), cudaMemcpyDeviceToHost, stream));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return v;
 }
 
 class CudaOps final : public model::Ops {

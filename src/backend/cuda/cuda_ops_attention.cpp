@@ -10,18 +10,6 @@
 #include "backend/cuda/cuda_ops.hpp"
 
 namespace fp4moe::engine::gpu {
-namespace {
-
-// Device → host copy of n values (eager only: synchronises the stream).
-template <typename V>
-std::vector<V> download(const V* src, size_t n, cudaStream_t stream) {
-  std::vector<V> v(n);
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(v.data(), src, n * sizeof(V), cudaMemcpyDeviceToHost, stream));
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return v;
-}
-
-}  // namespace
 
 void CudaOps::run(const model::AttentionArgs& args) {
   GpuRunner::Impl& m = m_;

@@ -96,18 +96,23 @@ void Backend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t
   }
 }
 
-void StepBatch::add_hidden_dumps(int32_t r, int64_t b, int32_t n, int64_t width,
-                                 const std::vector<std::vector<float>>& layers) const {
+RowDump& StepBatch::add_dump(int32_t r, DumpRows what, int64_t width) const {
+  RowDump& d = dumps->emplace_back();
+  d.request = r;
+  d.what = what;
+  d.start = start(r);
+  d.rows = count(r);
+  d.width = int32_t(width);
+  d.data.assign(size_t(d.rows) * size_t(width), 0.0f);
+  return d;
+}
+
+void StepBatch::add_hidden_dumps(int32_t r, int64_t width, const std::vector<std::vector<float>>& layers) const {
+  const int64_t b = token_begin[size_t(r)];
   for (size_t l = 0; l < layers.size(); ++l) {
-    RowDump d;
-    d.request = r;
-    d.what = kDumpHidden;
+    RowDump& d = add_dump(r, kDumpHidden, width);
     d.layer = int32_t(l);
-    d.start = start(r);
-    d.rows = n;
-    d.width = int32_t(width);
-    d.data.assign(layers[l].begin() + b * width, layers[l].begin() + (b + n) * width);
-    dumps->push_back(std::move(d));
+    std::copy(layers[l].begin() + b * width, layers[l].begin() + (b + d.rows) * width, d.data.begin());
   }
 }
 

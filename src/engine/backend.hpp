@@ -58,9 +58,12 @@ struct StepBatch {
   // the scheduler never sets it for any other backend (it fills the masks before step()).
   std::function<void()> await_token_masks;
 
-  // Appends request r's kDumpHidden rows to *dumps: its n tokens from flat row b of each layer's
-  // [tokens, width] array (layers: the embeddings, then after each layer; a backend's hidden states).
-  void add_hidden_dumps(int32_t r, int64_t b, int32_t n, int64_t width, const std::vector<std::vector<float>>& layers) const;
+  // Appends to *dumps a RowDump of request r's rows this step (what, layer 0, start(r), count(r)
+  // rows of `width` values, data sized and zero) for the backend to fill.
+  RowDump& add_dump(int32_t r, DumpRows what, int64_t width) const;
+  // Appends request r's kDumpHidden rows: its tokens' rows of each layer's [tokens, width] array
+  // (layers: the embeddings, then after each layer; a backend's hidden states).
+  void add_hidden_dumps(int32_t r, int64_t width, const std::vector<std::vector<float>>& layers) const;
 
   int32_t num_requests() const { return int32_t(request_ids.size()); }
   int32_t num_tokens() const { return int32_t(tokens.size()); }

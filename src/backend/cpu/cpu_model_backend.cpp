@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <new>
 
@@ -145,16 +146,10 @@ void CpuModelBackend::dump_rows(const StepBatch& batch) {
     if (bits & kDumpLogits) {  // its rows are consecutive in rows_, ending at its last token
       int32_t k = 0;
       while (rows_[size_t(k)] != b) ++k;
-      RowDump d;
-      d.request = r;
-      d.what = kDumpLogits;
-      d.start = batch.start(r);
-      d.rows = n;
-      d.width = int32_t(vocab);
-      d.data.assign(logits_.begin() + int64_t(k) * vocab, logits_.begin() + int64_t(k + n) * vocab);
-      batch.dumps->push_back(std::move(d));
+      RowDump& d = batch.add_dump(r, kDumpLogits, vocab);
+      std::copy(logits_.begin() + int64_t(k) * vocab, logits_.begin() + int64_t(k + n) * vocab, d.data.begin());
     }
-    if (bits & kDumpHidden) batch.add_hidden_dumps(r, int64_t(b), n, H, step_hidden_);
+    if (bits & kDumpHidden) batch.add_hidden_dumps(r, H, step_hidden_);
   }
 }
 

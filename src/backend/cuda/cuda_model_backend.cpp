@@ -78,21 +78,14 @@ void CudaModelBackend::dump_rows(const StepBatch& batch, const StepInput& in) {
     const uint8_t bits = batch.dump.empty() ? 0 : batch.dump[size_t(r)];
     const int32_t b = batch.token_begin[size_t(r)], n = batch.count(r);
     if (bits & kDumpLogits) {
-      RowDump d;
-      d.request = r;
-      d.what = kDumpLogits;
-      d.start = batch.start(r);
-      d.rows = n;
-      d.width = int32_t(V);
-      d.data.resize(size_t(n) * size_t(V));
+      RowDump& d = batch.add_dump(r, kDumpLogits, V);  // a failed step's dumps are never read
       for (int32_t i = 0; i < n; ++i) {
         const int64_t k = row_of(b + i);
         FP4MOE_CHECK(k < int64_t(in.logits_rows.size()), "cuda backend: no logits row for token {}", b + i);
         std::copy(logits_.begin() + k * V, logits_.begin() + (k + 1) * V, d.data.begin() + int64_t(i) * V);
       }
-      batch.dumps->push_back(std::move(d));
     }
-    if (bits & kDumpHidden) batch.add_hidden_dumps(r, int64_t(b), n, H, hidden_);
+    if (bits & kDumpHidden) batch.add_hidden_dumps(r, H, hidden_);
   }
 }
 

@@ -6,7 +6,8 @@
 # plan line and results, then the runner's GPU tests. ~6-8 min on an H100 (make-synthetic ~2-4 min
 # when $MEMPLAN_MODEL_DIR is not there yet; each bench step start-up ~10-20 s).
 #   MEMPLAN_PARTS="bench tests" picks parts; MEMPLAN_BENCHES="ctx32k ctx128k ctx1k refuse200k chunks"
-#   picks the bench part's runs (a cold machine cannot do them all in one 10-minute call).
+#   picks the bench part's runs (a cold machine cannot do them all in one 10-minute call); opt-in
+#   runs "masks kv_bf16 kv_fp8" (issues 42 and 40) are only run when named.
 # Look for:
 #   - every "memory plan:" line: "workspace X GB of its Y GB budget (T tokens/step[, lowered from A
 #     to fit] ...)" with X <= Y = 10 % of the device, the pieces (attention/indexer, activations,
@@ -58,6 +59,12 @@ if [[ " $PARTS " == *" bench "* ]]; then
   bench ctx32k 150 --batch 1,8 --ctx 32768 --prefill 1024,4096,16384 --k 1,8 --iters 10 || rc=1
   bench ctx128k 150 --batch 1 --ctx 131072 --prefill 1024,4096 --k 1,8 --iters 10 || rc=1
   bench ctx1k 150 --batch 1,8,64,256 --ctx 1024 --prefill 4096 --k 1,8 --iters 10 || rc=1
+  # Opt-in (name them in MEMPLAN_BENCHES): issue 42's masked step at B 64 (target ratio <= 1.05)
+  # and issue 40's FP8 KV step against the BF16 one at B 64 / ctx 8K (the plan lines give the pool
+  # tokens of each: FP8 >= 1.9x BF16).
+  bench masks 120 --batch 1,64 --ctx 1024 --prefill 1024 --k 1 --iters 20 --token-masks || rc=1
+  bench kv_bf16 120 --batch 1,64 --ctx 8192 --prefill 1024 --k 1,8 --iters 10 || rc=1
+  bench kv_fp8 120 --batch 1,64 --ctx 8192 --prefill 1024 --k 1,8 --iters 10 --kv-cache-dtype fp8_e4m3 || rc=1
   # A refusal: 200K context with a --mem-fraction-static that leaves ~2 GB beside the 64.9 GB of
   # weights (one 200K request's KV is 3.7 GB); expected rc=1 with the plan's one line, before the
   # weights are uploaded.

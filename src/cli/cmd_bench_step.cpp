@@ -356,15 +356,18 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_flag("--token-masks", a->token_masks,
                "also time each decode point with a grammar mask on every request (random, 1/8 of the vocabulary "
                "allowed) and print the ratio to the unmasked step (the host's mask fill is `bench grammar`'s)");
-  // SGLang's speculative flags: accepted and checked, then refused — the GPU runner's draft/verify
-  // steps are not written yet (issue 39's CUDA part); `fp4moe generate --speculative-algorithm
-  // NEXTN` times the CPU's verify steps.
+  // SGLang's speculative flags: accepted and checked, then refused — bench step does not time the
+  // draft / verify steps yet (issue 39 item 5); `fp4moe generate --backend cuda
+  // --speculative-algorithm NEXTN` runs them and prints their times.
   app.add_option("--speculative-algorithm", a->speculative.algorithm, engine::kSpeculativeAlgorithmHelp);
   app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
   app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
   app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
   run = [a] {
-    engine::speculative_steps(a->speculative, "cuda", 1);  // the flags' own errors, then the cuda refusal
+    // the flags' own errors, then the refusal
+    FP4MOE_CHECK(engine::speculative_steps(a->speculative, "cuda", 1) == 0,
+                 "bench step --speculative-algorithm: timing the MTP draft and verify steps is not written yet; "
+                 "`fp4moe generate --backend cuda --speculative-algorithm NEXTN` runs them");
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
     return run_bench_step(*a);
 #else

@@ -94,6 +94,7 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
     ro.tokens_flag = "the prompt length";
     ro.max_score_rows = a.indexer_score_rows;
     ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
+    c.speculative_steps = speculative_steps;  // the MTP layer loaded, verify rows allowed (cuda_model_backend.hpp)
     if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
     threads_note = "cuda";
     return std::make_unique<engine::gpu::CudaModelBackend>(c);  // prints its start-up and memory plan lines
@@ -115,7 +116,7 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
   FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
-  FP4MOE_CHECK(a.dump_mtp_logits.empty() || a.backend == "cpu", "--dump-mtp-logits: the cpu backend's (the CUDA MTP path is not written yet)");
+  FP4MOE_CHECK(a.dump_mtp_logits.empty() || a.backend == "cpu", "--dump-mtp-logits: the cpu backend's (the cuda backend runs the MTP layer but does not dump its logits)");
   dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);

@@ -3,6 +3,7 @@
 // back; graph capture per batch-size bucket.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -280,6 +281,10 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(out.logits->data(), m.s.logits, out.logits->size() * 4, cudaMemcpyDeviceToHost,
                                       m.stream));
   }
+  if (out.final_hidden) {  // s.h after the final norm (the head gathers from it; nothing writes it after)
+    m.h_stage.resize(size_t(T * m.cfg.hidden));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(m.h_stage.data(), m.s.h, m.h_stage.size() * 2, cudaMemcpyDeviceToHost, m.stream));
+  }
   if (out.greedy && rows > 0) {
     out.greedy->resize(size_t(rows));
     FP4MOE_CUDA_CHECK(
@@ -296,6 +301,13 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_end, m.stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (out.expert_counts) out.expert_counts->assign(c.counts_host.p, c.counts_host.p + nc);
+  if (out.final_hidden) {
+    out.final_hidden->resize(m.h_stage.size());
+    for (size_t i = 0; i < m.h_stage.size(); ++i) {
+      const uint32_t u = uint32_t(m.h_stage[i]) << 16;
+      std::memcpy(&(*out.final_hidden)[i], &u, 4);
+    }
+  }
   if (ns > 0) {
     out.sampled->clear();
     for (int64_t i = 0; i < ns; ++i) out.sampled->push_back(m.sampled_token(sl, 1, 0, i));

@@ -196,7 +196,12 @@ int run_generate(const GenerateArgs& a) {
              decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
   if (spec_steps > 0) {
     const int64_t rounds = r.usage.spec_verify_steps;
-    const model::MtpSpeculator::Times t = static_cast<const engine::CpuModelBackend&>(*backend).speculator_times();
+    model::MtpSpeculator::Times t;  // wall times of the speculator's steps (each backend's speculator keeps them)
+    if (const auto* c = dynamic_cast<const engine::CpuModelBackend*>(backend.get())) t = c->speculator_times();
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+    if (auto* g = dynamic_cast<engine::gpu::CudaModelBackend*>(backend.get()); g && g->speculator())
+      t = g->speculator()->times;
+#endif
     std::string hist;
     for (size_t i = 0; i < counter.accept_length.size(); ++i)
       hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, counter.accept_length[i]);

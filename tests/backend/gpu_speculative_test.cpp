@@ -298,7 +298,9 @@ TEST(GpuSpeculative, GreedyOutputEqualsPlainGreedyWhereTheMarginAllows) {
     EXPECT_GE(2 * c1, t1) << "N " << n << ": fewer than half the tokens before a near tie";
     int64_t tokens = 0, verify = 0;
     for (const auto& [id, o] : forced) tokens += o.usage.completion_tokens, verify += o.usage.spec_verify_steps;
-    if (n == 3) EXPECT_LT(verify, tokens / 2) << "forced drafts: most rounds emit several tokens";
+    if (n == 3) {
+      EXPECT_LT(verify, tokens / 2) << "forced drafts: most rounds emit several tokens";
+    }
   }
 }
 

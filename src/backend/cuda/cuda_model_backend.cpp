@@ -247,7 +247,6 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
     rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
     greedy = greedy && plain_greedy(rows_.back().params);
   }
-  FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
   DecodeInput in;
   const StepInput first = view(batch);
   in.tokens = first.tokens;

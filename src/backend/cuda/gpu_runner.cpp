@@ -739,6 +739,17 @@ const std::string& GpuRunner::graph_line() const { return impl_->graph_line; }
 const std::string& GpuRunner::attention_line() const { return impl_->attention_line; }
 bool GpuRunner::fast_attention() const { return impl_->mla_fast != nullptr; }
 bool GpuRunner::has_mtp() const { return impl_->mtp != nullptr; }
+int64_t GpuRunner::mtp_weight_bytes() const {
+  const Impl& m = *impl_;
+  return m.mtp ? m.mtp->bytes + (m.mtp->head ? 0 : int64_t(m.lm_head.bytes)) : 0;
+}
+int64_t GpuRunner::mtp_kv_bytes_per_token() const {
+  const Impl& m = *impl_;
+  if (!m.mtp) return 0;
+  const KvElem e = m.kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+  return runner_kv_bytes_per_token(1, m.mtp->block.has_indexer ? 1 : 0, m.cfg.kv_lora_rank, m.cfg.qk_rope_dim,
+                                   m.cfg.index_head_dim, e, e);
+}
 const RunnerOptions& GpuRunner::options() const { return impl_->opt; }
 const RunnerStats& GpuRunner::stats() const { return impl_->stats; }
 int64_t GpuRunner::num_pages() const { return impl_->num_pages; }

@@ -256,6 +256,10 @@ class GpuRunner {
   // Throws (one line) on a bad batch or without the layer, before launching anything.
   bool has_mtp() const;
   void mtp_step(const MtpStepInput& in, const MtpStepOutput& out);
+  // The weight bytes one MTP step reads (its layer's, and lm_head's when it has no head of its
+  // own; all its routed experts counted) and its KV bytes per token; 0 without the layer.
+  int64_t mtp_weight_bytes() const;
+  int64_t mtp_kv_bytes_per_token() const;
 
   // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
   int64_t num_moe_layers() const;

@@ -17,7 +17,7 @@
 //     is not in it: `bench grammar` times that.
 //   - with --speculative-algorithm NEXTN (--speculative-num-steps N): at each decode point the
 //     verify step (B x (N + 1) one-token rows sharing each request's pages, graph-replayed within
-//     the buckets) against the decode step, one MTP draft step (eager, logits read back) against
+//     the buckets) against the decode step, one MTP draft step (its graph, logits read back) against
 //     the MTP layer's all-weights byte floor, and tokens/s at accept lengths 1 .. N + 1 from them.
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
@@ -337,8 +337,8 @@ int run_bench_step(const BenchStepArgs& a) {
   if (!a.k.empty()) fmt::print("\nK greedy decode steps per launch (decode_greedy): ms per token step\n{}", k_table);
   if (N > 0)
     fmt::print("\nspeculative NEXTN {} steps: the verify step (one decode step of B x {} rows, backend/decode_rows.hpp) "
-               "against the one-token decode step, and one MTP draft step (eager, its logits read back; floor: the "
-               "MTP layer's weights with every routed expert + lm_head unless it has its own + its KV of the "
+               "against the one-token decode step, and one MTP draft step (its graph within the buckets, its logits "
+               "read back; floor: the MTP layer's weights with every routed expert + lm_head unless it has its own + its KV of the "
                "context, at the copy ceiling). tok/s at accept length a = B x a / (verify + {} draft-step costs); "
                "targets: verify <= 1.3x decode at B 1-16, <= 2x at B 64; draft <= 1.3x its floor\n{}",
                N, N + 1, N, spec_table);

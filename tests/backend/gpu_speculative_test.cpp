@@ -2,6 +2,7 @@
 // layer each; BF16 KV):
 //   - the MTP layer on the GPU (GpuRunner::mtp_step) against the CPU's (Model::mtp_step) on the
 //     same inputs (the CPU target's final hidden states rounded to BF16, as the GPU keeps them);
+//     a draft step's graph replay against eager, bit for bit;
 //   - greedy requests through the engine's scheduler with speculation (the MTP layer's own
 //     drafts; forced drafts — the plain run's tokens, every fourth one wrong — for accepts and
 //     rejects) against the plain CUDA engine, token for token where the logits margin allows;
@@ -249,6 +250,33 @@ TEST(GpuMtp, MtpLogitsMatchTheCpuMtpLayerGlm5Tiny) {
 TEST(GpuMtp, MtpLogitsMatchTheCpuMtpLayerDeepseekV3Tiny) {
   FP4MOE_SKIP_WITHOUT_GPU();
   mtp_logits_match("deepseek-v3-tiny");
+}
+
+// Draft steps (one token per request, the last of its context) replay the MTP layer's graph of
+// their bucket; eager over the same padded batch gives the same logits and states bit for bit.
+TEST(GpuMtp, DraftStepGraphReplayEqualsEagerBitForBit) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  RunnerOptions ro = small_options();
+  ro.mtp = true;
+  auto gpu = GpuRunner::load(synthetic("glm5-tiny"), ro);
+  const int64_t V = gpu->config().vocab, H = gpu->config().hidden, B = 3;
+  const auto d = testing_gpu_runner::prefill(*gpu, {20, 7, 33}, 4);  // the target's KV (the MTP's own is zeros)
+  std::vector<float> hin(size_t(B * H));
+  for (size_t i = 0; i < hin.size(); ++i) hin[i] = float(int64_t(i * 7919 % 2001) - 1000) / 500.0f;
+  engine::gpu::MtpStepInput in;
+  in.tokens = d.tok.data();
+  in.h_in = hin.data();
+  in.batch = d.batch();
+  in.logits_rows = {0, 1, 2};
+  std::vector<float> lg, hg, le, he;
+  const int64_t g0 = gpu->stats().graph_steps;
+  gpu->mtp_step(in, {&lg, &hg});
+  EXPECT_EQ(gpu->stats().graph_steps, g0 + 1) << "a draft step within the buckets replays a graph";
+  gpu->set_graphs_enabled(false);
+  gpu->mtp_step(in, {&le, &he});
+  testing_gpu_runner::expect_bitwise_equal(le, lg, V, "MTP logits");
+  ASSERT_EQ(he.size(), hg.size());
+  EXPECT_EQ(std::memcmp(he.data(), hg.data(), he.size() * 4), 0) << "MTP output states";
 }
 
 TEST(GpuMtp, WithoutTheLayerMtpStepIsOneErrorLine) {

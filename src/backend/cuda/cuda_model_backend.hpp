@@ -20,8 +20,8 @@
 // Speculative decoding (speculative_steps N >= 1, `--speculative-algorithm NEXTN`): the runner
 // loads the MTP layer and allows (N + 1)x the requests per step (the verify step's rows); a
 // decode call is one draft/verify round of model::MtpSpeculator over the runner's steps
-// (gpu_spec_steps.hpp: drafts and the MTP catch-up eager, the verify step a decode step of
-// R·(N+1) rows, graph-replayed within the buckets), the draws and acceptance on the host; every
+// (gpu_spec_steps.hpp: the draft steps and the verify step — a decode step of R·(N+1) rows —
+// graph-replayed within the buckets, the MTP catch-up eager), the draws and acceptance on the host; every
 // step() feeds the MTP layer the pairs it completed. Constrained requests are refused in a round
 // (StepError), as in a K-step decode.
 #pragma once

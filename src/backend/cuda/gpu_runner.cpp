@@ -141,6 +141,8 @@ double StageTimes::total() const {
 GpuRunner::Impl::~Impl() {
   for (auto& [bs, g] : graphs)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  for (auto& [bs, g] : mtp_graphs)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
   if (ev_begin) cudaEventDestroy(ev_begin);
   if (ev_end) cudaEventDestroy(ev_end);
   if (meta_host) cudaFreeHost(meta_host);

@@ -339,6 +339,7 @@ struct GpuRunner::Impl {
 
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;
+  std::map<int64_t, GraphEntry> mtp_graphs;  // the MTP layer's draft steps (one token per request), same buckets
   bool graphs_enabled = true;
   bool said_eager = false;
 
@@ -351,8 +352,9 @@ struct GpuRunner::Impl {
   // RunnerOptions::mtp: the MTP layer's weights (an Error, one line, when the checkpoint has none).
   void load_mtp(const model::ModelWeights& w, Loader& ld);
   // The MTP layer over the uploaded metadata (T tokens of R requests), its input hidden states
-  // already in s.o (BF16): enqueue, except h_out (host, when set: downloaded, synchronising).
-  void forward_mtp(int T, int R, int rows, int max_ctx, bool decode, float* h_out);
+  // already in s.o (BF16): enqueue only (its output states stay in s.h), so it is captured too.
+  void forward_mtp(int T, int R, int rows, int max_ctx, bool decode);
+  void capture_mtp_graphs(const std::vector<int64_t>& buckets);  // after capture_graphs (gpu_mtp.cpp)
   void run_mtp(const MtpStepInput& in, const MtpStepOutput& out);  // GpuRunner::mtp_step
   std::vector<uint16_t> h_stage;  // host BF16 [T, hidden]: StepOutput::final_hidden down, MtpStepInput::h_in up
   // opt.replicate_layers: extends cfg and layer_src; returns the extra bytes to upload.

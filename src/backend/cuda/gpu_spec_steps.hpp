@@ -9,7 +9,8 @@
 //     for the GEMMs' row count; the rows' cache writes (kv_append before attention in every layer)
 //     give row k the keys of rows < k. The runner must allow R·(n+1) requests per step
 //     (CudaModelBackend sizes it).
-//   - mtp: GpuRunner::mtp_step (eager).
+//   - mtp: GpuRunner::mtp_step (draft steps replay the MTP layer's graph of their bucket; the
+//     catch-up over a step's pairs runs eager).
 // Logits come back to the host in full (FP32 [rows, vocab]) for the host sampler: correct for
 // every request kind; the device-side acceptance is the next step.
 #pragma once

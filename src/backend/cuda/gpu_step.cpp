@@ -182,13 +182,15 @@ void GpuRunner::Impl::capture_graphs() {
     FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
     graphs[B] = e;
   }
+  capture_mtp_graphs(buckets);  // the MTP layer's draft steps (RunnerOptions::mtp), gpu_mtp.cpp
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
   stats.graph_capture_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.graph_bytes = int64_t(free0) - int64_t(free1);
-  graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}) captured in {:.2f} s, {:.3f} GB of device "
+  graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}){} captured in {:.2f} s, {:.3f} GB of device "
                            "memory (the memory plan kept ~{:.3f} GB free for them beside the KV pool); eager above {}",
-                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
+                           buckets.size(), gmax, mtp_graphs.empty() ? "" : " and the MTP layer's draft steps in each",
+                           stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
                            double(plan.graph_bytes) / 1e9, gmax);
 }
 

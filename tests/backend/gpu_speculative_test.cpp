@@ -2,7 +2,8 @@
 // layer each; BF16 KV):
 //   - the MTP layer on the GPU (GpuRunner::mtp_step) against the CPU's (Model::mtp_step) on the
 //     same inputs (the CPU target's final hidden states rounded to BF16, as the GPU keeps them);
-//     a draft step's graph replay against eager, bit for bit;
+//     a draft step's graph replay against eager, bit for bit; `generate --backend cuda
+//     --dump-mtp-logits` against the CPU backend's dump;
 //   - greedy requests through the engine's scheduler with speculation (the MTP layer's own
 //     drafts; forced drafts — the plain run's tokens, every fourth one wrong — for accepts and
 //     rejects) against the plain CUDA engine, token for token where the logits margin allows;
@@ -24,12 +25,14 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "backend/cuda/cuda_model_backend.hpp"
 #include "backend/gpu_runner_test_util.hpp"
 #include "cli/cli_run_helpers.hpp"
 #include "engine/scheduler_test_util.hpp"
+#include "format/safetensors.hpp"
 #include "gpu_test.hpp"
 #include "model/model.hpp"
 #include "model/model_test_util.hpp"
@@ -277,6 +280,43 @@ TEST(GpuMtp, DraftStepGraphReplayEqualsEagerBitForBit) {
   testing_gpu_runner::expect_bitwise_equal(le, lg, V, "MTP logits");
   ASSERT_EQ(he.size(), hg.size());
   EXPECT_EQ(std::memcmp(he.data(), hg.data(), he.size() * 4), 0) << "MTP output states";
+}
+
+// `generate --backend cuda --dump-mtp-logits`: the MTP logits of the prompt's pairs, against the CPU
+// backend's dump at the MTP bound above (here the target's hidden states differ too: BF16 on the
+// GPU; the same 10 % of rows allowed over it for near ties), with and without speculation.
+TEST(GpuMtp, GenerateDumpsTheMtpLogitsOnCudaAsOnCpu) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  static testing_cli::TempDir t("gpu_speculative_dump");
+  std::string ids;
+  for (int i = 0; i < 40; ++i) ids += fmt::format("{}{}", i ? "," : "", (11 + 53 * i) % 1024);
+  std::vector<float> cpu_rows;
+  for (const std::string backend : {"cpu", "cuda", "cuda --speculative-algorithm NEXTN"}) {
+    const auto f = t.path / "mtp.safetensors";
+    const auto r = testing_cli::run_binary(t.path, "generate --model " + synthetic("glm5-tiny") + " --prompt-ids " + ids +
+                                                       " --max-new-tokens 4 --dump-mtp-logits " + f.string() +
+                                                       " --backend " + backend);
+    ASSERT_EQ(r.rc, 0) << backend << ": " << r.err;
+    const auto d = SafetensorsFile::open(f.string());
+    const TensorInfo& ti = d->get("mtp_logits");
+    ASSERT_EQ(ti.shape, (std::vector<int64_t>{39, 1024})) << backend;
+    const auto bytes = d->bytes(ti);
+    std::vector<float> rows(bytes.size() / 4);
+    std::memcpy(rows.data(), bytes.data(), bytes.size());
+    if (cpu_rows.empty()) {
+      cpu_rows = rows;
+      continue;
+    }
+    int64_t over = 0;
+    for (int64_t i = 0; i < 39; ++i) {
+      for (int64_t v = 0; v < 1024; ++v) ASSERT_TRUE(std::isfinite(rows[size_t(i * 1024 + v)])) << backend;
+      over += testing_model::rel_l2(rows.data() + i * 1024, cpu_rows.data() + i * 1024, 1024) > 5e-2;
+    }
+    std::printf("[ info ] %s: MTP dump rel L2 %.3e against the cpu backend's, %ld of 39 rows over 5e-2\n",
+                backend.c_str(), testing_model::rel_l2(rows.data(), cpu_rows.data(), rows.size()), long(over));
+    EXPECT_LE(over, 39 / 10) << backend;
+    std::filesystem::remove(f);
+  }
 }
 
 TEST(GpuMtp, WithoutTheLayerMtpStepIsOneErrorLine) {

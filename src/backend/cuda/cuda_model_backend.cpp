@@ -15,16 +15,18 @@ CudaModelBackend::CudaModelBackend(const CudaModelBackendOptions& options) : opt
   RunnerOptions ro = opt_.runner;
   const int32_t N = opt_.speculative_steps;
   FP4MOE_CHECK(N >= 0 && N <= 16, "--speculative-num-steps {} must be in [1, 16]", N);
-  if (N > 0) {  // the MTP layer, and a verify step of R·(N + 1) one-token rows (gpu_spec_steps.hpp)
-    ro.mtp = true;
+  opt_.mtp_layer = opt_.mtp_layer || N > 0;
+  ro.mtp = opt_.mtp_layer;
+  if (N > 0) {  // a verify step of R·(N + 1) one-token rows (gpu_spec_steps.hpp)
     ro.max_requests = ro.max_requests * (N + 1);
     ro.max_tokens = std::max(ro.max_tokens, ro.max_requests);
     if (ro.min_tokens > 0) ro.min_tokens = std::max(ro.min_tokens, ro.max_requests);
+    if (ro.cuda_graph_max_bs > 0) ro.cuda_graph_max_bs *= N + 1;  // graphs for the verify steps of that many requests
   }
   runner_ = GpuRunner::load(opt_.model_dir, ro);
-  if (N > 0) {
+  if (opt_.mtp_layer) {
     spec_steps_ = std::make_unique<GpuSpecSteps>(*runner_);
-    spec_ = std::make_unique<model::MtpSpeculator>(*spec_steps_, N);
+    spec_ = std::make_unique<model::MtpSpeculator>(*spec_steps_, std::max(N, 1));
     spec_->draft_override = opt_.draft_override;
   }
   size_t free_b = 0, total_b = 0;
@@ -48,7 +50,8 @@ BackendInfo CudaModelBackend::info() const {
   i.default_mem_fraction = runner_->options().mem_fraction_static;
   i.kv_pool_tokens = runner_->num_pages() * runner_->page_size();
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
-  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden);  // step(): every row's logits, the eager step's hidden states
+  // step(): every row's logits, the eager step's hidden states; the MTP layer's logits with it
+  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
   return i;
 }
 
@@ -169,9 +172,19 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
       const int32_t next = batch.sample[size_t(r)] ? out[s++].id : -1;
       spec_->add_target_rows(batch.request_ids[size_t(r)], batch.start(r), batch.request_tokens(r),
                              final_hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next,
-                             batch.page_table(r));
+                             batch.page_table(r), (batch.dump.empty() ? 0 : batch.dump[size_t(r)]) & kDumpMtpLogits);
     }
     spec_->run_queued();
+    for (int32_t r = 0; r < n && !batch.dump.empty(); ++r) {  // the MTP logits of the pairs this step completed
+      if (!(batch.dump[size_t(r)] & kDumpMtpLogits)) continue;
+      RowDump d;
+      d.request = r;
+      d.what = kDumpMtpLogits;
+      d.width = int32_t(runner_->config().vocab);
+      d.data = spec_->take_logits(batch.request_ids[size_t(r)], &d.start);
+      d.rows = int32_t(d.data.size() / size_t(d.width));
+      if (d.rows > 0) batch.dumps->push_back(std::move(d));
+    }
   } catch (const Error& e) {
     out.resize(first);
     for (int32_t r = 0; r < n; ++r) spec_->forget(batch.request_ids[size_t(r)]);
@@ -227,7 +240,7 @@ void CudaModelBackend::speculative_decode(const StepBatch& batch, const DecodeLi
 
 void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
   FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
-  if (spec_) return speculative_decode(batch, limits, steps, out);
+  if (spec_ && opt_.speculative_steps > 0) return speculative_decode(batch, limits, steps, out);
   const int32_t n = batch.num_requests();
   const RunnerOptions& ro = runner_->options();
   // Every round runs on the device: one the runner was not sized for is refused (the requests

@@ -18,7 +18,8 @@
 // (RequestSpec::dump, `fp4moe generate --dump-logits / --dump-hidden`): the logits of every token
 // of the request (the runner must allow that many logits rows) and the eager step's hidden states.
 // Speculative decoding (speculative_steps N >= 1, `--speculative-algorithm NEXTN`): the runner
-// loads the MTP layer and allows (N + 1)x the requests per step (the verify step's rows); a
+// loads the MTP layer and allows (N + 1)x the requests per step (the verify step's rows; the
+// decode graphs' cap, RunnerOptions::cuda_graph_max_bs, is scaled alike); a
 // decode call is one draft/verify round of model::MtpSpeculator over the runner's steps
 // (gpu_spec_steps.hpp: the draft steps and the verify step — a decode step of R·(N+1) rows —
 // graph-replayed within the buckets, the MTP catch-up eager), the draws and acceptance on the host; every
@@ -41,6 +42,9 @@ struct CudaModelBackendOptions {
   std::string model_dir;
   RunnerOptions runner;  // max_tokens / max_requests bound every step the engine may send
   int32_t speculative_steps = 0;        // --speculative-num-steps with --speculative-algorithm NEXTN; 0: off
+  // Load and run the MTP layer (implied by speculative_steps > 0; `generate --dump-mtp-logits`
+  // without speculation): every step feeds it its pairs; RowDump kDumpMtpLogits on request.
+  bool mtp_layer = false;
   model::DraftOverride draft_override;  // tests (model/speculative.hpp)
 };
 

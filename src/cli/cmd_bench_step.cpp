@@ -15,6 +15,10 @@
 //     stored as -inf: near the kernel's most bytes), host-inclusive and device ms, and the ratio
 //     to the unmasked step (issue 42's target: <= 1.05 at B 64). The host's mask fill (grammar/)
 //     is not in it: `bench grammar` times that.
+//   - with --speculative-algorithm NEXTN (--speculative-num-steps N): at each decode point the
+//     verify step (B x (N + 1) one-token rows sharing each request's pages, graph-replayed within
+//     the buckets) against the decode step, one MTP draft step (its graph, logits read back) against
+//     the MTP layer's all-weights byte floor, and tokens/s at accept lengths 1 .. N + 1 from them.
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
 #include <algorithm>
@@ -37,6 +41,7 @@
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/device.hpp"
 #include "backend/cuda/gpu_runner.hpp"
+#include "backend/decode_rows.hpp"
 #endif
 
 namespace fp4moe::cli {
@@ -53,7 +58,8 @@ struct BenchStepArgs {
   std::string kv_cache_dtype = "auto";
   int64_t replicate_layers = 0;
   bool token_masks = false;
-  engine::SpeculativeFlags speculative;  // refused: the GPU runner has no MTP path yet
+  engine::SpeculativeFlags speculative;
+  int32_t spec_steps = 0;  // N of --speculative-num-steps when --speculative-algorithm is on
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
@@ -94,19 +100,21 @@ int run_bench_step(const BenchStepArgs& a) {
   const int64_t max_b = *std::max_element(a.batch.begin(), a.batch.end());
   const int64_t max_p = a.prefill.empty() ? 1 : *std::max_element(a.prefill.begin(), a.prefill.end());
   const int64_t max_l = std::max(*std::max_element(a.ctx.begin(), a.ctx.end()), max_p);
+  const int64_t N = a.spec_steps, max_v = max_b * (N + 1);  // the verify step's rows: B x (N + 1)
   engine::gpu::RunnerOptions ro;
-  ro.max_requests = max_b;
+  ro.max_requests = max_v;
   // The tokens per step from the plan: the longest --prefill asked, lowered (down to the largest
   // batch) where the workspace would not fit its budget beside the weights and one request at the
   // longest context; longer prefills are then skipped (said in the table).
-  ro.max_tokens = std::max(max_b, max_p);
-  ro.min_tokens = max_b;
-  ro.max_logits_rows = max_b;  // one row per request (a prefill asks for its last)
+  ro.max_tokens = std::max(max_v, max_p);
+  ro.min_tokens = max_v;
+  ro.max_logits_rows = max_v;  // one row per request (a prefill asks for its last; a verify step every row)
   ro.tokens_flag = "--prefill / --batch";
-  ro.max_context = max_l + max_k;
+  ro.max_context = max_l + std::max(max_k, N + 1);
+  ro.mtp = N > 0;
   ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
-  ro.cuda_graph_max_bs = max_b;
+  ro.cuda_graph_max_bs = max_v;  // a verify step replays the decode graph of its B x (N + 1) rows
   ro.attention_kernels = engine::gpu::parse_attention_kernels(a.attention_kernels);
   ro.kv_elem = engine::gpu::parse_kv_cache_dtype(a.kv_cache_dtype);
   ro.replicate_layers = a.replicate_layers;
@@ -137,6 +145,14 @@ int run_bench_step(const BenchStepArgs& a) {
   stage_table += " host % (graph) |\n|---|---|---|";
   for (int i = 0; i <= engine::gpu::kNumStepStages; ++i) stage_table += "---|";
   stage_table += "\n";
+  std::string spec_table =
+      fmt::format("| decode B | ctx | decode ms | verify ms ({} rows/request) | verify / decode | verify graph | draft "
+                  "ms | draft all-weights floor ms | draft / floor |",
+                  N + 1);
+  for (int64_t acc = 1; acc <= N + 1; ++acc) spec_table += fmt::format(" tok/s at accept {} |", acc);
+  spec_table += "\n|---|---|---|---|---|---|---|---|---|";
+  for (int64_t acc = 1; acc <= N + 1; ++acc) spec_table += "---|";
+  spec_table += "\n";
   std::string mask_table =
       "| decode B | ctx | ms/step | masked ms/step | ratio | device ms | masked device ms | device ratio |\n"
       "|---|---|---|---|---|---|---|---|\n";
@@ -153,7 +169,8 @@ int run_bench_step(const BenchStepArgs& a) {
              "floor | all-weights floor ms | graph |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t L : a.ctx)
     for (int64_t B : a.batch) {
-      const int64_t per = (L - 1 + max_k + ps - 1) / ps;  // K decode steps write positions L-1 .. L-2+K
+      // K decode steps write positions L-1 .. L-2+K; a verify step L-1 .. L-1+N
+      const int64_t per = (L - 1 + std::max(max_k, N + 1) + ps - 1) / ps;
       if (B * per > r->free_pages()) {
         fmt::print("| {} | {} | skipped: the KV pool holds {} tokens | | | | | |\n", B, L, r->num_pages() * ps);
         continue;
@@ -261,6 +278,56 @@ int run_bench_step(const BenchStepArgs& a) {
         j["k_ms_per_step"][std::to_string(k)] = kms;
       }
       k_table += "\n";
+      if (N > 0) {  // the verify step (B x (N + 1) one-token rows) and one MTP draft step
+        std::vector<int32_t> vtok, vpos, vqo{0}, vlen, vrows;
+        for (int64_t b = 0; b < B; ++b) {
+          for (int64_t k = 0; k <= N; ++k) {
+            vtok.push_back(int32_t(7 + ((b + 1) * 7919 + k * 104729) % (V - 7)));
+            vpos.push_back(int32_t(L - 1 + k));
+            vrows.push_back(int32_t(vrows.size()));
+          }
+          vqo.push_back(int32_t(vtok.size()));
+          vlen.push_back(int32_t(L + N));
+        }
+        const KvBatchView vb{B, B * (N + 1), vqo.data(), vpos.data(), vlen.data(), pp.data(), pi.data()};
+        const engine::DecodeRows dr = engine::decode_rows(vb, ps);
+        engine::gpu::StepInput vin;
+        vin.tokens = vtok.data();
+        vin.batch = dr.view(vb);
+        vin.logits_rows = vrows;
+        const int64_t v0 = r->stats().graph_steps;
+        const double vms = time_step(vin, a.iters);
+        const bool vgraph = r->stats().graph_steps > v0;
+        // One draft step: B tokens at position L-1 (the MTP layer's own state as input), logits back.
+        const int64_t Hd = mc.hidden;
+        std::vector<float> hin(size_t(B * Hd)), lg;
+        for (size_t i = 0; i < hin.size(); ++i) hin[i] = float(int64_t((i * 2654435761u) % 2001) - 1000) / 1000.0f;
+        engine::gpu::MtpStepInput min;
+        min.tokens = tok.data();
+        min.h_in = hin.data();
+        min.batch = in.batch;
+        min.logits_rows = rows;
+        r->mtp_step(min, {&lg, nullptr});
+        const auto d0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < a.iters; ++i) r->mtp_step(min, {&lg, nullptr});
+        const double dms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count() / a.iters;
+        const double dfloor =
+            (double(r->mtp_weight_bytes()) + double(B * L * r->mtp_kv_bytes_per_token())) / (ceil.copy_gbps * 1e9) * 1e3;
+        spec_table += fmt::format("| {} | {} | {:.3f} | {:.3f} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f} |", B, L, ms, vms,
+                                  vms / ms, vgraph ? "yes" : "eager", dms, dfloor, dms / dfloor);
+        // A round: the verify step + N MTP steps (N - 1 chained drafts, the catch-up over the emitted tokens).
+        const double round_ms = vms + double(N) * dms;
+        for (int64_t acc = 1; acc <= N + 1; ++acc) {
+          spec_table += fmt::format(" {:.0f} |", double(B * acc) / round_ms * 1e3);
+          j["speculative"]["tok_s_at_accept"][std::to_string(acc)] = double(B * acc) / round_ms * 1e3;
+        }
+        spec_table += "\n";
+        j["speculative"]["num_steps"] = N;
+        j["speculative"]["verify_ms"] = vms;
+        j["speculative"]["verify_graph"] = vgraph;
+        j["speculative"]["draft_ms"] = dms;
+        j["speculative"]["draft_floor_ms"] = dfloor;
+      }
       jdecode.push_back(j);
       r->release_pages(pages);
     }
@@ -268,6 +335,13 @@ int run_bench_step(const BenchStepArgs& a) {
              "it; host % = (graph wall - graph device) / graph wall)\n{}",
              stage_table);
   if (!a.k.empty()) fmt::print("\nK greedy decode steps per launch (decode_greedy): ms per token step\n{}", k_table);
+  if (N > 0)
+    fmt::print("\nspeculative NEXTN {} steps: the verify step (one decode step of B x {} rows, backend/decode_rows.hpp) "
+               "against the one-token decode step, and one MTP draft step (its graph within the buckets, its logits "
+               "read back; floor: the MTP layer's weights with every routed expert + lm_head unless it has its own + its KV of the "
+               "context, at the copy ceiling). tok/s at accept length a = B x a / (verify + {} draft-step costs); "
+               "targets: verify <= 1.3x decode at B 1-16, <= 2x at B 64; draft <= 1.3x its floor\n{}",
+               N, N + 1, N, spec_table);
   if (a.token_masks)
     fmt::print("\ngrammar masks on every request (1/8 of the vocabulary allowed; one upload + the mask launch "
                "inside the graph; target ratio <= 1.05 at B 64)\n{}",
@@ -356,15 +430,14 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_flag("--token-masks", a->token_masks,
                "also time each decode point with a grammar mask on every request (random, 1/8 of the vocabulary "
                "allowed) and print the ratio to the unmasked step (the host's mask fill is `bench grammar`'s)");
-  // SGLang's speculative flags: accepted and checked, then refused — the GPU runner's draft/verify
-  // steps are not written yet (issue 39's CUDA part); `fp4moe generate --speculative-algorithm
-  // NEXTN` times the CPU's verify steps.
+  // SGLang's speculative flags: with --speculative-algorithm NEXTN, every decode point also times
+  // the verify step (B x (N + 1) rows) and one MTP draft step (the runner loads the MTP layer).
   app.add_option("--speculative-algorithm", a->speculative.algorithm, engine::kSpeculativeAlgorithmHelp);
   app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
   app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
   app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
   run = [a] {
-    engine::speculative_steps(a->speculative, "cuda", 1);  // the flags' own errors, then the cuda refusal
+    a->spec_steps = engine::speculative_steps(a->speculative, "cuda", 1);  // the flags' own errors
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
     return run_bench_step(*a);
 #else

@@ -14,7 +14,7 @@
 // decode steps). --dump-hidden writes `hidden_states.{i}` F32 [P, hidden] for i = 0..L of the
 // prefill step (0: embeddings, L: after the final norm). --dump-mtp-logits writes `tokens` I32 [P]
 // and `mtp_logits` F32 [P-1, vocab]: row i is the MTP layer's next-next-token logits given the
-// target's hidden state at prompt position i and prompt token i+1 (cpu backend).
+// target's hidden state at prompt position i and prompt token i+1 (cpu and cuda backends).
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -90,10 +90,12 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
     ro.cuda_graph_max_bs = 1;
     // One prefill step over the whole prompt (the memory plan refuses it, naming the prompt, when
     // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
-    ro.max_logits_rows = a.dump_logits.empty() ? 1 : 0;
+    ro.max_logits_rows = a.dump_logits.empty() && a.dump_mtp_logits.empty() ? 1 : 0;
     ro.tokens_flag = "the prompt length";
     ro.max_score_rows = a.indexer_score_rows;
     ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
+    c.speculative_steps = speculative_steps;  // the MTP layer loaded, verify rows allowed (cuda_model_backend.hpp)
+    c.mtp_layer = !a.dump_mtp_logits.empty();
     if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
     threads_note = "cuda";
     return std::make_unique<engine::gpu::CudaModelBackend>(c);  // prints its start-up and memory plan lines
@@ -115,7 +117,6 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
 int run_generate(const GenerateArgs& a) {
   FP4MOE_CHECK(a.backend == "cpu" || a.backend == "cuda", "--backend {}: cpu or cuda", a.backend);
   FP4MOE_CHECK(a.indexer_score_rows == 0 || a.backend == "cuda", "--indexer-score-rows is the cuda backend's");
-  FP4MOE_CHECK(a.dump_mtp_logits.empty() || a.backend == "cpu", "--dump-mtp-logits: the cpu backend's (the CUDA MTP path is not written yet)");
   dist::require_single_gpu(a.model, {a.tp, a.ep});  // --tp 1 --ep 1: the single-GPU path, unchanged
   std::optional<text::Tokenizer> tokenizer;
   if (!a.prompt_text.empty()) tokenizer = text::Tokenizer::from_dir(a.tokenizer_path.empty() ? a.model : a.tokenizer_path);
@@ -195,7 +196,12 @@ int run_generate(const GenerateArgs& a) {
              decoded > 0 ? double(decoded) / r.decode_seconds : 0.0, threads_note);
   if (spec_steps > 0) {
     const int64_t rounds = r.usage.spec_verify_steps;
-    const model::MtpSpeculator::Times t = static_cast<const engine::CpuModelBackend&>(*backend).speculator_times();
+    model::MtpSpeculator::Times t;  // wall times of the speculator's steps (each backend's speculator keeps them)
+    if (const auto* c = dynamic_cast<const engine::CpuModelBackend*>(backend.get())) t = c->speculator_times();
+#if defined(FP4MOE_HAVE_GPU_RUNNER)
+    if (auto* g = dynamic_cast<engine::gpu::CudaModelBackend*>(backend.get()); g && g->speculator())
+      t = g->speculator()->times;
+#endif
     std::string hist;
     for (size_t i = 0; i < counter.accept_length.size(); ++i)
       hist += fmt::format("{}{}:{}", i ? " " : "", i + 1, counter.accept_length[i]);
@@ -273,7 +279,7 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
   app.add_option("--dump-mtp-logits", a->dump_mtp_logits,
                  "write tokens I32 [P] and mtp_logits F32 [P-1, vocab] here: row i = the MTP layer's logits given the "
-                 "target's hidden state at prompt position i and token i+1 (cpu backend)");
+                 "target's hidden state at prompt position i and token i+1 (cpu and cuda backends)");
   run = [a] { return run_generate(*a); };
 }
 

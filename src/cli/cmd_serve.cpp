@@ -40,7 +40,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "Fraction of device memory for weights + workspaces + KV pool (default 0.88)")
       ->check(CLI::Range(0.01, 0.99));
   app.add_option("--page-size", o->page_size, "Tokens per KV page")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--cuda-graph-max-bs", o->cuda_graph_max_bs, "Largest CUDA-graph batch (default: --max-running-requests)")
+  app.add_option("--cuda-graph-max-bs", o->cuda_graph_max_bs, "Largest CUDA-graph batch in requests (default: --max-running-requests; with "
+                 "--speculative-algorithm the verify steps of that many requests, (N + 1) rows each, are captured)")
       ->check(CLI::Range(0, 65536));
   app.add_option("--context-length", o->context_length, "Tokens per request at most (default: the model's)")
       ->check(CLI::Range(2, 1 << 30));

@@ -5,9 +5,10 @@
 namespace fp4moe::engine {
 
 const char* const kSpeculativeAlgorithmHelp =
-    "NEXTN (EAGLE: the same): speculative decoding with the checkpoint's MTP layer as the draft (CPU backend; a "
-    "checkpoint without one is refused). Greedy output is unchanged token for token; sampled output keeps the "
-    "target's distribution (rejection sampling)";
+    "NEXTN (EAGLE: the same): speculative decoding with the checkpoint's MTP layer as the draft (cpu and cuda "
+    "backends; a checkpoint without one is refused). Greedy output is unchanged token for token (on cuda: where the "
+    "BF16 logits' top-2 margin allows); sampled output keeps the target's distribution (rejection sampling). A decode "
+    "round is ONE draft/verify round: --num-continuous-decode-steps must be 1 with it";
 const char* const kSpeculativeNumStepsHelp = "MTP draft steps per draft/verify round, 1..16 (default 3)";
 const char* const kSpeculativeEagleTopkHelp = "draft branches per step: 1 only (a chain; draft trees are not offered)";
 const char* const kSpeculativeNumDraftTokensHelp =
@@ -30,8 +31,8 @@ int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend,
   FP4MOE_CHECK(f.num_draft_tokens.value_or(n + 1) == n + 1,
                "--speculative-num-draft-tokens {} must be --speculative-num-steps + 1 = {} with a chain draft",
                *f.num_draft_tokens, n + 1);
-  FP4MOE_CHECK(backend == "cpu",
-               "--speculative-algorithm: the {} backend does not run the MTP draft yet (--backend cpu does)", backend);
+  FP4MOE_CHECK(backend == "cpu" || backend == "cuda",
+               "--speculative-algorithm: the {} backend does not run the MTP draft (--backend cpu and cuda do)", backend);
   FP4MOE_CHECK(continuous_decode_steps == 1,
                "--speculative-algorithm with --num-continuous-decode-steps {}: a decode round is one draft/verify round "
                "(up to N + 1 tokens per request); set --num-continuous-decode-steps 1",

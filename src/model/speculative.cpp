@@ -43,18 +43,39 @@ SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<do
   return {draw_from(mass > 0.0 ? resid : p, u_residual), false};
 }
 
-MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps) : model_(model), kv_(kv), n_(num_steps) {
+ModelSpecSteps::ModelSpecSteps(Model& model, HostKvPool& kv) : model_(model), kv_(kv) {
   FP4MOE_CHECK(model.has_mtp(), "speculative decoding needs the checkpoint's MTP layer (model.layers.{}.*), and it has none",
                model.config().num_layers);
-  FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
   FP4MOE_CHECK(kv.geometry().num_layers == model.config().num_layers + 1,
                "speculative decoding: the KV pool has {} layers, expected {} (the MTP layer's included)",
                kv.geometry().num_layers, model.config().num_layers + 1);
 }
 
+void ModelSpecSteps::verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows,
+                            const TensorView& logits, float* hidden) {
+  StepExtras x;
+  x.final_hidden = hidden;
+  x.absorbed = true;
+  model_.step(tokens, b, kv_, rows, logits, nullptr, x);
+}
+
+void ModelSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                         const std::vector<int32_t>& rows, const TensorView& logits, float* h_out) {
+  model_.mtp_step(tokens, h_in, b, kv_, rows, logits, h_out);
+}
+
+MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps)
+    : own_(std::make_unique<ModelSpecSteps>(model, kv)), steps_(*own_), n_(num_steps) {
+  FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
+}
+
+MtpSpeculator::MtpSpeculator(SpecSteps& steps, int32_t num_steps) : steps_(steps), n_(num_steps) {
+  FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
+}
+
 void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int32_t> tokens, const float* hidden,
                                     int32_t next, std::span<const int32_t> pages, bool keep_logits) {
-  const int64_t H = model_.config().hidden;
+  const int64_t H = steps_.config().hidden;
   const int32_t n = int32_t(tokens.size());
   if (n == 0) return;
   State& s = state_[id];
@@ -93,7 +114,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 void MtpSpeculator::run_queued() {
   if (queue_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t H = model_.config().hidden, V = model_.config().vocab;
+  const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   std::vector<uint64_t> ids;
   for (const auto& [id, q] : queue_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
@@ -123,8 +144,8 @@ void MtpSpeculator::run_queued() {
     if (q.keep) kept_[id].start = q.p0;
   }
   queue_.clear();
-  model_.mtp_step(TensorView::of(tokens.data(), {T}), hin.data(), b, kv_, rows,
-                  TensorView::of(logits.data(), {int64_t(rows.size()), V}), hout.data());
+  steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows,
+             TensorView::of(logits.data(), {int64_t(rows.size()), V}), hout.data());
   for (size_t i = 0; i < ids.size(); ++i) {
     State& s = state_[ids[i]];
     const int64_t k = last[i], row = rows[size_t(k)];
@@ -149,7 +170,7 @@ std::vector<float> MtpSpeculator::take_logits(uint64_t id, int32_t* start) {
 }
 
 std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>& reqs) {
-  const int64_t H = model_.config().hidden, V = model_.config().vocab;
+  const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   const size_t R = reqs.size();
   std::vector<SpecRoundResult> out(R);
   std::vector<int32_t> n(R, 0);
@@ -208,8 +229,8 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     const int64_t T = int64_t(tokens.size());
     std::vector<float> logits(static_cast<size_t>(T * V)), hout(static_cast<size_t>(T * H));
     const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    model_.mtp_step(TensorView::of(tokens.data(), {T}), hin.data(), b, kv_, rows, TensorView::of(logits.data(), {T, V}),
-                    hout.data());
+    steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows, TensorView::of(logits.data(), {T, V}),
+               hout.data());
     for (size_t i = 0; i < who.size(); ++i) {
       choose(who[i], k, logits.data() + int64_t(i) * V);
       g[who[i]].assign(hout.begin() + int64_t(i) * H, hout.begin() + int64_t(i + 1) * H);
@@ -221,9 +242,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, off(R);
   for (size_t r = 0; r < R; ++r) {
     const SpecRequest& rq = reqs[r];
-    FP4MOE_CHECK(int64_t(rq.pages.size()) * kv_.geometry().page_size >= rq.start + n[r] + 1,
+    FP4MOE_CHECK(int64_t(rq.pages.size()) * steps_.page_size() >= rq.start + n[r] + 1,
                  "speculative round: request {} has pages for {} positions, the round writes {}", rq.id,
-                 int64_t(rq.pages.size()) * kv_.geometry().page_size, rq.start + n[r] + 1);
+                 int64_t(rq.pages.size()) * steps_.page_size(), rq.start + n[r] + 1);
     off[r] = int32_t(tokens.size());
     tokens.push_back(rq.last_token);
     tokens.insert(tokens.end(), drafts[r].begin(), drafts[r].end());
@@ -240,10 +261,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
   {
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    StepExtras x;
-    x.final_hidden = hidden.data();
-    x.absorbed = true;
-    model_.step(TensorView::of(tokens.data(), {T}), b, kv_, rows, TensorView::of(logits.data(), {T, V}), nullptr, x);
+    steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, TensorView::of(logits.data(), {T, V}), hidden.data());
   }
   times.verify += since(t_verify);
   // 3. Accept, 4. the stop / max_new cut, then the MTP layer over the emitted pairs.

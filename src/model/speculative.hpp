@@ -26,11 +26,15 @@
 //      m − 1 with the exact values and gives the next round's first draft.
 // Target KV rows of rejected positions lie beyond the request's length: never read, and
 // overwritten by the next step (the roll-back is the length).
+// The round runs on the host over a backend's two steps (SpecSteps): the CPU model's
+// (ModelSpecSteps, below) or the GPU runner's (backend/cuda/gpu_spec_steps.hpp); the draws and
+// acceptance are this file's on every backend.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -80,10 +84,45 @@ struct SampledVerdict {
 SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u_accept,
                               double u_residual);
 
+// The two steps a round runs, over host arrays (tokens I32 [T], logits F32 [rows, vocab], hidden
+// states FP32 [T, hidden]); the KV pool (with the MTP layer's as layer num_layers) is the backend's.
+class SpecSteps {
+ public:
+  virtual ~SpecSteps() = default;
+  virtual const MlaModelConfig& config() const = 0;
+  virtual int64_t page_size() const = 0;
+  // The target over the batch with every row as a one-token decode step would compute it (the
+  // verify step): logits of `rows`, every token's hidden state after the final norm.
+  virtual void verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows,
+                      const TensorView& logits, float* hidden) = 0;
+  // The MTP layer over the batch (Model::mtp_step's contract): h_in [T, hidden] in, h_out out.
+  virtual void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
+                   const TensorView& logits, float* h_out) = 0;
+};
+
+// The CPU model's steps (Model::step with StepExtras::absorbed, Model::mtp_step) over a host pool.
+class ModelSpecSteps final : public SpecSteps {
+ public:
+  // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
+  ModelSpecSteps(Model& model, HostKvPool& kv);
+  const MlaModelConfig& config() const override { return model_.config(); }
+  int64_t page_size() const override { return kv_.geometry().page_size; }
+  void verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows, const TensorView& logits,
+              float* hidden) override;
+  void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
+           const TensorView& logits, float* h_out) override;
+
+ private:
+  Model& model_;
+  HostKvPool& kv_;
+};
+
 class MtpSpeculator {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
   MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps);
+  // Any backend's steps (kept by reference).
+  MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }
   DraftOverride draft_override;  // tests only
   // Wall seconds since construction: chained draft steps, verify steps, MTP steps over emitted / prompt pairs.
@@ -131,8 +170,8 @@ class MtpSpeculator {
     int32_t start = 0;
     std::vector<float> logits;
   };
-  Model& model_;
-  HostKvPool& kv_;
+  std::unique_ptr<SpecSteps> own_;  // the CPU model's, when constructed from one
+  SpecSteps& steps_;
   int32_t n_;
   std::unordered_map<uint64_t, State> state_;
   std::unordered_map<uint64_t, Queued> queue_;

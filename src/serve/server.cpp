@@ -103,6 +103,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     r.max_total_tokens = o.max_total_tokens;
     r.cuda_graph_max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : -1;  // 0: up to --max-running-requests
     r.attention_kernels = engine::gpu::parse_attention_kernels(o.attention_kernels);
+    c.speculative_steps = engine::speculative_steps(o.speculative, o.backend, o.num_continuous_decode_steps);
     // Sized so that every round the scheduler makes runs on the device: K steps per call, and
     // each request's stop ids (the API's most plus the EOS ids) — engine/decode_capacity.hpp.
     const engine::DecodeCapacity cap = engine::serve_decode_capacity(o.num_continuous_decode_steps, codec.eos_ids().size());

@@ -12,7 +12,23 @@
 namespace fp4moe::engine::gpu {
 
 CudaModelBackend::CudaModelBackend(const CudaModelBackendOptions& options) : opt_(options) {
-  runner_ = GpuRunner::load(opt_.model_dir, opt_.runner);
+  RunnerOptions ro = opt_.runner;
+  const int32_t N = opt_.speculative_steps;
+  FP4MOE_CHECK(N >= 0 && N <= 16, "--speculative-num-steps {} must be in [1, 16]", N);
+  opt_.mtp_layer = opt_.mtp_layer || N > 0;
+  ro.mtp = opt_.mtp_layer;
+  if (N > 0) {  // a verify step of R·(N + 1) one-token rows (gpu_spec_steps.hpp)
+    ro.max_requests = ro.max_requests * (N + 1);
+    ro.max_tokens = std::max(ro.max_tokens, ro.max_requests);
+    if (ro.min_tokens > 0) ro.min_tokens = std::max(ro.min_tokens, ro.max_requests);
+    if (ro.cuda_graph_max_bs > 0) ro.cuda_graph_max_bs *= N + 1;  // graphs for the verify steps of that many requests
+  }
+  runner_ = GpuRunner::load(opt_.model_dir, ro);
+  if (opt_.mtp_layer) {
+    spec_steps_ = std::make_unique<GpuSpecSteps>(*runner_);
+    spec_ = std::make_unique<model::MtpSpeculator>(*spec_steps_, std::max(N, 1));
+    spec_->draft_override = opt_.draft_override;
+  }
   size_t free_b = 0, total_b = 0;
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   device_bytes_ = int64_t(total_b);
@@ -34,7 +50,8 @@ BackendInfo CudaModelBackend::info() const {
   i.default_mem_fraction = runner_->options().mem_fraction_static;
   i.kv_pool_tokens = runner_->num_pages() * runner_->page_size();
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
-  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden);  // step(): every row's logits, the eager step's hidden states
+  // step(): every row's logits, the eager step's hidden states; the MTP layer's logits with it
+  i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
   return i;
 }
 
@@ -131,9 +148,11 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
   so.expert_counts = counts ? &counts_ : nullptr;
   so.logits = (any_dump & kDumpLogits) ? &logits_ : nullptr;
   so.hidden = (any_dump & kDumpHidden) ? &hidden_ : nullptr;
+  so.final_hidden = spec_ ? &final_hidden_ : nullptr;
   runner_->step(in, so);
   if (counts) report_counts(1);
   if (any_dump) dump_rows(batch, in);
+  const size_t first = out.size();
   for (size_t k = 0; k < rows_.size(); ++k) {
     if (greedy) {
       GeneratedToken t;
@@ -143,9 +162,85 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
       out.push_back(std::move(sampled_[k]));
     }
   }
+  if (!spec_) return;
+  // The MTP layer over the pairs this step completed (the next round's first draft), as the CPU
+  // backend does. An error here fails the step's requests (their MTP state is dropped with them).
+  try {
+    const int64_t H = runner_->config().hidden;
+    size_t s = first;
+    for (int32_t r = 0; r < n; ++r) {
+      const int32_t next = batch.sample[size_t(r)] ? out[s++].id : -1;
+      spec_->add_target_rows(batch.request_ids[size_t(r)], batch.start(r), batch.request_tokens(r),
+                             final_hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next,
+                             batch.page_table(r), (batch.dump.empty() ? 0 : batch.dump[size_t(r)]) & kDumpMtpLogits);
+    }
+    spec_->run_queued();
+    for (int32_t r = 0; r < n && !batch.dump.empty(); ++r) {  // the MTP logits of the pairs this step completed
+      if (!(batch.dump[size_t(r)] & kDumpMtpLogits)) continue;
+      RowDump d;
+      d.request = r;
+      d.what = kDumpMtpLogits;
+      d.width = int32_t(runner_->config().vocab);
+      d.data = spec_->take_logits(batch.request_ids[size_t(r)], &d.start);
+      d.rows = int32_t(d.data.size() / size_t(d.width));
+      if (d.rows > 0) batch.dumps->push_back(std::move(d));
+    }
+  } catch (const Error& e) {
+    out.resize(first);
+    for (int32_t r = 0; r < n; ++r) spec_->forget(batch.request_ids[size_t(r)]);
+    throw StepError(e.what());
+  }
+}
+
+void CudaModelBackend::speculative_decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps,
+                                          DecodeOutput& out) {
+  const int32_t n = batch.num_requests();
+  std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) {
+    if (batch.sampling[size_t(r)].allowed_tokens)
+      throw StepError("cuda backend: a speculative round cannot apply grammar masks (constrained requests run one "
+                      "step per round)",
+                      {batch.request_ids[size_t(r)]});
+    FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "speculative decode: request {} is not decoding",
+                 batch.request_ids[size_t(r)]);
+    const SampleSpec& sp = batch.sampling[size_t(r)];
+    FP4MOE_CHECK(sp.params, "sampling without parameters");
+    model::SpecRequest& q = reqs[size_t(r)];
+    q.id = batch.request_ids[size_t(r)];
+    q.start = batch.start(r);
+    q.last_token = batch.request_tokens(r)[0];
+    q.pages = batch.page_table(r);
+    q.max_new = std::min(limits.max_new[size_t(r)], steps);
+    q.stop_ids = limits.stop_ids[size_t(r)];
+    q.sampling = *sp.params;
+    q.prompt = sp.prompt;
+    q.generated.assign(sp.generated.begin(), sp.generated.end());
+    q.output_index = uint64_t(sp.output_index);
+  }
+  std::vector<model::SpecRoundResult> res;
+  try {
+    res = spec_->round(reqs);
+  } catch (const Error& e) {
+    for (const model::SpecRequest& q : reqs) spec_->forget(q.id);
+    throw StepError(e.what());
+  }
+  out.tokens.assign(size_t(n), {});
+  for (int32_t r = 0; r < n; ++r) {
+    for (const cpu::SampledToken& s : res[size_t(r)].tokens) {
+      GeneratedToken g;
+      g.id = s.token;
+      g.logprob = s.logprob;
+      for (const auto& [id, lp] : s.top) g.top.push_back({id, lp});
+      out.tokens[size_t(r)].push_back(std::move(g));
+    }
+    if (observer_)
+      observer_->on_speculative(res[size_t(r)].drafted, res[size_t(r)].accepted, int32_t(res[size_t(r)].tokens.size()));
+  }
 }
 
 void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {
+  FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
+  if (spec_ && opt_.speculative_steps > 0) return speculative_decode(batch, limits, steps, out);
   const int32_t n = batch.num_requests();
   const RunnerOptions& ro = runner_->options();
   // Every round runs on the device: one the runner was not sized for is refused (the requests
@@ -165,7 +260,6 @@ void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits
     rows_.push_back(row_sampling(batch.sampling[size_t(r)]));
     greedy = greedy && plain_greedy(rows_.back().params);
   }
-  FP4MOE_CHECK(kv_ready_, "cuda backend: decode before init_kv");
   DecodeInput in;
   const StepInput first = view(batch);
   in.tokens = first.tokens;

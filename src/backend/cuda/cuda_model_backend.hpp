@@ -17,6 +17,14 @@
 // /metrics' tokens per expert come from the runner's per-layer device counts. Dumps
 // (RequestSpec::dump, `fp4moe generate --dump-logits / --dump-hidden`): the logits of every token
 // of the request (the runner must allow that many logits rows) and the eager step's hidden states.
+// Speculative decoding (speculative_steps N >= 1, `--speculative-algorithm NEXTN`): the runner
+// loads the MTP layer and allows (N + 1)x the requests per step (the verify step's rows; the
+// decode graphs' cap, RunnerOptions::cuda_graph_max_bs, is scaled alike); a
+// decode call is one draft/verify round of model::MtpSpeculator over the runner's steps
+// (gpu_spec_steps.hpp: the draft steps and the verify step — a decode step of R·(N+1) rows —
+// graph-replayed within the buckets, the MTP catch-up eager), the draws and acceptance on the host; every
+// step() feeds the MTP layer the pairs it completed. Constrained requests are refused in a round
+// (StepError), as in a K-step decode.
 #pragma once
 
 #include <memory>
@@ -25,12 +33,19 @@
 
 #include "engine/backend.hpp"
 #include "backend/cuda/gpu_runner.hpp"
+#include "backend/cuda/gpu_spec_steps.hpp"
+#include "model/speculative.hpp"
 
 namespace fp4moe::engine::gpu {
 
 struct CudaModelBackendOptions {
   std::string model_dir;
   RunnerOptions runner;  // max_tokens / max_requests bound every step the engine may send
+  int32_t speculative_steps = 0;        // --speculative-num-steps with --speculative-algorithm NEXTN; 0: off
+  // Load and run the MTP layer (implied by speculative_steps > 0; `generate --dump-mtp-logits`
+  // without speculation): every step feeds it its pairs; RowDump kDumpMtpLogits on request.
+  bool mtp_layer = false;
+  model::DraftOverride draft_override;  // tests (model/speculative.hpp)
 };
 
 class CudaModelBackend : public Backend {
@@ -42,11 +57,18 @@ class CudaModelBackend : public Backend {
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
   void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
   const GpuRunner& runner() const { return *runner_; }
+  // Speculative decoding's steps and speculator (null when off).
+  const GpuSpecSteps* spec_steps() const { return spec_steps_.get(); }
+  model::MtpSpeculator* speculator() { return spec_.get(); }
   GpuRunner& runner() { return *runner_; }
 
  private:
   CudaModelBackendOptions opt_;
   std::unique_ptr<GpuRunner> runner_;
+  std::unique_ptr<GpuSpecSteps> spec_steps_;
+  std::unique_ptr<model::MtpSpeculator> spec_;
+  std::vector<float> final_hidden_;  // speculative: the step's rows after the final norm
+  void speculative_decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out);
   int64_t device_bytes_ = 0;
   bool kv_ready_ = false;
   // Per-step host buffers (reused).

@@ -11,7 +11,18 @@
 namespace fp4moe::engine::gpu {
 namespace {
 
-const char* kNoMtp = "the CUDA op set has no MTP layer (the GPU runner does not load model.layers.{num_layers})";
+const char* kNoMtp =
+    "the CUDA op set has no MTP layer: the GPU runner was loaded without it (RunnerOptions::mtp; "
+    "model.layers.{num_layers})";
+
+// "" when v is a BF16 cuda view of rows x cols with unit column stride (rows may be strided).
+std::string bf16_rows(const TensorView& v, int64_t rows, int64_t cols, const char* what) {
+  if (v.device != Device::Cuda || v.dtype != DType::BF16 || v.ndim != 2 || v.size(0) != rows || v.size(1) != cols ||
+      v.strides[1] != 1)
+    return fmt::format("the CUDA op set takes {} as BF16[{}, {}] cuda (rows may be strided), got {}", what, rows, cols,
+                       v.describe());
+  return {};
+}
 
 }  // namespace
 
@@ -30,7 +41,7 @@ std::string CudaOps::activation(const TensorView& v, const char* what, DType dt)
 // ---- can_implement ----
 
 std::string CudaOps::can_implement(const model::EmbedArgs& a) const {
-  if (a.table != model::Table::Target) return kNoMtp;
+  if (a.table != model::Table::Target && !m_.mtp) return kNoMtp;
   if (a.tokens.device != Device::Cuda || a.tokens.dtype != DType::I32 || a.tokens.ndim != 1 || a.tokens.size(0) != T_)
     return fmt::format("the CUDA op set takes tokens as I32[{}] cuda, got {}", T_, a.tokens.describe());
   return activation(a.x, "the embeddings", DType::F32);
@@ -38,17 +49,30 @@ std::string CudaOps::can_implement(const model::EmbedArgs& a) const {
 
 std::string CudaOps::can_implement(const model::RmsNormArgs& a) const {
   using model::NormRole;
-  if (a.ref.mtp || (a.role != NormRole::Input && a.role != NormRole::PostAttention && a.role != NormRole::Final))
-    return kNoMtp;
-  if (a.role != NormRole::Final && (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size())))
+  const bool mtp_role = a.role == NormRole::MtpEmbed || a.role == NormRole::MtpHidden || a.role == NormRole::MtpSharedHead;
+  if ((a.ref.mtp || mtp_role) && !m_.mtp) return kNoMtp;
+  if (a.role == NormRole::MtpEmbed || a.role == NormRole::MtpHidden) {
+    // [enorm(e) | hnorm(h)]: into a column half of eh_proj's input; hnorm's input h is the
+    // target's final-norm state as the runner keeps it (BF16).
+    const int64_t H = m_.cfg.hidden;
+    std::string why = a.role == NormRole::MtpEmbed ? activation(a.x, "the MTP embedding", DType::F32)
+                                                   : activation(a.x, "the MTP input state", DType::BF16);
+    if (!why.empty()) return why;
+    return bf16_rows(a.y, T_, H, "an MTP norm's output");
+  }
+  if (!a.ref.mtp && a.role != NormRole::Final && a.role != NormRole::MtpSharedHead &&
+      (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size())))
     return fmt::format("norm of layer {}: the runner has {} layers", a.ref.layer, m_.layers.size());
   if (std::string why = activation(a.x, "a norm's input", DType::F32); !why.empty()) return why;
   return activation(a.y, "a norm's output", DType::BF16);
 }
 
 std::string CudaOps::can_implement(const model::AttentionArgs& a) const {
-  if (a.ref.mtp) return kNoMtp;
-  if (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size()))
+  if (a.ref.mtp && !m_.mtp) return kNoMtp;
+  if (a.ref.mtp && a.indexer != m_.mtp->indexer)
+    return fmt::format("the MTP layer's attention was asked with indexer kind {}, its weights have {}", int(a.indexer),
+                       int(m_.mtp->indexer));
+  if (!a.ref.mtp && (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size())))
     return fmt::format("attention of layer {}: the runner has {} layers", a.ref.layer, m_.layers.size());
   if (std::string why = activation(a.h, "attention's input", DType::BF16); !why.empty()) return why;
   return activation(a.out, "attention's output", DType::BF16);
@@ -60,21 +84,29 @@ std::string CudaOps::can_implement(const model::AddArgs& a) const {
 }
 
 std::string CudaOps::can_implement(const model::FfnArgs& a) const {
-  if (a.ref.mtp) return kNoMtp;
-  if (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size()))
+  if (a.ref.mtp && !m_.mtp) return kNoMtp;
+  if (!a.ref.mtp && (a.ref.layer < 0 || a.ref.layer >= int64_t(m_.layers.size())))
     return fmt::format("FFN of layer {}: the runner has {} layers", a.ref.layer, m_.layers.size());
-  if (a.moe != m_.layers[size_t(a.ref.layer)].is_moe)
+  if (a.moe != m_.layer(a.ref).is_moe)
     return fmt::format("layer {} is {}, the FFN op was asked for {}", a.ref.layer,
-                       m_.layers[size_t(a.ref.layer)].is_moe ? "MoE" : "dense", a.moe ? "MoE" : "dense");
+                       m_.layer(a.ref).is_moe ? "MoE" : "dense", a.moe ? "MoE" : "dense");
   if (std::string why = activation(a.h, "the FFN input", DType::BF16); !why.empty()) return why;
   if (std::string why = activation(a.o, "the FFN scratch", DType::BF16); !why.empty()) return why;
   return activation(a.x, "the residual", DType::F32);
 }
 
-std::string CudaOps::can_implement(const model::LinearArgs&) const { return kNoMtp; }
+std::string CudaOps::can_implement(const model::LinearArgs& a) const {
+  if (!m_.mtp) return kNoMtp;
+  if (a.role != model::LinearRole::MtpEhProj) return fmt::format("linear role {}: not the CUDA op set's", int(a.role));
+  const int64_t H = m_.cfg.hidden;
+  if (a.x.device != Device::Cuda || a.x.dtype != DType::BF16 || a.x.ndim != 2 || a.x.size(0) != T_ ||
+      a.x.size(1) != 2 * H || !a.x.is_contiguous())
+    return fmt::format("the CUDA op set takes eh_proj's input as BF16[{}, {}] cuda, got {}", T_, 2 * H, a.x.describe());
+  return activation(a.y, "eh_proj's output (the MTP block's residual)", DType::F32);
+}
 
 std::string CudaOps::can_implement(const model::HeadArgs& a) const {
-  if (a.table != model::Table::Target) return kNoMtp;
+  if (a.table != model::Table::Target && !m_.mtp) return kNoMtp;
   if (std::string why = activation(a.h, "the head's input", DType::BF16); !why.empty()) return why;
   if (a.rows.device != Device::Cuda || a.rows.dtype != DType::I32 || a.rows.ndim != 1)
     return fmt::format("the CUDA op set takes logits rows as I32[n] cuda, got {}", a.rows.describe());
@@ -90,15 +122,30 @@ std::string CudaOps::can_implement(const model::HeadArgs& a) const {
 // ---- run ----
 
 void CudaOps::run(const model::EmbedArgs& a) {
-  embed_rows(m_.embed.ptr(), false, a.tokens.ptr<const int32_t>(), T_, int(m_.cfg.hidden), a.x.ptr<float>(), m_.stream);
+  const bool own = a.table == model::Table::Mtp && m_.mtp->embed.bytes() > 0;  // the MTP layer's own table
+  embed_rows(own ? m_.mtp->embed.ptr() : m_.embed.ptr(), false, a.tokens.ptr<const int32_t>(), T_, int(m_.cfg.hidden),
+             a.x.ptr<float>(), m_.stream);
 }
 
 void CudaOps::run(const model::RmsNormArgs& a) {
+  using model::NormRole;
   const int H = int(m_.cfg.hidden);
-  const DeviceNorm& w = a.role == model::NormRole::Final       ? m_.final_norm
-                        : a.role == model::NormRole::Input     ? m_.layers[size_t(a.ref.layer)].input_norm
-                                                               : m_.layers[size_t(a.ref.layer)].post_norm;
-  rms_norm(a.x.ptr<const float>(), H, T_, H, w.wp(), float(m_.cfg.rms_norm_eps), bf16_bits(a.y), H, m_.stream);
+  const float eps = float(m_.cfg.rms_norm_eps);
+  const DeviceNorm* w = nullptr;
+  switch (a.role) {
+    case NormRole::Final: w = &m_.final_norm; break;
+    case NormRole::Input: w = &m_.layer(a.ref).input_norm; break;
+    case NormRole::PostAttention: w = &m_.layer(a.ref).post_norm; break;
+    case NormRole::MtpEmbed: w = &m_.mtp->enorm; break;
+    case NormRole::MtpHidden: w = &m_.mtp->hnorm; break;
+    case NormRole::MtpSharedHead: w = &m_.mtp->head_norm; break;
+  }
+  const int64_t y_stride = a.y.strides[0];
+  if (a.x.dtype == DType::BF16) {  // hnorm over the target's BF16 state
+    rms_norm(bf16_bits(a.x), H, T_, H, w->wp(), eps, bf16_bits(a.y), y_stride, m_.stream);
+    return;
+  }
+  rms_norm(a.x.ptr<const float>(), H, T_, H, w->wp(), eps, bf16_bits(a.y), y_stride, m_.stream);
 }
 
 void CudaOps::run(const model::AddArgs& a) {
@@ -121,7 +168,8 @@ void CudaOps::run(const model::FfnArgs& a) {
   const cudaStream_t stream = m.stream;
   const int64_t l = a.ref.layer;
   const int T = T_;
-  const DeviceLayer& L = m.layers[size_t(l)];
+  const DeviceLayer& L = m.layer(a.ref);
+  const bool counted = !a.ref.mtp;  // the MTP layer's routing is not a target layer's (no count row)
   const int64_t H = m.cfg.hidden;
   const uint16_t* h = bf16_bits(a.h);
   uint16_t* o = bf16_bits(a.o);
@@ -136,8 +184,8 @@ void CudaOps::run(const model::FfnArgs& a) {
     L.moe->forward(h, T, s.of, ws, stream);
     const MoeRoutingView v = L.moe->routing(ws, T);
     const MoeConfig& mc = L.moe->config();
-    count_layer(l, v.topk_ids, int(mc.top_k));
-    if (choices_) {
+    if (counted) count_layer(l, v.topk_ids, int(mc.top_k));
+    if (choices_ && counted) {
       choices_->router_logits[size_t(l)] = download(v.logits, size_t(T * mc.num_experts), stream);
       choices_->expert_ids[size_t(l)] = download(v.topk_ids, size_t(T * mc.top_k), stream);
     }
@@ -153,8 +201,8 @@ void CudaOps::run(const model::FfnArgs& a) {
     m.blas.batched(true, int(H), T, I, d.w2.ptr(), I, H * I, s.eh, I, int64_t(T) * I, s.ey, true, H, int64_t(T) * H, E,
                    stream);
     moe_dense_combine_f32(s.ey, s.rids, s.rw, nullptr, T, k, int(H), s.of, stream);
-    count_layer(l, s.rids, k);
-    if (choices_) {
+    if (counted) count_layer(l, s.rids, k);
+    if (choices_ && counted) {
       choices_->router_logits[size_t(l)] = download(s.rlogits, size_t(T) * E, stream);
       choices_->expert_ids[size_t(l)] = download(s.rids, size_t(T) * k, stream);
     }
@@ -173,14 +221,17 @@ void CudaOps::count_layer(int64_t l, const int32_t* ids, int k) {
                 c.counts.as<int32_t>() + int64_t(c.moe_slot[size_t(l)]) * c.experts, m_.stream);
 }
 
-void CudaOps::run(const model::LinearArgs&) { FP4MOE_FAIL("{}", kNoMtp); }
+void CudaOps::run(const model::LinearArgs& a) {
+  m_.mtp->eh_proj.run(bf16_bits(a.x), T_, a.y.ptr<float>(), true, m_.lctx());
+}
 
 void CudaOps::run(const model::HeadArgs& a) {
   const int rows = int(a.rows.size(0));
   if (rows == 0) return;
   const int H = int(m_.cfg.hidden);
   gather_rows(bf16_bits(a.h), H, a.rows.ptr<const int32_t>(), rows, m_.s.rows, m_.stream);
-  m_.lm_head.run(m_.s.rows, rows, a.logits.ptr<float>(), true, m_.lctx());
+  const bool own = a.table == model::Table::Mtp && m_.mtp->head;  // the MTP layer's own head
+  (own ? *m_.mtp->head : m_.lm_head).run(m_.s.rows, rows, a.logits.ptr<float>(), true, m_.lctx());
   m_.mark(StepStage::Sampling);
   m_.apply_token_masks(rows);  // grammar masks (rows whose slot is -1 are left alone)
   argmax_rows_f32(a.logits.ptr<float>(), rows, int(m_.cfg.vocab), m_.s.greedy, m_.stream);

@@ -3,7 +3,9 @@
 // forward (T tokens of R requests, the device metadata already uploaded); it only enqueues, so
 // the same ops run eager and under graph capture. Activations: x FP32, h / o BF16 [T, hidden]
 // in the runner's workspace; tokens and logits rows are the step metadata on the device.
-// No MTP layer here (can_implement says so): the CUDA runner does not load it.
+// The MTP layer's ops (its norms, eh_proj, its block, its head) run where the runner loaded it
+// (RunnerOptions::mtp; else can_implement says so): its block's weights and KV layer are
+// GpuRunner::Impl::layer / kv_layer of a LayerRef with mtp set; its MoE routing is not counted.
 #pragma once
 
 #include <cstdint>
@@ -57,9 +59,9 @@ class CudaOps final : public model::Ops {
   void mark(model::Stage stage, int64_t layer) override;
 
  private:
-  // The absorbed attention of layer l over s.ql / s.q's rope part into s.ol (topk: the DSA
+  // The absorbed attention over KV layer kvl, s.ql / s.q's rope part into s.ol (topk: the DSA
   // slots, or null for dense causal attention): the fast kernels where chosen, else the own.
-  void mla(int64_t l, const int32_t* topk);
+  void mla(const KvLayerView& kvl, const int32_t* topk);
   void dense_mlp(const DenseMlp& mlp, const uint16_t* h, uint16_t* out);
   // This step's tokens per expert of MoE layer l from its routing ids [T, k] (real tokens only).
   void count_layer(int64_t l, const int32_t* ids, int k);

@@ -23,7 +23,7 @@ void CudaOps::run(const model::AttentionArgs& args) {
   const int T = T_, R = R_, max_ctx = max_ctx_;
   const uint16_t* h = bf16_bits(args.h);
   const model::MlaModelConfig& c = m.cfg;
-  const DeviceLayer& L = m.layers[size_t(l)];
+  const DeviceLayer& L = m.layer(args.ref);
   const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd,
             C = int(c.kv_lora_rank), V = int(c.v_head_dim), W = N + V;
   const LinearCtx x = m.lctx();
@@ -45,7 +45,7 @@ void CudaOps::run(const model::AttentionArgs& args) {
 
   // Latent: ckv = RMSNorm(kv[:, :C]); kpe = RoPE(kv[:, C:]) in place (or both straight into the
   // cache, in one launch).
-  const KvLayerView& kvl = m.kv_layers[size_t(l)];
+  const KvLayerView& kvl = m.kv_layer(args.ref);
   L.kv_a.run(h, T, s.kva, false, x);
   if (m.fast_latent) {
     cuda::attention::KvLatentPrepArgs la;
@@ -165,8 +165,9 @@ void CudaOps::run(const model::AttentionArgs& args) {
     }
     topk = s.topk_slot;
     m.mark(StepStage::Attention);
-    if (choices_) choices_->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * c.index_topk, stream);
-  } else if (c.indexer[size_t(l)] == model::IndexerKind::Shared) {
+    if (choices_ && !args.ref.mtp)
+      choices_->topk_positions[size_t(l)] = download(s.topk_pos, size_t(T) * c.index_topk, stream);
+  } else if (args.indexer == model::IndexerKind::Shared) {
     topk = s.topk_slot;
   }
 
@@ -175,13 +176,13 @@ void CudaOps::run(const model::AttentionArgs& args) {
   const uint16_t* wkv = L.kv_b.bf16();
   m.blas.batched(false, C, T, N, wkv, C, int64_t(W) * C, s.q, int64_t(NH) * QK, QK, s.ql, false, int64_t(NH) * C, C,
                  NH, stream);
-  mla(l, topk);
+  mla(kvl, topk);
   m.blas.batched(true, V, T, C, wkv + int64_t(N) * C, C, int64_t(W) * C, s.ol, int64_t(NH) * C, C, s.ov, false,
                  int64_t(NH) * V, V, NH, stream);
   L.o.run(s.ov, T, bf16_bits(args.out), false, x);
 }
 
-void CudaOps::mla(int64_t l, const int32_t* topk) {
+void CudaOps::mla(const KvLayerView& kvl, const int32_t* topk) {
   GpuRunner::Impl& m = m_;
   Scratch& s = m.s;
   const cudaStream_t stream = m.stream;
@@ -190,7 +191,6 @@ void CudaOps::mla(int64_t l, const int32_t* topk) {
   const bool decode = decode_;
   const model::MlaModelConfig& c = m.cfg;
   const int NH = int(c.num_heads), N = int(c.qk_nope_dim), Rd = int(c.qk_rope_dim), QK = N + Rd;
-  const KvLayerView& kvl = m.kv_layers[size_t(l)];
   const bool prefill = !topk && !decode && m.prefill_planned;
   if (!m.mla_fast || (!topk && !decode && !prefill)) {
     (m.kv_fp8 ? mla_attention_warp_fp8 : mla_attention_warp_bf16)(s.ql, s.q + N, int64_t(NH) * QK, QK, kvl,

@@ -141,6 +141,8 @@ double StageTimes::total() const {
 GpuRunner::Impl::~Impl() {
   for (auto& [bs, g] : graphs)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  for (auto& [bs, g] : mtp_graphs)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
   if (ev_begin) cudaEventDestroy(ev_begin);
   if (ev_end) cudaEventDestroy(ev_end);
   if (meta_host) cudaFreeHost(meta_host);
@@ -159,9 +161,53 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
   layers.resize(size_t(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const int64_t src = layer_src[size_t(l)];
-    const model::LayerWeights& lw = w.layers[size_t(src)];
-    DeviceLayer& L = layers[size_t(l)];
-    const std::string P = fmt::format("model.layers.{}.", src);
+    load_layer(w.layers[size_t(src)], layers[size_t(l)], fmt::format("model.layers.{}.", src), ld);
+  }
+  final_norm = upload_norm(w.final_norm);
+  ld.progress("lm_head");
+  lm_head = GpuLinear(w.lm_head.w, "lm_head", Tm, ld, true);
+  inv_freq = cuda::DeviceBuffer::from(c.rope.inv_freq);
+  if (opt.mtp) load_mtp(w, ld);
+  ld.finish();
+  weight_bytes = int64_t(ld.bytes());
+}
+
+void GpuRunner::Impl::load_mtp(const model::ModelWeights& w, Loader& ld) {
+  const model::MlaModelConfig& c = cfg;
+  const int64_t Tm = opt.max_tokens, ck_layers = int64_t(w.layers.size());
+  FP4MOE_CHECK(!w.mtp.empty(), "gpu runner: the checkpoint has no MTP layer (model.layers.{}.*; "
+               "num_nextn_predict_layers {})", ck_layers, c.num_nextn_predict_layers);
+  const model::MtpWeights& mw = w.mtp[0];
+  FP4MOE_CHECK(mw.layer.attn.indexer || !c.has_indexer(),
+               "gpu runner: the MTP layer has no indexer weights of its own (model.layers.{}.self_attn.indexer.*): a "
+               "shared top-k has no earlier layer to come from in the draft step", ck_layers);
+  const size_t before = ld.bytes();
+  auto d = std::make_unique<DeviceMtp>();
+  const std::string P = fmt::format("model.layers.{}.", ck_layers);
+  ld.progress(P + "eh_proj");
+  d->enorm = upload_norm(mw.enorm);
+  d->hnorm = upload_norm(mw.hnorm);
+  d->head_norm = upload_norm(mw.shared_head_norm);
+  d->eh_proj = GpuLinear(mw.eh_proj.w, P + "eh_proj", Tm, ld, true);  // FP32 out: the block's residual
+  if (mw.embed) {
+    if (mw.embed->w.format == cpu::LinearFormat::BF16) {
+      d->embed = ld.upload(mw.embed->w.data, size_t(c.vocab * c.hidden) * 2);
+    } else {
+      const std::vector<uint16_t> e = linear_to_bf16(mw.embed->w);
+      d->embed = ld.upload(e.data(), e.size() * 2);
+    }
+  }
+  if (mw.head) d->head.emplace(mw.head->w, P + "shared_head.head", Tm, ld, true);
+  load_layer(mw.layer, d->block, P, ld);
+  d->indexer = mw.layer.attn.indexer ? model::IndexerKind::Full : model::IndexerKind::None;
+  d->bytes = int64_t(ld.bytes() - before);
+  mtp = std::move(d);
+}
+
+void GpuRunner::Impl::load_layer(const model::LayerWeights& lw, DeviceLayer& L, const std::string& P, Loader& ld) {
+  const model::MlaModelConfig& c = cfg;
+  const int64_t Tm = opt.max_tokens;
+  {
     ld.progress(P + "self_attn");
     L.input_norm = upload_norm(lw.input_norm);
     L.post_norm = upload_norm(lw.post_attention_norm);
@@ -191,7 +237,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
       L.mlp.gate = GpuLinear(lw.mlp.gate.w, P + "mlp.gate_proj", Tm, ld, false);
       L.mlp.up = GpuLinear(lw.mlp.up.w, P + "mlp.up_proj", Tm, ld, false);
       L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
-      continue;
+      return;
     }
     MoeLayerWeights mw = moe_layer_for_upload(lw.moe, P + "mlp.experts");
     const bool shared_fp4 = mw.shared_w13 && mw.shared_w13->is_fp4() && mw.shared_w2->is_fp4();
@@ -228,12 +274,6 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
       L.dense_experts = std::move(d);
     }
   }
-  final_norm = upload_norm(w.final_norm);
-  ld.progress("lm_head");
-  lm_head = GpuLinear(w.lm_head.w, "lm_head", Tm, ld, true);
-  inv_freq = cuda::DeviceBuffer::from(c.rope.inv_freq);
-  ld.finish();
-  weight_bytes = int64_t(ld.bytes());
 }
 
 size_t GpuRunner::Impl::replicate_layers() {
@@ -279,6 +319,7 @@ void GpuRunner::Impl::choose_attention() {
   d.index_rope_interleaved = c.index_rope == model::RopeLayout::Interleaved;
   for (int64_t l = 0; l < c.num_layers; ++l)
     d.dsa_layer.push_back(layers[size_t(l)].has_indexer || c.indexer[size_t(l)] == model::IndexerKind::Shared);
+  if (mtp) d.dsa_layer.push_back(mtp->block.has_indexer);
   const tuner::AttentionPlan p =
       tuner::plan_attention(tuner::device_arch(cuda::current_device_ordinal()), tuner::flashinfer_mla_built(), d,
                             opt.attention_kernels);
@@ -320,8 +361,12 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
   d.vocab = c.vocab;
   d.max_inter = c.intermediate;
   d.experts = c.moe.num_experts, d.top_k = c.moe.top_k, d.moe_inter = c.moe.inter;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const model::LayerWeights& lw = w.layers[size_t(layer_src[size_t(l)])];
+  // Every block the runner loads: the target's layers, then the MTP layer's (RunnerOptions::mtp).
+  std::vector<const model::LayerWeights*> blocks;
+  for (int64_t l = 0; l < c.num_layers; ++l) blocks.push_back(&w.layers[size_t(layer_src[size_t(l)])]);
+  if (opt.mtp && !w.mtp.empty()) blocks.push_back(&w.mtp[0].layer);
+  for (const model::LayerWeights* lwp : blocks) {
+    const model::LayerWeights& lw = *lwp;
     d.kv_bytes_per_token += runner_kv_bytes_per_token(1, lw.attn.indexer ? 1 : 0, c.kv_lora_rank, c.qk_rope_dim,
                                                       c.index_head_dim, opt.kv_elem, opt.kv_elem);
     if (!lw.is_moe) continue;
@@ -371,7 +416,11 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
 void GpuRunner::Impl::plan_memory() {
   const model::MlaModelConfig& c = cfg;
   size_t fp4_ws = 0;
-  for (const DeviceLayer& L : layers) {
+  std::vector<const DeviceLayer*> blocks;  // the target's layers and the MTP layer's block
+  for (const DeviceLayer& L : layers) blocks.push_back(&L);
+  if (mtp) blocks.push_back(&mtp->block);
+  for (const DeviceLayer* Lp : blocks) {
+    const DeviceLayer& L = *Lp;
     for (const GpuLinear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
                                &L.mlp.up, &L.mlp.down})
       fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
@@ -381,8 +430,8 @@ void GpuRunner::Impl::plan_memory() {
   }
   auto moe_ws_at = [&](int64_t tokens) {
     size_t b = 0;
-    for (const DeviceLayer& L : layers)
-      if (L.moe) b = std::max(b, L.moe->workspace_bytes(tokens));
+    for (const DeviceLayer* L : blocks)
+      if (L->moe) b = std::max(b, L->moe->workspace_bytes(tokens));
     return b;
   };
   // The plan again with what is measured now (weights and attention workspaces in use, the MoE
@@ -484,8 +533,8 @@ void GpuRunner::Impl::plan_memory() {
   kv_per_token = 0;
   const KvElem elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
   const size_t esz = kv_elem_size(elem);
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    kv_per_token += runner_kv_bytes_per_token(1, layers[size_t(l)].has_indexer ? 1 : 0, C, Rd, D, elem, elem);
+  for (const DeviceLayer* L : blocks)  // (the MTP layer's KV: the pool's layer num_layers)
+    kv_per_token += runner_kv_bytes_per_token(1, L->has_indexer ? 1 : 0, C, Rd, D, elem, elem);
   size_t free_b = 0, total_b = 0;
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t used = int64_t(total_b - free_b);
@@ -511,7 +560,7 @@ void GpuRunner::Impl::plan_memory() {
   kv = cuda::DeviceBuffer(size_t(pages * page_bytes));
   FP4MOE_CUDA_CHECK(cudaMemset(kv.ptr(), 0, kv.bytes()));
   uint8_t* p = kv.as<uint8_t>();
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  for (size_t l = 0; l < blocks.size(); ++l) {
     KvLayerView v;
     v.num_pages = pages;
     v.page_size = opt.page_size;
@@ -522,7 +571,7 @@ void GpuRunner::Impl::plan_memory() {
     const size_t slots = size_t(pages * opt.page_size);
     v.ckv = p, p += slots * C * esz;
     v.kpe = p, p += slots * Rd * esz;
-    if (layers[size_t(l)].has_indexer) {
+    if (blocks[l]->has_indexer) {
       v.index_dim = D;
       v.index_k = p, p += slots * D * esz;
     }
@@ -530,10 +579,13 @@ void GpuRunner::Impl::plan_memory() {
   }
   page_pool = std::make_unique<PagePool>(int32_t(num_pages));  // the engine's allocator: page 0 first, LIFO
   plan_line = fmt::format(
-      "memory plan: weights {:.2f} GB, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token, {}); device "
+      "memory plan: weights {:.2f} GB{}, {}; KV pool {:.2f} GB = {} tokens ({} pages of {}, {} B/token{}, {}); device "
       "{:.1f} GB ({:.2f} GB in use before the load), --mem-fraction-static {}",
-      double(weight_bytes) / 1e9, plan.describe(), double(kv.bytes()) / 1e9, num_pages * opt.page_size, num_pages,
-      opt.page_size, kv_per_token, kv_fp8 ? kv_line : std::string("BF16"), double(total_b) / 1e9,
+      double(weight_bytes) / 1e9,
+      mtp ? fmt::format(" (the MTP layer's {:.3f} GB included)", double(mtp->bytes) / 1e9) : std::string(),
+      plan.describe(), double(kv.bytes()) / 1e9, num_pages * opt.page_size, num_pages, opt.page_size, kv_per_token,
+      mtp ? fmt::format(" over {} + 1 MTP layers", c.num_layers) : std::string(), kv_fp8 ? kv_line : std::string("BF16"),
+      double(total_b) / 1e9,
       double(start_in_use) / 1e9, opt.mem_fraction_static);
   if (int64_t(workspace_bytes) != plan.ws.total())
     plan_line += fmt::format(" (workspace laid out: {:.2f} GB)", double(workspace_bytes) / 1e9);
@@ -593,6 +645,10 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   m.cfg = model::parse_mla_model_config(m.ck->config_json(), m.ck->config(), dir + "/config.json");
   m.choose_kv_elem();  // before the plan: it counts the KV bytes of this element
   const model::ModelWeights w = model::bind_weights(*m.ck, m.cfg);
+  FP4MOE_CHECK(!opt.mtp || !w.mtp.empty(),
+               "gpu runner: the MTP layer was asked for (speculative decoding's draft) and the checkpoint has none "
+               "(model.layers.{}.*; num_nextn_predict_layers {})",
+               m.cfg.num_layers, m.cfg.num_nextn_predict_layers);
   FP4MOE_CHECK(m.cfg.kv_lora_rank % 32 == 0 && m.cfg.kv_lora_rank <= 1024 && m.cfg.qk_rope_dim <= 128,
                "gpu runner: kv_lora_rank {} (a multiple of 32, <= 1024) and qk_rope_head_dim {} (<= 128)",
                m.cfg.kv_lora_rank, m.cfg.qk_rope_dim);
@@ -603,8 +659,9 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   for (const auto& f : m.ck->files())
     for (const TensorInfo& t : f->tensors()) {
       total += t.nbytes();
-      int64_t l = -1;  // MTP layers (past num_layers) are not loaded
-      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) != 1 || l < ck_layers)
+      int64_t l = -1;  // MTP layers (past num_layers) are loaded with RunnerOptions::mtp only (the first)
+      if (std::sscanf(t.name.c_str(), "model.layers.%" SCNd64 ".", &l) != 1 || l < ck_layers ||
+          (opt.mtp && l == ck_layers))
         weight_estimate += t.nbytes();
     }
   const size_t extra = m.replicate_layers();
@@ -634,11 +691,14 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
       m.phase = "uploading the weights";
       Loader ld(opt.quiet ? 0 : total);
       m.load_weights(w, ld);
-      m.description = fmt::format("gpu runner: {} ({}), {} layers{}, hidden {}, vocab {}; {}; uploaded {}", dir,
+      m.description = fmt::format("gpu runner: {} ({}), {} layers{}{}, hidden {}, vocab {}; {}; uploaded {}", dir,
                                   m.cfg.architecture, m.cfg.num_layers,
                                   m.cfg.num_layers > ck_layers
                                       ? fmt::format(" ({} in the checkpoint, MoE layers copied)", ck_layers)
                                       : std::string(),
+                                  m.mtp ? fmt::format(" + the MTP layer ({:.3f} GB, {})", double(m.mtp->bytes) / 1e9,
+                                                      m.mtp->block.is_moe ? "MoE" : "dense")
+                                        : std::string(),
                                   m.cfg.hidden, m.cfg.vocab, w.summary, ld.summary());
     }
     m.phase = "reserving the attention kernels' workspaces";
@@ -680,6 +740,18 @@ const std::string& GpuRunner::plan_line() const { return impl_->plan_line; }
 const std::string& GpuRunner::graph_line() const { return impl_->graph_line; }
 const std::string& GpuRunner::attention_line() const { return impl_->attention_line; }
 bool GpuRunner::fast_attention() const { return impl_->mla_fast != nullptr; }
+bool GpuRunner::has_mtp() const { return impl_->mtp != nullptr; }
+int64_t GpuRunner::mtp_weight_bytes() const {
+  const Impl& m = *impl_;
+  return m.mtp ? m.mtp->bytes + (m.mtp->head ? 0 : int64_t(m.lm_head.bytes)) : 0;
+}
+int64_t GpuRunner::mtp_kv_bytes_per_token() const {
+  const Impl& m = *impl_;
+  if (!m.mtp) return 0;
+  const KvElem e = m.kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
+  return runner_kv_bytes_per_token(1, m.mtp->block.has_indexer ? 1 : 0, m.cfg.kv_lora_rank, m.cfg.qk_rope_dim,
+                                   m.cfg.index_head_dim, e, e);
+}
 const RunnerOptions& GpuRunner::options() const { return impl_->opt; }
 const RunnerStats& GpuRunner::stats() const { return impl_->stats; }
 int64_t GpuRunner::num_pages() const { return impl_->num_pages; }

@@ -93,6 +93,10 @@ struct RunnerOptions {
   int32_t max_decode_steps = 16;      // K of decode_greedy at most
   int32_t max_stop_ids = 16;          // stop ids per request in decode_greedy at most
   AttentionKernels attention_kernels = AttentionKernels::Auto;
+  // Load the MTP layer (model.layers.{num_layers}: speculative decoding's draft): its weights and
+  // its KV layer (the pool's layer num_layers, on the engine's pages) are in the memory plan and
+  // the start-up lines; mtp_step runs it. A checkpoint without one is refused (one line).
+  bool mtp = false;
   // Benchmarks only (`bench step --replicate-layers`): > the checkpoint's layer count runs this
   // many layers, the checkpoint's own followed by copies of its MoE layers in turn, each copy its
   // own device memory (so a 3 dense + 2 MoE checkpoint times as 3 dense + 10 MoE layers).
@@ -155,6 +159,25 @@ struct StepOutput {
   // rows with logprobs_top_n >= 0); required with it. `logits` (when set) are read before the
   // sampler applies penalties in place.
   std::vector<GeneratedToken>* sampled = nullptr;
+  // [T, hidden] every real token's state after the final norm (the BF16 activation as FP32; the
+  // MTP layer's input), graph replay or eager, when set.
+  std::vector<float>* final_hidden = nullptr;
+};
+
+// One MTP step (GpuRunner::mtp_step, model::Model::mtp_step's contract): flat token t at
+// position p = batch.positions[t] is the token after p, h_in[t] the target's state at p after
+// its final norm (host FP32 [T, hidden], rounded to BF16 on the device); the MTP layer writes its
+// KV (pool layer num_layers) at p and returns the logits of logits_rows and/or its own output
+// states (after shared_head.norm).
+struct MtpStepInput {
+  const int32_t* tokens = nullptr;
+  const float* h_in = nullptr;
+  KvBatchView batch;
+  std::vector<int32_t> logits_rows;
+};
+struct MtpStepOutput {
+  std::vector<float>* logits = nullptr;  // [rows, vocab] when set
+  std::vector<float>* hidden = nullptr;  // [T, hidden] when set
 };
 
 // K greedy decode steps in one call (decode_greedy): every request has one token (its last
@@ -228,6 +251,15 @@ class GpuRunner {
   void decode_sampled(const DecodeInput& in, std::vector<int32_t>& tokens_out, std::vector<int32_t>& produced,
                       std::vector<GeneratedToken>* details = nullptr, std::vector<int32_t>* expert_counts = nullptr,
                       std::vector<float>* last_logits = nullptr);
+
+  // The MTP layer (RunnerOptions::mtp): eager, one metadata upload, results read back once.
+  // Throws (one line) on a bad batch or without the layer, before launching anything.
+  bool has_mtp() const;
+  void mtp_step(const MtpStepInput& in, const MtpStepOutput& out);
+  // The weight bytes one MTP step reads (its layer's, and lm_head's when it has no head of its
+  // own; all its routed experts counted) and its KV bytes per token; 0 without the layer.
+  int64_t mtp_weight_bytes() const;
+  int64_t mtp_kv_bytes_per_token() const;
 
   // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
   int64_t num_moe_layers() const;

@@ -102,6 +102,18 @@ struct DeviceLayer {
   std::optional<DenseMlp> shared;              // a shared expert run as a dense MLP
 };
 
+// The MTP layer (model.layers.{num_layers}; RunnerOptions::mtp): x = eh_proj([enorm(embed(t)) |
+// hnorm(h)]), its decoder block (KV layer num_layers of the pool), shared_head.norm, its head.
+struct DeviceMtp {
+  DeviceNorm enorm, hnorm, head_norm;
+  GpuLinear eh_proj;                 // [hidden, 2·hidden], FP32 out into the residual
+  cuda::DeviceBuffer embed;          // its own embedding [vocab, H] BF16, or empty: the model's
+  std::optional<GpuLinear> head;     // its own head, or none: lm_head
+  DeviceLayer block;
+  model::IndexerKind indexer = model::IndexerKind::None;  // its own ("full") or none
+  int64_t bytes = 0;                 // device bytes of its weights
+};
+
 // Byte offsets of the step workspace's buffers (for max_tokens tokens).
 struct Scratch {
   float* x = nullptr;          // [T, H] residual (FP32)
@@ -232,6 +244,12 @@ struct GpuRunner::Impl {
   std::vector<DeviceLayer> layers;
   DeviceNorm final_norm;
   GpuLinear lm_head;
+  std::unique_ptr<DeviceMtp> mtp;  // RunnerOptions::mtp: the MTP layer (its KV: kv_layers[num_layers])
+  // The weights and KV layer of a decoder block: a target layer, or the MTP layer's.
+  const DeviceLayer& layer(model::LayerRef r) const { return r.mtp ? mtp->block : layers[size_t(r.layer)]; }
+  const KvLayerView& kv_layer(model::LayerRef r) const {
+    return kv_layers[r.mtp ? size_t(cfg.num_layers) : size_t(r.layer)];
+  }
   cuda::DeviceBuffer inv_freq;  // [R/2] FP32
   int64_t weight_bytes = 0;
 
@@ -321,6 +339,7 @@ struct GpuRunner::Impl {
 
   // Graphs per decode bucket.
   std::map<int64_t, GraphEntry> graphs;
+  std::map<int64_t, GraphEntry> mtp_graphs;  // the MTP layer's draft steps (one token per request), same buckets
   bool graphs_enabled = true;
   bool said_eager = false;
 
@@ -328,6 +347,16 @@ struct GpuRunner::Impl {
   // Checkpoint layer of each runner layer (the identity unless opt.replicate_layers).
   std::vector<int64_t> layer_src;
   void load_weights(const model::ModelWeights& w, Loader& loader);
+  // One decoder block's weights (a target layer or the MTP layer's block); P: its tensor prefix.
+  void load_layer(const model::LayerWeights& lw, DeviceLayer& L, const std::string& P, Loader& ld);
+  // RunnerOptions::mtp: the MTP layer's weights (an Error, one line, when the checkpoint has none).
+  void load_mtp(const model::ModelWeights& w, Loader& ld);
+  // The MTP layer over the uploaded metadata (T tokens of R requests), its input hidden states
+  // already in s.o (BF16): enqueue only (its output states stay in s.h), so it is captured too.
+  void forward_mtp(int T, int R, int rows, int max_ctx, bool decode);
+  void capture_mtp_graphs(const std::vector<int64_t>& buckets);  // after capture_graphs (gpu_mtp.cpp)
+  void run_mtp(const MtpStepInput& in, const MtpStepOutput& out);  // GpuRunner::mtp_step
+  std::vector<uint16_t> h_stage;  // host BF16 [T, hidden]: StepOutput::final_hidden down, MtpStepInput::h_in up
   // opt.replicate_layers: extends cfg and layer_src; returns the extra bytes to upload.
   size_t replicate_layers();
   void plan_memory();

@@ -3,6 +3,7 @@
 // back; graph capture per batch-size bucket.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -181,13 +182,15 @@ void GpuRunner::Impl::capture_graphs() {
     FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
     graphs[B] = e;
   }
+  capture_mtp_graphs(buckets);  // the MTP layer's draft steps (RunnerOptions::mtp), gpu_mtp.cpp
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   FP4MOE_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
   stats.graph_capture_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats.graph_bytes = int64_t(free0) - int64_t(free1);
-  graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}) captured in {:.2f} s, {:.3f} GB of device "
+  graph_line = fmt::format("cuda graphs: {} decode buckets (batch 1 .. {}){} captured in {:.2f} s, {:.3f} GB of device "
                            "memory (the memory plan kept ~{:.3f} GB free for them beside the KV pool); eager above {}",
-                           buckets.size(), gmax, stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
+                           buckets.size(), gmax, mtp_graphs.empty() ? "" : " and the MTP layer's draft steps in each",
+                           stats.graph_capture_seconds, double(stats.graph_bytes) / 1e9,
                            double(plan.graph_bytes) / 1e9, gmax);
 }
 
@@ -280,6 +283,10 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(out.logits->data(), m.s.logits, out.logits->size() * 4, cudaMemcpyDeviceToHost,
                                       m.stream));
   }
+  if (out.final_hidden) {  // s.h after the final norm (the head gathers from it; nothing writes it after)
+    m.h_stage.resize(size_t(T * m.cfg.hidden));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(m.h_stage.data(), m.s.h, m.h_stage.size() * 2, cudaMemcpyDeviceToHost, m.stream));
+  }
   if (out.greedy && rows > 0) {
     out.greedy->resize(size_t(rows));
     FP4MOE_CUDA_CHECK(
@@ -296,6 +303,13 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_end, m.stream));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (out.expert_counts) out.expert_counts->assign(c.counts_host.p, c.counts_host.p + nc);
+  if (out.final_hidden) {
+    out.final_hidden->resize(m.h_stage.size());
+    for (size_t i = 0; i < m.h_stage.size(); ++i) {
+      const uint32_t u = uint32_t(m.h_stage[i]) << 16;
+      std::memcpy(&(*out.final_hidden)[i], &u, 4);
+    }
+  }
   if (ns > 0) {
     out.sampled->clear();
     for (int64_t i = 0; i < ns; ++i) out.sampled->push_back(m.sampled_token(sl, 1, 0, i));

@@ -1,0 +1,53 @@
+#include "backend/cuda/gpu_spec_steps.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace fp4moe::engine::gpu {
+
+GpuSpecSteps::GpuSpecSteps(GpuRunner& runner) : runner_(runner) {
+  FP4MOE_CHECK(runner.has_mtp(), "speculative decoding on the GPU: the runner was loaded without the MTP layer");
+}
+
+void GpuSpecSteps::verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows,
+                          const TensorView& logits, float* hidden) {
+  const int64_t T = b.num_tokens, V = runner_.config().vocab, H = runner_.config().hidden;
+  FP4MOE_CHECK(int64_t(rows.size()) == T, "gpu verify: {} logits rows for {} tokens (every row is asked for)",
+               rows.size(), T);
+  for (int64_t i = 0; i < T; ++i) FP4MOE_CHECK(rows[size_t(i)] == i, "gpu verify: logits row {} is {}", i, rows[size_t(i)]);
+  const DecodeRows d = decode_rows(b, runner_.page_size());
+  StepInput in;
+  in.tokens = tokens.ptr<const int32_t>();
+  in.batch = d.view(b);
+  in.logits_rows = rows;
+  StepOutput out;
+  out.logits = &logits_;
+  out.final_hidden = &hidden_;
+  runner_.step(in, out);
+  std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);
+  std::memcpy(hidden, hidden_.data(), size_t(T * H) * 4);
+  ++verify_steps;
+  verify_rows += T;
+}
+
+void GpuSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                       const std::vector<int32_t>& rows, const TensorView& logits, float* h_out) {
+  const int64_t T = b.num_tokens, V = runner_.config().vocab, H = runner_.config().hidden;
+  MtpStepInput in;
+  in.tokens = tokens.ptr<const int32_t>();
+  in.h_in = h_in;
+  in.batch = b;
+  in.logits_rows = rows;
+  MtpStepOutput out;
+  out.logits = rows.empty() ? nullptr : &logits_;
+  out.hidden = h_out ? &hidden_ : nullptr;
+  runner_.mtp_step(in, out);
+  if (!rows.empty()) std::memcpy(logits.ptr<float>(), logits_.data(), rows.size() * size_t(V) * 4);
+  if (h_out) std::memcpy(h_out, hidden_.data(), size_t(T * H) * 4);
+  ++mtp_steps;
+  mtp_tokens += T;
+}
+
+}  // namespace fp4moe::engine::gpu

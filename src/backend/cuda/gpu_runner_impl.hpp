@@ -22,6 +22,7 @@
 #include "cuda/embed/embed.hpp"
 #include "cuda/indexer/indexer_score_warp_bf16.hpp"
 #include "cuda/indexer/indexer_score_warp_fp8.hpp"
+#include "cuda/linear/linear.hpp"
 #include "cuda/norm/norm.hpp"
 #include "cuda/permute/dense_combine_f32.hpp"
 #include "cuda/rope/rope.hpp"
@@ -30,7 +31,6 @@
 #include "cuda/sampling/sampling.hpp"
 #include "cuda/sampling/token_bitmask_f32.hpp"
 #include "cuda/step/step.hpp"
-#include "backend/cuda/gpu_linear.hpp"
 #include "backend/cuda/gpu_loader.hpp"
 #include "backend/cuda/gpu_runner.hpp"
 #include "backend/runner_memory_plan.hpp"
@@ -57,6 +57,10 @@ using cuda::embed::embed_rows;
 using cuda::embed::gather_rows;
 using cuda::indexer::indexer_scores_warp_bf16;
 using cuda::indexer::indexer_scores_warp_fp8;
+using cuda::linear::Blas;
+using cuda::linear::Linear;
+using cuda::linear::LinearCtx;
+using cuda::linear::linear_to_bf16;
 using cuda::norm::layer_norm;
 using cuda::norm::rms_norm;
 using cuda::rope::rope;
@@ -74,7 +78,7 @@ struct DeviceNorm {
 };
 
 struct DenseMlp {
-  GpuLinear gate, up, down;
+  Linear gate, up, down;
   int64_t inter = 0;
 };
 
@@ -89,10 +93,10 @@ struct DenseExperts {
 struct DeviceLayer {
   DeviceNorm input_norm, post_norm;
   // attention
-  GpuLinear q_proj, q_a, q_b, kv_a, kv_b, o;
+  Linear q_proj, q_a, q_b, kv_a, kv_b, o;
   DeviceNorm q_a_norm, kv_a_norm;
   bool has_indexer = false;
-  GpuLinear wq_b, wk, weights_proj;
+  Linear wq_b, wk, weights_proj;
   DeviceNorm k_norm;
   // MLP / MoE
   bool is_moe = false;
@@ -231,7 +235,7 @@ struct GpuRunner::Impl {
   cuda::DeviceBuffer embed;  // [vocab, H] BF16 (F32 checkpoints converted)
   std::vector<DeviceLayer> layers;
   DeviceNorm final_norm;
-  GpuLinear lm_head;
+  Linear lm_head;
   cuda::DeviceBuffer inv_freq;  // [R/2] FP32
   int64_t weight_bytes = 0;
 

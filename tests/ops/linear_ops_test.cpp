@@ -5,6 +5,9 @@
 // poisoned before the call, every row compared on its own; rows past T and the strides' gaps
 // must stay poison. The kernel each row runs is what choose_linear_kernel says for this GPU
 // (checked), so on an H100 / H200 the FP4 rows cover both FP4 kernels. Skips without a GPU.
+// LinearBoundModel (no GPU, runs in CI) puts CPU models of what each kernel computes (other
+// accumulation order, the FP4 global applied last, the load-time BF16 copy, BF16 outputs)
+// through the same comparison: they pass, and a result off by 2× fails every row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,7 +40,32 @@ struct LinearRow {
   bool bf16_only = false;
   bool y_f32 = false;       // cuBLASLt rows only
   int pad_x = 0, pad_y = 0; // row-stride padding (cuBLASLt rows only)
+  uint64_t seed = 1;
 };
+
+// Every row of the table (the GPU test and the CPU model test run the same).
+std::vector<LinearRow> linear_rows() {
+  return {
+      // FP4 on the sm_90a tiles (on an H100 / H200): tokens buckets of the decode and wgmma kernels.
+      {LinearFormat::NVFP4, 256, 512, {1, 7, 64, 300}, false, false, 0, 0, 1},
+      {LinearFormat::MXFP4, 384, 1024, {1, 33}, false, false, 0, 0, 2},
+      // FP4 on Generic: N off the 128-row tile (kv_a_proj_with_mqa's 576), K off the 64-wide stage.
+      {LinearFormat::NVFP4, 576, 1024, {1, 20}, false, false, 0, 0, 3},
+      {LinearFormat::MXFP4, 200, 96, {5}, false, false, 0, 0, 4},
+      // FP4 dequantized at load for bf16_only callers (lm_head-like: FP32 rows, strided).
+      {LinearFormat::NVFP4, 256, 512, {9}, true, true, 8, 5, 5},
+      {LinearFormat::MXFP4, 130, 64, {1, 4}, true, false, 0, 0, 6},
+      // BF16 and F32 (rounded at load) on cuBLASLt.
+      {LinearFormat::BF16, 320, 256, {1, 17}, false, false, 0, 0, 7},
+      {LinearFormat::BF16, 96, 192, {3}, false, true, 0, 4, 8},
+      {LinearFormat::F32, 130, 64, {3}, false, false, 0, 0, 9},
+  };
+}
+
+std::string test_name(const LinearRow& r) {
+  return std::string(cpu::linear_format_name(r.format)) + "_" + std::to_string(r.n) + "x" + std::to_string(r.k) +
+         (r.bf16_only ? "_bf16_only" : "") + (r.y_f32 ? "_f32_out" : "") + (r.pad_x || r.pad_y ? "_strided" : "");
+}
 
 std::string row_name(const LinearRow& r) {
   return std::string(cpu::linear_format_name(r.format)) + " [" + std::to_string(r.n) + " x " + std::to_string(r.k) +
@@ -92,8 +120,10 @@ Weight make_weight(const LinearRow& r, std::mt19937_64& rng) {
 //     dequantized incl. its global, or F32) moves each product by ≤ 2^-9: 2^-9 · a_j;
 //   - a BF16 output is rounded once: 2^-9 · |ref_j|.
 // The row's bound is 2 × the L2 norm of these per-element bounds (|err_j| ≤ e_j for every j).
-void check_row(const LinearRow& r, const Weight& w, const cuda::linear::Linear& lin, int T,
-               const std::vector<uint16_t>& x, int64_t ldx, const std::vector<float>& got, int64_t ldy) {
+// Returns one line per row outside it (or with a NaN).
+std::vector<std::string> rows_outside_bound(const LinearRow& r, const Weight& w, bool converted, int T,
+                                            const std::vector<uint16_t>& x, int64_t ldx, const std::vector<float>& got,
+                                            int64_t ldy) {
   const std::vector<float> xf = widen(x);
   std::vector<float> ref(size_t(T) * r.n);
   cpu::linear_strided_cpu(w.view, xf.data(), ldx, T, ref.data(), r.n, 1);
@@ -107,23 +137,40 @@ void check_row(const LinearRow& r, const Weight& w, const cuda::linear::Linear& 
       abs_dot[size_t(t * r.n + j)] = s;
     }
   }
-  const bool converted = lin.choice().converted && r.format != LinearFormat::BF16;
+  converted = converted && r.format != LinearFormat::BF16;
   const double per_a = 2.0 * double(r.k) * kF32Rel + kF32Rel + (converted ? kBf16Rel : 0.0);
   const double per_y = r.y_f32 ? 0.0 : kBf16Rel;
-  expect_rows_close(row_name(r) + " T=" + std::to_string(T) + " on " + lin.describe(), got, ldy, ref, T, r.n,
-                    [&](int64_t t, double) {
-                      double e2 = 0.0;
-                      for (int64_t j = 0; j < r.n; ++j) {
-                        const double e = per_a * abs_dot[size_t(t * r.n + j)] + per_y * std::abs(ref[size_t(t * r.n + j)]);
-                        e2 += e * e;
-                      }
-                      return 2.0 * std::sqrt(e2);
-                    });
+  std::vector<std::string> out;
+  for (int t = 0; t < T; ++t) {
+    double e2 = 0.0, err = 0.0, norm = 0.0;
+    bool nan = false;
+    for (int64_t j = 0; j < r.n; ++j) {
+      const double f = ref[size_t(t * r.n + j)], g = got[size_t(t * ldy + j)];
+      const double e = per_a * abs_dot[size_t(t * r.n + j)] + per_y * std::abs(f);
+      e2 += e * e;
+      nan = nan || std::isnan(g);
+      err += (g - f) * (g - f);
+      norm += f * f;
+    }
+    const double bound = 2.0 * std::sqrt(e2);
+    err = std::sqrt(err);
+    if (nan || !(err <= bound))
+      out.push_back("row " + std::to_string(t) + (nan ? " has NaN (poison left or produced)" : "") + ": |got - ref| " +
+                    std::to_string(err) + " > bound " + std::to_string(bound) + " (|ref| " +
+                    std::to_string(std::sqrt(norm)) + ")");
+  }
+  return out;
 }
 
-void run_row(const LinearRow& r, uint64_t seed) {
+void expect_within_bound(const LinearRow& r, const Weight& w, bool converted, int T, const std::vector<uint16_t>& x,
+                         int64_t ldx, const std::vector<float>& got, int64_t ldy, const std::string& what) {
+  const std::vector<std::string> bad = rows_outside_bound(r, w, converted, T, x, ldx, got, ldy);
+  for (size_t i = 0; i < std::min<size_t>(bad.size(), 5); ++i) ADD_FAILURE() << what << " T=" << T << ": " << bad[i];
+}
+
+void run_row(const LinearRow& r) {
   SCOPED_TRACE(row_name(r));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(r.seed);
   const Weight w = make_weight(r, rng);
   const int max_t = *std::max_element(r.tokens.begin(), r.tokens.end());
   cuda::StagedUpload staging(2);
@@ -166,36 +213,80 @@ void run_row(const LinearRow& r, uint64_t seed) {
       const std::vector<uint16_t> g16 = dy.download<uint16_t>(ys);
       for (size_t i = 0; i < ys; ++i) got[i] = bf16_to_float(g16[i]);
     }
-    check_row(r, w, lin, T, x, ldx, got, ldy);
+    expect_within_bound(r, w, lin.choice().converted, T, x, ldx, got, ldy, row_name(r) + " on " + lin.describe());
     for (int64_t t = 0; t < T + extra; ++t)
       for (int64_t j = t < T ? r.n : 0; j < ldy; ++j)
         ASSERT_TRUE(std::isnan(got[size_t(t * ldy + j)])) << "wrote past its rows / columns: row " << t << " col " << j;
   }
 }
 
-TEST(LinearOpsGpu, Fp4OnTheFp4Kernels) {
+class LinearOpsGpu : public ::testing::TestWithParam<LinearRow> {};
+
+TEST_P(LinearOpsGpu, MatchesTheCpuLinear) {
   FP4MOE_SKIP_WITHOUT_GPU();
-  // sm_90a tiles (on an H100 / H200): several tokens buckets incl. the decode and wgmma kernels.
-  run_row({LinearFormat::NVFP4, 256, 512, {1, 7, 64, 300}}, 1);
-  run_row({LinearFormat::MXFP4, 384, 1024, {1, 33}}, 2);
-  // Generic: N off the 128-row tile (kv_a_proj_with_mqa's 576), K off the 64-wide stage.
-  run_row({LinearFormat::NVFP4, 576, 1024, {1, 20}}, 3);
-  run_row({LinearFormat::MXFP4, 200, 96, {5}}, 4);
+  run_row(GetParam());
 }
 
-TEST(LinearOpsGpu, Fp4DequantizedAtLoadForBf16OnlyCallers) {
-  FP4MOE_SKIP_WITHOUT_GPU();
-  LinearRow r{LinearFormat::NVFP4, 256, 512, {9}, true, true, 8, 5};  // lm_head-like: FP32 rows, strided
-  run_row(r, 5);
-  run_row({LinearFormat::MXFP4, 130, 64, {1, 4}, true}, 6);
+INSTANTIATE_TEST_SUITE_P(Rows, LinearOpsGpu, ::testing::ValuesIn(linear_rows()),
+                         [](const ::testing::TestParamInfo<LinearRow>& i) { return test_name(i.param); });
+
+// What the kernels compute, on the CPU: the FP4 kernels multiply x by the exact BF16 code × block
+// scale, accumulate in FP32 (here in reverse order) and apply the global last; the converted path
+// multiplies by the load-time BF16 copy (linear_to_bf16); BF16 outputs are rounded once. `factor`
+// scales the result (2: a wrong global scale).
+std::vector<float> kernel_model(const LinearRow& r, const Weight& w, bool converted, int T,
+                                const std::vector<uint16_t>& x, int64_t ldx, int64_t ldy, float factor) {
+  std::vector<float> wm(size_t(r.n * r.k));
+  float global = 1.0f;
+  if (converted) {
+    wm = widen(cuda::linear::linear_to_bf16(w.view));
+  } else {
+    cpu::LinearView v = w.view;
+    if (v.is_fp4()) {
+      global = v.global_scale;
+      v.global_scale = 1.0f;
+    }
+    for (int64_t j = 0; j < r.n; ++j) cpu::linear_row_cpu(v, j, wm.data() + j * r.k);
+  }
+  std::vector<float> y(size_t(T) * size_t(ldy), kPoisonF32);
+  for (int t = 0; t < T; ++t)
+    for (int64_t j = 0; j < r.n; ++j) {
+      float acc = 0.0f;
+      for (int64_t i = r.k - 1; i >= 0; --i) acc += bf16_to_float(x[size_t(t * ldx + i)]) * wm[size_t(j * r.k + i)];
+      const float v = acc * global * factor;
+      y[size_t(t * ldy + j)] = r.y_f32 ? v : bf16_to_float(float_to_bf16(v));
+    }
+  return y;
 }
 
-TEST(LinearOpsGpu, Bf16AndF32OnCublasLt) {
-  FP4MOE_SKIP_WITHOUT_GPU();
-  run_row({LinearFormat::BF16, 320, 256, {1, 17}}, 7);
-  run_row({LinearFormat::BF16, 96, 192, {3}, false, true, 0, 4}, 8);  // FP32 out, strided y
-  run_row({LinearFormat::F32, 130, 64, {3}}, 9);
+class LinearBoundModel : public ::testing::TestWithParam<LinearRow> {};
+
+TEST_P(LinearBoundModel, KernelModelsPassAndAResultOffByTwoFails) {
+  const LinearRow& r = GetParam();
+  std::mt19937_64 rng(r.seed);
+  const Weight w = make_weight(r, rng);
+  cuda::linear::LinearDesc d;
+  d.format = r.format;
+  d.n = r.n;
+  d.k = r.k;
+  d.max_tokens = *std::max_element(r.tokens.begin(), r.tokens.end());
+  d.bf16_only = r.bf16_only;
+  const bool converted = cuda::linear::choose_linear_kernel(d, 90).converted;  // the H100 / H200 choice
+  const int64_t ldx = r.k + r.pad_x, ldy = r.n + r.pad_y;
+  for (int T : r.tokens) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<uint16_t> x(size_t(T) * ldx);
+    for (uint16_t& v : x) v = float_to_bf16(g(rng));
+    expect_within_bound(r, w, converted, T, x, ldx, kernel_model(r, w, converted, T, x, ldx, ldy, 1.0f), ldy,
+                        row_name(r) + " (CPU model)");
+    const std::vector<std::string> bad =
+        rows_outside_bound(r, w, converted, T, x, ldx, kernel_model(r, w, converted, T, x, ldx, ldy, 2.0f), ldy);
+    EXPECT_EQ(bad.size(), size_t(T)) << row_name(r) << ": a result off by 2x passed some rows";
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, LinearBoundModel, ::testing::ValuesIn(linear_rows()),
+                         [](const ::testing::TestParamInfo<LinearRow>& i) { return test_name(i.param); });
 
 }  // namespace
 }  // namespace fp4moe::test::ops

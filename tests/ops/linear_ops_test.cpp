@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ std::vector<LinearRow> linear_rows() {
       {LinearFormat::F32, 130, 64, {3}, false, false, 0, 0, 9},
   };
 }
+
+std::string row_name(const LinearRow& r);
+void PrintTo(const LinearRow& r, std::ostream* os) { *os << row_name(r); }  // gtest's parameter line
 
 std::string test_name(const LinearRow& r) {
   return std::string(cpu::linear_format_name(r.format)) + "_" + std::to_string(r.n) + "x" + std::to_string(r.k) +

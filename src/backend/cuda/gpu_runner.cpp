@@ -382,7 +382,7 @@ void GpuRunner::Impl::plan_memory() {
   size_t fp4_ws = 0;
   for (const DeviceLayer& L : layers) {
     for (const Linear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
-                               &L.mlp.up, &L.mlp.down})
+                            &L.mlp.up, &L.mlp.down})
       fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
     if (L.shared)
       for (const Linear* g : {&L.shared->gate, &L.shared->up, &L.shared->down})

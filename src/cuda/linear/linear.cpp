@@ -137,6 +137,8 @@ Linear::Linear(const cpu::LinearView& w, const std::string& name, int64_t max_to
   const int sm = w.is_fp4() && !bf16_only ? current_device().cc : 0;
   choice_ = choose_linear_kernel(d, sm);
   if (choice_.kernel != LinearKernel::Bf16Cublaslt) {
+    if (choice_.kernel == LinearKernel::Fp4Generic)
+      log_debug("linear {} [{} x {}]: fp4 generic ({})", name, w.n, w.k, choice_.why);
     try {
       fp4_ = std::make_unique<DenseFp4Gemm>(fp4_stack(w), dense_kernel(choice_.kernel), max_tokens, &staging);
       bytes_ = fp4_->weight_bytes();

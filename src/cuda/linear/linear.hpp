@@ -8,8 +8,8 @@
 //     (LinearDesc::bf16_only) → converted / dequantized to BF16 at load → cuBLASLt; an FP4
 //     weight that falls back this way is said in one line per shape at load.
 //   - FP8: no checkpoint format this engine reads has FP8 linears (format/checkpoint.hpp's
-//     TensorGroupFormat, cpu::LinearFormat), so there is no FP8 kernel; model/weights refuses a
-//     linear of any other layout at bind time ("unsupported weight layout").
+//     TensorGroupFormat, cpu::LinearFormat), so there is no FP8 kernel; Checkpoint::find_linear
+//     refuses an FP8 weight at load ("... has dtype F8_E4M3; expected U8 (FP4), BF16 or F32").
 // can_implement(kernel, desc, sm) says why a kernel cannot take a linear (host only, no GPU
 // needed); choose_linear_kernel is the whole choice, testable on the CPU.
 #pragma once

@@ -60,7 +60,8 @@ std::string dense_fp4_can_implement(DenseFp4Kernel kernel, WeightFormat format, 
     return fmt::format("the dense FP4 GEMM takes NVFP4 or MXFP4 weights, not {}", weight_format_name(format));
   if (n <= 0 || k <= 0 || n >= (int64_t(1) << 31) || k >= (int64_t(1) << 31))
     return fmt::format("bad shape [{} x {}]", n, k);
-  if (max_tokens < 1 || max_tokens >= (int64_t(1) << 31)) return fmt::format("max_tokens = {} outside [1, 2^31)", max_tokens);
+  if (max_tokens < 1 || max_tokens >= (int64_t(1) << 31))
+    return fmt::format("max_tokens = {} outside [1, 2^31)", max_tokens);
   const MoeGemmDesc d = dense_desc(format, n, k, max_tokens);
   if (kernel == DenseFp4Kernel::Generic) return generic_can_implement(d, shape_only(d));
   // Sm90: every bucket's default config must fit (they differ in block_n and stages only).

@@ -3,6 +3,8 @@
 // load-time BF16 conversion (linear_to_bf16) against an independent decode of the FP4 codes.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,6 +175,36 @@ TEST(LinearToBf16, MatchesAnIndependentDecode) {
   v.format = LinearFormat::BF16;
   v.data = b16.data();
   EXPECT_EQ(cuda::linear::linear_to_bf16(v), b16);
+}
+
+// Host cost of the load-time work (run with --gtest_also_run_disabled_tests; numbers in
+// cuda/linear/README.md): the choice per linear, and the BF16 copy of a weight that falls back.
+TEST(LinearToBf16, DISABLED_TimeChoiceAndConversion) {
+  using clock = std::chrono::steady_clock;
+  const LinearDesc d = desc(LinearFormat::NVFP4, 16384, 2048, 4096);  // sm90: 13 buckets checked
+  auto t0 = clock::now();
+  const int reps = 2000;
+  for (int i = 0; i < reps; ++i) ASSERT_EQ(cuda::linear::choose_linear_kernel(d, 90).converted, false);
+  const double choice_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / reps;
+  std::mt19937_64 rng(1);
+  for (WeightFormat f : {WeightFormat::NVFP4, WeightFormat::MXFP4}) {
+    const int n = 16384, k = 2048;  // GLM-5's q_b_proj
+    const ExpertStack s = random_expert_stack(f, 1, n, k, rng);
+    cpu::LinearView v;
+    v.format = f == WeightFormat::MXFP4 ? LinearFormat::MXFP4 : LinearFormat::NVFP4;
+    v.n = n;
+    v.k = k;
+    v.packed = s.packed.data();
+    v.scales = s.scales.data();
+    v.global_scale = s.global_scale[0];
+    t0 = clock::now();
+    const std::vector<uint16_t> b = cuda::linear::linear_to_bf16(v);
+    const double sec = std::chrono::duration<double>(clock::now() - t0).count();
+    std::printf("choose_linear_kernel: %.2f us per linear; linear_to_bf16 %s [%d x %d]: %.3f s, %.2f GB/s of BF16 out "
+                "(%.2f GB/s of FP4 in)\n",
+                choice_us, weight_format_name(f).data(), n, k, sec, double(b.size()) * 2 / sec / 1e9,
+                double(s.weight_bytes_per_expert()) / sec / 1e9);
+  }
 }
 
 }  // namespace

@@ -37,6 +37,15 @@ DeviceNorm upload_norm(const model::NormWeights& n) {
   return d;
 }
 
+// One linear of the checkpoint on the device (cuda/linear picks its kernel), its bytes counted
+// by the loader.
+Linear upload_linear(const cpu::LinearView& v, const std::string& name, int64_t max_tokens, Loader& ld,
+                     bool bf16_only) {
+  Linear l(v, name, max_tokens, bf16_only, ld.staging());
+  ld.count(l.bytes());
+  return l;
+}
+
 // Rows [row0, row0 + rows) of expert 0 of an owned stack as a linear view.
 cpu::LinearView part_view(const ExpertStack& s, int64_t row0, int64_t rows) {
   cpu::LinearView v;
@@ -58,9 +67,9 @@ DenseMlp shared_mlp(const MoeLayerWeights& w, const std::string& name, int64_t m
   const int64_t SI = w.cfg.shared_inter;
   DenseMlp m;
   m.inter = SI;
-  m.gate = GpuLinear(part_view(*w.shared_w13, 0, SI), name + ".gate_proj", max_tokens, ld, false);
-  m.up = GpuLinear(part_view(*w.shared_w13, SI, SI), name + ".up_proj", max_tokens, ld, false);
-  m.down = GpuLinear(part_view(*w.shared_w2, 0, w.cfg.hidden), name + ".down_proj", max_tokens, ld, false);
+  m.gate = upload_linear(part_view(*w.shared_w13, 0, SI), name + ".gate_proj", max_tokens, ld, false);
+  m.up = upload_linear(part_view(*w.shared_w13, SI, SI), name + ".up_proj", max_tokens, ld, false);
+  m.down = upload_linear(part_view(*w.shared_w2, 0, w.cfg.hidden), name + ".down_proj", max_tokens, ld, false);
   return m;
 }
 
@@ -165,7 +174,7 @@ void GpuRunner::Impl::load_weights(const model::ModelWeights& w, Loader& ld) {
   }
   final_norm = upload_norm(w.final_norm);
   ld.progress("lm_head");
-  lm_head = GpuLinear(w.lm_head.w, "lm_head", Tm, ld, true);
+  lm_head = upload_linear(w.lm_head.w, "lm_head", Tm, ld, true);
   inv_freq = cuda::DeviceBuffer::from(c.rope.inv_freq);
   if (opt.mtp) load_mtp(w, ld);
   ld.finish();
@@ -188,7 +197,7 @@ void GpuRunner::Impl::load_mtp(const model::ModelWeights& w, Loader& ld) {
   d->enorm = upload_norm(mw.enorm);
   d->hnorm = upload_norm(mw.hnorm);
   d->head_norm = upload_norm(mw.shared_head_norm);
-  d->eh_proj = GpuLinear(mw.eh_proj.w, P + "eh_proj", Tm, ld, true);  // FP32 out: the block's residual
+  d->eh_proj = upload_linear(mw.eh_proj.w, P + "eh_proj", Tm, ld, true);  // FP32 out: the block's residual
   if (mw.embed) {
     if (mw.embed->w.format == cpu::LinearFormat::BF16) {
       d->embed = ld.upload(mw.embed->w.data, size_t(c.vocab * c.hidden) * 2);
@@ -197,7 +206,7 @@ void GpuRunner::Impl::load_mtp(const model::ModelWeights& w, Loader& ld) {
       d->embed = ld.upload(e.data(), e.size() * 2);
     }
   }
-  if (mw.head) d->head.emplace(mw.head->w, P + "shared_head.head", Tm, ld, true);
+  if (mw.head) d->head = upload_linear(mw.head->w, P + "shared_head.head", Tm, ld, true);
   load_layer(mw.layer, d->block, P, ld);
   d->indexer = mw.layer.attn.indexer ? model::IndexerKind::Full : model::IndexerKind::None;
   d->bytes = int64_t(ld.bytes() - before);
@@ -213,30 +222,30 @@ void GpuRunner::Impl::load_layer(const model::LayerWeights& lw, DeviceLayer& L, 
     L.post_norm = upload_norm(lw.post_attention_norm);
     const model::AttentionWeights& a = lw.attn;
     if (c.q_lora_rank > 0) {
-      L.q_a = GpuLinear(a.q_a.w, P + "self_attn.q_a_proj", Tm, ld, false);
+      L.q_a = upload_linear(a.q_a.w, P + "self_attn.q_a_proj", Tm, ld, false);
       L.q_a_norm = upload_norm(a.q_a_norm);
-      L.q_b = GpuLinear(a.q_b.w, P + "self_attn.q_b_proj", Tm, ld, false);
+      L.q_b = upload_linear(a.q_b.w, P + "self_attn.q_b_proj", Tm, ld, false);
     } else {
-      L.q_proj = GpuLinear(a.q_proj.w, P + "self_attn.q_proj", Tm, ld, false);
+      L.q_proj = upload_linear(a.q_proj.w, P + "self_attn.q_proj", Tm, ld, false);
     }
-    L.kv_a = GpuLinear(a.kv_a.w, P + "self_attn.kv_a_proj_with_mqa", Tm, ld, false);
+    L.kv_a = upload_linear(a.kv_a.w, P + "self_attn.kv_a_proj_with_mqa", Tm, ld, false);
     L.kv_a_norm = upload_norm(a.kv_a_norm);
-    L.kv_b = GpuLinear(a.kv_b.w, P + "self_attn.kv_b_proj", Tm, ld, true);  // absorbed per head: BF16
-    L.o = GpuLinear(a.o.w, P + "self_attn.o_proj", Tm, ld, false);
+    L.kv_b = upload_linear(a.kv_b.w, P + "self_attn.kv_b_proj", Tm, ld, true);  // absorbed per head: BF16
+    L.o = upload_linear(a.o.w, P + "self_attn.o_proj", Tm, ld, false);
     if (a.indexer) {
       L.has_indexer = true;
-      L.wq_b = GpuLinear(a.indexer->wq_b.w, P + "self_attn.indexer.wq_b", Tm, ld, false);
-      L.wk = GpuLinear(a.indexer->wk.w, P + "self_attn.indexer.wk", Tm, ld, false);
+      L.wq_b = upload_linear(a.indexer->wq_b.w, P + "self_attn.indexer.wq_b", Tm, ld, false);
+      L.wk = upload_linear(a.indexer->wk.w, P + "self_attn.indexer.wk", Tm, ld, false);
       L.k_norm = upload_norm(a.indexer->k_norm);
-      L.weights_proj = GpuLinear(a.indexer->weights_proj.w, P + "self_attn.indexer.weights_proj", Tm, ld, false);
+      L.weights_proj = upload_linear(a.indexer->weights_proj.w, P + "self_attn.indexer.weights_proj", Tm, ld, false);
     }
     L.is_moe = lw.is_moe;
     ld.progress(P + "mlp");
     if (!lw.is_moe) {
       L.mlp.inter = c.intermediate;
-      L.mlp.gate = GpuLinear(lw.mlp.gate.w, P + "mlp.gate_proj", Tm, ld, false);
-      L.mlp.up = GpuLinear(lw.mlp.up.w, P + "mlp.up_proj", Tm, ld, false);
-      L.mlp.down = GpuLinear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
+      L.mlp.gate = upload_linear(lw.mlp.gate.w, P + "mlp.gate_proj", Tm, ld, false);
+      L.mlp.up = upload_linear(lw.mlp.up.w, P + "mlp.up_proj", Tm, ld, false);
+      L.mlp.down = upload_linear(lw.mlp.down.w, P + "mlp.down_proj", Tm, ld, false);
       return;
     }
     MoeLayerWeights mw = moe_layer_for_upload(lw.moe, P + "mlp.experts");
@@ -421,11 +430,11 @@ void GpuRunner::Impl::plan_memory() {
   if (mtp) blocks.push_back(&mtp->block);
   for (const DeviceLayer* Lp : blocks) {
     const DeviceLayer& L = *Lp;
-    for (const GpuLinear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
+    for (const Linear* g : {&L.q_a, &L.q_b, &L.q_proj, &L.kv_a, &L.o, &L.wq_b, &L.wk, &L.weights_proj, &L.mlp.gate,
                                &L.mlp.up, &L.mlp.down})
       fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
     if (L.shared)
-      for (const GpuLinear* g : {&L.shared->gate, &L.shared->up, &L.shared->down})
+      for (const Linear* g : {&L.shared->gate, &L.shared->up, &L.shared->down})
         fp4_ws = std::max(fp4_ws, g->fp4_workspace_bytes());
   }
   auto moe_ws_at = [&](int64_t tokens) {
@@ -743,7 +752,7 @@ bool GpuRunner::fast_attention() const { return impl_->mla_fast != nullptr; }
 bool GpuRunner::has_mtp() const { return impl_->mtp != nullptr; }
 int64_t GpuRunner::mtp_weight_bytes() const {
   const Impl& m = *impl_;
-  return m.mtp ? m.mtp->bytes + (m.mtp->head ? 0 : int64_t(m.lm_head.bytes)) : 0;
+  return m.mtp ? m.mtp->bytes + (m.mtp->head ? 0 : int64_t(m.lm_head.bytes())) : 0;
 }
 int64_t GpuRunner::mtp_kv_bytes_per_token() const {
   const Impl& m = *impl_;

@@ -7,7 +7,7 @@
 // Start-up (GpuRunner::load):
 //   1. config + weights bound in place (model::bind_weights over the mmap'd shards);
 //   2. upload (gpu_loader.hpp: pinned staging, progress, GB/s): every linear gets its kernel
-//      (gpu_linear.hpp); MoE layers → moe::MoeLayerCuda (NVFP4/MXFP4 experts), or for BF16
+//      (cuda/linear/linear.hpp); MoE layers → moe::MoeLayerCuda (NVFP4/MXFP4 experts), or for BF16
 //      experts the dense-over-experts fallback (every expert on every token through cuBLAS
 //      batched GEMMs, then the routed combine; said once); a shared expert the MoE layer cannot
 //      take (BF16 next to FP4 experts, NVIDIA's layout) runs as a dense MLP;

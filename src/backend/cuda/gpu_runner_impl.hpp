@@ -22,6 +22,7 @@
 #include "cuda/embed/embed.hpp"
 #include "cuda/indexer/indexer_score_warp_bf16.hpp"
 #include "cuda/indexer/indexer_score_warp_fp8.hpp"
+#include "cuda/linear/linear.hpp"
 #include "cuda/norm/norm.hpp"
 #include "cuda/permute/dense_combine_f32.hpp"
 #include "cuda/rope/rope.hpp"
@@ -30,7 +31,6 @@
 #include "cuda/sampling/sampling.hpp"
 #include "cuda/sampling/token_bitmask_f32.hpp"
 #include "cuda/step/step.hpp"
-#include "backend/cuda/gpu_linear.hpp"
 #include "backend/cuda/gpu_loader.hpp"
 #include "backend/cuda/gpu_runner.hpp"
 #include "backend/runner_memory_plan.hpp"
@@ -57,6 +57,10 @@ using cuda::embed::embed_rows;
 using cuda::embed::gather_rows;
 using cuda::indexer::indexer_scores_warp_bf16;
 using cuda::indexer::indexer_scores_warp_fp8;
+using cuda::linear::Blas;
+using cuda::linear::Linear;
+using cuda::linear::LinearCtx;
+using cuda::linear::linear_to_bf16;
 using cuda::norm::layer_norm;
 using cuda::norm::rms_norm;
 using cuda::rope::rope;
@@ -74,7 +78,7 @@ struct DeviceNorm {
 };
 
 struct DenseMlp {
-  GpuLinear gate, up, down;
+  Linear gate, up, down;
   int64_t inter = 0;
 };
 
@@ -89,10 +93,10 @@ struct DenseExperts {
 struct DeviceLayer {
   DeviceNorm input_norm, post_norm;
   // attention
-  GpuLinear q_proj, q_a, q_b, kv_a, kv_b, o;
+  Linear q_proj, q_a, q_b, kv_a, kv_b, o;
   DeviceNorm q_a_norm, kv_a_norm;
   bool has_indexer = false;
-  GpuLinear wq_b, wk, weights_proj;
+  Linear wq_b, wk, weights_proj;
   DeviceNorm k_norm;
   // MLP / MoE
   bool is_moe = false;
@@ -106,9 +110,9 @@ struct DeviceLayer {
 // hnorm(h)]), its decoder block (KV layer num_layers of the pool), shared_head.norm, its head.
 struct DeviceMtp {
   DeviceNorm enorm, hnorm, head_norm;
-  GpuLinear eh_proj;                 // [hidden, 2·hidden], FP32 out into the residual
+  Linear eh_proj;                 // [hidden, 2·hidden], FP32 out into the residual
   cuda::DeviceBuffer embed;          // its own embedding [vocab, H] BF16, or empty: the model's
-  std::optional<GpuLinear> head;     // its own head, or none: lm_head
+  std::optional<Linear> head;     // its own head, or none: lm_head
   DeviceLayer block;
   model::IndexerKind indexer = model::IndexerKind::None;  // its own ("full") or none
   int64_t bytes = 0;                 // device bytes of its weights
@@ -243,7 +247,7 @@ struct GpuRunner::Impl {
   cuda::DeviceBuffer embed;  // [vocab, H] BF16 (F32 checkpoints converted)
   std::vector<DeviceLayer> layers;
   DeviceNorm final_norm;
-  GpuLinear lm_head;
+  Linear lm_head;
   std::unique_ptr<DeviceMtp> mtp;  // RunnerOptions::mtp: the MTP layer (its KV: kv_layers[num_layers])
   // The weights and KV layer of a decoder block: a target layer, or the MTP layer's.
   const DeviceLayer& layer(model::LayerRef r) const { return r.mtp ? mtp->block : layers[size_t(r.layer)]; }

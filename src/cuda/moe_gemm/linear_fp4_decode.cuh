@@ -6,7 +6,10 @@
 
 #include <cstdint>
 
+#include "cuda/common/device_prims.cuh"  // first: under FP4MOE_CUDA_EMU it brings the emulator
+#if !defined(FP4MOE_CUDA_EMU)
 #include <cuda_bf16.h>
+#endif
 
 namespace fp4moe::cuda::linear_fp4 {
 
@@ -49,9 +52,7 @@ __device__ __forceinline__ void decode16_bf16(uint2 packed, float scale, uint32_
   for (int j = 0; j < 8; ++j) {
     const uint32_t word = j < 4 ? packed.x : packed.y;
     const uint32_t byte = (word >> (8 * (j & 3))) & 0xFFu;
-    const __nv_bfloat162 v = __floats2bfloat162_rn(e2m1_to_float(byte & 15u) * scale,
-                                                   e2m1_to_float(byte >> 4) * scale);
-    out[j] = *reinterpret_cast<const uint32_t*>(&v);
+    out[j] = prims::pack_bf16x2(e2m1_to_float(byte & 15u) * scale, e2m1_to_float(byte >> 4) * scale);
   }
 }
 

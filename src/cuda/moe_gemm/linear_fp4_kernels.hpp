@@ -6,7 +6,9 @@
 
 #include <cstdint>
 
+#if !defined(FP4MOE_CUDA_EMU)  // the emulator test (generic kernel on the CPU) has no CUDA runtime
 #include <cuda_runtime_api.h>
+#endif
 
 namespace fp4moe::cuda::linear_fp4 {
 
@@ -29,7 +31,9 @@ struct GenericParams {
   int epilogue = kEpiNone;
   bool mx = false;                       // MXFP4 (block 32, E8M0) instead of NVFP4
 };
+#if !defined(FP4MOE_CUDA_EMU)
 cudaError_t launch_generic_grouped_gemm(const GenericParams& p, cudaStream_t stream);
+#endif
 
 // Dequantize whole experts to BF16: out[slot] = decode(W[experts[slot]]), [N, K] each.
 inline constexpr int kMaxDequantSlots = 256;
@@ -42,6 +46,7 @@ struct DequantParams {
   bool mx = false;
   int32_t experts[kMaxDequantSlots] = {};  // expert of each slot (passed by value)
 };
+#if !defined(FP4MOE_CUDA_EMU)
 cudaError_t launch_dequant_experts(const DequantParams& p, cudaStream_t stream);
 
 // y[m, j] = bf16(SiLU(t[m, j]) * t[m, half + j]) for rows [row_begin, row_end); t is [*, 2*half].
@@ -50,5 +55,6 @@ cudaError_t launch_silu_mul_rows(const void* t, void* y, int64_t row_begin, int6
 // y[m, n] = bf16(y[m, n] * row_scale[m]) in place for rows [row_begin, row_end).
 cudaError_t launch_row_scale_rows(void* y, const float* row_scale, int64_t row_begin,
                                   int64_t row_end, int n, cudaStream_t stream);
+#endif
 
 }  // namespace fp4moe::cuda::linear_fp4

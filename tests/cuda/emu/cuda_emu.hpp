@@ -13,7 +13,8 @@
 // __ballot_sync, __any_sync, __all_sync, __match_any_sync, atomics (plain: fibers are
 // cooperative), __threadfence (no-op), static __shared__ (one block at a time) and dynamic
 // shared memory (FP4MOE_DYNAMIC_SMEM), plus the warp-level primitives of device_prims.cuh,
-// __nv_bfloat16 with its two conversions, __expf (as std::exp), int min / max, and the IEEE
+// __nv_bfloat16 with its conversions (incl. __float2bfloat16_rn), make_uint2 / make_uint4,
+// __align__, __expf (as std::exp), int min / max, and the IEEE
 // __fdiv_rn / __fmul_rn / __fadd_rn / __fsub_rn. logf / expf are the host's (the CPU sampler's).
 #pragma once
 
@@ -241,6 +242,7 @@ inline uint64_t peer(int src_lane, int word) { return warp().slot[src_lane & 31]
 #define __restrict__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define threadIdx (::emu::self().tid)
 #define blockIdx (::emu::g_block_idx)
 #define blockDim (::emu::g_block_dim)
@@ -346,6 +348,10 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40)};  // NaN stays (quiet) NaN
   return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
+
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 template <typename T>
 inline T __ldcg(const T* p) { return *p; }

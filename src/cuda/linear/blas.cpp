@@ -1,20 +1,13 @@
-#include "backend/cuda/gpu_linear.hpp"
+// The cuBLASLt / cuBLAS handles (see blas.hpp).
+#include "cuda/linear/blas.hpp"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-#include <cstring>
-#include <set>
-
-#include <fmt/format.h>
-
-#include "core/bf16.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "cuda/common/cuda_check.hpp"
-#include "backend/cuda/gpu_loader.hpp"
 
-namespace fp4moe::engine::gpu {
+namespace fp4moe::cuda::linear {
 
 #define FP4MOE_LT_CHECK(stmt)                                                                  \
   do {                                                                                         \
@@ -102,86 +95,4 @@ void Blas::batched(bool a_t, int m, int n, int k, const void* A, int64_t lda, in
                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-std::vector<uint16_t> linear_to_bf16(const cpu::LinearView& v) {
-  std::vector<uint16_t> out(size_t(v.n * v.k));
-  if (v.format == cpu::LinearFormat::BF16) {
-    std::memcpy(out.data(), v.data, out.size() * 2);
-    return out;
-  }
-  std::vector<float> row(size_t(v.k));
-  for (int64_t r = 0; r < v.n; ++r) {
-    cpu::linear_row_cpu(v, r, row.data());
-    for (int64_t i = 0; i < v.k; ++i) out[size_t(r * v.k + i)] = float_to_bf16(row[size_t(i)]);
-  }
-  return out;
-}
-
-namespace {
-
-// One E = 1 FP4 stack of a linear view (view mode: the mmap'd bytes, re-laid on the way up).
-ExpertStack fp4_stack(const cpu::LinearView& v) {
-  ExpertStack s;
-  s.format = v.format == cpu::LinearFormat::MXFP4 ? WeightFormat::MXFP4 : WeightFormat::NVFP4;
-  s.num_experts = 1;
-  s.n = v.n;
-  s.k = v.k;
-  ExpertStack::PartView p;
-  p.packed = static_cast<const uint8_t*>(v.packed);
-  p.scales = static_cast<const uint8_t*>(v.scales);
-  p.global_scale = v.global_scale;
-  s.views = {p};
-  return s;
-}
-
-std::set<std::pair<int64_t, int64_t>>& fallback_shapes() {
-  static std::set<std::pair<int64_t, int64_t>> s;
-  return s;
-}
-
-}  // namespace
-
-GpuLinear::GpuLinear(const cpu::LinearView& v, const std::string& name, int64_t max_tokens, Loader& loader,
-                     bool bf16_only)
-    : n(v.n), k(v.k) {
-  const bool fp4 = v.format == cpu::LinearFormat::NVFP4 || v.format == cpu::LinearFormat::MXFP4;
-  if (fp4 && !bf16_only) {
-    try {
-      const ExpertStack st = fp4_stack(v);
-      fp4_ = moe::upload_expert_gemm({&st}, cuda::Epilogue::None, max_tokens, 1, 0, MoeGemmPath::Auto, false,
-                                     &loader.staging());
-      kind = Kind::Fp4;
-      bytes = st.weight_bytes_per_expert();
-      loader.count(bytes);
-      return;
-    } catch (const Error& e) {
-      if (fallback_shapes().insert({v.n, v.k}).second)
-        log_info("gpu runner: {} [{} x {}] FP4 → dequantized BF16 + cuBLASLt (no FP4 kernel takes it: {})", name, v.n,
-                 v.k, e.what());
-    }
-  }
-  kind = Kind::Bf16Lt;
-  if (v.format == cpu::LinearFormat::BF16) {
-    bf16_ = loader.upload(v.data, size_t(v.n * v.k) * 2);
-  } else {
-    const std::vector<uint16_t> h = linear_to_bf16(v);
-    bf16_ = loader.upload(h.data(), h.size() * 2);
-  }
-  bytes = bf16_.bytes();
-}
-
-void GpuLinear::run(const uint16_t* x, int T, void* y, bool y_f32, const LinearCtx& ctx, int64_t ldx,
-                    int64_t ldy) const {
-  if (kind == Kind::Bf16Lt) {
-    ctx.blas->gemm(bf16(), int(n), int(k), x, ldx, T, y, y_f32, ldy, ctx.stream);
-    return;
-  }
-  FP4MOE_CHECK(!y_f32 && (ldx == 0 || ldx == k) && (ldy == 0 || ldy == n),
-               "FP4 linear [{} x {}]: dense BF16 rows in and out only", n, k);
-  fp4_->run(cuda::Epilogue::None, x, ctx.offsets, nullptr, y, T, ctx.fp4_workspace, ctx.stream);
-}
-
-std::string GpuLinear::describe() const {
-  return kind == Kind::Fp4 ? fmt::format("fp4 {}", fp4_->describe()) : std::string("bf16 cublasLt");
-}
-
-}  // namespace fp4moe::engine::gpu
+}  // namespace fp4moe::cuda::linear

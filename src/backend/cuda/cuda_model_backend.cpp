@@ -35,6 +35,7 @@ BackendInfo CudaModelBackend::info() const {
   i.kv_pool_tokens = runner_->num_pages() * runner_->page_size();
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden);  // step(): every row's logits, the eager step's hidden states
+  i.overlaps_token_masks = true;  // step(): the runner waits for them after enqueueing the forward (gpu_step.cpp)
   return i;
 }
 
@@ -121,6 +122,7 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
       masked = masked || in.token_masks.back();
     }
   if (!masked) in.token_masks.clear();
+  if (masked) in.await_token_masks = batch.await_token_masks;  // filled while the forward runs
   StepOutput so;
   so.greedy = greedy ? &greedy_ : nullptr;
   if (!greedy) {

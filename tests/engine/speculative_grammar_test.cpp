@@ -128,7 +128,7 @@ std::vector<Case> cases() {
 }
 
 // Requests 1..n: case i % cases (every seventh unconstrained), greedy unless `sampled`; every
-// second one with ignore_eos.
+// second one with ignore_eos, every third with logprobs.
 std::vector<RequestSpec> specs(int n, bool sampled) {
   const std::vector<Case> cs = cases();
   std::vector<RequestSpec> out;
@@ -142,6 +142,7 @@ std::vector<RequestSpec> specs(int n, bool sampled) {
       s.sampling.has_seed = true;
     }
     s.ignore_eos = i % 2 == 1;  // the grammar still ends the text at EOS (Matcher::terminated)
+    s.sampling.logprobs_top_n = i % 3 == 0 ? 2 : -1;  // logprobs of the masked distribution
     if (i % 7 != 6) s.grammar = compiler().compile(cs[size_t(i) % cs.size()].spec);
     out.push_back(std::move(s));
   }
@@ -208,6 +209,7 @@ void expect_same(const std::map<uint64_t, Outcome>& a, const std::map<uint64_t, 
     EXPECT_EQ(o.tokens, p.tokens) << "request " << id;
     EXPECT_EQ(o.reason, p.reason) << "request " << id;
     EXPECT_EQ(o.usage.completion_tokens, p.usage.completion_tokens) << "request " << id;
+    EXPECT_EQ(o.logprobs, p.logprobs) << "request " << id;
   }
 }
 
@@ -230,10 +232,14 @@ TEST(SpeculativeGrammar, GreedyConstrainedOutputEqualsThePlainEngineAndValidates
   for (int32_t n : {1, 3}) {
     SCOPED_TRACE("NEXTN steps " + std::to_string(n));
     SchedulerStats st;
-    const auto own = run(sp, n, {}, nullptr, &st);  // the MTP layer's drafts from masked rows
+    RoundLog log;
+    const auto own = run(sp, n, {}, &log, &st);  // the MTP layer's drafts from masked rows
     expect_same(own, plain);
     expect_valid(sp, own);
     EXPECT_GT(st.verify_steps, 0);
+    int64_t drafted = 0, accepted = 0;
+    for (const auto& r : log.rounds) drafted += r[0], accepted += r[1];
+    RecordProperty("own_drafts_accepted_n" + std::to_string(n), std::to_string(accepted) + " / " + std::to_string(drafted));
     const auto forced_run = run(sp, n, forced(plain), nullptr, &st);
     expect_same(forced_run, plain);
     expect_valid(sp, forced_run);

@@ -3,8 +3,9 @@
 // and json_object requests, mixed with unconstrained ones, give the plain engine's tokens with
 // NEXTN (the MTP layer's own drafts, masked; and forced drafts, some of which the grammar
 // refuses), every finished output validates with a checker that shares no code with xgrammar,
-// a refused draft ends the draft chain before it (the drafted counts), and seeded sampled
-// constrained requests stay in their language and reproduce.
+// a refused draft ends the draft chain before it (the drafted counts), seeded sampled
+// constrained requests stay in their language and reproduce, and their tokens have the plain
+// engine's distribution (a two-sample chi-square: rejection sampling stays lossless with masks).
 //
 // The grammar vocabulary is the test's own over the model's 1024 ids: 0-255 the bytes, 256-1021
 // fragments of JSON and text (several bytes each, so drafts and masks cross token boundaries),

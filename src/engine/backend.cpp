@@ -59,6 +59,8 @@ void Backend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t
   std::vector<std::vector<int32_t>> generated(static_cast<size_t>(n));
   for (int32_t r = 0; r < n; ++r) {
     FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "multi-step decode takes one sampling token per request");
+    FP4MOE_CHECK(!batch.sampling[size_t(r)].grammar && !batch.sampling[size_t(r)].allowed_tokens,
+                 "multi-step decode on the host cannot apply grammar masks (constrained requests run one step per round)");
     generated[size_t(r)].assign(batch.sampling[size_t(r)].generated.begin(), batch.sampling[size_t(r)].generated.end());
   }
   std::vector<uint8_t> active(size_t(n), 1);

@@ -20,6 +20,10 @@
 #include "core/paged_kv.hpp"
 #include "engine/request.hpp"
 
+namespace fp4moe::grammar {
+class Matcher;
+}
+
 namespace fp4moe::engine {
 
 // How one request samples after its last token of the step.
@@ -31,6 +35,12 @@ struct SampleSpec {
   // Constrained decoding: a vocabulary bitmask (bit v % 32 of word v / 32 set = token v may be
   // sampled), or null. Valid for the call; the sampler sets every other logit to -inf first.
   const uint32_t* allowed_tokens = nullptr;
+  // Constrained decoding in a speculative round (Backend::decode of a backend with
+  // BackendInfo::speculates_constrained; allowed_tokens is then null): the request's grammar
+  // matcher, in the state after its generated tokens. The backend masks every row of the round
+  // by it (advancing it over the drafts) and returns it in that state; the scheduler advances
+  // it over the tokens emitted. Only the engine thread touches it during the call.
+  grammar::Matcher* grammar = nullptr;
 };
 
 struct StepBatch {
@@ -139,6 +149,9 @@ struct BackendInfo {
   // The backend calls StepBatch::await_token_masks before its sampler reads the masks, so the
   // scheduler may fill them while the forward runs (step() only; decode() gets no masks).
   bool overlaps_token_masks = false;
+  // decode()'s speculative round honours SampleSpec::grammar: batches holding constrained
+  // requests get speculative rounds (else those batches run one plain step per round).
+  bool speculates_constrained = false;
 };
 
 // Thrown by Backend::step / decode for a failure that leaves the backend able to serve other

@@ -193,13 +193,18 @@ void Scheduler::run_round(const EventSink& sink) {
   const bool all_decode =
       std::all_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->pending() == 1; });
   // A constrained request's mask depends on the token sampled just before: batches holding one
-  // run one plain step per round (exact), whatever --num-continuous-decode-steps says, and no
-  // speculative round (the MTP drafts and the verify step apply no mask).
+  // run one plain step per round (exact), whatever --num-continuous-decode-steps says, except
+  // for speculative rounds on a backend that masks them itself (speculates_constrained: each
+  // draft and verify row by the grammar's state after the tokens before it; the round gets the
+  // matchers, SampleSpec::grammar, and fills no mask here).
   // A request dumping rows (RequestSpec::dump) gets them from step() only: one step per round too.
-  const bool constrained = std::any_of(running_.begin(), running_.end(),
-                                       [](const SeqPtr& s) { return s->matcher.has_value() || s->step_dump() != 0; });
-  const bool speculative = cfg_.speculative_tokens > 0 && !constrained;
-  if (all_decode && !constrained && (cfg_.decode_steps > 1 || speculative)) {
+  const BackendInfo info = backend_.info();
+  const bool dumping = std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->step_dump() != 0; });
+  const bool constrained =
+      std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
+  const bool speculative =
+      cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained);
+  if (all_decode && (speculative || (cfg_.decode_steps > 1 && !dumping && !constrained))) {
     steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
     for (auto& s : running_)
       if (!ensure_pages(*s, s->kv_len + std::min(steps, s->remaining()))) {
@@ -263,10 +268,13 @@ void Scheduler::run_round(const EventSink& sink) {
   // the compiled grammars are shared read-only; B x ~45 µs on one thread otherwise): during the
   // backend's forward when it can wait for them before sampling (overlaps_token_masks), before
   // the step otherwise. Only the matchers' own state is read, so the tokens are the same.
+  // A speculative round fills none: the backend masks its rows from the matchers on the engine
+  // thread, inside decode(), and no fill job runs then (the last one was joined before the
+  // round that started it ended), so a matcher is never touched by two threads at once.
   std::vector<Sequence*> fill;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
-    if (take[i] > 0 && s.matcher && s.kv_len + take[i] == int32_t(s.tokens.size())) fill.push_back(&s);
+    if (steps == 1 && take[i] > 0 && s.matcher && s.kv_len + take[i] == int32_t(s.tokens.size())) fill.push_back(&s);
   }
   auto fill_masks = [fill] {
     const int threads = fill.size() >= 4 ? std::min(default_num_threads(), int(fill.size())) : 1;
@@ -279,7 +287,7 @@ void Scheduler::run_round(const EventSink& sink) {
       }
     });
   };
-  const bool overlap = !fill.empty() && cfg_.overlap_token_masks && backend_.info().overlaps_token_masks;
+  const bool overlap = !fill.empty() && cfg_.overlap_token_masks && info.overlaps_token_masks;
   if (!fill.empty() && !overlap) fill_masks();
   batch_.clear();
   std::vector<size_t> rows;
@@ -288,7 +296,8 @@ void Scheduler::run_round(const EventSink& sink) {
     Sequence& s = *running_[i];
     const bool samples = s.kv_len + take[i] == int32_t(s.tokens.size());
     SampleSpec spec = sample_spec(s);
-    if (samples && s.matcher) spec.allowed_tokens = s.mask.data();  // filled above, or during the forward
+    if (samples && s.matcher && steps > 1) spec.grammar = &*s.matcher;  // a speculative round masks its rows
+    else if (samples && s.matcher) spec.allowed_tokens = s.mask.data();  // filled above, or during the forward
     batch_.add(s.id, {s.tokens.data() + s.kv_len, size_t(take[i])}, s.kv_len, s.pages, samples, spec);
     if ((batch_.dump.back() = s.step_dump()) != 0) batch_.dumps = &step_dumps_;
     rows.push_back(i);

@@ -185,9 +185,44 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     n[r] = ready ? std::min(n_, rq.max_new - 1) : 0;
     if (n[r] > 0) g[r] = it->second.draft_hidden;
   }
+  // Constrained requests: masks[r] holds the masks of the grammar states after 0, 1, .. of its
+  // drafts ([W] each; row k of the round, draft or verify, is masked by the k-th). A mask that
+  // allows nothing is not applied (the engine's matcher then refuses the token drawn there; the
+  // grammar compiler rules such states out). Every constraint leaves the round in the state it
+  // came in, whatever happens (advanced[r]: the drafts it accepted).
+  const int64_t W = (V + 31) / 32;
+  std::vector<std::vector<uint32_t>> masks(R);
+  std::vector<int32_t> advanced(R, 0), ended_at(R, -1);  // ended_at: drafts after which the text ended
+  struct Restore {
+    const std::vector<SpecRequest>& reqs;
+    const std::vector<int32_t>& advanced;
+    ~Restore() {
+      for (size_t r = 0; r < reqs.size(); ++r)
+        if (advanced[r] > 0) reqs[r].constraint->rollback(advanced[r]);
+    }
+  } restore{reqs, advanced};
+  auto push_mask = [&](size_t r) {  // appends the present state's mask; false when it allows nothing
+    std::vector<uint32_t>& m = masks[r];
+    m.resize(m.size() + size_t(W));
+    const std::span<uint32_t> last(m.data() + m.size() - size_t(W), size_t(W));
+    reqs[r].constraint->fill_mask(last);
+    return std::any_of(last.begin(), last.end(), [](uint32_t w) { return w != 0; });
+  };
+  std::vector<float> masked_row;
+  auto masked = [&](size_t r, int32_t k, const float* row) {  // row k of request r under its mask
+    if (!reqs[r].constraint || int64_t(masks[r].size()) < (k + 1) * W) return row;
+    const uint32_t* m = masks[r].data() + int64_t(k) * W;
+    if (std::all_of(m, m + W, [](uint32_t w) { return w == 0; })) return row;
+    masked_row.assign(row, row + V);
+    cpu::apply_token_bitmask(masked_row.data(), V, m);
+    return static_cast<const float*>(masked_row.data());
+  };
+  for (size_t r = 0; r < R; ++r)
+    if (reqs[r].constraint && !push_mask(r)) n[r] = 0;
   // The draft of request r at index k from the MTP logits row.
   auto choose = [&](size_t r, int32_t k, const float* row) {
     const SpecRequest& rq = reqs[r];
+    row = masked(r, k, row);
     std::vector<int32_t> gen = rq.generated;
     gen.insert(gen.end(), drafts[r].begin(), drafts[r].end());
     cpu::SamplingParams p = rq.sampling;
@@ -201,6 +236,18 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     }
     if (draft_override) tok = draft_override(rq.id, rq.output_index + uint64_t(k), tok);
     FP4MOE_CHECK(tok >= 0 && tok < V, "draft token {} outside the vocabulary", tok);
+    if (TokenConstraint* c = rq.constraint) {
+      if (!c->accept(tok)) {  // refused by the grammar: the chain ends before it
+        n[r] = k;
+        return;
+      }
+      ++advanced[r];
+      drafts[r].push_back(tok);
+      const bool allows = push_mask(r);  // row k + 1's
+      if (c->terminated()) ended_at[r] = k + 1;
+      if (!allows) n[r] = k + 1;  // the text ended (or a dead end): nothing to draft from
+      return;
+    }
     drafts[r].push_back(tok);
   };
   int32_t longest = 0;
@@ -279,7 +326,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
              int32_t(res.tokens.size()) >= rq.max_new;
     };
     for (int32_t k = 0; k <= n[r]; ++k) {
-      const float* row = logits.data() + int64_t(off[r] + k) * V;
+      const float* row = masked(r, k, logits.data() + int64_t(off[r] + k) * V);
       const uint64_t idx = rq.output_index + uint64_t(k);
       if (greedy(rq.sampling) || k == n[r]) {  // greedy, or the bonus: the plain sampler's draw
         cpu::SampledToken s = cpu::sample_cpu(row, V, rq.sampling, prompt, gen, idx);
@@ -287,7 +334,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         const bool end = emit(std::move(s));
         if (!match) break;
         ++res.accepted;
-        if (end) break;
+        if (end || res.accepted == ended_at[r]) break;
         continue;
       }
       const std::vector<double> p = cpu::sampling_distribution(row, V, rq.sampling, prompt, gen);
@@ -297,7 +344,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       const bool end = emit(cpu::logprobs_of(row, V, rq.sampling, prompt, gen, v.token));
       if (!v.accepted) break;
       ++res.accepted;
-      if (end) break;
+      if (end || res.accepted == ended_at[r]) break;
     }
     // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were
     // [last, emitted_0 .. emitted_{m-2}] (accepted drafts equal the emitted tokens).

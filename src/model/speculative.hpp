@@ -29,6 +29,19 @@
 // The round runs on the host over a backend's two steps (SpecSteps): the CPU model's
 // (ModelSpecSteps, below) or the GPU runner's (backend/cuda/gpu_spec_steps.hpp); the draws and
 // acceptance are this file's on every backend.
+// Constrained requests (SpecRequest::constraint, a grammar): every row of the round is masked
+// by the grammar's state after the tokens before it — the MTP row that drafts d_k by the state
+// after d_1 .. d_{k−1}, verify row k by the state after d_1 .. d_k (which is the accepted
+// prefix wherever row k is read) — so q and p above are the masked distributions. Greedy: each
+// emitted token is the argmax of its masked target row, the plain constrained step's token.
+// Sampled: the mask of position k is a function of the tokens emitted before it, the same on
+// both paths, and rejection sampling of the masked p against the masked q emits a token
+// distributed as the masked p (the theorem holds for any pair of distributions; p(d) = 0 for a
+// token outside the mask, so such a draft is always rejected and the residual max(0, p − q)
+// lies inside the mask): the output is distributed as the plain constrained sampler's
+// (lossless). A draft the grammar refuses (only draft_override's can be: the MTP's own come from
+// masked rows) ends the chain before it; a draft after which the text has ended (a stop id)
+// ends the chain, and an accepted one the round, there.
 #pragma once
 
 #include <chrono>
@@ -44,6 +57,20 @@
 
 namespace fp4moe::model {
 
+// Constrained decoding (a grammar; the engine's matcher behind it): the tokens a request may
+// emit next. A round masks the request's draft and verify rows with the state after the tokens
+// before them, ends its draft chain at a draft the grammar refuses (or after one that ends the
+// text), and leaves the constraint in the state it found it in (the caller advances it over
+// the emitted tokens).
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void fill_mask(std::span<uint32_t> mask) = 0;  // bit v % 32 of word v / 32 set = token v allowed
+  virtual bool accept(int32_t token) = 0;                 // advances; false (unchanged) when not allowed
+  virtual bool terminated() const = 0;                    // a stop id ended the text: nothing may follow
+  virtual void rollback(int32_t n) = 0;                   // undoes the last n accepts
+};
+
 // One request of a draft/verify round.
 struct SpecRequest {
   uint64_t id = 0;
@@ -56,6 +83,7 @@ struct SpecRequest {
   std::span<const int32_t> prompt;
   std::vector<int32_t> generated;     // tokens generated before the round (penalties)
   uint64_t output_index = 0;          // index of the round's first emitted token (the draws)
+  TokenConstraint* constraint = nullptr;  // null: unconstrained
 };
 
 struct SpecRoundResult {

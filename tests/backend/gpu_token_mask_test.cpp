@@ -11,7 +11,8 @@
 //     mode, with logprob 0;
 //   - graph replay (the mask launch captured, its slots and masks at fixed addresses) = eager over
 //     the same padded batch, bit for bit (tokens and masked logits), and a step without masks
-//     after a masked one is unmasked again (the slots reset).
+//     after a masked one is unmasked again (the slots reset);
+//   - masks filled during the step (StepInput::await_token_masks) = masks given before it.
 // Skips without a GPU.
 #include <algorithm>
 #include <bit>
@@ -194,6 +195,68 @@ TEST(GpuTokenMasks, GraphReplayWithMasksEqualsEagerBitForBit) {
     EXPECT_EQ(after_greedy, raw_greedy) << "the slots reset after a masked step";
     EXPECT_EQ(std::memcmp(after.data(), raw.data(), raw.size() * 4), 0) << "unmasked logits after a masked step";
   }
+  gpu->set_graphs_enabled(true);
+  d.release(*gpu);
+}
+
+// Masks filled while the step runs (StepInput::await_token_masks, the engine's overlap): the
+// buffers hold all-ones (no mask) until the callback, called once after the forward is enqueued,
+// writes the real masks; the step equals the one given its masks up front, bit for bit (logits,
+// greedy and sampled tokens), graphs and eager. A runner that read the masks before the callback
+// would apply none, and the greedy rows would be the unmasked argmax the masks never allow.
+TEST(GpuTokenMasks, MasksFilledDuringTheStepEqualMasksGivenBefore) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  auto gpu = GpuRunner::load(model_dir({"glm5-tiny-sparse", "nvfp4_all"}), small_options());
+  const int64_t V = gpu->config().vocab;
+  const std::vector<int64_t> lens = {10, 17, 24, 13, 9};
+  const int64_t B = int64_t(lens.size());
+  Decoding d = prefill(*gpu, lens, 4);
+  testing_gpu_runner::SampledRequests q(lens, V, 99);
+  std::vector<float> raw;
+  std::vector<int32_t> raw_greedy;
+  StepOutput o0;
+  o0.logits = &raw;
+  o0.greedy = &raw_greedy;
+  gpu->step(d.step({}), o0);
+  std::mt19937_64 g(13);
+  std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(B));
+  for (int64_t r : {0, 1, 3}) masks[size_t(r)] = few_tokens(V, 5, raw_greedy[size_t(r)], g);
+  for (bool graphs : {true, false})
+    for (bool sampled_rows : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "graphs " << graphs << ", device sampling " << sampled_rows);
+      gpu->set_graphs_enabled(graphs);
+      auto run = [&](bool late, std::vector<float>& logits, std::vector<int32_t>& greedy,
+                     std::vector<GeneratedToken>& sampled) {
+        std::vector<std::vector<uint32_t>> buf = masks;  // late: all-ones until the callback
+        if (late)
+          for (auto& m : buf) std::fill(m.begin(), m.end(), ~0u);
+        StepInput in = d.step(sampled_rows ? q.rows() : std::vector<engine::RowSampling>{});
+        in.token_masks = pointers(buf);
+        int calls = 0;
+        if (late)
+          in.await_token_masks = [&] {
+            ++calls;
+            for (size_t r = 0; r < buf.size(); ++r) std::copy(masks[r].begin(), masks[r].end(), buf[r].begin());
+          };
+        StepOutput o;
+        o.logits = &logits;
+        o.greedy = &greedy;
+        if (sampled_rows) o.sampled = &sampled;
+        gpu->step(in, o);
+        EXPECT_EQ(calls, late ? 1 : 0);
+      };
+      std::vector<float> before, during;
+      std::vector<int32_t> greedy_before, greedy_during;
+      std::vector<GeneratedToken> sampled_before, sampled_during;
+      run(false, before, greedy_before, sampled_before);
+      run(true, during, greedy_during, sampled_during);
+      EXPECT_EQ(greedy_during, greedy_before);
+      for (int64_t r : {0, 1, 3}) EXPECT_TRUE(allowed(masks[size_t(r)], greedy_during[size_t(r)])) << "row " << r;
+      ASSERT_EQ(during.size(), before.size());
+      EXPECT_EQ(std::memcmp(during.data(), before.data(), before.size() * 4), 0) << "masked logits";
+      ASSERT_EQ(sampled_during.size(), sampled_before.size());
+      for (size_t r = 0; r < sampled_before.size(); ++r) EXPECT_EQ(sampled_during[r].id, sampled_before[r].id) << "row " << r;
+    }
   gpu->set_graphs_enabled(true);
   d.release(*gpu);
 }

@@ -12,6 +12,8 @@ behind `--backend cpu` (CI) or the backend named on the command line (`--backend
 device step tools/device/steps/60_serve.sh): grammars with finite languages finish with "stop"
 and validate in greedy and every sampling mode, and a batch of concurrent constrained and
 unconstrained requests gives each its output alone (the masks reach their own rows).
+`RealModelSpeculative` (CPU only): the same with `--speculative-algorithm NEXTN`, and greedy
+constrained output equal to the server's without it.
 
     structured_output_e2e_test.py PATH/TO/fp4moe                   # fake + cpu (CI)
     structured_output_e2e_test.py PATH/TO/fp4moe --backend cuda    # RealModel on the GPU runner only
@@ -279,6 +281,37 @@ class RealModel(e2e.FolderServer):
             if check is not None:
                 self.assertEqual(alone[i][1], "stop", alone[i])
                 self.assertTrue(check(alone[i][0]), alone[i])
+
+
+@unittest.skipUnless(REAL_BACKEND == "cpu", "NEXTN runs on the CPU backend only")
+class RealModelSpeculative(RealModel):
+    """RealModel's tests again with `--speculative-algorithm NEXTN` (constrained requests inside the
+    draft/verify rounds: every draft and verify row masked by the grammar), and greedy output
+    equal to a server without speculation, token for token."""
+    SERVER_ARGS = ("--kv-cache-dtype", "f32", "--page-size", "4", "--max-running-requests", "8",
+                   "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3")
+
+    def test_greedy_constrained_output_equals_the_server_without_speculation(self):
+        plain = e2e.ServerProcess("--model", self.dir, "--kv-cache-dtype", "f32", "--page-size", "4",
+                                  "--max-running-requests", "8", backend="cpu")
+        try:
+            rounds = 0
+            for k, (kind, g, check) in enumerate(FINITE):
+                for p in range(3):
+                    with self.subTest(kind=kind, grammar=g, prompt=p):
+                        body = {"input_ids": [3 + 11 * k + p, 40 + p, 7, 500 - k],
+                                "sampling_params": {"max_new_tokens": 64, "temperature": 0, kind: g}}
+                        s1, want = plain.json("POST", "/generate", body)
+                        s2, got = self.server.json("POST", "/generate", body)
+                        self.assertEqual((s1, s2), (200, 200), (want, got))
+                        self.assertEqual(got["output_ids"], want["output_ids"])
+                        self.assertEqual(got["meta_info"]["finish_reason"], want["meta_info"]["finish_reason"])
+                        rounds += got["meta_info"]["spec_verify_ct"]
+                        if check is not None:
+                            self.assertTrue(check(got["text"]), got["text"])
+            self.assertGreater(rounds, 0, "the constrained requests ran draft/verify rounds")
+        finally:
+            self.assertEqual(plain.stop(), 0)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,25 @@
 
 #include "core/error.hpp"
 #include "backend/sampling_cpu.hpp"
+#include "grammar/grammar.hpp"
 
 namespace fp4moe::engine {
+namespace {
+
+// A request's grammar matcher (SampleSpec::grammar) as the speculative round's constraint.
+class MatcherConstraint final : public model::TokenConstraint {
+ public:
+  explicit MatcherConstraint(grammar::Matcher& m) : m_(m) {}
+  void fill_mask(std::span<uint32_t> mask) override { m_.fill_mask(mask); }
+  bool accept(int32_t token) override { return m_.accept(token); }
+  bool terminated() const override { return m_.terminated(); }
+  void rollback(int32_t n) override { m_.rollback(n); }
+
+ private:
+  grammar::Matcher& m_;
+};
+
+}  // namespace
 
 CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(options) {
   model::ModelOptions mo;
@@ -39,6 +56,7 @@ BackendInfo CpuModelBackend::info() const {
   i.applies_token_masks = true;  // sample_row_cpu
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
   i.overlaps_token_masks = true;  // step() waits for them after the forward
+  i.speculates_constrained = opt_.speculative_steps > 0;  // the round masks its rows (MtpSpeculator)
   i.vocab_size = int32_t(c.vocab);
   i.max_context = int32_t(std::min<int64_t>(c.max_position_embeddings, INT32_MAX));
   const bool mtp = opt_.mtp_layer;  // the MTP layer's KV is counted with the rest
@@ -158,6 +176,7 @@ void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits,
   FP4MOE_CHECK(kv_, "cpu backend: decode before init_kv");
   const int32_t n = batch.num_requests();
   std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));
+  std::vector<std::unique_ptr<MatcherConstraint>> constraints;
   for (int32_t r = 0; r < n; ++r) {
     FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "speculative decode: request {} is not decoding",
                  batch.request_ids[size_t(r)]);
@@ -174,6 +193,9 @@ void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits,
     q.prompt = sp.prompt;
     q.generated.assign(sp.generated.begin(), sp.generated.end());
     q.output_index = uint64_t(sp.output_index);
+    FP4MOE_CHECK(!sp.allowed_tokens, "speculative decode: request {} comes with a fixed token mask (a round masks its "
+                 "rows by the request's grammar, SampleSpec::grammar)", q.id);
+    if (sp.grammar) q.constraint = constraints.emplace_back(std::make_unique<MatcherConstraint>(*sp.grammar)).get();
   }
   std::vector<model::SpecRoundResult> res;
   try {

@@ -52,6 +52,7 @@ BackendInfo CudaModelBackend::info() const {
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
   // step(): every row's logits, the eager step's hidden states; the MTP layer's logits with it
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
+  i.overlaps_token_masks = true;  // step(): the runner waits for them after enqueueing the forward (gpu_step.cpp)
   return i;
 }
 
@@ -138,6 +139,7 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
       masked = masked || in.token_masks.back();
     }
   if (!masked) in.token_masks.clear();
+  if (masked) in.await_token_masks = batch.await_token_masks;  // filled while the forward runs
   StepOutput so;
   so.greedy = greedy ? &greedy_ : nullptr;
   if (!greedy) {

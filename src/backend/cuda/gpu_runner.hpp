@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,6 +120,10 @@ struct StepInput {
   // sampler, inside the decode graphs too; at most options().max_requests masked rows. The
   // logits StepOutput::logits returns are the masked ones.
   std::vector<const uint32_t*> token_masks;
+  // Set (with token_masks): the masks are still being filled on a host thread. The step then
+  // enqueues its forward unmasked, calls this (it blocks until they are complete) while the
+  // device runs it, uploads them and masks + argmaxes the logits rows again before the outputs.
+  std::function<void()> await_token_masks;
 };
 
 // The discrete choices of one step, per layer (tests: imposed on the CPU backend through

@@ -247,7 +247,10 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
   if (ns > 0) sl = m.upload_sampling(in.sampling, 0);
   FP4MOE_CHECK(in.token_masks.empty() || in.token_masks.size() == size_t(rows),
                "step: {} token masks for {} logits rows", in.token_masks.size(), rows);
-  m.upload_token_masks(in.token_masks);
+  // Masks still being filled (await_token_masks): the forward runs unmasked, then the host waits
+  // for them while it runs, and they are applied (and the greedy argmax redone) after it.
+  const bool late_masks = !in.token_masks.empty() && in.await_token_masks;
+  m.upload_token_masks(late_masks ? std::span<const uint32_t* const>{} : std::span(in.token_masks));
   m.poison_activations();
   if (out.device_ms) FP4MOE_CUDA_CHECK(cudaEventRecord(m.ev_begin, m.stream));
   if (g && m.graphs_enabled && !out.stages) {
@@ -277,6 +280,12 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
     m.marks = nullptr;
     m.host_batch = nullptr;
     ++m.stats.eager_steps;
+  }
+  if (late_masks && rows > 0) {  // stream order: after the forward's logits, before every reader of them
+    in.await_token_masks();
+    m.upload_token_masks(in.token_masks);
+    m.apply_token_masks(int(rows));
+    argmax_rows_f32(m.s.logits, int(rows), int(m.cfg.vocab), m.s.greedy, m.stream);
   }
   if (out.logits && rows > 0) {
     out.logits->resize(size_t(rows * m.cfg.vocab));

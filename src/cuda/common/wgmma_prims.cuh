@@ -92,6 +92,21 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// setmaxnreg (sm_90a): a warpgroup of a warp-specialized kernel gives back (dec) or takes (inc)
+// registers per thread; every warp of the warpgroup executes it. A no-op in the emulator.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(FP4MOE_HAVE_WGMMA)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(FP4MOE_HAVE_WGMMA)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 // D[64 x 32] (+)= A[64 x 16] . B[16 x 32]: A and B K-major in shared memory; BF16 inputs, or FP16
 // (kF16).
 template <bool kF16>

@@ -214,8 +214,8 @@ TEST(MlaDecodeEmu, WgmmaVariantWithAnFp8CacheMatchesCpu) {
 // FP16 ring, two consumer warpgroups; named-barrier handshakes): contexts of 1 key, of a
 // non-multiple of the 32-key tile, rows split over several items (host schedule and device
 // schedule), sparse rows, 128 heads, and long items whose tiles cycle both rings many times
-// (the emulator fails a named barrier whose generation gets more arrivals than its count, and a
-// deadlock). The FP8 bound (4e-3): the same FP16 math as the wgmma variant's.
+// (the emulator fails mixed counts on one named-barrier generation, a deadlock, and an arrival
+// left over at the block's end). The FP8 bound (4e-3): the same FP16 math as the wgmma variant's.
 TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
   g_ws = true;
   check({{1, 1}, {63, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 4, 41);
@@ -228,8 +228,9 @@ TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
   g_ws = false;
 }
 
-// Its handshakes in the emulator: arrivals of one generation with different thread counts, or a
-// barrier that never completes, fail the run instead of passing silently.
+// Its handshakes in the emulator: arrivals of one generation with different thread counts, a
+// barrier that never completes, or an arrival left over at the block's end fail the run instead
+// of passing silently.
 TEST(MlaDecodeEmu, NamedBarrierMisuseFails) {
   EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0,
                            [] {
@@ -239,6 +240,8 @@ TEST(MlaDecodeEmu, NamedBarrierMisuseFails) {
                "different counts");
   EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0, [] { if (threadIdx.x < 32) cuda::prims::bar_sync(2, 64); }),
                "deadlock");
+  EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0, [] { if (threadIdx.x < 32) cuda::prims::bar_arrive(3, 64); }),
+               "unfinished generation");
 }
 
 // The descriptor's fields where the PTX ISA puts them: start, LBO and SBO in 16-byte units at

@@ -129,7 +129,8 @@ inline void block_sync() {
 
 // bar.sync (wait) / bar.arrive (!wait) on named barrier id 1..15 with `count` threads (a
 // multiple of 32); fails on a count that differs within a generation (the hardware's undefined
-// behaviour), so a producer / consumer protocol that arrives twice on one generation shows.
+// behaviour) and on a generation still open when the block ends (an arrival nobody waited for),
+// so a producer / consumer protocol that arrives once too often shows.
 inline void named_barrier(int id, int count, bool wait) {
   if (id < 1 || id > 15 || count <= 0 || count % 32 != 0) fail("named barrier: id 1..15, count a multiple of 32");
   NamedBarrier& nb = g_block->named[id];
@@ -237,6 +238,8 @@ void launch(dim3 grid, dim3 block, size_t smem_bytes, Kernel kernel, Args... arg
           if (all_done) break;
           if (!progress) fail("deadlock: every live thread waits at a barrier that cannot complete");
         }
+        for (const NamedBarrier& nb : b.named)  // an arrival no one waited for: a protocol slip
+          if (nb.arrived != 0) fail("a named barrier ends the block with arrivals of an unfinished generation");
         g_cur = nullptr;
         g_block = nullptr;
       }

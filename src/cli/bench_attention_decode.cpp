@@ -20,7 +20,7 @@ void Bench::decode(KvElem elem) {
   dense_dev.reserve_device(maxB);
   const at::MlaDesc desc{kHeads, kSmScale, elem};
   const std::string ours_why = at::mla_decode_can_implement(desc);
-  std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse, ours_wg, ours_ws;
+  std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse, ours_wg, ours_ws, ours_wsq;
   if (ours_why.empty()) {
     ours_dense = std::make_unique<at::MlaDecodeMma>(desc);
     ours_sparse = std::make_unique<at::MlaDecodeMma>(desc);
@@ -41,6 +41,8 @@ void Bench::decode(KvElem elem) {
     if (const std::string why = at::mla_decode_can_implement(desc, at::DecodeMath::kWgmmaWs); why.empty()) {
       ours_ws = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmmaWs);
       ours_ws->reserve_device(maxB);
+      ours_wsq = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmmaWsQRegs);  // Q in registers
+      ours_wsq->reserve_device(maxB);
     } else {
       std::printf("| decode | %s | ours-wgmma-ws | skipped: %s\n", kv.c_str(), why.c_str());
     }
@@ -157,6 +159,9 @@ void Bench::decode(KvElem elem) {
         ours_row(r, "ours-wgmma-ws", *ours_ws, [&] { ours_ws->plan(hb.view(), ps, pages, s_); }, a);
         dev_row(r, "ours-wgmma-ws-dev", [&] { ours_ws->run_device(a, rows, s_); },
                 fmt::format("; {} splits per row", ours_ws->device_splits(B, L)));
+        ours_row(r, "ours-wgmma-ws-qreg", *ours_wsq, [&] { ours_wsq->plan(hb.view(), ps, pages, s_); }, a);
+        dev_row(r, "ours-wgmma-ws-qreg-dev", [&] { ours_wsq->run_device(a, rows, s_); },
+                fmt::format("; {} splits per row", ours_wsq->device_splits(B, L)));
       }
       if (!opt_.sparse || L <= opt_.top_k) return;
 
@@ -286,6 +291,11 @@ void Bench::decode(KvElem elem) {
         dev_row(rs, "ours-wgmma-ws-dev", [&] { ours_ws->run_device(sp, srows, s_); }, "");
         mlas.push_back({"ours-wgmma-ws", us, [&] { ours_ws->run(sp, s_); },
                         [&](const at::MlaDeviceRows& rows) { ours_ws->run_device(sp, rows, s_); }});
+        const double usq =
+            ours_row(rs, "ours-wgmma-ws-qreg", *ours_wsq, [&] { ours_wsq->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
+        dev_row(rs, "ours-wgmma-ws-qreg-dev", [&] { ours_wsq->run_device(sp, srows, s_); }, "");
+        mlas.push_back({"ours-wgmma-ws-qreg", usq, [&] { ours_wsq->run(sp, s_); },
+                        [&](const at::MlaDeviceRows& rows) { ours_wsq->run_device(sp, rows, s_); }});
       }
       const SparseMla& mla =
           *std::min_element(mlas.begin(), mlas.end(), [](const SparseMla& a, const SparseMla& b) { return a.us < b.us; });

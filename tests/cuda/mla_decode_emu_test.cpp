@@ -33,6 +33,7 @@ struct Run {
 // lengths (Params::sched), with that many item slots per row, instead of build_schedule's arrays.
 bool g_wgmma = false;  // emu_decode runs the wgmma variant
 bool g_ws = false;     // emu_decode runs the warp-specialized FP8 variant (mla_decode_ws.cuh)
+bool g_ws_q_regs = false;  // ... with Q in registers
 
 Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, const std::vector<int32_t>& topk, int k,
                int slots, int dev_splits = 0) {
@@ -99,7 +100,9 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.part_o = part_o.data();
   p.part_lse = part_lse.data();
   const dim3 grid(unsigned(items), unsigned(heads / dc::kHeadsPerCta));
-  if (g_ws) emu::launch(grid, dim3(dc::CfgWs::kThreads), dc::smem_bytes(true, true, true), dc::mla_decode_ws_kernel, p);
+  if (g_ws)
+    emu::launch(grid, dim3(dc::CfgWs::kThreads), dc::smem_bytes(true, true, true),
+                g_ws_q_regs ? dc::mla_decode_ws_kernel<true> : dc::mla_decode_ws_kernel<false>, p);
   else if (fp8 && g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true, true), dc::mla_decode_kernel<true, true>, p);
   else if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
   else if (g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false, true), dc::mla_decode_kernel<false, true>, p);
@@ -216,8 +219,7 @@ TEST(MlaDecodeEmu, WgmmaVariantWithAnFp8CacheMatchesCpu) {
 // schedule), sparse rows, 128 heads, and long items whose tiles cycle both rings many times
 // (the emulator fails mixed counts on one named-barrier generation, a deadlock, and an arrival
 // left over at the block's end). The FP8 bound (4e-3): the same FP16 math as the wgmma variant's.
-TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
-  g_ws = true;
+void check_warp_specialized_cases() {
   check({{1, 1}, {63, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 4, 41);
   check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 3, 42);
   check({{70, 1}, {2, 1}}, 16, KvElem::FP8_E4M3, 128, 0, 2, 43);
@@ -225,7 +227,18 @@ TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
   check({{1000, 1}}, 1, KvElem::FP8_E4M3, 64, 700, 1, 45);
   check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 0, 46, 3);
   check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 0, 47, 2);
+}
+TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
+  g_ws = true;
+  check_warp_specialized_cases();
   g_ws = false;
+}
+// The same with Q's fragments in registers for 14 of the 18 QK steps (m64n32k16 with A from
+// registers): the register fragments, the steps from shared memory after them.
+TEST(MlaDecodeEmu, WarpSpecializedFp8VariantWithQInRegistersMatchesCpu) {
+  g_ws = g_ws_q_regs = true;
+  check_warp_specialized_cases();
+  g_ws = g_ws_q_regs = false;
 }
 
 // Its handshakes in the emulator: arrivals of one generation with different thread counts, a

@@ -6,8 +6,8 @@
 #      heads, top-2048 rows, device schedule in a graph), then its Tiny case under
 #      compute-sanitizer memcheck and racecheck (named barriers, the two rings);
 #   2. `bench attention`, FP8 cache, dense decode only, the FP8 table's points B 1/16/64/256 x ctx
-#      1K/8K/32K/128K (read flush): ours-wgmma-ws(-dev) beside ours-mma, ours-wgmma,
-#      flashinfer-sm90 and the floor kernels.
+#      1K/8K/32K/128K (read flush): ours-wgmma-ws(-dev) and ours-wgmma-ws-qreg(-dev) (Q mostly in
+#      registers) beside ours-mma, ours-wgmma, flashinfer-sm90 and the floor kernels.
 # ~2-4 min in all (the test cases ~30 s, sanitizers ~60 s, the bench ~1-2 min).
 # Binaries: build-dev/bin (bash tools/device/build.sh mla_attention_test fp4moe) or $PRE_BIN.
 # QUEUE_PARTS="tests bench" picks parts.
@@ -43,8 +43,8 @@ if [[ " $PARTS " == *" bench "* ]]; then
     --json "$OUT/attention_fp8_ws.json" > "$OUT/attention_fp8_ws.txt" 2>&1
   r=$?; echo "bench attention fp8 (decode): rc=$r in $(( $(date +%s) - t0 )) s"
   [ $r -eq 0 ] || rc=1
-  grep -E '^\| (flashinfer-sm90|floor-move|ours-mma|ours-wgmma|ours-wgmma-ws|ours-wgmma-ws-dev) \|' \
-    "$OUT/attention_fp8_ws.txt" | head -n 120
+  grep -E '^\| (flashinfer-sm90|floor-move|ours-mma|ours-wgmma|ours-wgmma-ws|ours-wgmma-ws-dev|ours-wgmma-ws-qreg|ours-wgmma-ws-qreg-dev) \|' \
+    "$OUT/attention_fp8_ws.txt" | head -n 160
 fi
 echo "queue_mla_fp8_ws: rc=$rc in $(( $(date +%s) - t_all )) s"
 exit $rc

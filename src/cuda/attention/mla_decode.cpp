@@ -55,7 +55,7 @@ std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
     return fmt::format("MLA decode (mma): KV element {} unsupported (bf16 or fp8_e4m3)", kv_elem_name(d.kv_elem));
   // The dims first, with a device that allows everything: they need no GPU, so a caller without
   // one gets their reason rather than a CUDA error.
-  const bool ws = math == DecodeMath::kWgmmaWs;
+  const bool ws = math == DecodeMath::kWgmmaWs || math == DecodeMath::kWgmmaWsQRegs;
   const std::string dims = decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, INT64_MAX, 90, false, ws);
   if (!dims.empty()) return dims;
   int dev = 0, smem = 0;
@@ -66,7 +66,10 @@ std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
 }
 
 MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc, DecodeMath math)
-    : desc_(desc), wgmma_(math == DecodeMath::kWgmma), warp_specialized_(math == DecodeMath::kWgmmaWs) {
+    : desc_(desc),
+      wgmma_(math == DecodeMath::kWgmma),
+      warp_specialized_(math == DecodeMath::kWgmmaWs || math == DecodeMath::kWgmmaWsQRegs),
+      ws_q_regs_(math == DecodeMath::kWgmmaWsQRegs) {
   const std::string why = mla_decode_can_implement(desc, math);
   FP4MOE_CHECK(why.empty(), "{}", why);
   num_sm_ = cuda::current_device().sm_count;
@@ -211,7 +214,7 @@ void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
   p.page_shift = page_shift_;
   set_partials(p, float_ws_, partials_);
   FP4MOE_CUDA_CHECK(decode::launch(fp8_of(desc_), p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream,
-                                   false, wgmma_, warp_specialized_));
+                                   false, wgmma_, warp_specialized_, ws_q_regs_));
 }
 
 // ---- device-scheduled runs (graph-capturable) ----
@@ -267,7 +270,8 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   p.page_shift = shift;
   set_partials(p, dev_float_ws_, slots);
   FP4MOE_CUDA_CHECK(
-      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl, wgmma_, warp_specialized_));
+      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl, wgmma_, warp_specialized_,
+                                                ws_q_regs_));
 }
 
 }  // namespace fp4moe::cuda::attention

@@ -78,7 +78,11 @@ struct CfgWs {
   static constexpr int kChunks = kRowBytes / 16;   // 36 copies of 16 B per key
   static constexpr int kLatentChunks = kCkv / 16;  // 32 of them from the latent pool
   static constexpr int kDimGroups = kQk / 8;
-  static constexpr int kConsumerRegs = 224, kProducerRegs = 56;  // setmaxnreg: 2 x 224 + 56 = 3 x 168
+  // setmaxnreg: 2 x 224 + 56 = 3 x 168; with Q in registers for kQRegSteps of the 18 QK steps
+  // (mla_decode_ws.cuh's kQRegs: 56 more per consumer) 2 x 232 + 40, no spills (ptxas, sm_90a;
+  // 16 steps at 232 / 40 spill 32 B, all 18 at 240 / 24 spill 32 B in the producer).
+  static constexpr int kConsumerRegs = 224, kProducerRegs = 56;
+  static constexpr int kConsumerRegsQ = 232, kProducerRegsQ = 40, kQRegSteps = 14;
   // Named barrier ids (0 is __syncthreads): FP16 tile s full (producer arrives, consumers wait)
   // and empty (consumers arrive, producer waits), the consumers' S swap, the producer's slot ring.
   static constexpr int kBarFull = 1, kBarEmpty = kBarFull + kConvStages, kBarSwap = kBarEmpty + kConvStages,

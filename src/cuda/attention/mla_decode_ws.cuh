@@ -34,6 +34,11 @@ namespace fp4moe::cuda::attention::decode {
 
 namespace {
 
+// kQRegs: each consumer thread holds its warp's Q fragments for the first CfgWs::kQRegSteps (14)
+// of the 18 k16 steps over its warpgroup's 288 dims (4 registers a step), whose QK takes A from
+// registers (m64n32k16 RS): 57 KB less shared-memory traffic per tile (of ~250 KB). More steps
+// spill (CfgWs).
+template <bool kQRegs>
 __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const Params p) {
   using C = CfgWs;
   FP4MOE_DYNAMIC_SMEM(unsigned char, smem);
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
 
   if (warp >= C::kConsumerThreads / 32) {
     // ---------------- producer: copies and conversions ----------------
-    prims::setmaxnreg_dec<C::kProducerRegs>();
+    prims::setmaxnreg_dec<kQRegs ? C::kProducerRegsQ : C::kProducerRegs>();
     const int pt = tid - C::kConsumerThreads;
     const int32_t* table = p.kv_indices + it.table_offset;
     const int page_mask = (1 << p.page_shift) - 1;
@@ -84,7 +89,7 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
       if (t < tiles) {
         unsigned char* st = scode + (t % C::kCodeStages) * C::kCodeBytes;
         const int64_t* slots = s_slot + (t % C::kCodeStages) * C::kTk;
-#pragma unroll
+#pragma unroll 1
         for (int j = 0; j < kPerThread; ++j) {
           const int ci = pt + j * C::kProducerThreads, r = ci / C::kChunks, part = ci % C::kChunks;
           const bool valid = it.kv_start + t * C::kTk + r < it.kv_end;
@@ -112,7 +117,7 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
       if (t >= C::kConvStages) prims::bar_sync(C::kBarEmpty + stage, C::kThreads);  // tile t - 2's P.V done
       const unsigned char* st = scode + (t % C::kCodeStages) * C::kCodeBytes;
       unsigned char* cv = sconv + stage * C::kConvBytes;
-#pragma unroll
+#pragma unroll 1
       for (int j = 0; j < kPerThread; ++j) {
         const int ci = pt + j * C::kProducerThreads, r = ci / C::kChunks, part = ci % C::kChunks;  // dims 16 part ..
         const uint4 v = *reinterpret_cast<const uint4*>(st + r * C::kRowBytes + part * 16);
@@ -132,8 +137,10 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
   }
 
   // ---------------- consumers: QK, softmax, PV ----------------
-  prims::setmaxnreg_inc<C::kConsumerRegs>();
+  prims::setmaxnreg_inc<kQRegs ? C::kConsumerRegsQ : C::kConsumerRegs>();
   const int g = lane >> 2, c = lane & 3, hb = warp & 3, dh = warp >> 2;
+  constexpr int kSteps = kQk / 2 / 16;  // 18 k16 steps over the warpgroup's half of the dims
+  constexpr int kRegSteps = kQRegs ? C::kQRegSteps : 0;  // of which A from registers
   const float qk_scale = p.sm_scale * kLog2e * p.ckv_scale / q_factor;  // base-2 scores of the FP16 Q
   float o[32][4];
 #pragma unroll
@@ -141,6 +148,20 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   constexpr uint32_t kLbo = 128, kSbo = C::kDimGroups * 128;
   const int d_begin = dh * (kQk / 2);  // 0 or 288
+  // kQRegs: the A fragments of Q rows 16 hb + g (+ 8), dims d_begin + 16 ks + 2c (+ 8), +1: two
+  // FP16 each, read once from the core-matrix Q (4 contiguous bytes within a core-matrix row).
+  uint32_t qa[kQRegs ? kRegSteps : 1][4];
+  if constexpr (kQRegs) {
+    const int r0 = hb * 16 + g;
+#pragma unroll
+    for (int ks = 0; ks < kRegSteps; ++ks) {
+      const int dgr = d_begin / 8 + 2 * ks;
+      qa[ks][0] = *reinterpret_cast<const uint32_t*>(sq + core_chunk_at(r0, dgr) + 4 * c);
+      qa[ks][1] = *reinterpret_cast<const uint32_t*>(sq + core_chunk_at(r0 + 8, dgr) + 4 * c);
+      qa[ks][2] = *reinterpret_cast<const uint32_t*>(sq + core_chunk_at(r0, dgr + 1) + 4 * c);
+      qa[ks][3] = *reinterpret_cast<const uint32_t*>(sq + core_chunk_at(r0 + 8, dgr + 1) + 4 * c);
+    }
+  }
 
   for (int t = 0; t < tiles; ++t) {
     const int stage = t % C::kConvStages;
@@ -155,10 +176,14 @@ __global__ void __launch_bounds__(CfgWs::kThreads, 1) mla_decode_ws_kernel(const
     for (int i = 0; i < C::kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
     prims::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kQk / 2 / 16; ++ks) {
+    for (int ks = 0; ks < kSteps; ++ks) {
       const int dgr = d_begin / 8 + 2 * ks;
-      prims::wgmma_m64n32k16_ss<true>(reinterpret_cast<float(&)[16]>(s), prims::smem_desc(sq + dgr * 128, kLbo, kSbo),
-                                      prims::smem_desc(kv + dgr * 128, kLbo, kSbo), ks > 0);
+      if (ks < kRegSteps)
+        prims::wgmma_m64n32k16_rs<true>(reinterpret_cast<float(&)[16]>(s), qa[ks < kRegSteps ? ks : 0],
+                                        prims::smem_desc(kv + dgr * 128, kLbo, kSbo), ks > 0);
+      else
+        prims::wgmma_m64n32k16_ss<true>(reinterpret_cast<float(&)[16]>(s), prims::smem_desc(sq + dgr * 128, kLbo, kSbo),
+                                        prims::smem_desc(kv + dgr * 128, kLbo, kSbo), ks > 0);
     }
     prims::wgmma_commit();
     prims::wgmma_wait<0>();

@@ -98,6 +98,17 @@ struct CfgWs {
   static_assert(kTk * kChunks % kProducerThreads == 0, "every producer thread copies the same number of chunks");
   static_assert(kCodeStages * kTk <= kProducerThreads, "one pass loads the first stages' slots");
   static_assert(kBarProducer <= 15, "");
+  // setmaxnreg takes multiples of 8 in [24, 256], and the consumers' increase waits until the
+  // producer's decrease has freed enough of the block's entry allocation: 384 threads x 168
+  // (__launch_bounds__(384, 1): 65,536 / 384 rounded down to 8), so the split must not exceed it.
+  static constexpr int kEntryRegs = 65536 / kThreads / 8 * 8;  // 168
+  static_assert(kConsumerThreads * kConsumerRegs + kProducerThreads * kProducerRegs <= kThreads * kEntryRegs, "");
+  static_assert(kConsumerThreads * kConsumerRegsQ + kProducerThreads * kProducerRegsQ <= kThreads * kEntryRegs, "");
+  static_assert(kConsumerRegs % 8 == 0 && kProducerRegs % 8 == 0 && kConsumerRegsQ % 8 == 0 &&
+                    kProducerRegsQ % 8 == 0 && kProducerRegs >= 24 && kProducerRegsQ >= 24 &&
+                    kConsumerRegs <= 256 && kConsumerRegsQ <= 256,
+                "");
+  static_assert(kQRegSteps >= 1 && kQRegSteps <= kQk / 2 / 16, "");
 };
 
 // ws: the warp-specialized variant (FP8 cache only; `wgmma` is then implied).

@@ -20,7 +20,7 @@ void Bench::decode(KvElem elem) {
   dense_dev.reserve_device(maxB);
   const at::MlaDesc desc{kHeads, kSmScale, elem};
   const std::string ours_why = at::mla_decode_can_implement(desc);
-  std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse, ours_wg;
+  std::unique_ptr<at::MlaDecodeMma> ours_dense, ours_sparse, ours_wg, ours_ws, ours_wsq;
   if (ours_why.empty()) {
     ours_dense = std::make_unique<at::MlaDecodeMma>(desc);
     ours_sparse = std::make_unique<at::MlaDecodeMma>(desc);
@@ -34,6 +34,18 @@ void Bench::decode(KvElem elem) {
     ours_wg->reserve_device(maxB);
   } else {
     std::printf("| decode | %s | ours-wgmma | skipped: %s\n", kv.c_str(), why.c_str());
+  }
+  // The warp-specialized wgmma variant (sm_90, FP8 cache only): its rows say how far it is from
+  // the FP8 bytes' copy floor and from flashinfer-sm90's FP8 path.
+  if (elem == KvElem::FP8_E4M3) {
+    if (const std::string why = at::mla_decode_can_implement(desc, at::DecodeMath::kWgmmaWs); why.empty()) {
+      ours_ws = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmmaWs);
+      ours_ws->reserve_device(maxB);
+      ours_wsq = std::make_unique<at::MlaDecodeMma>(desc, at::DecodeMath::kWgmmaWsQRegs);  // Q in registers
+      ours_wsq->reserve_device(maxB);
+    } else {
+      std::printf("| decode | %s | ours-wgmma-ws | skipped: %s\n", kv.c_str(), why.c_str());
+    }
   }
   // Queries / outputs / indexer buffers for the largest batch.
   DeviceMem q_nope(size_t(maxB) * kHeads * at::kCkvDim * 2), q_pe(size_t(maxB) * kHeads * at::kKpeDim * 2),
@@ -142,6 +154,14 @@ void Bench::decode(KvElem elem) {
         ours_row(r, "ours-wgmma", *ours_wg, [&] { ours_wg->plan(hb.view(), ps, pages, s_); }, a);
         dev_row(r, "ours-wgmma-dev", [&] { ours_wg->run_device(a, rows, s_); },
                 fmt::format("; {} splits per row", ours_wg->device_splits(B, L)));
+      }
+      if (ours_ws) {
+        ours_row(r, "ours-wgmma-ws", *ours_ws, [&] { ours_ws->plan(hb.view(), ps, pages, s_); }, a);
+        dev_row(r, "ours-wgmma-ws-dev", [&] { ours_ws->run_device(a, rows, s_); },
+                fmt::format("; {} splits per row", ours_ws->device_splits(B, L)));
+        ours_row(r, "ours-wgmma-ws-qreg", *ours_wsq, [&] { ours_wsq->plan(hb.view(), ps, pages, s_); }, a);
+        dev_row(r, "ours-wgmma-ws-qreg-dev", [&] { ours_wsq->run_device(a, rows, s_); },
+                fmt::format("; {} splits per row", ours_wsq->device_splits(B, L)));
       }
       if (!opt_.sparse || L <= opt_.top_k) return;
 
@@ -264,6 +284,18 @@ void Bench::decode(KvElem elem) {
         dev_row(rs, "ours-wgmma-dev", [&] { ours_wg->run_device(sp, srows, s_); }, "");
         mlas.push_back({"ours-wgmma", us, [&] { ours_wg->run(sp, s_); },
                         [&](const at::MlaDeviceRows& rows) { ours_wg->run_device(sp, rows, s_); }});
+      }
+      if (ours_ws) {
+        const double us =
+            ours_row(rs, "ours-wgmma-ws", *ours_ws, [&] { ours_ws->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
+        dev_row(rs, "ours-wgmma-ws-dev", [&] { ours_ws->run_device(sp, srows, s_); }, "");
+        mlas.push_back({"ours-wgmma-ws", us, [&] { ours_ws->run(sp, s_); },
+                        [&](const at::MlaDeviceRows& rows) { ours_ws->run_device(sp, rows, s_); }});
+        const double usq =
+            ours_row(rs, "ours-wgmma-ws-qreg", *ours_wsq, [&] { ours_wsq->plan_sparse(hb.view(), opt_.top_k, s_); }, sp);
+        dev_row(rs, "ours-wgmma-ws-qreg-dev", [&] { ours_wsq->run_device(sp, srows, s_); }, "");
+        mlas.push_back({"ours-wgmma-ws-qreg", usq, [&] { ours_wsq->run(sp, s_); },
+                        [&](const at::MlaDeviceRows& rows) { ours_wsq->run_device(sp, rows, s_); }});
       }
       const SparseMla& mla =
           *std::min_element(mlas.begin(), mlas.end(), [](const SparseMla& a, const SparseMla& b) { return a.us < b.us; });

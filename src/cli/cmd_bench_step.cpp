@@ -414,9 +414,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "heads; the top-k rows of one-token steps on MlaDecodeMma), else cuda/attention's "
                  "MlaDecodeMma, where the dims allow (+ cuda/indexer's scores); flashinfer-decode: FlashInfer for "
                  "every decode and top-k row, or an error; mma-decode: always MlaDecodeMma; wgmma-decode: its wgmma "
-                 "variant (sm_90) (a forced kernel the GPU or the dims cannot run: refused); own: the runner's any-dims "
+                 "variant (sm_90); wgmma-ws-decode: its warp-specialized wgmma variant (sm_90, "
+                 "--kv-cache-dtype fp8_e4m3 only) (a forced kernel the GPU or the dims cannot run: refused); own: the runner's any-dims "
                  "kernels everywhere (the start-up line says which each layer takes)")
-      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode", "wgmma-ws-decode"}))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
                  "the KV cache: auto (bf16), bf16, or fp8_e4m3 (E4M3 latent, rope key and index keys: half the bytes "

@@ -52,9 +52,10 @@ void setup(CLI::App& app, std::function<int()>& run) {
                  "--backend cuda: auto (decode and top-k rows on FlashInfer's SM90 MLA over a device-built "
                  "schedule on sm_90 with 64 heads, the top-k rows of one-token steps on our MlaDecodeMma; else "
                  "MlaDecodeMma) | flashinfer-decode (FlashInfer for every decode and top-k row, or an error) | "
-                 "mma-decode (always MlaDecodeMma) | wgmma-decode (its wgmma variant, sm_90) | own (the runner's "
+                 "mma-decode (always MlaDecodeMma) | wgmma-decode (its wgmma variant, sm_90) | wgmma-ws-decode (its "
+                 "warp-specialized wgmma variant, sm_90, fp8_e4m3 cache only) | own (the runner's "
                  "any-dims kernels); a forced kernel the GPU or the dims cannot run is refused at start-up")
-      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode"}))
+      ->check(CLI::IsMember({"auto", "own", "flashinfer-decode", "mma-decode", "wgmma-decode", "wgmma-ws-decode"}))
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (bf16) | bf16 | fp8_e4m3 (E4M3 latent, rope key and index keys, scale 1.0; cpu and cuda) | f32 (the CPU reference)")
       ->capture_default_str();

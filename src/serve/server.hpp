@@ -28,7 +28,7 @@ struct ServeOptions {
   int32_t max_queued_requests = -1;  // -1: unlimited
   bool disable_radix_cache = false;
   std::string kv_cache_dtype = "auto";  // auto (bf16) | bf16 | fp8_e4m3 | f32 (CPU reference)
-  std::string attention_kernels = "auto";  // --backend cuda: auto | own | flashinfer-decode | mma-decode | wgmma-decode
+  std::string attention_kernels = "auto";  // --backend cuda: auto | own | flashinfer-decode | mma-decode | wgmma-decode | wgmma-ws-decode
   bool log_requests = false;
   std::string reasoning_parser;   // "" | glm45 | deepseek-r1 | deepseek-v3: reasoning_content in chat replies
   std::string tool_call_parser;   // "" | glm47 | glm45 | deepseekv3 | deepseekv31: tool_calls in chat replies

@@ -80,6 +80,7 @@ std::string plan_line(const AttentionPlan& p, const AttentionDims& d) {
   if (!p.mma_decode) return fmt::format("attention: every layer on {}: {}", own, p.decode_why);
   const std::string fast =
       p.flashinfer_decode ? "FlashInfer's SM90 MLA over a device-built schedule (MlaSm90::run_device, graph-capturable)"
+      : p.wgmma_ws        ? "cuda/attention MlaDecodeMma (warp-specialized wgmma, device-built split schedule, graph-capturable)"
       : p.wgmma           ? "cuda/attention MlaDecodeMma (wgmma, device-built split schedule, graph-capturable)"
                           : "cuda/attention MlaDecodeMma (mma.sync, device-built split schedule, graph-capturable)";
   std::string line = fmt::format("attention: latent keys {};", p.fast_latent
@@ -110,9 +111,11 @@ std::string plan_line(const AttentionPlan& p, const AttentionDims& d) {
 
 AttentionKernels parse_attention_kernels(const std::string& name) {
   for (AttentionKernels k : {AttentionKernels::Auto, AttentionKernels::Own, AttentionKernels::FlashInferDecode,
-                             AttentionKernels::MmaDecode, AttentionKernels::WgmmaDecode})
+                             AttentionKernels::MmaDecode, AttentionKernels::WgmmaDecode, AttentionKernels::WgmmaWsDecode})
     if (name == attention_kernels_name(k)) return k;
-  FP4MOE_FAIL("--attention-kernels must be auto, own, flashinfer-decode, mma-decode or wgmma-decode (got '{}')", name);
+  FP4MOE_FAIL(
+      "--attention-kernels must be auto, own, flashinfer-decode, mma-decode, wgmma-decode or wgmma-ws-decode (got '{}')",
+      name);
 }
 
 const char* attention_kernels_name(AttentionKernels k) {
@@ -122,6 +125,7 @@ const char* attention_kernels_name(AttentionKernels k) {
     case AttentionKernels::FlashInferDecode: return "flashinfer-decode";
     case AttentionKernels::MmaDecode: return "mma-decode";
     case AttentionKernels::WgmmaDecode: return "wgmma-decode";
+    case AttentionKernels::WgmmaWsDecode: return "wgmma-ws-decode";
   }
   return "?";
 }
@@ -136,7 +140,7 @@ bool flashinfer_mla_built() {
 
 AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const AttentionDims& d, AttentionKernels k) {
   AttentionPlan p;
-  const bool wgmma = k == AttentionKernels::WgmmaDecode;
+  const bool wgmma = k == AttentionKernels::WgmmaDecode, wgmma_ws = k == AttentionKernels::WgmmaWsDecode;
   bool dense_layer = false;
   for (bool dsa : d.dsa_layer) dense_layer |= !dsa;
   if (k == AttentionKernels::Own) {
@@ -147,7 +151,7 @@ AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const Att
                                  d.rope, at::kCkvDim, at::kKpeDim);
     else
       p.decode_why = at::decode::can_implement(int(d.heads), d.kv_fp8, float(d.softmax_scale), a.smem_per_block_optin,
-                                               a.cc, wgmma);
+                                               a.cc, wgmma, wgmma_ws);
     // A kernel the flag forces must run: refused in one line, never the own kernels instead.
     if (k != AttentionKernels::Auto && !p.decode_why.empty())
       return refused(fmt::format("--attention-kernels {}: {}", attention_kernels_name(k), p.decode_why));
@@ -155,6 +159,7 @@ AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const Att
   }
   if (p.mma_decode) {
     p.wgmma = wgmma;
+    p.wgmma_ws = wgmma_ws;
     // FlashInfer's kernel for decode and top-k rows where it runs (Auto: measured 1.1-1.2x the
     // serve sweep's output tok/s of MlaDecodeMma at caps 256-2048, bench/RESULTS.md); forced by
     // FlashInferDecode (refused where it cannot run), never under MmaDecode / WgmmaDecode.
@@ -180,7 +185,9 @@ AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const Att
   p.topk_one_cta_max_rows = a.sm_count;
 
   // The reasons, one per decision.
-  const std::string mma = p.wgmma ? "MlaDecodeMma (wgmma)" : "MlaDecodeMma (mma.sync)";
+  const std::string mma = p.wgmma_ws ? "MlaDecodeMma (warp-specialized wgmma)"
+                          : p.wgmma  ? "MlaDecodeMma (wgmma)"
+                                     : "MlaDecodeMma (mma.sync)";
   const std::string own = "the runner's own kernels";
   const std::string decode_kernel = p.flashinfer_decode ? "FlashInfer MlaSm90 (device-built schedule)"
                                     : p.mma_decode       ? mma
@@ -191,7 +198,7 @@ AttentionPlan plan_attention(const ArchInfo& a, bool flashinfer_built, const Att
                         ? "--attention-kernels flashinfer-decode"
                         : "sm_90, 64 heads: 1.1-1.2x the serve sweep's output tok/s of MlaDecodeMma at caps 256-2048";
   else if (p.mma_decode)
-    decode_reason = k == AttentionKernels::MmaDecode || wgmma
+    decode_reason = k == AttentionKernels::MmaDecode || wgmma || wgmma_ws
                         ? fmt::format("--attention-kernels {}", attention_kernels_name(k))
                         : "FlashInfer's SM90 MLA cannot run here; MlaDecodeMma fits";
   else

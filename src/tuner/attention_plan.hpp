@@ -26,10 +26,13 @@ namespace fp4moe::tuner {
 //   FlashInferDecode: as Auto, refused where FlashInfer's decode cannot run;
 //   MmaDecode: as Auto, but decode steps and top-k rows always on MlaDecodeMma;
 //   WgmmaDecode: as MmaDecode, with MlaDecodeMma's wgmma variant (sm_90; refused elsewhere);
+//   WgmmaWsDecode: as MmaDecode, with MlaDecodeMma's warp-specialized wgmma variant (sm_90 and
+//         an FP8 E4M3 cache; refused elsewhere). Not the default: not yet measured;
 //   Own: the runner's own kernels everywhere (tests compare them with the others).
-enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode, WgmmaDecode };
+enum class AttentionKernels : int { Auto, Own, FlashInferDecode, MmaDecode, WgmmaDecode, WgmmaWsDecode };
 
-// "auto" | "own" | "flashinfer-decode" | "mma-decode" | "wgmma-decode"; an Error (one line) otherwise.
+// "auto" | "own" | "flashinfer-decode" | "mma-decode" | "wgmma-decode" | "wgmma-ws-decode"; an Error (one
+// line) otherwise.
 AttentionKernels parse_attention_kernels(const std::string& name);
 const char* attention_kernels_name(AttentionKernels k);
 
@@ -72,6 +75,7 @@ struct AttentionPlan {
 
   bool mma_decode = false;         // MlaDecodeMma is built (decode / DSA rows where FlashInfer does not take them)
   bool wgmma = false;              // ... as its wgmma variant
+  bool wgmma_ws = false;           // ... as its warp-specialized wgmma variant (FP8 cache)
   bool flashinfer_decode = false;  // FlashInfer's MlaSm90 over a device-built schedule: decode and DSA rows
   int mma_sparse_max_rows = 0;     // steps of <= this many tokens: DSA rows on MlaDecodeMma (0: none)
   bool flashinfer_prefill = false;  // MlaSm90 for dense-MLA layers' eager prefill / mixed steps

@@ -98,11 +98,13 @@ RunnerOptions options(AttentionKernels k, bool fp8 = false) {
 // A test parameter: "<model>" (MmaDecode: MlaDecodeMma), "<model>+fi" (FlashInferDecode: FlashInfer's
 // kernel over the device-built schedule, sm_90 and 64 heads), "<model>+auto" (Auto there: FlashInfer,
 // but the top-k rows of one-token steps on MlaDecodeMma, so a request alone and the same request
-// in a batch take different kernels) or "<model>+wg" (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90).
+// in a batch take different kernels), "<model>+wg" (WgmmaDecode: MlaDecodeMma's wgmma variant, sm_90) or
+// "<model>+ws+fp8" (WgmmaWsDecode: its warp-specialized variant, sm_90, FP8 cache only).
 std::string model_of(const std::string& param) { return param.substr(0, param.find('+')); }
 bool flashinfer_of(const std::string& param) { return param.find("+fi") != std::string::npos; }
 bool wgmma_of(const std::string& param) { return param.find("+wg") != std::string::npos; }
 bool auto_of(const std::string& param) { return param.find("+auto") != std::string::npos; }
+bool wgmma_ws_of(const std::string& param) { return param.find("+ws") != std::string::npos; }
 // "+fp8" (with any of the above): both runners keep an FP8 E4M3 cache (--kv-cache-dtype fp8_e4m3):
 // the fast path's FP8 decode kernels, FP8 indexer scores (queries quantized) and FP8 fused writes.
 bool fp8_of(const std::string& param) { return param.find("+fp8") != std::string::npos; }
@@ -126,6 +128,13 @@ std::unique_ptr<GpuRunner> load_fast(const std::string& param) {
     if (cuda::attention::current_device_sm() != 90) return nullptr;
     auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::WgmmaDecode, fp8_of(param)));
     EXPECT_NE(g->attention_line().find("MlaDecodeMma (wgmma"), std::string::npos) << g->attention_line();
+    return g;
+  }
+  if (wgmma_ws_of(param)) {
+    if (cuda::attention::current_device_sm() != 90) return nullptr;
+    auto g = GpuRunner::load(synthetic_dir(model_of(param)), options(AttentionKernels::WgmmaWsDecode, fp8_of(param)));
+    EXPECT_NE(g->attention_line().find("MlaDecodeMma (warp-specialized wgmma"), std::string::npos)
+        << g->attention_line();
     return g;
   }
   // mma-decode where MlaDecodeMma cannot run is refused in one line (tuner/attention_plan.hpp).
@@ -314,7 +323,8 @@ INSTANTIATE_TEST_SUITE_P(RealAttentionDims, FastAttention,
                          ::testing::Values("glm5-attn-tiny", "deepseek-v3-attn-tiny", "deepseek-v3-attn-tiny@64",
                                            "glm5-attn-tiny+fi", "deepseek-v3-attn-tiny@64+fi", "glm5-attn-tiny+auto", "glm5-attn-tiny+wg",
                                            "deepseek-v3-attn-tiny+wg", "glm5-attn-tiny+fp8", "deepseek-v3-attn-tiny+fp8",
-                                           "deepseek-v3-attn-tiny@64+fi+fp8", "glm5-attn-tiny+auto+fp8"),
+                                           "deepseek-v3-attn-tiny@64+fi+fp8", "glm5-attn-tiny+auto+fp8",
+                                           "glm5-attn-tiny+ws+fp8", "deepseek-v3-attn-tiny+ws+fp8"),
                          [](const auto& i) {
                            std::string s = i.param;
                            for (char& ch : s)

@@ -7,6 +7,8 @@
 // MlaSm90::run_device (the schedule built on the device) eagerly and replayed from a CUDA graph.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "cpu/attention/indexer_cpu.hpp"
 #include "cpu/attention/mla_cpu.hpp"
 #include "cuda/attention/mla.hpp"
@@ -50,8 +52,12 @@ Result cpu_mla(PagedCase& c, const Queries& q, const int32_t* topk, int64_t k) {
 // FlashInferDevice: MlaSm90::run_device (the schedule built on the device); FlashInferGraph: the
 // same captured in a CUDA graph and replayed.
 // MmaDevice / MmaGraph: the same for MlaDecodeMma::run_device. Wgmma / WgmmaGraph: MlaDecodeMma's
-// wgmma variant (BF16 cache, sm_90), host-planned / run_device in a graph.
-enum class Impl { FlashInfer, Mma, FlashInferDevice, FlashInferGraph, MmaDevice, MmaGraph, Wgmma, WgmmaGraph };
+// wgmma variant (BF16 cache, sm_90), host-planned / run_device in a graph. WgmmaWs / WgmmaWsGraph: its
+// warp-specialized wgmma variant (FP8 cache, sm_90), the same two ways.
+enum class Impl {
+  FlashInfer, Mma, FlashInferDevice, FlashInferGraph, MmaDevice, MmaGraph, Wgmma, WgmmaGraph, WgmmaWs, WgmmaWsGraph,
+  WgmmaWsQRegs, WgmmaWsQRegsGraph  // ... with Q in registers
+};
 int g_forced_splits = 0;  // FlashInferDevice / Graph: MlaDeviceRows::splits
 bool g_pdl = false;       // the device-scheduled runs: MlaDeviceRows::pdl
 
@@ -77,12 +83,15 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
     else mla.plan(c.batch(), c.page_size, c.num_pages, nullptr);
     mla.run(a, nullptr);
   };
-  if (impl == Impl::Mma || impl == Impl::Wgmma) {
-    at::MlaDecodeMma mla({q.heads, kSmScale, c.elem},
-                         impl == Impl::Wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync);
+  if (impl == Impl::Mma || impl == Impl::Wgmma || impl == Impl::WgmmaWs || impl == Impl::WgmmaWsQRegs) {
+    at::MlaDecodeMma mla({q.heads, kSmScale, c.elem}, impl == Impl::Wgmma          ? at::DecodeMath::kWgmma
+                                                      : impl == Impl::WgmmaWs      ? at::DecodeMath::kWgmmaWs
+                                                      : impl == Impl::WgmmaWsQRegs ? at::DecodeMath::kWgmmaWsQRegs
+                                                                                   : at::DecodeMath::kMmaSync);
     go(mla);
   } else if (impl == Impl::FlashInferDevice || impl == Impl::FlashInferGraph || impl == Impl::MmaDevice ||
-             impl == Impl::MmaGraph || impl == Impl::WgmmaGraph) {
+             impl == Impl::MmaGraph || impl == Impl::WgmmaGraph || impl == Impl::WgmmaWsGraph ||
+             impl == Impl::WgmmaWsQRegsGraph) {
     const KvBatchView b = c.batch();
     DeviceArray<int32_t> len(std::vector<int32_t>(b.kv_len, b.kv_len + b.num_requests));
     DeviceArray<int32_t> indptr(std::vector<int32_t>(b.page_indptr, b.page_indptr + b.num_requests + 1));
@@ -119,8 +128,10 @@ Result gpu_mla(PagedCase& c, const Queries& q, const std::vector<int32_t>* slots
       EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       cudaGraphExecDestroy(ge), cudaGraphDestroy(g), cudaStreamDestroy(s);
     };
-    if (impl == Impl::WgmmaGraph) {
-      at::MlaDecodeMma mla({q.heads, kSmScale, c.elem}, at::DecodeMath::kWgmma);
+    if (impl == Impl::WgmmaGraph || impl == Impl::WgmmaWsGraph || impl == Impl::WgmmaWsQRegsGraph) {
+      at::MlaDecodeMma mla({q.heads, kSmScale, c.elem}, impl == Impl::WgmmaGraph     ? at::DecodeMath::kWgmma
+                                                        : impl == Impl::WgmmaWsGraph ? at::DecodeMath::kWgmmaWs
+                                                                                     : at::DecodeMath::kWgmmaWsQRegs);
       device_run(mla, true);
     } else if (impl == Impl::MmaDevice || impl == Impl::MmaGraph) {
       at::MlaDecodeMma mla({q.heads, kSmScale, c.elem});
@@ -411,6 +422,55 @@ TEST(MlaDecodeWgmma, SparseTopK2048AndDeviceScheduledGraphMatchCpu) {
     check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, e, 157, Impl::WgmmaGraph);
     check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, e, 2048, 158, Impl::WgmmaGraph);
   }
+}
+
+// ---- MlaDecodeMma's warp-specialized wgmma variant (sm_90, FP8 cache; the emulator test runs it on the CPU) ----
+bool wgmma_ws_decode_available() {
+  return cuda::device_available() &&
+         at::mla_decode_can_implement({kHeads, kSmScale, KvElem::FP8_E4M3}, at::DecodeMath::kWgmmaWs).empty();
+}
+#define FP4MOE_SKIP_WITHOUT_WGMMA_WS_DECODE()                                                                \
+  do {                                                                                                       \
+    if (!wgmma_ws_decode_available()) GTEST_SKIP() << "needs sm_90 (wgmma) and ~215 KB of shared memory"; \
+  } while (0)
+
+// The FP8 bound of the other kernels (tolerance(): 3e-2), the same math (FP16 Q, K, V, P); each
+// case for both warp-specialized kernels (Q from shared memory / mostly from registers).
+TEST(MlaDecodeMmaTiny, WgmmaWsVariantDecodeAndSparseMatchCpu) {  // Tiny: under step 50's memcheck and racecheck
+  FP4MOE_SKIP_WITHOUT_WGMMA_WS_DECODE();
+  const std::vector<RequestShape> rows(size_t(cuda::current_device().sm_count) + 2, RequestShape{260, 1});
+  for (Impl impl : {Impl::WgmmaWs, Impl::WgmmaWsQRegs}) {
+    check_dense({{1, 1}, {65, 1}, {200, 1}}, 64, KvElem::FP8_E4M3, 180, impl);
+    check_sparse({{1, 1}, {40, 1}, {300, 2}}, 16, KvElem::FP8_E4M3, 64, 181, impl);
+    check_dense(rows, 64, KvElem::FP8_E4M3, 182, impl);  // one item per row: 9 tiles through both rings
+  }
+}
+
+TEST(MlaDecodeWgmmaWs, DecodeEveryPageSizeLongRowsAnd128HeadsMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_WGMMA_WS_DECODE();
+  for (Impl impl : {Impl::WgmmaWs, Impl::WgmmaWsQRegs}) {
+    for (int64_t ps : {1, 16, 64}) check_dense(kDecodeShapes, ps, KvElem::FP8_E4M3, 183 + uint64_t(ps), impl);
+    check_dense({{1, 1}, {100000, 1}, {3, 1}}, 64, KvElem::FP8_E4M3, 184, impl);
+    check_dense({{70, 1}, {5000, 1}}, 16, KvElem::FP8_E4M3, 185, impl, 128);
+  }
+}
+
+TEST(MlaDecodeWgmmaWs, SparseTopK2048AndDeviceScheduledGraphMatchCpu) {
+  FP4MOE_SKIP_WITHOUT_WGMMA_WS_DECODE();
+  for (auto [impl, graph] :
+       {std::pair{Impl::WgmmaWs, Impl::WgmmaWsGraph}, std::pair{Impl::WgmmaWsQRegs, Impl::WgmmaWsQRegsGraph}}) {
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::FP8_E4M3, 2048, 186, impl);
+    check_dense({{1, 1}, {65, 1}, {4097, 1}, {100000, 1}}, 64, KvElem::FP8_E4M3, 187, graph);
+    check_sparse({{5000, 1}, {2048, 1}, {100, 1}, {40000, 1}, {3000, 4}}, 64, KvElem::FP8_E4M3, 2048, 188, graph);
+  }
+}
+
+TEST(MlaDecodeMmaErrors, WgmmaWsVariantRefusesABf16Cache) {
+  EXPECT_NE(at::mla_decode_can_implement({kHeads, kSmScale, KvElem::BF16}, at::DecodeMath::kWgmmaWs)
+                .find("an FP8 E4M3 cache only"),
+            std::string::npos);
+  EXPECT_THROW(at::MlaDecodeMma({kHeads, kSmScale, KvElem::BF16}, at::DecodeMath::kWgmmaWs), Error);
+  EXPECT_THROW(at::MlaDecodeMma({kHeads, kSmScale, KvElem::BF16}, at::DecodeMath::kWgmmaWsQRegs), Error);
 }
 
 TEST(MlaDecodeMmaErrors, BadInputIsAnError) {

@@ -2,12 +2,13 @@
 // emulator (tests/cuda/emu), against cpu::mla_attention_cpu: dense decode (contexts 1, tile
 // and page boundaries +-1, keys split over several items and merged) and sparse rows over slot
 // lists (long items stream many tiles), BF16 cache (worst row error < 5e-3) and FP8 E4M3 (< 4e-3), 64 and 128 heads, LSE;
+// the mma.sync, wgmma and warp-specialized FP8 (mla_decode_ws.cuh) kernels;
 // outputs poisoned. The emulator follows the PTX fragment definitions, so this checks the
 // kernels' fragment layouts, the FP8 dim / column permutations, masking and the merge.
 // Needs no GPU (runs in CI); mla_attention_test runs the kernels on the device.
 #define FP4MOE_CUDA_EMU 1
 #include "cuda/emu/cuda_emu.hpp"
-#include "cuda/attention/mla_decode_mma.cuh"
+#include "cuda/attention/mla_decode_ws.cuh"
 
 #include <gtest/gtest.h>
 
@@ -30,7 +31,9 @@ struct Run {
 // positions topk [T, k] (-1 padded), given to the kernel as cache slots.
 // dev_splits > 0: MlaDecodeMma::run_device's schedule, computed in the kernels from the rows'
 // lengths (Params::sched), with that many item slots per row, instead of build_schedule's arrays.
-bool g_wgmma = false;  // emu_decode runs the wgmma variant (BF16 cache)
+bool g_wgmma = false;  // emu_decode runs the wgmma variant
+bool g_ws = false;     // emu_decode runs the warp-specialized FP8 variant (mla_decode_ws.cuh)
+bool g_ws_q_regs = false;  // ... with Q in registers
 
 Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, const std::vector<int32_t>& topk, int k,
                int slots, int dev_splits = 0) {
@@ -61,7 +64,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   int items = 0, merges = 0;
   dc::DeviceSchedule ds{};
   if (dev_splits == 0) {
-    s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8, g_wgmma));
+    s = dc::build_schedule(kv_len, table, slots, dc::tile_keys(fp8, g_wgmma, g_ws));
     items = int(s.items.size()), merges = int(s.merges.size());
   } else {
     const int rows = int(T);
@@ -73,7 +76,7 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
     ds.top_k = topk.empty() ? 0 : k;
     ds.tokens = rows;
     ds.splits = dev_splits;
-    ds.tile_keys = dc::tile_keys(fp8, g_wgmma);
+    ds.tile_keys = dc::tile_keys(fp8, g_wgmma, g_ws);
   }
   std::vector<uint16_t> out(size_t(T) * heads * kCkvDim, 0xffff);  // NaN
   std::vector<float> lse(size_t(T) * heads, NAN), part_o(size_t(s.partials) * heads * kCkvDim + 4, NAN),
@@ -97,7 +100,10 @@ Run emu_decode(PagedCase& c, int heads, const Bf16Data& qn, const Bf16Data& qp, 
   p.part_o = part_o.data();
   p.part_lse = part_lse.data();
   const dim3 grid(unsigned(items), unsigned(heads / dc::kHeadsPerCta));
-  if (fp8 && g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true, true), dc::mla_decode_kernel<true, true>, p);
+  if (g_ws)
+    emu::launch(grid, dim3(dc::CfgWs::kThreads), dc::smem_bytes(true, true, true),
+                g_ws_q_regs ? dc::mla_decode_ws_kernel<true> : dc::mla_decode_ws_kernel<false>, p);
+  else if (fp8 && g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true, true), dc::mla_decode_kernel<true, true>, p);
   else if (fp8) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(true), dc::mla_decode_kernel<true>, p);
   else if (g_wgmma) emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false, true), dc::mla_decode_kernel<false, true>, p);
   else emu::launch(grid, dim3(dc::kThreads), dc::smem_bytes(false), dc::mla_decode_kernel<false>, p);
@@ -205,6 +211,50 @@ TEST(MlaDecodeEmu, WgmmaVariantWithAnFp8CacheMatchesCpu) {
   check({{900, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 1, 29);
   check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 0, 30, 3);
   g_wgmma = false;
+}
+
+// The warp-specialized FP8 variant (a producer warpgroup converting each tile once into a 2-tile
+// FP16 ring, two consumer warpgroups; named-barrier handshakes): contexts of 1 key, of a
+// non-multiple of the 32-key tile, rows split over several items (host schedule and device
+// schedule), sparse rows, 128 heads, and long items whose tiles cycle both rings many times
+// (the emulator fails mixed counts on one named-barrier generation, a deadlock, and an arrival
+// left over at the block's end). The FP8 bound (4e-3): the same FP16 math as the wgmma variant's.
+void check_warp_specialized_cases() {
+  check({{1, 1}, {63, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 4, 41);
+  check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 3, 42);
+  check({{70, 1}, {2, 1}}, 16, KvElem::FP8_E4M3, 128, 0, 2, 43);
+  check({{900, 1}, {33, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 1, 44);
+  check({{1000, 1}}, 1, KvElem::FP8_E4M3, 64, 700, 1, 45);
+  check({{1, 1}, {129, 1}, {300, 1}}, 64, KvElem::FP8_E4M3, 64, 0, 0, 46, 3);
+  check({{40, 1}, {400, 2}}, 64, KvElem::FP8_E4M3, 64, 160, 0, 47, 2);
+}
+TEST(MlaDecodeEmu, WarpSpecializedFp8VariantMatchesCpu) {
+  g_ws = true;
+  check_warp_specialized_cases();
+  g_ws = false;
+}
+// The same with Q's fragments in registers for 14 of the 18 QK steps (m64n32k16 with A from
+// registers): the register fragments, the steps from shared memory after them.
+TEST(MlaDecodeEmu, WarpSpecializedFp8VariantWithQInRegistersMatchesCpu) {
+  g_ws = g_ws_q_regs = true;
+  check_warp_specialized_cases();
+  g_ws = g_ws_q_regs = false;
+}
+
+// Its handshakes in the emulator: arrivals of one generation with different thread counts, a
+// barrier that never completes, or an arrival left over at the block's end fail the run instead
+// of passing silently.
+TEST(MlaDecodeEmu, NamedBarrierMisuseFails) {
+  EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0,
+                           [] {
+                             if (threadIdx.x < 32) cuda::prims::bar_arrive(1, 64);
+                             else cuda::prims::bar_sync(1, 96);
+                           }),
+               "different counts");
+  EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0, [] { if (threadIdx.x < 32) cuda::prims::bar_sync(2, 64); }),
+               "deadlock");
+  EXPECT_DEATH(emu::launch(dim3(1), dim3(64), 0, [] { if (threadIdx.x < 32) cuda::prims::bar_arrive(3, 64); }),
+               "unfinished generation");
 }
 
 // The descriptor's fields where the PTX ISA puts them: start, LBO and SBO in 16-byte units at

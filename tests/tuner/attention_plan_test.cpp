@@ -62,7 +62,7 @@ AttentionDims glm5(int dense, int dsa, bool indexer = true) {
 // The decisions as one comparable string.
 std::string decisions(const AttentionPlan& p) {
   if (!p.error.empty()) return "refused";
-  return std::string(p.mma_decode ? "mma" : "-") + (p.wgmma ? " wgmma" : "") + (p.flashinfer_decode ? " fi" : "") +
+  return std::string(p.mma_decode ? "mma" : "-") + (p.wgmma ? " wgmma" : "") + (p.wgmma_ws ? " ws" : "") + (p.flashinfer_decode ? " fi" : "") +
          " sparse" + std::to_string(p.mma_sparse_max_rows) + (p.flashinfer_prefill ? " fi-prefill" : "") +
          (p.fast_indexer ? " idx" : "") + (p.fast_index_key ? " key" : "") + (p.fast_latent ? " latent" : "") +
          " topk" + std::to_string(p.topk_one_cta_keys_many_rows) + "/" + std::to_string(p.topk_one_cta_max_rows);
@@ -91,17 +91,21 @@ TEST(AttentionPlan, ChoicesAreTheRunnersPerArchAndFlag) {
       {"H100", K::MmaDecode, false, "mma sparse0 fi-prefill idx key latent topk32768/132"},
       {"H100", K::WgmmaDecode, false, "mma wgmma sparse0 fi-prefill idx key latent topk32768/132"},
       {"H100", K::WgmmaDecode, true, "mma wgmma sparse0 fi-prefill idx key latent topk32768/132"},
+      {"H100", K::WgmmaWsDecode, true, "mma ws sparse0 fi-prefill idx key latent topk32768/132"},
+      {"H100", K::WgmmaWsDecode, false, "refused"},  // a BF16 cache: the ws variant is FP8-only
       {"H100", K::Own, false, "- sparse0 topk32768/132"},
       {"B200", K::Auto, false, "mma sparse0 idx key latent topk32768/148"},
       {"B200", K::Auto, true, "mma sparse0 idx key latent topk32768/148"},
       {"B200", K::MmaDecode, false, "mma sparse0 idx key latent topk32768/148"},
       {"B200", K::WgmmaDecode, false, "refused"},
+      {"B200", K::WgmmaWsDecode, true, "refused"},
       {"B200", K::FlashInferDecode, false, "refused"},
       {"B200", K::Own, false, "- sparse0 topk32768/148"},
       {"RTX PRO 6000", K::Auto, false, "- sparse0 topk16384/188"},
       {"RTX PRO 6000", K::Auto, true, "- sparse0 topk16384/188"},
       {"RTX PRO 6000", K::MmaDecode, false, "refused"},
       {"RTX PRO 6000", K::WgmmaDecode, false, "refused"},
+      {"RTX PRO 6000", K::WgmmaWsDecode, true, "refused"},
       {"RTX PRO 6000", K::FlashInferDecode, false, "refused"},
       {"RTX PRO 6000", K::Own, false, "- sparse0 topk16384/188"},
   };
@@ -186,7 +190,16 @@ TEST(AttentionPlan, RefusalsAreOneLineNamingTheFlagAndTheReason) {
   const AttentionPlan fi = plan_attention(device("B200"), true, glm5(1, 2), AttentionKernels::FlashInferDecode);
   EXPECT_EQ(fi.error, "--attention-kernels flashinfer-decode: MLA attention: the SM90 MLA kernel needs sm_90, this GPU "
                       "is sm_100");
-  for (const AttentionPlan* p : {&wg, &mma, &fi}) {
+  AttentionDims fp8 = glm5(1, 2);
+  fp8.kv_fp8 = true;
+  const AttentionPlan ws_bf16 = plan_attention(device("H100"), true, glm5(1, 2), AttentionKernels::WgmmaWsDecode);
+  EXPECT_EQ(ws_bf16.error, "--attention-kernels wgmma-ws-decode: MLA decode (wgmma-ws): an FP8 E4M3 cache only (a BF16 "
+                           "cache: the mma.sync / wgmma kernels)");
+  const AttentionPlan ws_b200 = plan_attention(device("B200"), true, fp8, AttentionKernels::WgmmaWsDecode);
+  EXPECT_EQ(ws_b200.error, "--attention-kernels wgmma-ws-decode: MLA decode (wgmma-ws): needs sm_90 (Hopper's wgmma)");
+  const AttentionPlan ws = plan_attention(device("H100"), true, fp8, AttentionKernels::WgmmaWsDecode);
+  EXPECT_NE(ws.line.find("MlaDecodeMma (warp-specialized wgmma"), std::string::npos) << ws.line;
+  for (const AttentionPlan* p : {&wg, &mma, &fi, &ws_bf16, &ws_b200}) {
     EXPECT_EQ(p->error.find('\n'), std::string::npos);
     EXPECT_TRUE(p->line.empty());
   }
@@ -216,7 +229,7 @@ TEST(AttentionPlan, StartUpLineAndReasonsSayWhatRunsWhere) {
 
 TEST(AttentionPlan, FlagNamesRoundTripAndOthersAreRefused) {
   for (AttentionKernels k : {AttentionKernels::Auto, AttentionKernels::Own, AttentionKernels::FlashInferDecode,
-                             AttentionKernels::MmaDecode, AttentionKernels::WgmmaDecode})
+                             AttentionKernels::MmaDecode, AttentionKernels::WgmmaDecode, AttentionKernels::WgmmaWsDecode})
     EXPECT_EQ(parse_attention_kernels(attention_kernels_name(k)), k);
   EXPECT_THROW(parse_attention_kernels("wgmma"), Error);
   EXPECT_THROW(parse_attention_kernels(""), Error);

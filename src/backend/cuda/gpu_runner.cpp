@@ -339,7 +339,9 @@ void GpuRunner::Impl::choose_attention() {
   desc.sm_scale = float(c.softmax_scale);
   desc.kv_elem = kv_fp8 ? KvElem::FP8_E4M3 : KvElem::BF16;
   if (p.mma_decode)
-    mla_fast = std::make_unique<at::MlaDecodeMma>(desc, p.wgmma ? at::DecodeMath::kWgmma : at::DecodeMath::kMmaSync);
+    mla_fast = std::make_unique<at::MlaDecodeMma>(desc, p.wgmma_ws ? at::DecodeMath::kWgmmaWs
+                                                        : p.wgmma  ? at::DecodeMath::kWgmma
+                                                                   : at::DecodeMath::kMmaSync);
   if (p.flashinfer_decode) {
     mla_fi_decode = std::make_unique<at::MlaSm90>(desc);
     mla_fi_decode->reserve_device(int(opt.max_tokens));

@@ -55,16 +55,21 @@ std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math) {
     return fmt::format("MLA decode (mma): KV element {} unsupported (bf16 or fp8_e4m3)", kv_elem_name(d.kv_elem));
   // The dims first, with a device that allows everything: they need no GPU, so a caller without
   // one gets their reason rather than a CUDA error.
-  const std::string dims = decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, INT64_MAX, 90, false);
+  const bool ws = math == DecodeMath::kWgmmaWs || math == DecodeMath::kWgmmaWsQRegs;
+  const std::string dims = decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, INT64_MAX, 90, false, ws);
   if (!dims.empty()) return dims;
   int dev = 0, smem = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return decode::can_implement(d.num_heads, fp8_of(d), d.sm_scale, smem, current_device_sm(),
-                               math == DecodeMath::kWgmma);
+                               math == DecodeMath::kWgmma, ws);
 }
 
-MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc, DecodeMath math) : desc_(desc), wgmma_(math == DecodeMath::kWgmma) {
+MlaDecodeMma::MlaDecodeMma(const MlaDesc& desc, DecodeMath math)
+    : desc_(desc),
+      wgmma_(math == DecodeMath::kWgmma),
+      warp_specialized_(math == DecodeMath::kWgmmaWs || math == DecodeMath::kWgmmaWsQRegs),
+      ws_q_regs_(math == DecodeMath::kWgmmaWsQRegs) {
   const std::string why = mla_decode_can_implement(desc, math);
   FP4MOE_CHECK(why.empty(), "{}", why);
   num_sm_ = cuda::current_device().sm_count;
@@ -115,7 +120,7 @@ void MlaDecodeMma::plan_sparse(const KvBatchView& b, int top_k, cudaStream_t str
 void MlaDecodeMma::plan_items(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset,
                               int page_shift, cudaStream_t stream) {
   const bool fp8 = fp8_of(desc_);
-  const int tile = decode::tile_keys(fp8, wgmma_);
+  const int tile = decode::tile_keys(fp8, wgmma_, warp_specialized_);
   const int head_groups = desc_.num_heads / decode::kHeadsPerCta;
   const decode::Schedule sch =
       decode::build_schedule(kv_len, table_offset, std::max(1, num_sm_ / head_groups), tile);
@@ -209,7 +214,7 @@ void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
   p.page_shift = page_shift_;
   set_partials(p, float_ws_, partials_);
   FP4MOE_CUDA_CHECK(decode::launch(fp8_of(desc_), p, items_, desc_.num_heads / decode::kHeadsPerCta, merges_, stream,
-                                   false, wgmma_));
+                                   false, wgmma_, warp_specialized_, ws_q_regs_));
 }
 
 // ---- device-scheduled runs (graph-capturable) ----
@@ -218,7 +223,7 @@ void MlaDecodeMma::run(const MlaRunArgs& a, cudaStream_t stream) const {
 
 int MlaDecodeMma::device_splits(int tokens, int max_keys) const {
   const int slots = std::max(1, num_sm_ / (desc_.num_heads / decode::kHeadsPerCta));
-  const int tile = decode::tile_keys(fp8_of(desc_), wgmma_);
+  const int tile = decode::tile_keys(fp8_of(desc_), wgmma_, warp_specialized_);
   const int64_t tiles = (int64_t(std::max(max_keys, 1)) + tile - 1) / tile;
   return int(std::clamp<int64_t>(slots / std::max(tokens, 1), 1, std::max<int64_t>(1, tiles / 2)));
 }
@@ -261,11 +266,12 @@ void MlaDecodeMma::run_device(const MlaRunArgs& a, const MlaDeviceRows& rows, cu
   p.sched.top_k = sparse ? rows.top_k : 0;
   p.sched.tokens = rows.tokens;
   p.sched.splits = splits;
-  p.sched.tile_keys = decode::tile_keys(fp8, wgmma_);
+  p.sched.tile_keys = decode::tile_keys(fp8, wgmma_, warp_specialized_);
   p.page_shift = shift;
   set_partials(p, dev_float_ws_, slots);
   FP4MOE_CUDA_CHECK(
-      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl, wgmma_));
+      decode::launch(fp8, p, items, desc_.num_heads / decode::kHeadsPerCta, merges, stream, rows.pdl, wgmma_, warp_specialized_,
+                                                ws_q_regs_));
 }
 
 }  // namespace fp4moe::cuda::attention

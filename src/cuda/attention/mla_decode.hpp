@@ -24,10 +24,16 @@ namespace fp4moe::cuda::attention {
 // warpgroup wgmma (sm_90; S and O as m64 accumulators of a warpgroup, Q / K / V read by the tensor
 // cores from shared memory instead of ldmatrix into registers; an FP8 cache's tiles converted to
 // FP16 in shared memory first, each thread its own copies). BF16 or FP8 cache either way.
-enum class DecodeMath { kMmaSync, kWgmma };
+// kWgmmaWs: the warp-specialized wgmma kernel (sm_90, FP8 E4M3 cache only): a producer
+// warpgroup copies and converts each tile once into an FP16 ring that two consumer warpgroups'
+// wgmma read (mla_decode_ws.cuh), so loads and conversions overlap the MMAs. kWgmmaWsQRegs: the
+// same with most of Q held in registers (QK's A operand; less shared-memory traffic): a bench
+// row beside kWgmmaWs until measured, not selectable by --attention-kernels.
+enum class DecodeMath { kMmaSync, kWgmma, kWgmmaWs, kWgmmaWsQRegs };
 
 // "" when MlaDecodeMma can run desc on the current device, else why not (heads, element
-// type, shared memory per block: ~217 KB, so not sm_120's 99 KB; wgmma: sm_90).
+// type, shared memory per block: ~217 KB, so not sm_120's 99 KB; wgmma: sm_90; wgmma-ws: sm_90
+// and an FP8 cache).
 std::string mla_decode_can_implement(const MlaDesc& d, DecodeMath math = DecodeMath::kMmaSync);
 
 class MlaDecodeMma {
@@ -65,7 +71,7 @@ class MlaDecodeMma {
   void plan_items(const std::vector<int32_t>& kv_len, const std::vector<int32_t>& table_offset, int page_shift,
                   cudaStream_t stream);
   MlaDesc desc_;
-  bool wgmma_ = false;
+  bool wgmma_ = false, warp_specialized_ = false, ws_q_regs_ = false;
   int num_sm_ = 0;
   void* int_ws_ = nullptr;    // items, merges (device)
   void* pinned_ = nullptr;    // staging (host)

@@ -114,6 +114,151 @@ __device__ __forceinline__ int kv_chunk_at(int r, int part) {
   else return r * Cfg<kFp8>::kKvPitch + part * 16;
 }
 
+// FP8 cache: the CTA's Q rows [q_nope 512 | q_pe 64] of heads head0 .. head0 + 63 to FP16 in
+// shared memory (padded rows, or kWg: core matrices), q_pe times kpe_scale / ckv_scale, all times
+// a power of two when |q| would overflow FP16 (returned: the softmax scale divides it out).
+// Every one of the block's kN threads calls it (two block barriers).
+template <int kN, bool kWg>
+__device__ __forceinline__ float load_q_fp16(const Params& p, int token, int head0, unsigned char* sq, unsigned* s_amax) {
+  const int tid = int(threadIdx.x);
+  // Each thread converts 8 BF16 values at a time; first the CTA's amax (as uint bits).
+  constexpr int kParts = kQk / 8;                    // 72 groups of 8 per row
+  constexpr int kPer = kHeadsPerCta * kParts / kN;   // 18 (256 threads), 12 (384)
+  static_assert(kHeadsPerCta * kParts % kN == 0, "");
+  uint4 v[kPer];
+  float amax = 0.f, q_factor = 1.f;
+  const float pe_ratio = p.kpe_scale / p.ckv_scale;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int ci = tid + j * kN, h = ci / kParts, part = ci % kParts;
+    const int64_t row = int64_t(token) * p.num_heads + head0 + h;
+    const uint16_t* src = part < kCkv / 8 ? p.q_nope + row * kCkv + part * 8 : p.q_pe + row * kKpe + (part - kCkv / 8) * 8;
+    v[j] = *reinterpret_cast<const uint4*>(src);
+    const float f = part < kCkv / 8 ? 1.f : pe_ratio;
+    const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] & 0xffffu) * f));
+      amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] >> 16) * f));
+    }
+  }
+  if (tid == 0) *s_amax = 0u;
+  __syncthreads();
+  atomicMax(s_amax, __float_as_uint(amax));  // non-negative floats order as their bits
+  __syncthreads();
+  const float cta_amax = __uint_as_float(*s_amax);
+  // Keep |q| * factor below 2^14 (FP16 max 65504): factor = 2^(13 - floor(log2 amax)).
+  if (cta_amax >= 16384.f) q_factor = __uint_as_float(uint32_t(127 + 13 - (int((__float_as_uint(cta_amax) >> 23) & 0xff) - 127)) << 23);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int ci = tid + j * kN, h = ci / kParts, part = ci % kParts;
+    const float f = (part < kCkv / 8 ? 1.f : pe_ratio) * q_factor;
+    const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+    uint32_t o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      o[e] = prims::pack_f16x2(prims::bf16_bits_to_float(w[e] & 0xffffu) * f, prims::bf16_bits_to_float(w[e] >> 16) * f);
+    *reinterpret_cast<uint4*>(sq + q_chunk_at<true, kWg>(h, part)) = uint4{o[0], o[1], o[2], o[3]};
+  }
+  return q_factor;
+}
+
+// The online softmax over one tile's scores s (this thread's quad columns of rows g (e 0, 1) and
+// g + 8 (e 2, 3); already the full sums): scaled to base 2, keys >= n_keys masked, s becomes P,
+// the running max / sum updated and O rescaled.
+template <int kNT>
+__device__ __forceinline__ void online_softmax(float (&s)[kNT][4], float (&o)[32][4], float (&m_run)[2],
+                                               float (&l_run)[2], float qk_scale, int key0, int n_keys, int c) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kNT; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key0 + i * 8 + 2 * c + e;
+        float v = s[i][2 * rr + e] * qk_scale;
+        if (key >= n_keys) v = -INFINITY;
+        s[i][2 * rr + e] = v;
+        mx = fmaxf(mx, v);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 2));
+    const float m_new = fmaxf(m_run[rr], mx);  // finite: every tile has a valid key
+    const float alpha = prims::fast_exp2(m_run[rr] - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kNT; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = prims::fast_exp2(s[i][2 * rr + e] - m_new);
+        s[i][2 * rr + e] = pv;
+        sum += pv;
+      }
+    l_run[rr] = l_run[rr] * alpha + sum;  // this thread's columns; the quad adds at the end
+    m_run[rr] = m_new;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i][2 * rr] *= alpha, o[i][2 * rr + 1] *= alpha;
+  }
+}
+
+// The end of an item: l over the quad, O normalized, written (BF16 output and LSE, or the FP32
+// partial row and base-2 LSE of a split token) for heads h_lo and h_lo + 8, latent dims 256 dh ..
+// kNaturalO: O's fragments in column order (else the FP8 mma.sync path's permutation).
+template <bool kNaturalO, bool kFp8>
+__device__ __forceinline__ void write_rows(const Params& p, const Item& it, int h_lo, int dh, int c, const float (&o)[32][4],
+                                           const float (&m_run)[2], const float (&l_run)[2]) {
+  float inv[2], lse2[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_run[rr];
+    l += __shfl_xor_sync(prims::kFullMask, l, 1);
+    l += __shfl_xor_sync(prims::kFullMask, l, 2);
+    inv[rr] = (kFp8 ? p.ckv_scale : 1.f) / l;
+    lse2[rr] = m_run[rr] + log2f(l);
+  }
+  if (it.partial < 0) {
+    uint16_t* out = p.out + (int64_t(it.token) * p.num_heads + h_lo) * kCkv + dh * 256;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      uint16_t* orow = out + rr * 8 * kCkv;
+      if constexpr (kNaturalO) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)  // tile i: dims 8i + 2c, +1
+          *reinterpret_cast<uint32_t*>(orow + i * 8 + 2 * c) = prims::pack_bf16x2(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {  // even / odd tiles of a 16-dim block: dims 4c .. 4c+3
+          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;  // o[2q] even, o[2q + 1] odd tile
+          *reinterpret_cast<uint2*>(orow + d) =
+              uint2{prims::pack_bf16x2(o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr]),
+                    prims::pack_bf16x2(o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr])};
+        }
+      }
+      if (p.lse && dh == 0 && c == 0) p.lse[int64_t(it.token) * p.num_heads + h_lo + rr * 8] = lse2[rr] * kLn2;
+    }
+  } else {
+    float* out = p.part_o + (int64_t(it.partial) * p.num_heads + h_lo) * kCkv + dh * 256;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float* orow = out + rr * 8 * kCkv;
+      if constexpr (kNaturalO) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          *reinterpret_cast<float2*>(orow + i * 8 + 2 * c) = float2{o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]};
+      } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;
+          *reinterpret_cast<float4*>(orow + d) = float4{o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr],
+                                                        o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr]};
+        }
+      }
+      if (dh == 0 && c == 0) p.part_lse[int64_t(it.partial) * p.num_heads + h_lo + rr * 8] = lse2[rr];
+    }
+  }
+}
+
 // kWg: the wgmma variant (sm_90a; CfgWg's layout; FP8: CfgWgFp8's FP16 tiles): the warpgroup of
 // warps 4 dh .. 4 dh + 3 computes S over its half of the dims as one m64n32 accumulator (18 k16
 // steps, Q and K from shared memory), and O for its 256 latent dims as one m64n256 accumulator
@@ -193,50 +338,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   // Q rows: [q_nope 512 | q_pe 64] of heads head0 .. head0 + 63 (BF16: copied before the slots
   // are read, in tile 0's group).
   float q_factor = 1.f;  // FP8 path: Q was multiplied by this power of two
-  if constexpr (!kFp8) {
-    issue(0);
-  } else {
-    issue(0);
-    // Each thread converts 8 BF16 values at a time; first the CTA's amax (as uint bits).
-    constexpr int kParts = kQk / 8;  // 72 groups of 8 per row
-    constexpr int kPer = kHeadsPerCta * kParts / kThreads;  // 18
-    static_assert(kHeadsPerCta * kParts % kThreads == 0, "");
-    uint4 v[kPer];
-    float amax = 0.f;
-    const float pe_ratio = p.kpe_scale / p.ckv_scale;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int ci = tid + j * kThreads, h = ci / kParts, part = ci % kParts;
-      const int64_t row = int64_t(it.token) * p.num_heads + head0 + h;
-      const uint16_t* src = part < kCkv / 8 ? p.q_nope + row * kCkv + part * 8 : p.q_pe + row * kKpe + (part - kCkv / 8) * 8;
-      v[j] = *reinterpret_cast<const uint4*>(src);
-      const float f = part < kCkv / 8 ? 1.f : pe_ratio;
-      const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] & 0xffffu) * f));
-        amax = fmaxf(amax, fabsf(prims::bf16_bits_to_float(w[e] >> 16) * f));
-      }
-    }
-    if (tid == 0) *s_amax = 0u;
-    __syncthreads();
-    atomicMax(s_amax, __float_as_uint(amax));  // non-negative floats order as their bits
-    __syncthreads();
-    const float cta_amax = __uint_as_float(*s_amax);
-    // Keep |q| * factor below 2^14 (FP16 max 65504): factor = 2^(13 - floor(log2 amax)).
-    if (cta_amax >= 16384.f) q_factor = __uint_as_float(uint32_t(127 + 13 - (int((__float_as_uint(cta_amax) >> 23) & 0xff) - 127)) << 23);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int ci = tid + j * kThreads, h = ci / kParts, part = ci % kParts;
-      const float f = (part < kCkv / 8 ? 1.f : pe_ratio) * q_factor;
-      const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-      uint32_t o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[e] = prims::pack_f16x2(prims::bf16_bits_to_float(w[e] & 0xffffu) * f, prims::bf16_bits_to_float(w[e] >> 16) * f);
-      *reinterpret_cast<uint4*>(sq + q_chunk_at<kFp8, kWg>(h, part)) = uint4{o[0], o[1], o[2], o[3]};
-    }
-  }
+  issue(0);
+  if constexpr (kFp8) q_factor = load_q_fp16<kThreads, kWg>(p, it.token, head0, sq, s_amax);
 #pragma unroll
   for (int s = 1; s < kStages - 1; ++s) issue(s);
 
@@ -357,38 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
     }
 
     // ---- online softmax over this tile (rows g: e 0, 1; row g + 8: e 2, 3) ----
-    const int key0 = t * C::kTk;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < C::kNT; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + i * 8 + 2 * c + e;
-          float v = s[i][2 * rr + e] * qk_scale;
-          if (key >= n_keys) v = -INFINITY;
-          s[i][2 * rr + e] = v;
-          mx = fmaxf(mx, v);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(prims::kFullMask, mx, 2));
-      const float m_new = fmaxf(m_run[rr], mx);  // finite: every tile has a valid key
-      const float alpha = prims::fast_exp2(m_run[rr] - m_new);
-      float sum = 0.f;
-#pragma unroll
-      for (int i = 0; i < C::kNT; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = prims::fast_exp2(s[i][2 * rr + e] - m_new);
-          s[i][2 * rr + e] = pv;
-          sum += pv;
-        }
-      l_run[rr] = l_run[rr] * alpha + sum;  // this thread's columns; the quad adds at the end
-      m_run[rr] = m_new;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) o[i][2 * rr] *= alpha, o[i][2 * rr + 1] *= alpha;
-    }
+    online_softmax<C::kNT>(s, o, m_run, l_run, qk_scale, t * C::kTk, n_keys, c);
 
     // ---- O[16 x 256] += P[16 x Tk] . V[Tk x 256] (V = the latent, dims 256 dh ..) ----
     if constexpr (kWg) {
@@ -450,57 +522,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const Params p)
   }
   prims::cp_async_wait<0>();
 
-  // ---- finish: l over the quad, normalize, write ----
-  float inv[2], lse2[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    float l = l_run[rr];
-    l += __shfl_xor_sync(prims::kFullMask, l, 1);
-    l += __shfl_xor_sync(prims::kFullMask, l, 2);
-    inv[rr] = (kFp8 ? p.ckv_scale : 1.f) / l;
-    lse2[rr] = m_run[rr] + log2f(l);
-  }
-  const int h_lo = head0 + hb * 16 + g;  // rows g and g + 8
-  if (it.partial < 0) {
-    uint16_t* out = p.out + (int64_t(it.token) * p.num_heads + h_lo) * kCkv + dh * 256;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      uint16_t* orow = out + rr * 8 * kCkv;
-      if constexpr (kNaturalO) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i)  // tile i: dims 8i + 2c, +1
-          *reinterpret_cast<uint32_t*>(orow + i * 8 + 2 * c) = prims::pack_bf16x2(o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]);
-      } else {
-#pragma unroll
-        for (int q = 0; q < 16; ++q) {  // even / odd tiles of a 16-dim block: dims 4c .. 4c+3
-          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;  // o[2q] even, o[2q + 1] odd tile
-          *reinterpret_cast<uint2*>(orow + d) =
-              uint2{prims::pack_bf16x2(o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr]),
-                    prims::pack_bf16x2(o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr])};
-        }
-      }
-      if (p.lse && dh == 0 && c == 0) p.lse[int64_t(it.token) * p.num_heads + h_lo + rr * 8] = lse2[rr] * kLn2;
-    }
-  } else {
-    float* out = p.part_o + (int64_t(it.partial) * p.num_heads + h_lo) * kCkv + dh * 256;
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float* orow = out + rr * 8 * kCkv;
-      if constexpr (kNaturalO) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          *reinterpret_cast<float2*>(orow + i * 8 + 2 * c) = float2{o[i][2 * rr] * inv[rr], o[i][2 * rr + 1] * inv[rr]};
-      } else {
-#pragma unroll
-        for (int q = 0; q < 16; ++q) {
-          const int d = (q >> 1) * 32 + (q & 1) * 16 + 4 * c;
-          *reinterpret_cast<float4*>(orow + d) = float4{o[2 * q][2 * rr] * inv[rr], o[2 * q + 1][2 * rr] * inv[rr],
-                                                        o[2 * q][2 * rr + 1] * inv[rr], o[2 * q + 1][2 * rr + 1] * inv[rr]};
-        }
-      }
-      if (dh == 0 && c == 0) p.part_lse[int64_t(it.partial) * p.num_heads + h_lo + rr * 8] = lse2[rr];
-    }
-  }
+  write_rows<kNaturalO, kFp8>(p, it, head0 + hb * 16 + g, dh, c, o, m_run, l_run);
 }
 
 // One CTA of 128 threads per (split token, head): out = sum_i w_i o_i / sum_i w_i with

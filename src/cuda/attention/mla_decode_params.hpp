@@ -96,9 +96,10 @@ Schedule build_schedule(const std::vector<int32_t>& kv_len, const std::vector<in
 #if !defined(FP4MOE_CUDA_EMU)
 // The decode kernel over items x head_groups CTAs, then (merges > 0) the merge kernel; pdl:
 // both with programmatic dependent launch (cuda/common/launch.cuh); wgmma: the wgmma variant
-// (sm_90a).
+// (sm_90a); ws: the warp-specialized FP8 variant (mla_decode_ws.cuh, sm_90a, 384 threads), with
+// ws_q_regs its Q held in registers.
 cudaError_t launch(bool fp8, const Params& p, int items, int head_groups, int merges, cudaStream_t stream,
-                   bool pdl = false, bool wgmma = false);
+                   bool pdl = false, bool wgmma = false, bool ws = false, bool ws_q_regs = false);
 #endif
 
 }  // namespace fp4moe::cuda::attention::decode

@@ -191,6 +191,24 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// ---- named barriers (bar.sync / bar.arrive, id 1..15; 0 is __syncthreads) --------------------
+// count threads (a multiple of 32) complete a generation; bar_arrive does not wait. The
+// producer / consumer handshakes of warp-specialized kernels.
+__device__ __forceinline__ void bar_sync(int id, int count) {
+#if defined(FP4MOE_CUDA_EMU)
+  ::emu::named_barrier(id, count, true);
+#else
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+#if defined(FP4MOE_CUDA_EMU)
+  ::emu::named_barrier(id, count, false);
+#else
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+
 // ---- programmatic dependent launch (PDL, sm_90+; cuda/common/launch.cuh launches with it) ----
 // A kernel launched with PDL may have its blocks start while the kernel before it in the stream
 // still runs. pdl_wait() returns once that kernel has completed and its writes are visible: a

@@ -1,6 +1,7 @@
 // Warpgroup MMA (wgmma, sm_90a) for the hand-written kernels, with plain-C++ twins for the CUDA
 // emulator (tests/cuda/emu): shared-memory matrix descriptors of the no-swizzle ("interleave")
-// canonical layout, and the two shapes the MLA decode kernel issues (BF16 or FP16 inputs). Written from the PTX
+// canonical layout, and the shapes the MLA decode kernels issue (BF16 or FP16 inputs: m64n32k16 with A
+// from shared memory or registers, m64n256k16 with A from registers). Written from the PTX
 // ISA's definitions (asynchronous warpgroup-level matrix operations):
 //   - A core matrix is 8 rows of 16 bytes, 128 contiguous bytes. K-major operand: a row is 8
 //     consecutive K elements of one M / N index; MN-major: a row is 8 consecutive M / N elements
@@ -92,6 +93,21 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// setmaxnreg (sm_90a): a warpgroup of a warp-specialized kernel gives back (dec) or takes (inc)
+// registers per thread; every warp of the warpgroup executes it. A no-op in the emulator.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(FP4MOE_HAVE_WGMMA)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if !defined(FP4MOE_CUDA_EMU) && defined(FP4MOE_HAVE_WGMMA)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 // D[64 x 32] (+)= A[64 x 16] . B[16 x 32]: A and B K-major in shared memory; BF16 inputs, or FP16
 // (kF16).
 template <bool kF16>
@@ -112,6 +128,36 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc
 #undef FP4MOE_WGMMA_SS32
 #else
   (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();
+#endif
+}
+
+// D[64 x 32] (+)= A[64 x 16] . B[16 x 32]: A from registers (the fragment above), B K-major in
+// shared memory; BF16 inputs, or FP16 (kF16).
+template <bool kF16>
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+#if defined(FP4MOE_CUDA_EMU)
+  const uint64_t w4[4] = {a[0], a[1], a[2], a[3]};
+  ::emu::publish(kFullMask, w4, 4);
+  auto a_at = [&](int row, int k) {  // row within the warp's 16: its quad's lanes hold it
+    const int r = row & 15, src = (r & 7) * 4 + (k & 7) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    const uint16_t bits = uint16_t(::emu::peer(src, reg) >> (16 * (k & 1)));
+    return kF16 ? emu_f16_to_float(bits) : emu_bf16_to_float(bits);
+  };
+  emu_wgmma<32>(d, a_at, desc_b, false, accumulate, kF16);
+#elif defined(FP4MOE_HAVE_WGMMA)
+#define FP4MOE_WGMMA_RS32(T) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." T "." T " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)))
+  if constexpr (kF16) FP4MOE_WGMMA_RS32("f16");
+  else FP4MOE_WGMMA_RS32("bf16");
+#undef FP4MOE_WGMMA_RS32
+#else
+  (void)d, (void)a, (void)desc_b, (void)accumulate;
   __trap();
 #endif
 }

@@ -9,7 +9,8 @@
 // only cuda/common/device_prims.cuh for device built-ins), then emu::launch(grid, block,
 // dynamic_smem_bytes, kernel, params...). Device pointers are host pointers.
 //
-// Supported: threadIdx / blockIdx / blockDim / gridDim, __syncthreads, __syncwarp, __shfl*_sync,
+// Supported: threadIdx / blockIdx / blockDim / gridDim, __syncthreads, named barriers
+// (bar.sync / bar.arrive with a thread count: emu::named_barrier), __syncwarp, __shfl*_sync,
 // __ballot_sync, __any_sync, __all_sync, __match_any_sync, atomics (plain: fibers are
 // cooperative), __threadfence (no-op), static __shared__ (one block at a time) and dynamic
 // shared memory (FP4MOE_DYNAMIC_SMEM), plus the warp-level primitives of device_prims.cuh,
@@ -60,7 +61,8 @@ struct Fiber {
   dim3 tid;
   int linear = 0;
   bool done = false;
-  int wait_kind = 0;  // 0 none, 1 block barrier, 2 warp barrier
+  int wait_kind = 0;  // 0 none, 1 block barrier, 2 warp barrier, 3 named barrier wait_id
+  int wait_id = 0;
   uint64_t wait_gen = 0;
 };
 
@@ -70,11 +72,19 @@ struct WarpState {
   uint64_t slot[32][16] = {};
 };
 
+// A named barrier (bar.sync / bar.arrive id, count): completes when `count` threads have
+// arrived; every arrival of one generation must give the same count.
+struct NamedBarrier {
+  int arrived = 0, count = 0;
+  uint64_t gen = 0;
+};
+
 struct BlockState {
   std::vector<Fiber> fibers;
   int live = 0, arrived = 0;
   uint64_t gen = 0;
   std::vector<WarpState> warps;
+  NamedBarrier named[16];
 };
 
 inline dim3 g_block_idx, g_block_dim, g_grid_dim;
@@ -118,6 +128,28 @@ inline void block_sync() {
   yield();
 }
 
+// bar.sync (wait) / bar.arrive (!wait) on named barrier id 1..15 with `count` threads (a
+// multiple of 32); fails on a count that differs within a generation (the hardware's undefined
+// behaviour) and on a generation still open when the block ends (an arrival nobody waited for),
+// so a producer / consumer protocol that arrives once too often shows.
+inline void named_barrier(int id, int count, bool wait) {
+  if (id < 1 || id > 15 || count <= 0 || count % 32 != 0) fail("named barrier: id 1..15, count a multiple of 32");
+  NamedBarrier& nb = g_block->named[id];
+  if (nb.arrived == 0) nb.count = count;
+  else if (nb.count != count) fail("named barrier: arrivals of one generation give different counts");
+  const uint64_t gen = nb.gen;
+  if (++nb.arrived == count) {
+    nb.arrived = 0;
+    ++nb.gen;
+    return;
+  }
+  if (!wait) return;
+  g_cur->wait_kind = 3;
+  g_cur->wait_id = id;
+  g_cur->wait_gen = gen;
+  yield();
+}
+
 // All lanes of `mask` must call (the kernels here use full or uniform masks).
 inline void warp_sync(unsigned mask) {
   WarpState& w = warp();
@@ -137,6 +169,7 @@ inline bool runnable(const Fiber& f) {
   if (f.done) return false;
   if (f.wait_kind == 1) return g_block->gen != f.wait_gen;
   if (f.wait_kind == 2) return g_block->warps[size_t(f.linear >> 5)].gen != f.wait_gen;
+  if (f.wait_kind == 3) return g_block->named[f.wait_id].gen != f.wait_gen;
   return true;
 }
 
@@ -206,6 +239,8 @@ void launch(dim3 grid, dim3 block, size_t smem_bytes, Kernel kernel, Args... arg
           if (all_done) break;
           if (!progress) fail("deadlock: every live thread waits at a barrier that cannot complete");
         }
+        for (const NamedBarrier& nb : b.named)  // an arrival no one waited for: a protocol slip
+          if (nb.arrived != 0) fail("a named barrier ends the block with arrivals of an unfinished generation");
         g_cur = nullptr;
         g_block = nullptr;
       }

@@ -53,8 +53,10 @@ BackendInfo CudaModelBackend::info() const {
   i.applies_token_masks = true;  // step(): StepInput::token_masks, applied before the argmax and sample()
   // step(): every row's logits, the eager step's hidden states; the MTP layer's logits with it
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
-  i.overlaps_token_masks = true;
-  i.speculates_constrained = opt_.speculative_steps > 0;  // the round masks its rows (MtpSpeculator)  // step(): the runner waits for them after enqueueing the forward (gpu_step.cpp)
+  i.overlaps_token_masks = true;  // step(): the runner waits for them after enqueueing the forward (gpu_step.cpp)
+  // Speculative rounds mask their draft and verify rows by each constrained request's grammar on
+  // the host (model::MtpSpeculator; the verify step's logits come back before the acceptance).
+  i.speculates_constrained = opt_.speculative_steps > 0;
   return i;
 }
 

@@ -21,6 +21,7 @@ namespace {
 CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(options) {
   model::ModelOptions mo;
   mo.threads = opt_.threads;
+  mo.quantize_mtp_experts = opt_.quantize_draft_experts && opt_.speculative_steps > 0;
   mo.on_moe_routing = [this](int64_t layer, std::span<const int32_t> per_expert) {
     if (observer_) observer_->on_moe_gemm(int32_t(layer), per_expert);
   };

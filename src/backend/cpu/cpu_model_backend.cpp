@@ -164,9 +164,9 @@ void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits,
   if (!spec_ || opt_.speculative_steps == 0) return Backend::decode(batch, limits, steps, out);
   FP4MOE_CHECK(kv_, "cpu backend: decode before init_kv");
   const int32_t n = batch.num_requests();
-  const SpecRoundInput in = spec_round_input(batch, limits, steps);
   std::vector<model::SpecRoundResult> res;
   try {
+    const SpecRoundInput in = spec_round_input(batch, limits, steps);
     res = spec_->round(in.requests);
   } catch (const Error& e) {
     throw StepError(e.what());

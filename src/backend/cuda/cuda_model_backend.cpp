@@ -200,12 +200,12 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
 
 void CudaModelBackend::speculative_decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps,
                                           DecodeOutput& out) {
-  const SpecRoundInput in = spec_round_input(batch, limits, steps);
   std::vector<model::SpecRoundResult> res;
   try {
+    const SpecRoundInput in = spec_round_input(batch, limits, steps);
     res = spec_->round(in.requests);
   } catch (const Error& e) {
-    for (const model::SpecRequest& q : in.requests) spec_->forget(q.id);
+    for (int32_t r = 0; r < batch.num_requests(); ++r) spec_->forget(batch.request_ids[size_t(r)]);
     throw StepError(e.what());
   }
   spec_round_output(res, out, observer_);

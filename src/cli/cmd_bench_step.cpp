@@ -60,6 +60,7 @@ struct BenchStepArgs {
   bool token_masks = false;
   engine::SpeculativeFlags speculative;
   int32_t spec_steps = 0;  // N of --speculative-num-steps when --speculative-algorithm is on
+  bool quantize_draft_experts = true;  // --speculative-draft-model-quantization nvfp4 (the default)
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
@@ -112,6 +113,7 @@ int run_bench_step(const BenchStepArgs& a) {
   ro.tokens_flag = "--prefill / --batch";
   ro.max_context = max_l + std::max(max_k, N + 1);
   ro.mtp = N > 0;
+  ro.quantize_mtp_experts = a.quantize_draft_experts;
   ro.max_decode_steps = int32_t(max_k);
   ro.mem_fraction_static = a.mem_fraction_static;
   ro.cuda_graph_max_bs = max_v;  // a verify step replays the decode graph of its B x (N + 1) rows
@@ -437,8 +439,12 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
   app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
   app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
+  app.add_option("--speculative-draft-model-quantization", a->speculative.draft_model_quantization,
+                 engine::kSpeculativeDraftModelQuantizationHelp)
+      ->check(CLI::IsMember({"nvfp4", "unquant"}));
   run = [a] {
     a->spec_steps = engine::speculative_steps(a->speculative, "cuda", 1);  // the flags' own errors
+    a->quantize_draft_experts = engine::quantize_draft_experts(a->speculative, a->spec_steps > 0);
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
     return run_bench_step(*a);
 #else

@@ -96,6 +96,7 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
     ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
     c.speculative_steps = speculative_steps;  // the MTP layer loaded, verify rows allowed (cuda_model_backend.hpp)
     c.mtp_layer = !a.dump_mtp_logits.empty();
+    ro.quantize_mtp_experts = speculative_steps > 0 && engine::quantize_draft_experts(a.speculative, true);
     if (a.kv_dtype == "f32") log_info("--backend cuda: the KV cache is BF16 (--kv-dtype f32 is the CPU's)");
     threads_note = "cuda";
     return std::make_unique<engine::gpu::CudaModelBackend>(c);  // prints its start-up and memory plan lines
@@ -109,6 +110,7 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
   c.kv_elem = a.kv_dtype == "f32" ? KvElem::F32 : fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
   c.speculative_steps = speculative_steps;
   c.mtp_layer = !a.dump_mtp_logits.empty();
+  c.quantize_draft_experts = speculative_steps > 0 && engine::quantize_draft_experts(a.speculative, true);
   auto b = std::make_unique<engine::CpuModelBackend>(c);
   threads_note = fmt::format("{} threads", c.threads);
   return b;
@@ -126,6 +128,8 @@ int run_generate(const GenerateArgs& a) {
   sampling.logprobs_top_n = a.logprobs;
   cpu::validate_sampling(sampling);
   const int32_t spec_steps = engine::speculative_steps(a.speculative, a.backend, 1);
+  // --speculative-draft-model-quantization: a bad value, or the flag without the MTP layer, is refused here
+  (void)engine::quantize_draft_experts(a.speculative, spec_steps > 0);
   // The dumps speculative decoding cannot give: its verify steps' rows are not one per token.
   FP4MOE_CHECK(spec_steps == 0 || (a.dump_logits.empty() && a.dump_hidden.empty()),
                "--dump-logits / --dump-hidden with speculative decoding: the verify steps' rows are not one per token; "
@@ -277,6 +281,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--speculative-num-steps", a->speculative.num_steps, engine::kSpeculativeNumStepsHelp);
   app.add_option("--speculative-eagle-topk", a->speculative.eagle_topk, engine::kSpeculativeEagleTopkHelp);
   app.add_option("--speculative-num-draft-tokens", a->speculative.num_draft_tokens, engine::kSpeculativeNumDraftTokensHelp);
+  app.add_option("--speculative-draft-model-quantization", a->speculative.draft_model_quantization,
+                 engine::kSpeculativeDraftModelQuantizationHelp)
+      ->check(CLI::IsMember({"nvfp4", "unquant"}));
   app.add_option("--dump-mtp-logits", a->dump_mtp_logits,
                  "write tokens I32 [P] and mtp_logits F32 [P-1, vocab] here: row i = the MTP layer's logits given the "
                  "target's hidden state at prompt position i and token i+1 (cpu and cuda backends)");

@@ -32,6 +32,9 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--speculative-eagle-topk", o->speculative.eagle_topk, fp4moe::engine::kSpeculativeEagleTopkHelp);
   app.add_option("--speculative-num-draft-tokens", o->speculative.num_draft_tokens,
                  fp4moe::engine::kSpeculativeNumDraftTokensHelp);
+  app.add_option("--speculative-draft-model-quantization", o->speculative.draft_model_quantization,
+                 fp4moe::engine::kSpeculativeDraftModelQuantizationHelp)
+      ->check(CLI::IsMember({"nvfp4", "unquant"}));
   app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Prompt tokens per step at most (decode tokens ride along)")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (caps --mem-fraction-static)")

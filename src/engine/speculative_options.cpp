@@ -8,11 +8,20 @@ const char* const kSpeculativeAlgorithmHelp =
     "NEXTN (EAGLE: the same): speculative decoding with the checkpoint's MTP layer as the draft (cpu and cuda "
     "backends; a checkpoint without one is refused). Greedy output is unchanged token for token (on cuda: where the "
     "BF16 logits' top-2 margin allows); sampled output keeps the target's distribution (rejection sampling). A decode "
-    "round is ONE draft/verify round: --num-continuous-decode-steps must be 1 with it";
+    "round is ONE draft/verify round: --num-continuous-decode-steps must be 1 with it. An MTP layer whose routed experts "
+    "the checkpoint keeps in BF16 (NVIDIA's NVFP4 checkpoints) has them quantized to NVFP4 at load for the drafts "
+    "(--speculative-draft-model-quantization)";
 const char* const kSpeculativeNumStepsHelp = "MTP draft steps per draft/verify round, 1..16 (default 3)";
 const char* const kSpeculativeEagleTopkHelp = "draft branches per step: 1 only (a chain; draft trees are not offered)";
 const char* const kSpeculativeNumDraftTokensHelp =
     "tokens one verify step checks per request: --speculative-num-steps + 1 only (the default)";
+
+const char* const kSpeculativeDraftModelQuantizationHelp =
+    "the MTP layer's routed experts where the checkpoint keeps them in BF16 (NVIDIA's NVFP4 checkpoints): nvfp4 (the "
+    "default) quantizes them to NVFP4 at load (16-element blocks, E4M3 block scales, one FP32 global per expert) so "
+    "that drafts take the FP4 grouped GEMM; unquant keeps BF16 (on cuda a dense-over-all-experts fallback, refused "
+    "where its scratch does not fit the step). Drafts only: the output is the target's either way (acceptance may "
+    "differ). Experts stored in FP4 are used as stored";
 
 int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend, int32_t continuous_decode_steps) {
   if (f.algorithm.empty()) {
@@ -38,6 +47,17 @@ int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend,
                "(up to N + 1 tokens per request); set --num-continuous-decode-steps 1",
                continuous_decode_steps);
   return n;
+}
+
+bool quantize_draft_experts(const SpeculativeFlags& f, bool speculating) {
+  if (!f.draft_model_quantization) return true;
+  const std::string& q = *f.draft_model_quantization;
+  FP4MOE_CHECK(q == "nvfp4" || q == "unquant",
+               "--speculative-draft-model-quantization {}: nvfp4 (quantize the MTP layer's BF16 routed experts at load) "
+               "or unquant (keep them BF16)",
+               q);
+  FP4MOE_CHECK(speculating, "--speculative-draft-model-quantization needs --speculative-algorithm NEXTN (the draft's experts)");
+  return q == "nvfp4";
 }
 
 }  // namespace fp4moe::engine

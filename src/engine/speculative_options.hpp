@@ -1,7 +1,8 @@
 // The speculative-decoding flags (SGLang's names) of `serve`, `generate` and `bench step`, checked
 // in one place: --speculative-algorithm NEXTN (EAGLE: an alias; the model's own MTP layer as the
 // draft), --speculative-num-steps N (default 3), --speculative-eagle-topk (1 only: chain drafts),
-// --speculative-num-draft-tokens (N + 1 only). Speculation runs on the cpu and cuda backends, one
+// --speculative-num-draft-tokens (N + 1 only), --speculative-draft-model-quantization (nvfp4 /
+// unquant: the MTP layer's BF16 routed experts quantized at load or kept). Speculation runs on the cpu and cuda backends, one
 // draft/verify round per scheduling round: --num-continuous-decode-steps must be 1 with it.
 #pragma once
 
@@ -16,6 +17,7 @@ struct SpeculativeFlags {
   std::optional<int32_t> num_steps;       // default 3
   std::optional<int32_t> eagle_topk;      // default 1
   std::optional<int32_t> num_draft_tokens;  // default num_steps + 1
+  std::optional<std::string> draft_model_quantization;  // nvfp4 (default) | unquant
 };
 
 // The help texts (one per flag), shared by the commands.
@@ -23,10 +25,19 @@ extern const char* const kSpeculativeAlgorithmHelp;
 extern const char* const kSpeculativeNumStepsHelp;
 extern const char* const kSpeculativeEagleTopkHelp;
 extern const char* const kSpeculativeNumDraftTokensHelp;
+extern const char* const kSpeculativeDraftModelQuantizationHelp;
 
 // N (draft steps per round), or 0 when speculation is off. Throws fp4moe::Error (one line) for
 // a flag without --speculative-algorithm, another algorithm, N outside [1, 16], a top-k other
 // than 1, draft tokens other than N + 1, a backend other than cpu / cuda, or continuous_decode_steps > 1.
 int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend, int32_t continuous_decode_steps);
+
+// --speculative-draft-model-quantization (SGLang's name; here it covers the MTP layer's routed
+// experts, the part NVIDIA's NVFP4 checkpoints keep in BF16): true for nvfp4 (the default:
+// quantized to NVFP4 at load, the FP4 grouped GEMM), false for unquant (kept BF16). Throws
+// fp4moe::Error (one line) for another value, or the flag without speculation (speculating:
+// --speculative-algorithm is on). `generate --dump-mtp-logits` alone (the MTP layer's math
+// check) runs the experts as the checkpoint stores them.
+bool quantize_draft_experts(const SpeculativeFlags& f, bool speculating);
 
 }  // namespace fp4moe::engine

@@ -10,6 +10,7 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/threads.hpp"
 #include "model/cpu_ops.hpp"
 
 namespace fp4moe::model {
@@ -47,6 +48,13 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
   m->ck_ = Checkpoint::open(dir);
   m->cfg_ = parse_mla_model_config(m->ck_->config_json(), m->ck_->config(), dir + "/config.json");
   m->w_ = bind_weights(*m->ck_, m->cfg_);
+  if (opt.quantize_mtp_experts) {  // one start-up line says so
+    const auto q0 = std::chrono::steady_clock::now();
+    if (const int64_t n = quantize_mtp_experts(m->w_, opt.threads > 0 ? opt.threads : default_num_threads()); n > 0)
+      log_info("the MTP layer's {} BF16 routed experts quantized to NVFP4 for the drafts in {:.1f} s "
+               "(--speculative-draft-model-quantization unquant keeps them)",
+               n, std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count());
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const MlaModelConfig& c = m->cfg_;
   int64_t moe = 0, shared = 0;

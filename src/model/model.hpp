@@ -60,6 +60,9 @@ struct ModelOptions {
   AttentionForm attention = AttentionForm::Auto;
   MoeRoutingObserver on_moe_routing;     // null: not counted
   StepChoiceHooks hooks;                 // tests only
+  // The MTP layer's BF16 routed experts quantized to NVFP4 at load (quantize_mtp_experts; the
+  // backends' `--speculative-draft-model-quantization nvfp4`, their default with the MTP layer).
+  bool quantize_mtp_experts = false;
 };
 
 class Model {

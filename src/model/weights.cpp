@@ -9,6 +9,7 @@
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "cpu/expert_quantize.hpp"
 
 namespace fp4moe::model {
 namespace {
@@ -315,6 +316,19 @@ ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c, bool ch
                           w4a4 ? " (W4A4 input_scale present: activations stay FP32 on the CPU backend)" : "",
                           w.mtp.size(), c.num_nextn_predict_layers, double(bytes) / 1e6);
   return w;
+}
+
+int64_t quantize_mtp_experts(ModelWeights& w, int threads) {
+  int64_t n = 0;
+  for (MtpWeights& m : w.mtp) {
+    MoeLayerWeights& moe = m.layer.moe;
+    if (!m.layer.is_moe || moe.w13.is_fp4()) continue;
+    FP4MOE_CHECK(!moe.w2.is_fp4(), "MTP layer: BF16 gate/up experts with {} down experts", weight_format_name(moe.w2.format));
+    moe.w13 = cpu::quantize_experts_nvfp4(moe.w13, threads);
+    moe.w2 = cpu::quantize_experts_nvfp4(moe.w2, threads);
+    n += moe.w13.num_experts;
+  }
+  return n;
 }
 
 }  // namespace fp4moe::model

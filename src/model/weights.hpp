@@ -90,4 +90,12 @@ struct ModelWeights {
 // not copied nor checked for finiteness, and the weights returned are views not to be used.
 ModelWeights bind_weights(const Checkpoint& ck, const MlaModelConfig& c, bool check_only = false);
 
+// The MTP layers' routed experts that the checkpoint stores in BF16 (NVIDIA's NVFP4 checkpoints
+// keep the MTP layer unquantized: 256 BF16 experts, ~19 GB for GLM-5) quantized to NVFP4
+// (cpu::quantize_experts_nvfp4: the FP4 grouped GEMM's format, one global per expert), owned by
+// w from then on; FP4 experts and dense MTP layers are left alone. Drafts only: verification
+// uses the target, so the output does not change (speculation's acceptance may). Returns the
+// number of experts quantized (0 when none was BF16).
+int64_t quantize_mtp_experts(ModelWeights& w, int threads);
+
 }  // namespace fp4moe::model

@@ -83,6 +83,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
                 : o.kv_cache_dtype == "fp8_e4m3" ? KvElem::FP8_E4M3
                                                  : KvElem::BF16;
     c.speculative_steps = engine::speculative_steps(o.speculative, o.backend, o.num_continuous_decode_steps);
+    c.quantize_draft_experts = c.speculative_steps > 0 && engine::quantize_draft_experts(o.speculative, true);
     return std::make_unique<engine::CpuModelBackend>(c);
   }
   if (o.backend == "cuda") {
@@ -104,6 +105,7 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     r.cuda_graph_max_bs = o.cuda_graph_max_bs > 0 ? o.cuda_graph_max_bs : -1;  // 0: up to --max-running-requests
     r.attention_kernels = engine::gpu::parse_attention_kernels(o.attention_kernels);
     c.speculative_steps = engine::speculative_steps(o.speculative, o.backend, o.num_continuous_decode_steps);
+    r.quantize_mtp_experts = c.speculative_steps > 0 && engine::quantize_draft_experts(o.speculative, true);
     // Sized so that every round the scheduler makes runs on the device: K steps per call, and
     // each request's stop ids (the API's most plus the EOS ids) — engine/decode_capacity.hpp.
     const engine::DecodeCapacity cap = engine::serve_decode_capacity(o.num_continuous_decode_steps, codec.eos_ids().size());
@@ -152,6 +154,7 @@ void Server::load() {
   FP4MOE_CHECK(opt_.context_length >= 0, "--context-length must be positive (got {})", opt_.context_length);
   FP4MOE_CHECK(opt_.backend == "fake" || !opt_.model.empty(), "--model DIR is required (except with --backend fake)");
   speculative_steps_ = engine::speculative_steps(opt_.speculative, opt_.backend, opt_.num_continuous_decode_steps);
+  (void)engine::quantize_draft_experts(opt_.speculative, speculative_steps_ > 0);  // its value's and its need's errors
   // The model folder's tokenizer; the fake backend without a folder uses the byte stand-in.
   const std::string tokenizer_dir = opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path;
   codec_ = tokenizer_dir.empty() ? make_byte_codec() : make_hf_text_codec(tokenizer_dir);
@@ -317,6 +320,8 @@ void Server::routes() {
                     {"speculative_num_steps", speculative_steps_ > 0 ? json(speculative_steps_) : json(nullptr)},
                     {"speculative_eagle_topk", speculative_steps_ > 0 ? json(1) : json(nullptr)},
                     {"speculative_num_draft_tokens", speculative_steps_ > 0 ? json(speculative_steps_ + 1) : json(nullptr)},
+                    {"speculative_draft_model_quantization",
+                     speculative_steps_ > 0 ? json(opt_.speculative.draft_model_quantization.value_or("nvfp4")) : json(nullptr)},
                     {"chunked_prefill_size", opt_.chunked_prefill_size},
                     {"max_total_tokens", plan_.tokens()},
                     {"mem_fraction_static", plan_.mem_fraction_static},

@@ -291,7 +291,7 @@ TEST(GpuMtp, GenerateDumpsTheMtpLogitsOnCudaAsOnCpu) {
   std::string ids;
   for (int i = 0; i < 40; ++i) ids += fmt::format("{}{}", i ? "," : "", (11 + 53 * i) % 1024);
   std::vector<float> cpu_rows;
-  for (const std::string backend : {"cpu", "cuda", "cuda --speculative-algorithm NEXTN"}) {
+  for (const std::string backend : {"cpu", "cuda", "cuda --speculative-algorithm NEXTN --speculative-draft-model-quantization unquant"}) {
     const auto f = t.path / "mtp.safetensors";
     const auto r = testing_cli::run_binary(t.path, "generate --model " + synthetic("glm5-tiny") + " --prompt-ids " + ids +
                                                        " --max-new-tokens 4 --dump-mtp-logits " + f.string() +

@@ -10,29 +10,18 @@
 
 #include "core/error.hpp"
 #include "backend/sampling_cpu.hpp"
-#include "grammar/grammar.hpp"
+#include "backend/speculative_round.hpp"
 
 namespace fp4moe::engine {
 namespace {
 
-// A request's grammar matcher (SampleSpec::grammar) as the speculative round's constraint.
-class MatcherConstraint final : public model::TokenConstraint {
- public:
-  explicit MatcherConstraint(grammar::Matcher& m) : m_(m) {}
-  void fill_mask(std::span<uint32_t> mask) override { m_.fill_mask(mask); }
-  bool accept(int32_t token) override { return m_.accept(token); }
-  bool terminated() const override { return m_.terminated(); }
-  void rollback(int32_t n) override { m_.rollback(n); }
-
- private:
-  grammar::Matcher& m_;
-};
 
 }  // namespace
 
 CpuModelBackend::CpuModelBackend(const CpuModelBackendOptions& options) : opt_(options) {
   model::ModelOptions mo;
   mo.threads = opt_.threads;
+  mo.quantize_mtp_experts = opt_.quantize_draft_experts && opt_.speculative_steps > 0;
   mo.on_moe_routing = [this](int64_t layer, std::span<const int32_t> per_expert) {
     if (observer_) observer_->on_moe_gemm(int32_t(layer), per_expert);
   };
@@ -175,48 +164,16 @@ void CpuModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits,
   if (!spec_ || opt_.speculative_steps == 0) return Backend::decode(batch, limits, steps, out);
   FP4MOE_CHECK(kv_, "cpu backend: decode before init_kv");
   const int32_t n = batch.num_requests();
-  std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));
-  std::vector<std::unique_ptr<MatcherConstraint>> constraints;
-  for (int32_t r = 0; r < n; ++r) {
-    FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "speculative decode: request {} is not decoding",
-                 batch.request_ids[size_t(r)]);
-    const SampleSpec& sp = batch.sampling[size_t(r)];
-    FP4MOE_CHECK(sp.params, "sampling without parameters");
-    model::SpecRequest& q = reqs[size_t(r)];
-    q.id = batch.request_ids[size_t(r)];
-    q.start = batch.start(r);
-    q.last_token = batch.request_tokens(r)[0];
-    q.pages = batch.page_table(r);
-    q.max_new = std::min(limits.max_new[size_t(r)], steps);
-    q.stop_ids = limits.stop_ids[size_t(r)];
-    q.sampling = *sp.params;
-    q.prompt = sp.prompt;
-    q.generated.assign(sp.generated.begin(), sp.generated.end());
-    q.output_index = uint64_t(sp.output_index);
-    FP4MOE_CHECK(!sp.allowed_tokens, "speculative decode: request {} comes with a fixed token mask (a round masks its "
-                 "rows by the request's grammar, SampleSpec::grammar)", q.id);
-    if (sp.grammar) q.constraint = constraints.emplace_back(std::make_unique<MatcherConstraint>(*sp.grammar)).get();
-  }
   std::vector<model::SpecRoundResult> res;
   try {
-    res = spec_->round(reqs);
+    const SpecRoundInput in = spec_round_input(batch, limits, steps);
+    res = spec_->round(in.requests);
   } catch (const Error& e) {
     throw StepError(e.what());
   } catch (const std::bad_alloc&) {
     throw StepError(fmt::format("out of memory in a speculative round of {} requests", n));
   }
-  out.tokens.assign(size_t(n), {});
-  for (int32_t r = 0; r < n; ++r) {
-    for (const cpu::SampledToken& s : res[size_t(r)].tokens) {
-      GeneratedToken g;
-      g.id = s.token;
-      g.logprob = s.logprob;
-      for (const auto& [id, lp] : s.top) g.top.push_back({id, lp});
-      out.tokens[size_t(r)].push_back(std::move(g));
-    }
-    if (observer_)
-      observer_->on_speculative(res[size_t(r)].drafted, res[size_t(r)].accepted, int32_t(res[size_t(r)].tokens.size()));
-  }
+  spec_round_output(res, out, observer_);
 }
 
 }  // namespace fp4moe::engine

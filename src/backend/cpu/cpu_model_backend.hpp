@@ -28,6 +28,11 @@ struct CpuModelBackendOptions {
   // The pool holds the MTP layer and every step runs it over the pairs it completed (implied by
   // speculative_steps > 0; `generate --dump-mtp-logits` without speculation).
   bool mtp_layer = false;
+  // With speculation: the MTP layer's BF16 routed experts (NVIDIA's NVFP4 checkpoints) quantized
+  // to NVFP4 at load for the drafts (the commands' `--speculative-draft-model-quantization nvfp4`,
+  // their default), or kept BF16 (false: unquant). The output does not depend on it
+  // (verification uses the target).
+  bool quantize_draft_experts = false;
   model::DraftOverride draft_override;  // tests (model/speculative.hpp)
 };
 

@@ -8,6 +8,7 @@
 #include "cuda/common/cuda_check.hpp"
 #include "engine/decode_capacity.hpp"
 #include "backend/device_sampling.hpp"
+#include "backend/speculative_round.hpp"
 
 namespace fp4moe::engine::gpu {
 
@@ -53,6 +54,9 @@ BackendInfo CudaModelBackend::info() const {
   // step(): every row's logits, the eager step's hidden states; the MTP layer's logits with it
   i.dumps_rows = uint8_t(kDumpLogits | kDumpHidden | (opt_.mtp_layer ? kDumpMtpLogits : 0));
   i.overlaps_token_masks = true;  // step(): the runner waits for them after enqueueing the forward (gpu_step.cpp)
+  // Speculative rounds mask their draft and verify rows by each constrained request's grammar on
+  // the host (model::MtpSpeculator; the verify step's logits come back before the acceptance).
+  i.speculates_constrained = opt_.speculative_steps > 0;
   return i;
 }
 
@@ -196,48 +200,15 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
 
 void CudaModelBackend::speculative_decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps,
                                           DecodeOutput& out) {
-  const int32_t n = batch.num_requests();
-  std::vector<model::SpecRequest> reqs(static_cast<size_t>(n));
-  for (int32_t r = 0; r < n; ++r) {
-    if (batch.sampling[size_t(r)].allowed_tokens)
-      throw StepError("cuda backend: a speculative round cannot apply grammar masks (constrained requests run one "
-                      "step per round)",
-                      {batch.request_ids[size_t(r)]});
-    FP4MOE_CHECK(batch.count(r) == 1 && batch.sample[size_t(r)], "speculative decode: request {} is not decoding",
-                 batch.request_ids[size_t(r)]);
-    const SampleSpec& sp = batch.sampling[size_t(r)];
-    FP4MOE_CHECK(sp.params, "sampling without parameters");
-    model::SpecRequest& q = reqs[size_t(r)];
-    q.id = batch.request_ids[size_t(r)];
-    q.start = batch.start(r);
-    q.last_token = batch.request_tokens(r)[0];
-    q.pages = batch.page_table(r);
-    q.max_new = std::min(limits.max_new[size_t(r)], steps);
-    q.stop_ids = limits.stop_ids[size_t(r)];
-    q.sampling = *sp.params;
-    q.prompt = sp.prompt;
-    q.generated.assign(sp.generated.begin(), sp.generated.end());
-    q.output_index = uint64_t(sp.output_index);
-  }
   std::vector<model::SpecRoundResult> res;
   try {
-    res = spec_->round(reqs);
+    const SpecRoundInput in = spec_round_input(batch, limits, steps);
+    res = spec_->round(in.requests);
   } catch (const Error& e) {
-    for (const model::SpecRequest& q : reqs) spec_->forget(q.id);
+    for (int32_t r = 0; r < batch.num_requests(); ++r) spec_->forget(batch.request_ids[size_t(r)]);
     throw StepError(e.what());
   }
-  out.tokens.assign(size_t(n), {});
-  for (int32_t r = 0; r < n; ++r) {
-    for (const cpu::SampledToken& s : res[size_t(r)].tokens) {
-      GeneratedToken g;
-      g.id = s.token;
-      g.logprob = s.logprob;
-      for (const auto& [id, lp] : s.top) g.top.push_back({id, lp});
-      out.tokens[size_t(r)].push_back(std::move(g));
-    }
-    if (observer_)
-      observer_->on_speculative(res[size_t(r)].drafted, res[size_t(r)].accepted, int32_t(res[size_t(r)].tokens.size()));
-  }
+  spec_round_output(res, out, observer_);
 }
 
 void CudaModelBackend::decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) {

@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/threads.hpp"
 #include "cuda/attention/kv_append.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "cuda/common/device.hpp"
@@ -91,6 +92,13 @@ MoeLayerWeights moe_layer_for_upload(const MoeLayerWeights& v, const std::string
   if (m.shared_w13) m.shared_w13 = owned_expert_stack(*v.shared_w13);
   if (m.shared_w2) m.shared_w2 = owned_expert_stack(*v.shared_w2);
   return m;
+}
+
+// BF16 routed experts run dense over all E experts (DenseExperts: cuBLAS batched, a fallback):
+// their scratch at T tokens per step, and the most it may take.
+constexpr int64_t kDenseExpertsScratchCap = int64_t(8) << 30;
+int64_t dense_experts_scratch_bytes(const MoeConfig& m, int64_t T) {
+  return m.num_experts * T * (2 * m.inter * 2 + m.inter * 2 + m.hidden * 4);
 }
 
 // A BF16 expert stack [E, n, k] (owned or views) to the device through the loader.
@@ -207,6 +215,14 @@ void GpuRunner::Impl::load_mtp(const model::ModelWeights& w, Loader& ld) {
     }
   }
   if (mw.head) d->head = upload_linear(mw.head->w, P + "shared_head.head", Tm, ld, true);
+  if (mw.layer.is_moe && !mw.layer.moe.w13.is_fp4()) {  // kept BF16: --speculative-draft-model-quantization unquant
+    const int64_t bytes = dense_experts_scratch_bytes(mw.layer.moe.cfg, Tm);
+    FP4MOE_CHECK(bytes <= kDenseExpertsScratchCap,
+                 "--speculative-draft-model-quantization unquant: the MTP layer's {} BF16 routed experts run dense over "
+                 "all experts, {:.1f} GB of scratch at {} tokens per step ({:.0f} GB at most); use nvfp4 (the default: "
+                 "quantized at load) or fewer tokens per step",
+                 mw.layer.moe.cfg.num_experts, double(bytes) / 1e9, Tm, double(kDenseExpertsScratchCap) / 1e9);
+  }
   load_layer(mw.layer, d->block, P, ld);
   d->indexer = mw.layer.attn.indexer ? model::IndexerKind::Full : model::IndexerKind::None;
   d->bytes = int64_t(ld.bytes() - before);
@@ -275,9 +291,8 @@ void GpuRunner::Impl::load_layer(const model::LayerWeights& lw, DeviceLayer& L, 
       if (!mw.router_bias.empty()) d.router_bias = cuda::DeviceBuffer::from(mw.router_bias);
       d.router = cuda::router_desc_from(mw.cfg);
       cuda::check_router_desc(d.router);
-      const int64_t E = mw.cfg.num_experts, I = mw.cfg.inter, H = c.hidden;
-      const int64_t bytes = E * Tm * (2 * I * 2 + I * 2 + H * 4);
-      FP4MOE_CHECK(bytes <= (int64_t(8) << 30),
+      const int64_t bytes = dense_experts_scratch_bytes(mw.cfg, Tm);
+      FP4MOE_CHECK(bytes <= kDenseExpertsScratchCap,
                    "BF16 experts at {} tokens per step need {:.1f} GB of dense-over-experts scratch; lower max_tokens",
                    Tm, double(bytes) / 1e9);
       L.dense_experts = std::move(d);
@@ -655,11 +670,26 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   m.ck = Checkpoint::open(dir);
   m.cfg = model::parse_mla_model_config(m.ck->config_json(), m.ck->config(), dir + "/config.json");
   m.choose_kv_elem();  // before the plan: it counts the KV bytes of this element
-  const model::ModelWeights w = model::bind_weights(*m.ck, m.cfg);
+  model::ModelWeights w = model::bind_weights(*m.ck, m.cfg);
   FP4MOE_CHECK(!opt.mtp || !w.mtp.empty(),
                "gpu runner: the MTP layer was asked for (speculative decoding's draft) and the checkpoint has none "
                "(model.layers.{}.*; num_nextn_predict_layers {})",
                m.cfg.num_layers, m.cfg.num_nextn_predict_layers);
+  // The MTP layer's BF16 routed experts (NVIDIA's NVFP4 checkpoints) to NVFP4 on the host, so
+  // that they take the FP4 grouped GEMM; the plan below counts the quantized bytes.
+  int64_t mtp_saved_bytes = 0;
+  if (opt.mtp && opt.quantize_mtp_experts && w.mtp[0].layer.is_moe && !w.mtp[0].layer.moe.w13.is_fp4()) {
+    const MoeLayerWeights& e = w.mtp[0].layer.moe;
+    const int64_t bf16_bytes = int64_t(e.w13.num_experts) * int64_t(e.w13.weight_bytes_per_expert() + e.w2.weight_bytes_per_expert());
+    const auto q0 = std::chrono::steady_clock::now();
+    const int64_t n = model::quantize_mtp_experts(w, default_num_threads());
+    const int64_t fp4_bytes = int64_t(e.w13.num_experts) * int64_t(e.w13.weight_bytes_per_expert() + e.w2.weight_bytes_per_expert());
+    mtp_saved_bytes = bf16_bytes - fp4_bytes;
+    m.mtp_note = fmt::format("its {} BF16 routed experts quantized to NVFP4 at load for the drafts ({:.1f} s; the "
+                             "output is the target's either way; --speculative-draft-model-quantization unquant keeps "
+                             "BF16)",
+                             n, std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count());
+  }
   FP4MOE_CHECK(m.cfg.kv_lora_rank % 32 == 0 && m.cfg.kv_lora_rank <= 1024 && m.cfg.qk_rope_dim <= 128,
                "gpu runner: kv_lora_rank {} (a multiple of 32, <= 1024) and qk_rope_head_dim {} (<= 128)",
                m.cfg.kv_lora_rank, m.cfg.qk_rope_dim);
@@ -678,6 +708,7 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
   const size_t extra = m.replicate_layers();
   total += extra;
   weight_estimate += extra;
+  weight_estimate -= size_t(mtp_saved_bytes);  // the MTP experts' BF16 bytes counted above, now NVFP4
   // The plan before any device allocation: the weights as the checkpoint stores them, the
   // workspace from the dims (the MoE scratch estimated), the graphs, the smallest KV pool.
   size_t free0 = 0, total0 = 0;
@@ -707,8 +738,9 @@ std::unique_ptr<GpuRunner> GpuRunner::load(const std::string& dir, const RunnerO
                                   m.cfg.num_layers > ck_layers
                                       ? fmt::format(" ({} in the checkpoint, MoE layers copied)", ck_layers)
                                       : std::string(),
-                                  m.mtp ? fmt::format(" + the MTP layer ({:.3f} GB, {})", double(m.mtp->bytes) / 1e9,
-                                                      m.mtp->block.is_moe ? "MoE" : "dense")
+                                  m.mtp ? fmt::format(" + the MTP layer ({:.3f} GB, {}{})", double(m.mtp->bytes) / 1e9,
+                                                      m.mtp->block.is_moe ? "MoE" : "dense",
+                                                      m.mtp_note.empty() ? std::string() : "; " + m.mtp_note)
                                         : std::string(),
                                   m.cfg.hidden, m.cfg.vocab, w.summary, ld.summary());
     }

@@ -98,6 +98,13 @@ struct RunnerOptions {
   // its KV layer (the pool's layer num_layers, on the engine's pages) are in the memory plan and
   // the start-up lines; mtp_step runs it. A checkpoint without one is refused (one line).
   bool mtp = false;
+  // With mtp: true quantizes the MTP layer's BF16 routed experts (NVIDIA's NVFP4 checkpoints
+  // keep the layer unquantized) to NVFP4 on the host at load (model::quantize_mtp_experts), so
+  // that they take the FP4 grouped GEMM (the commands' `--speculative-draft-model-quantization
+  // nvfp4`, their default with speculation); false keeps them as stored: BF16 runs the
+  // dense-over-experts fallback, refused with one line where its scratch does not fit the step.
+  // Drafts only: the output is the target's.
+  bool quantize_mtp_experts = false;
   // Benchmarks only (`bench step --replicate-layers`): > the checkpoint's layer count runs this
   // many layers, the checkpoint's own followed by copies of its MoE layers in turn, each copy its
   // own device memory (so a 3 dense + 2 MoE checkpoint times as 3 dense + 10 MoE layers).

@@ -240,6 +240,7 @@ struct GpuRunner::Impl {
   model::MlaModelConfig cfg;
   std::unique_ptr<Checkpoint> ck;
   std::string description, plan_line, graph_line, attention_line;
+  std::string mtp_note;  // the MTP layer's experts quantized at load (the description's words), or empty
   RunnerStats stats;
 
   Blas blas;

@@ -50,4 +50,11 @@ void GpuSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBatc
   mtp_tokens += T;
 }
 
+bool GpuSpecSteps::greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) {
+  if (!device_rounds) return false;
+  runner_.spec_round_greedy(in, out);
+  ++device_round_steps;
+  return true;
+}
+
 }  // namespace fp4moe::engine::gpu

@@ -100,7 +100,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
     who.push_back(std::move(w));
   }
   const int64_t D = int64_t(steps.size());
-  std::vector<int32_t> off(size_t(R)), vsrc;  // verify rows: request r's first; token source (drafts index or -1)
+  std::vector<int32_t> off(static_cast<size_t>(R)), vsrc;  // verify rows: request r's first; token source (drafts index or -1)
   RoundStep verify;
   {
     RoundStep flat;  // the multi-token batch, then decode_rows over it
@@ -140,7 +140,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
     auto it = mtp_graphs.lower_bound(T);
     return it == mtp_graphs.end() ? nullptr : &it->second;
   };
-  std::vector<const GraphEntry*> graph(size_t(D + 2));
+  std::vector<const GraphEntry*> graph(static_cast<size_t>(D + 2));
   for (int64_t k = 0; k < D; ++k) graph[size_t(k)] = mtp_bucket(int64_t(steps[size_t(k)].tokens.size()));
   graph[size_t(D)] = decode_graph(Tv);
   graph[size_t(D + 1)] = mtp_bucket(Tv);
@@ -162,7 +162,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
     return o;
   };
   const int64_t o_meta = take(MI * (D + 2)), o_drafts = take(R * N);
-  std::vector<int64_t> o_src(size_t(D)), o_dst(size_t(D)), o_prev(size_t(D));
+  std::vector<int64_t> o_src(static_cast<size_t>(D)), o_dst(static_cast<size_t>(D)), o_prev(static_cast<size_t>(D));
   for (int64_t k = 0; k < D; ++k) {
     const int64_t T = int64_t(steps[size_t(k)].tokens.size());
     o_src[size_t(k)] = take(T);

@@ -153,7 +153,9 @@ class SpecSteps {
   virtual void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
                    const TensorView& logits, float* h_out) = 0;
   // A whole greedy round on the backend's device (GreedyRoundInput); false: this backend has none
-  // (the round then runs on the host over verify / mtp).
+  // (the round then runs on the host over verify / mtp). offers_greedy_round: whether it may
+  // (MtpSpeculator builds the round's input only then).
+  virtual bool offers_greedy_round() const { return false; }
   virtual bool greedy_round(const GreedyRoundInput& in, GreedyRoundOutput& out) {
     (void)in;
     (void)out;

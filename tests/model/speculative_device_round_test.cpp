@@ -66,6 +66,7 @@ class TwinDeviceSteps final : public model::SpecSteps {
   }
   int64_t rounds = 0;
 
+  bool offers_greedy_round() const override { return true; }
   bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override {
     const int64_t R = int64_t(in.start.size()), N = in.max_drafts, H = config().hidden, V = config().vocab;
     std::vector<int32_t> drafts(static_cast<size_t>(R * N), -1);

@@ -35,6 +35,7 @@ class GpuSpecSteps final : public model::SpecSteps {
   void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
            const TensorView& logits, float* h_out) override;
   // The round on the device (GpuRunner::spec_round_greedy), unless device_rounds is off.
+  bool offers_greedy_round() const override { return device_rounds; }
   bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override;
   bool device_rounds = true;
   int64_t device_round_steps = 0;  // rounds run by greedy_round

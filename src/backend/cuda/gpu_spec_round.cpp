@@ -74,7 +74,6 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
     if (!in.stop_ids.empty()) stops = std::max<int64_t>(stops, int64_t(in.stop_ids[size_t(r)].size()));
     longest = std::max<int64_t>(longest, n);
   }
-  FP4MOE_CHECK(stops <= counters.stops, "spec round: {} stop ids for a request (at most {})", stops, counters.stops);
   FP4MOE_CHECK(longest < 2 || in.draft_hidden, "spec round: no draft hidden states for requests that draft twice");
 
   // The steps: draft steps k = 1 .. longest - 1, the verify step, the catch-up (verify's rows).

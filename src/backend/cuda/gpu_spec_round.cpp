@@ -2,11 +2,10 @@
 // sequence on the stream, one upload and one readback.
 //
 // The host knows every step's batch up front (a greedy request's draft count n is min(N,
-// max_new - 1), not data): the draft steps' batches are the host round's (step k: the requests
-// with n > k, one token each at start + k - 1, padded to the MTP graph bucket), the verify step is
-// decode_rows over [last, d_1 .. d_n] (every row a request of its own, the decode graph of its
-// bucket), and the MTP catch-up runs over the same rows. Only tokens (and the catch-up's logits
-// rows) are data: every step's metadata is filled on the host (fill_meta) into one pinned block
+// max_new - 1), not data): backend/spec_round_plan.hpp builds them — the draft steps' batches are
+// the host round's (padded to the MTP graph bucket), the verify step is decode_rows over [last,
+// d_1 .. d_n] (every row a request of its own, the decode graph of its bucket), and the MTP
+// catch-up runs over the same rows. Only tokens (and the catch-up's logits rows) are data: every step's metadata is filled on the host (fill_meta) into one pinned block
 // with the round's inputs and uploaded in ONE copy; before each step its slice is copied into the
 // runner's metadata buffers on the device and copy_indexed_i32 patches in the tokens (drafts, or
 // the verify rows' argmax for the catch-up). Hidden states move on the device (BF16 rows in the
@@ -25,7 +24,7 @@
 #include "core/error.hpp"
 #include "cuda/common/cuda_check.hpp"
 #include "backend/cuda/gpu_runner_impl.hpp"
-#include "backend/decode_rows.hpp"
+#include "backend/spec_round_plan.hpp"
 
 namespace fp4moe::engine::gpu {
 namespace {
@@ -38,101 +37,17 @@ uint16_t bf16_bits(float f) {  // round to nearest even, NaN kept a NaN (gpu_mtp
   return uint16_t(u >> 16);
 }
 
-// One step of the round as the host builds it (arrays kept alive until the forward is enqueued:
-// the eager path plans FlashInfer's prefill from the host batch).
-struct RoundStep {
-  std::vector<int32_t> tokens, positions, qo, kv_len, page_indptr, pages, rows;
-  KvBatchView batch() const {
-    return {int64_t(qo.size()) - 1, int64_t(tokens.size()), qo.data(), positions.data(), kv_len.data(),
-            page_indptr.data(), pages.data()};
-  }
-};
-
 }  // namespace
 
 void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& out) {
   FP4MOE_CHECK(mtp, "spec round: the runner was loaded without the MTP layer (RunnerOptions::mtp)");
-  const int64_t R = int64_t(in.start.size()), N = in.max_drafts, H = cfg.hidden, ps = opt.page_size;
-  FP4MOE_CHECK(R >= 1, "spec round: no requests");
-  FP4MOE_CHECK(N >= 1, "spec round: {} draft steps (>= 1)", N);
-  for (const auto* v : {&in.last_token, &in.first_draft, &in.num_drafts, &in.max_new})
-    FP4MOE_CHECK(int64_t(v->size()) == R, "spec round: an array has {} entries for {} requests", v->size(), R);
-  FP4MOE_CHECK(int64_t(in.pages.size()) == R, "spec round: pages for {} of {} requests", in.pages.size(), R);
-  FP4MOE_CHECK(in.stop_ids.empty() || int64_t(in.stop_ids.size()) == R, "spec round: stop ids for {} of {} requests",
-               in.stop_ids.size(), R);
-  int64_t stops = 0, longest = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    const int32_t n = in.num_drafts[size_t(r)];
-    FP4MOE_CHECK(in.max_new[size_t(r)] >= 1, "spec round: request {}: max_new {} (>= 1)", r, in.max_new[size_t(r)]);
-    FP4MOE_CHECK(n >= 0 && n <= N && n <= in.max_new[size_t(r)] - 1,
-                 "spec round: request {}: {} drafts (0 .. min({}, max_new - 1))", r, n, N);
-    FP4MOE_CHECK(n == 0 || (in.first_draft[size_t(r)] >= 0 && in.first_draft[size_t(r)] < cfg.vocab),
-                 "spec round: request {}: first draft {} outside the vocabulary", r, in.first_draft[size_t(r)]);
-    FP4MOE_CHECK(int64_t(in.pages[size_t(r)].size()) * ps >= in.start[size_t(r)] + n + 1,
-                 "spec round: request {}: {} pages hold {} positions, the round writes {}", r, in.pages[size_t(r)].size(),
-                 int64_t(in.pages[size_t(r)].size()) * ps, in.start[size_t(r)] + n + 1);
-    if (!in.stop_ids.empty()) stops = std::max<int64_t>(stops, int64_t(in.stop_ids[size_t(r)].size()));
-    longest = std::max<int64_t>(longest, n);
-  }
-  FP4MOE_CHECK(longest < 2 || in.draft_hidden, "spec round: no draft hidden states for requests that draft twice");
-
-  // The steps: draft steps k = 1 .. longest - 1, the verify step, the catch-up (verify's rows).
-  std::vector<RoundStep> steps;
-  std::vector<std::vector<int32_t>> who;  // who[k - 1]: requests of draft step k
-  for (int64_t k = 1; k < longest; ++k) {
-    RoundStep st;
-    std::vector<int32_t> w;
-    st.qo.push_back(0);
-    st.page_indptr.push_back(0);
-    for (int64_t r = 0; r < R; ++r) {
-      if (in.num_drafts[size_t(r)] <= k) continue;
-      w.push_back(int32_t(r));
-      st.tokens.push_back(0);  // d_k: patched on the device
-      st.positions.push_back(in.start[size_t(r)] + int32_t(k) - 1);
-      st.qo.push_back(int32_t(st.tokens.size()));
-      st.kv_len.push_back(in.start[size_t(r)] + int32_t(k));
-      st.pages.insert(st.pages.end(), in.pages[size_t(r)].begin(), in.pages[size_t(r)].end());
-      st.page_indptr.push_back(int32_t(st.pages.size()));
-      st.rows.push_back(int32_t(st.tokens.size()) - 1);
-    }
-    steps.push_back(std::move(st));
-    who.push_back(std::move(w));
-  }
-  const int64_t D = int64_t(steps.size());
-  std::vector<int32_t> off(static_cast<size_t>(R)), vsrc;  // verify rows: request r's first; token source (drafts index or -1)
-  RoundStep verify;
-  {
-    RoundStep flat;  // the multi-token batch, then decode_rows over it
-    flat.qo.push_back(0);
-    flat.page_indptr.push_back(0);
-    for (int64_t r = 0; r < R; ++r) {
-      const int32_t n = in.num_drafts[size_t(r)];
-      off[size_t(r)] = int32_t(flat.tokens.size());
-      for (int32_t k = 0; k <= n; ++k) {
-        flat.tokens.push_back(k == 0 ? in.last_token[size_t(r)] : 0);
-        vsrc.push_back(k == 0 ? -1 : int32_t(r * N + k - 1));
-        flat.positions.push_back(in.start[size_t(r)] + k);
-      }
-      flat.qo.push_back(int32_t(flat.tokens.size()));
-      flat.kv_len.push_back(in.start[size_t(r)] + n + 1);
-      flat.pages.insert(flat.pages.end(), in.pages[size_t(r)].begin(), in.pages[size_t(r)].end());
-      flat.page_indptr.push_back(int32_t(flat.pages.size()));
-    }
-    const KvBatchView fb = flat.batch();
-    const DecodeRows d = decode_rows(fb, ps);
-    const KvBatchView v = d.view(fb);
-    verify.tokens = flat.tokens;
-    verify.positions = flat.positions;
-    verify.qo.assign(v.qo_indptr, v.qo_indptr + v.num_requests + 1);
-    verify.kv_len.assign(v.kv_len, v.kv_len + v.num_requests);
-    verify.page_indptr.assign(v.page_indptr, v.page_indptr + v.num_requests + 1);
-    verify.pages.assign(v.page_indices, v.page_indices + v.page_indptr[v.num_requests]);
-    for (int32_t i = 0; i < int32_t(flat.tokens.size()); ++i) verify.rows.push_back(i);
-  }
+  const SpecRoundPlan plan = plan_spec_round(in, opt.page_size, cfg.vocab);  // validates (one line)
+  const int64_t R = plan.requests, N = plan.max_drafts, H = cfg.hidden, D = int64_t(plan.drafts.size());
+  int64_t stops = 0;
+  for (const auto& ids : in.stop_ids) stops = std::max<int64_t>(stops, int64_t(ids.size()));
+  const std::vector<SpecRoundStep>& steps = plan.drafts;
+  const SpecRoundStep &verify = plan.verify, &catchup = plan.catchup;
   const int64_t Tv = int64_t(verify.tokens.size());
-  RoundStep catchup = verify;  // tokens: the verify rows' argmax; logits rows: each request's last emitted
-  catchup.rows.assign(size_t(R), 0);
-  for (int64_t r = 0; r < R; ++r) catchup.rows[size_t(r)] = int32_t(r);  // placeholders, patched
 
   // Graph buckets (draft steps and catch-up: the MTP layer's; verify: the decode graphs).
   auto mtp_bucket = [&](int64_t T) -> const GraphEntry* {
@@ -180,7 +95,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
 
   // Host side: every step's metadata (fill_meta validates each batch), the indices, the inputs.
   clear_token_masks();  // a greedy round is unconstrained
-  auto stage = [&](int64_t i, const RoundStep& st) {
+  auto stage = [&](int64_t i, const SpecRoundStep& st) {
     StepInput si;
     si.tokens = st.tokens.data();
     si.batch = st.batch();
@@ -191,24 +106,15 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   for (int64_t k = 0; k < D; ++k) stage(k, steps[size_t(k)]);
   stage(D, verify);
   stage(D + 1, catchup);
-  std::fill(hb + o_drafts, hb + o_drafts + R * N, -1);
-  for (int64_t r = 0; r < R; ++r)
-    if (in.num_drafts[size_t(r)] > 0) hb[o_drafts + r * N] = in.first_draft[size_t(r)];
+  std::copy(plan.drafts_init.begin(), plan.drafts_init.end(), hb + o_drafts);
   for (int64_t k = 0; k < D; ++k) {
-    const std::vector<int32_t>& w = who[size_t(k)];
-    for (size_t i = 0; i < w.size(); ++i) {
-      hb[o_src[size_t(k)] + int64_t(i)] = int32_t(w[i] * N + k);       // input d_{k} (0-based k)
-      hb[o_dst[size_t(k)] + int64_t(i)] = int32_t(w[i] * N + k + 1);   // output d_{k+1}
-      // Its row in the previous draft step (k > 0): the MTP state the next input reads.
-      if (k > 0) {
-        const std::vector<int32_t>& p = who[size_t(k - 1)];
-        hb[o_prev[size_t(k)] + int64_t(i)] = int32_t(std::find(p.begin(), p.end(), w[i]) - p.begin());
-      }
-    }
+    std::copy(plan.src[size_t(k)].begin(), plan.src[size_t(k)].end(), hb + o_src[size_t(k)]);
+    std::copy(plan.dst[size_t(k)].begin(), plan.dst[size_t(k)].end(), hb + o_dst[size_t(k)]);
+    std::copy(plan.prev[size_t(k)].begin(), plan.prev[size_t(k)].end(), hb + o_prev[size_t(k)]);
   }
-  std::copy(vsrc.begin(), vsrc.end(), hb + o_vsrc);
+  std::copy(plan.verify_src.begin(), plan.verify_src.end(), hb + o_vsrc);
   std::copy(in.num_drafts.begin(), in.num_drafts.end(), hb + o_n);
-  std::copy(off.begin(), off.end(), hb + o_off);
+  std::copy(plan.verify_offset.begin(), plan.verify_offset.end(), hb + o_off);
   std::copy(in.max_new.begin(), in.max_new.end(), hb + o_max);
   std::fill(hb + o_stop, hb + o_stop + R * std::max<int64_t>(stops, 1), -1);
   for (int64_t r = 0; r < R && !in.stop_ids.empty(); ++r)
@@ -217,10 +123,10 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   auto* hid_host = reinterpret_cast<uint16_t*>(hb + o_hid);
   int64_t up_end = o_hid;  // the upload covers the hidden rows only when a draft step reads them
   if (D > 0) {
-    const int64_t T1 = int64_t(who[0].size()), Tp1 = padded(0, T1);
+    const int64_t T1 = int64_t(plan.who[0].size()), Tp1 = padded(0, T1);
     std::fill(hid_host, hid_host + Tp1 * H, uint16_t(0));
     for (int64_t i = 0; i < T1; ++i)
-      for (int64_t j = 0; j < H; ++j) hid_host[i * H + j] = bf16_bits(in.draft_hidden[int64_t(who[0][size_t(i)]) * H + j]);
+      for (int64_t j = 0; j < H; ++j) hid_host[i * H + j] = bf16_bits(in.draft_hidden[int64_t(plan.who[0][size_t(i)]) * H + j]);
     up_end = o_hid + (Tp1 * H + 1) / 2;
   }
   FP4MOE_CUDA_CHECK(cudaEventRecord(ev_begin, stream));
@@ -235,7 +141,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(s.o, hid, size_t(rows * H) * 2, cudaMemcpyDeviceToDevice, stream));
   };
   // The forward of step i (one token per request everywhere: draft steps, decode rows).
-  auto run = [&](int64_t i, const RoundStep& st, bool target, int rows) {
+  auto run = [&](int64_t i, const SpecRoundStep& st, bool target, int rows) {
     const GraphEntry* g = graph[size_t(i)];
     const int64_t T = int64_t(st.tokens.size()), Tp = padded(i, T);
     if (g && graphs_enabled) {
@@ -264,7 +170,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   // 1. Draft steps: input d_k and the previous step's MTP state (hid, zero padding rows), output
   //    d_{k+1} into the drafts and its state gathered into hid for the next step.
   for (int64_t k = 0; k < D; ++k) {
-    const RoundStep& st = steps[size_t(k)];
+    const SpecRoundStep& st = steps[size_t(k)];
     const int64_t T = int64_t(st.tokens.size());
     poison_activations();
     load_meta(k);

@@ -1,9 +1,11 @@
-// MtpSpeculator's device round (SpecSteps::greedy_round) on the CPU: a twin of the GPU runner's
-// spec_round_greedy (backend/cuda/gpu_spec_round.cpp) over the CPU model's steps — the same
-// batches (draft step k over the requests with n > k, the states of the previous step's rows;
-// verify over [last, d_1 .. d_n]; the MTP catch-up over EVERY verify row with the target's
-// choices as tokens, logits of each request's last emitted row), argmax on the "device", the
-// acceptance by core/spec_accept.hpp (the kernel's rule) — checks the speculator's side of it:
+// The device speculative round's plan (backend/spec_round_plan.hpp): its batches and index arrays
+// for a hand-made round, its refusals; then MtpSpeculator's device round (SpecSteps::greedy_round)
+// on the CPU: a twin of the GPU runner's spec_round_greedy (backend/cuda/gpu_spec_round.cpp) that
+// runs the SAME plan over the CPU model's steps (draft steps over the plan's batches, tokens and
+// states moved by its src / dst / prev indices; verify over its decode rows; the MTP catch-up
+// over every verify row with the target's choices as tokens, logits of each request's last
+// emitted row), argmax on the "device", the acceptance by core/spec_accept.hpp (the kernel's
+// rule) — which checks the plan's index arithmetic and the speculator's side of it:
 // which batches take the device round, the MTP state it leaves (draft token + state instead of
 // logits), mixing with host rounds, and that the output is the host round's token for token
 // (make-synthetic glm5-tiny, F32 KV): several requests with different prompt lengths, N = 1, 3,
@@ -16,6 +18,8 @@
 #include <memory>
 
 #include "../cli/cli_run_helpers.hpp"
+#include "backend/spec_round_plan.hpp"
+#include "core/error.hpp"
 #include "core/spec_accept.hpp"
 #include "model/kv_pool.hpp"
 #include "model/model.hpp"
@@ -68,69 +72,47 @@ class TwinDeviceSteps final : public model::SpecSteps {
 
   bool offers_greedy_round() const override { return true; }
   bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override {
-    const int64_t R = int64_t(in.start.size()), N = in.max_drafts, H = config().hidden, V = config().vocab;
-    std::vector<int32_t> drafts(static_cast<size_t>(R * N), -1);
-    int32_t longest = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      if (in.num_drafts[size_t(r)] > 0) drafts[size_t(r * N)] = in.first_draft[size_t(r)];
-      longest = std::max(longest, in.num_drafts[size_t(r)]);
-    }
-    std::vector<int32_t> prev;  // requests of the previous draft step
-    std::vector<float> prev_h;  // their MTP states
-    for (int32_t k = 1; k < longest; ++k) {
-      std::vector<int32_t> who, tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows;
+    const int64_t H = config().hidden, V = config().vocab;
+    const engine::SpecRoundPlan plan = engine::plan_spec_round(in, page_size(), V);
+    const int64_t R = plan.requests, N = plan.max_drafts;
+    std::vector<int32_t> drafts = plan.drafts_init;
+    std::vector<float> prev_h;  // the previous draft step's output states
+    for (size_t k = 0; k < plan.drafts.size(); ++k) {
+      const engine::SpecRoundStep& st = plan.drafts[k];
+      const int64_t T = int64_t(st.tokens.size());
+      std::vector<int32_t> tokens(static_cast<size_t>(T));
       std::vector<float> hin;
-      for (int64_t r = 0; r < R; ++r) {
-        if (in.num_drafts[size_t(r)] <= k) continue;
-        who.push_back(int32_t(r));
-        tokens.push_back(drafts[size_t(r * N + k - 1)]);
-        pos.push_back(in.start[size_t(r)] + k - 1);
-        qo.push_back(int32_t(tokens.size()));
-        kv_len.push_back(in.start[size_t(r)] + k);
-        pages.insert(pages.end(), in.pages[size_t(r)].begin(), in.pages[size_t(r)].end());
-        page_ptr.push_back(int32_t(pages.size()));
-        rows.push_back(int32_t(tokens.size()) - 1);
-        const float* h = in.draft_hidden + r * H;
-        if (k > 1) h = prev_h.data() + (std::find(prev.begin(), prev.end(), int32_t(r)) - prev.begin()) * H;
+      for (int64_t i = 0; i < T; ++i) {
+        tokens[size_t(i)] = drafts[size_t(plan.src[k][size_t(i)])];
+        const float* h = k == 0 ? in.draft_hidden + int64_t(plan.who[0][size_t(i)]) * H
+                                : prev_h.data() + int64_t(plan.prev[k][size_t(i)]) * H;
         hin.insert(hin.end(), h, h + H);
       }
-      const int64_t T = int64_t(tokens.size());
       std::vector<float> logits(static_cast<size_t>(T * V)), hout(static_cast<size_t>(T * H));
-      const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-      mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows, TensorView::of(logits.data(), {T, V}), hout.data());
-      for (int64_t i = 0; i < T; ++i) drafts[size_t(who[size_t(i)] * N + k)] = argmax(logits.data() + i * V, V);
-      prev = who;
-      prev_h = hout;
+      mtp(TensorView::of(tokens.data(), {T}), hin.data(), st.batch(), st.rows, TensorView::of(logits.data(), {T, V}),
+          hout.data());
+      for (int64_t i = 0; i < T; ++i) drafts[size_t(plan.dst[k][size_t(i)])] = argmax(logits.data() + i * V, V);
+      prev_h = std::move(hout);
     }
-    // Verify.
-    std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, off;
-    for (int64_t r = 0; r < R; ++r) {
-      const int32_t n = in.num_drafts[size_t(r)];
-      off.push_back(int32_t(tokens.size()));
-      for (int32_t k = 0; k <= n; ++k) {
-        tokens.push_back(k == 0 ? in.last_token[size_t(r)] : drafts[size_t(r * N + k - 1)]);
-        pos.push_back(in.start[size_t(r)] + k);
-        rows.push_back(int32_t(tokens.size()) - 1);
-      }
-      qo.push_back(int32_t(tokens.size()));
-      kv_len.push_back(in.start[size_t(r)] + n + 1);
-      pages.insert(pages.end(), in.pages[size_t(r)].begin(), in.pages[size_t(r)].end());
-      page_ptr.push_back(int32_t(pages.size()));
-    }
+    // Verify over the plan's decode rows.
+    std::vector<int32_t> tokens = plan.verify.tokens;
+    for (size_t j = 0; j < tokens.size(); ++j)
+      if (plan.verify_src[j] >= 0) tokens[j] = drafts[size_t(plan.verify_src[j])];
     const int64_t T = int64_t(tokens.size());
     std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
-    const KvBatchView vb{R, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    verify(TensorView::of(tokens.data(), {T}), vb, rows, TensorView::of(logits.data(), {T, V}), hidden.data());
+    verify(TensorView::of(tokens.data(), {T}), plan.verify.batch(), plan.verify.rows,
+           TensorView::of(logits.data(), {T, V}), hidden.data());
     std::vector<int32_t> target(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) target[size_t(i)] = argmax(logits.data() + i * V, V);
     // Accept (the kernel's rule).
     int64_t stops = 0;
     for (const auto& s : in.stop_ids) stops = std::max<int64_t>(stops, int64_t(s.size()));
     std::vector<int32_t> stop_ids(static_cast<size_t>(R * std::max<int64_t>(stops, 1)), -1);
-    for (int64_t r = 0; r < R; ++r) std::copy(in.stop_ids[size_t(r)].begin(), in.stop_ids[size_t(r)].end(), stop_ids.begin() + r * stops);
+    for (int64_t r = 0; r < R; ++r)
+      std::copy(in.stop_ids[size_t(r)].begin(), in.stop_ids[size_t(r)].end(), stop_ids.begin() + r * stops);
     out.tokens.assign(static_cast<size_t>(R * (N + 1)), -2);
-    out.count.assign(size_t(R), 0);
-    out.accepted.assign(size_t(R), 0);
+    out.count.assign(static_cast<size_t>(R), 0);
+    out.accepted.assign(static_cast<size_t>(R), 0);
     std::vector<int32_t> last(static_cast<size_t>(R));
     cpu::SpecAcceptArgs a;
     a.requests = int32_t(R);
@@ -138,7 +120,7 @@ class TwinDeviceSteps final : public model::SpecSteps {
     a.stop_stride = int32_t(stops);
     a.drafts = drafts.data();
     a.num_drafts = in.num_drafts.data();
-    a.verify_offset = off.data();
+    a.verify_offset = plan.verify_offset.data();
     a.target = target.data();
     a.max_new = in.max_new.data();
     a.stop_ids = stop_ids.data();
@@ -149,8 +131,9 @@ class TwinDeviceSteps final : public model::SpecSteps {
     cpu::spec_accept_greedy_cpu(a);
     // The MTP catch-up over every verify row (tokens: the target's choices), logits of the last emitted.
     std::vector<float> mlogits(static_cast<size_t>(R * V)), mh(static_cast<size_t>(T * H));
-    mtp(TensorView::of(target.data(), {T}), hidden.data(), vb, last, TensorView::of(mlogits.data(), {R, V}), mh.data());
-    out.next_draft.resize(size_t(R));
+    mtp(TensorView::of(target.data(), {T}), hidden.data(), plan.catchup.batch(), last,
+        TensorView::of(mlogits.data(), {R, V}), mh.data());
+    out.next_draft.resize(static_cast<size_t>(R));
     out.next_hidden.resize(static_cast<size_t>(R * H));
     for (int64_t r = 0; r < R; ++r) {
       out.next_draft[size_t(r)] = argmax(mlogits.data() + r * V, V);
@@ -277,6 +260,84 @@ std::vector<Req> three_requests() {
 }
 
 }  // namespace
+
+// Three requests, N = 3: request 0 drafts 3, request 1 none, request 2 two.
+TEST(SpecRoundPlan, BatchesAndIndicesOfAHandMadeRound) {
+  model::GreedyRoundInput in;
+  in.max_drafts = 3;
+  in.start = {20, 5, 40};
+  in.last_token = {100, 101, 102};
+  in.first_draft = {7, -1, 9};
+  in.num_drafts = {3, 0, 2};
+  in.max_new = {10, 1, 3};
+  in.pages = {{0, 1}, {2}, {3, 4, 5}};
+  in.stop_ids = {{}, {}, {}};
+  const std::vector<float> h(3 * 4, 0.0f);
+  in.draft_hidden = h.data();
+  const engine::SpecRoundPlan p = engine::plan_spec_round(in, 16, 1000);
+  EXPECT_EQ(p.drafts_init, (std::vector<int32_t>{7, -1, -1, -1, -1, -1, 9, -1, -1}));
+  ASSERT_EQ(p.drafts.size(), 2u);  // d_2 of requests 0 and 2, d_3 of request 0
+  EXPECT_EQ(p.who[0], (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(p.src[0], (std::vector<int32_t>{0, 6}));
+  EXPECT_EQ(p.dst[0], (std::vector<int32_t>{1, 7}));
+  EXPECT_EQ(p.drafts[0].positions, (std::vector<int32_t>{20, 40}));
+  EXPECT_EQ(p.drafts[0].kv_len, (std::vector<int32_t>{21, 41}));
+  EXPECT_EQ(p.drafts[0].pages, (std::vector<int32_t>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(p.who[1], (std::vector<int32_t>{0}));
+  EXPECT_EQ(p.src[1], (std::vector<int32_t>{1}));
+  EXPECT_EQ(p.dst[1], (std::vector<int32_t>{2}));
+  EXPECT_EQ(p.prev[1], (std::vector<int32_t>{0}));
+  EXPECT_EQ(p.drafts[1].positions, (std::vector<int32_t>{21}));
+  EXPECT_EQ(p.verify_offset, (std::vector<int32_t>{0, 4, 5}));
+  EXPECT_EQ(p.verify.tokens, (std::vector<int32_t>{100, 0, 0, 0, 101, 102, 0, 0}));
+  EXPECT_EQ(p.verify_src, (std::vector<int32_t>{-1, 0, 1, 2, -1, -1, 6, 7}));
+  EXPECT_EQ(p.verify.positions, (std::vector<int32_t>{20, 21, 22, 23, 5, 40, 41, 42}));
+  EXPECT_EQ(p.verify.kv_len, (std::vector<int32_t>{21, 22, 23, 24, 6, 41, 42, 43}));
+  EXPECT_EQ(p.verify.qo, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));  // decode rows
+  EXPECT_EQ(p.verify.page_indptr, (std::vector<int32_t>{0, 2, 4, 6, 8, 9, 12, 15, 18}));
+  EXPECT_EQ(p.catchup.positions, p.verify.positions);
+  EXPECT_EQ(p.catchup.rows, (std::vector<int32_t>{0, 1, 2}));
+}
+
+TEST(SpecRoundPlan, ABadRoundIsOneErrorLine) {
+  model::GreedyRoundInput in;
+  in.max_drafts = 3;
+  in.start = {20};
+  in.last_token = {100};
+  in.first_draft = {7};
+  in.num_drafts = {3};
+  in.max_new = {4};
+  in.pages = {{0, 1}};
+  in.stop_ids = {{}};
+  const std::vector<float> h(4, 0.0f);
+  in.draft_hidden = h.data();
+  auto refused = [&](const model::GreedyRoundInput& bad, const char* what) {
+    try {
+      engine::plan_spec_round(bad, 16, 1000);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+    }
+  };
+  EXPECT_NO_THROW(engine::plan_spec_round(in, 16, 1000));
+  auto b = in;
+  b.max_new = {3};  // 3 drafts need max_new >= 4
+  refused(b, "drafts");
+  b = in;
+  b.first_draft = {1000};
+  refused(b, "outside the vocabulary");
+  b = in;
+  b.pages = {{0}};  // 16 positions, the round writes 24
+  refused(b, "pages");
+  b = in;
+  b.draft_hidden = nullptr;
+  refused(b, "hidden");
+  b = in;
+  b.last_token = {};
+  refused(b, "entries");
+}
 
 TEST(SpeculativeDeviceRound, GreedyBatchesTakeTheDeviceRoundAndEmitTheHostRoundsTokens) {
   for (int32_t N : {1, 3}) {

@@ -10,6 +10,9 @@
 // runner's metadata buffers on the device and copy_indexed_i32 patches in the tokens (drafts, or
 // the verify rows' argmax for the catch-up). Hidden states move on the device (BF16 rows in the
 // block's hidden buffer between steps, so that poisoned workspaces stay honest).
+// Every forward replays its bucket's graph (or runs eager over the same padded batch); the
+// kernels and copies between them are enqueued eagerly, without a host sync. The round is not one
+// graph: a graph exec cannot be launched inside a capture (see README "Speculative decoding").
 //
 // Bit-equality with the host round (GpuSpecSteps + MtpSpeculator): the draft and verify steps
 // are the same batches through the same graphs / kernels, so drafts and verify logits are the

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -297,6 +299,38 @@ TEST(SpecRoundPlan, BatchesAndIndicesOfAHandMadeRound) {
   EXPECT_EQ(p.verify.page_indptr, (std::vector<int32_t>{0, 2, 4, 6, 8, 9, 12, 15, 18}));
   EXPECT_EQ(p.catchup.positions, p.verify.positions);
   EXPECT_EQ(p.catchup.rows, (std::vector<int32_t>{0, 1, 2}));
+}
+
+// GLM-5's serving shape (B 64, N 3, context ~4K on 64-token pages): the plan's sizes, and its host
+// time printed (the round's host work before its one upload; info only).
+TEST(SpecRoundPlan, AServingSizedRound) {
+  const int64_t B = 64, N = 3, ps = 64, start = 4000, pages = (start + N + 1 + ps - 1) / ps;
+  model::GreedyRoundInput in;
+  in.max_drafts = int32_t(N);
+  for (int64_t r = 0; r < B; ++r) {
+    in.start.push_back(int32_t(start));
+    in.last_token.push_back(int32_t(r));
+    in.first_draft.push_back(int32_t(r + 1));
+    in.num_drafts.push_back(int32_t(N));
+    in.max_new.push_back(100);
+    std::vector<int32_t> pt;
+    for (int64_t p = 0; p < pages; ++p) pt.push_back(int32_t(r * pages + p));
+    in.pages.push_back(pt);
+    in.stop_ids.push_back({1, 2});
+  }
+  const std::vector<float> h(static_cast<size_t>(B * 16), 0.0f);
+  in.draft_hidden = h.data();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int iters = 20;
+  engine::SpecRoundPlan p;
+  for (int i = 0; i < iters; ++i) p = engine::plan_spec_round(in, ps, 1000);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  ASSERT_EQ(p.drafts.size(), size_t(N - 1));
+  for (const auto& st : p.drafts) EXPECT_EQ(int64_t(st.tokens.size()), B);
+  EXPECT_EQ(int64_t(p.verify.tokens.size()), B * (N + 1));
+  EXPECT_EQ(int64_t(p.verify.pages.size()), B * (N + 1) * pages);
+  std::printf("[ info ] plan of a B %ld, N %ld round at context %ld: %.1f us on this host\n", long(B), long(N),
+              long(start), us);
 }
 
 TEST(SpecRoundPlan, ABadRoundIsOneErrorLine) {

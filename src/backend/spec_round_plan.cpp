@@ -92,9 +92,7 @@ SpecRoundPlan plan_spec_round(const model::GreedyRoundInput& in, int64_t ps, int
   p.verify.page_indptr.assign(v.page_indptr, v.page_indptr + v.num_requests + 1);
   p.verify.pages.assign(v.page_indices, v.page_indices + v.page_indptr[v.num_requests]);
   for (int32_t i = 0; i < int32_t(flat.tokens.size()); ++i) p.verify.rows.push_back(i);
-  p.catchup = p.verify;
-  p.catchup.rows.resize(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) p.catchup.rows[size_t(r)] = int32_t(r);
+  p.catchup = p.verify;  // logits of every row: rows 0 .. R - 1 patched to the requests' last emitted
   return p;
 }
 

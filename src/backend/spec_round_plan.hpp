@@ -9,7 +9,9 @@
 //     of request r at verify_offset[r] + k; its token j is drafts[verify_src[j]] (or the request's
 //     last token where verify_src is -1);
 //   - catch-up: the MTP layer over the verify rows (same batch; tokens = the target's choices,
-//     states = the verify rows' final states; logits rows patched per request: its last emitted).
+//     states = the verify rows' final states; logits of every row, the first R rows patched to
+//     each request's last emitted row: the same GEMM rows as the host round's catch-up in this
+//     form, model::SpecSteps::catchup_over_verify_rows).
 // drafts: [R, N], d_1 of request r at r·N (first_draft), -1 where not drafted yet.
 #pragma once
 
@@ -36,7 +38,7 @@ struct SpecRoundPlan {
   std::vector<std::vector<int32_t>> src, dst, prev; // per draft step [T_k]: drafts index in, out; row in step k − 1
   SpecRoundStep verify;                             // decode rows; tokens: last token or 0 (patched)
   std::vector<int32_t> verify_src, verify_offset;   // [Tv], [R]
-  SpecRoundStep catchup;                            // verify's batch; rows [R] placeholders 0 .. R − 1
+  SpecRoundStep catchup;                            // verify's batch and rows [Tv] (0 .. R − 1 patched)
   std::vector<int32_t> drafts_init;                 // [R·N]
 };
 

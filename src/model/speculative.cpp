@@ -1,7 +1,9 @@
 #include "model/speculative.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -14,6 +16,16 @@ constexpr uint64_t kAcceptStream = 0x6d74702d61636370ull;    // "mtp-accp"
 constexpr uint64_t kResidualStream = 0x6d74702d72657369ull;  // "mtp-resi"
 
 bool greedy(const cpu::SamplingParams& p) { return p.greedy(); }
+
+// The first highest logit (the device's argmax_rows_f32 rule: ties to the lower id; NaN never wins).
+int32_t argmax_row(const float* row, int64_t V) {
+  int32_t best = 0;
+  float bv = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(row[v]) && (!any || row[v] > bv)) bv = row[v], best = int32_t(v), any = true;
+  return best;
+}
 
 }  // namespace
 
@@ -388,6 +400,11 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   }
   const int64_t T = int64_t(tokens.size());
   std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
+  // A backend with a device round catches the MTP layer up over every verify row, as the device
+  // round does (the same bits either way); else the emitted pairs are queued (run_queued).
+  const bool rows_form = steps_.offers_catchup_over_verify_rows() && !std::any_of(reqs.begin(), reqs.end(), [&](const SpecRequest& q) {
+    return queue_.count(q.id) > 0;
+  });
   {
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, TensorView::of(logits.data(), {T, V}), hidden.data());
@@ -428,11 +445,39 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       ++res.accepted;
       if (end || res.accepted == ended_at[r]) break;
     }
+    if (rows_form) continue;  // the catch-up over every verify row, below
     // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were
     // [last, emitted_0 .. emitted_{m-2}] (accepted drafts equal the emitted tokens).
     const int32_t m = int32_t(res.tokens.size());
     std::vector<int32_t> inputs(tokens.begin() + off[r], tokens.begin() + off[r] + m);
     add_target_rows(rq.id, rq.start, inputs, hidden.data() + int64_t(off[r]) * H, res.tokens.back().token, rq.pages);
+  }
+  if (rows_form) {  // the device round's catch-up: every verify row, its target choice as the token
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> ctok(static_cast<size_t>(T));
+    for (size_t r = 0; r < R; ++r) {
+      const int32_t m = int32_t(out[r].tokens.size());
+      for (int32_t j = 0; j <= n[r]; ++j) {
+        const float* row = logits.data() + int64_t(off[r] + j) * V;
+        ctok[size_t(off[r] + j)] = j < m ? out[r].tokens[size_t(j)].token : argmax_row(row, V);
+      }
+    }
+    std::vector<float> clog(static_cast<size_t>(T * V)), ch(static_cast<size_t>(T * H));
+    const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+    FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden.data(), b,
+                                                 TensorView::of(clog.data(), {T, V}), ch.data()),
+                 "speculative round: the backend stopped offering its catch-up");
+    for (size_t r = 0; r < R; ++r) {
+      const int64_t last = off[r] + int64_t(out[r].tokens.size()) - 1;
+      State& st = state_[reqs[r].id];
+      st.mtp_pos = reqs[r].start + int32_t(out[r].tokens.size()) - 1;
+      st.draft_logits.assign(clog.begin() + last * V, clog.begin() + (last + 1) * V);
+      st.draft_token = -1;
+      st.draft_hidden.assign(ch.begin() + last * H, ch.begin() + (last + 1) * H);
+      st.pending_pos = -1;
+      queue_.erase(reqs[r].id);
+    }
+    times.mtp += since(t0);
   }
   run_queued();
   return out;

@@ -156,6 +156,19 @@ class SpecSteps {
   // (the round then runs on the host over verify / mtp). offers_greedy_round: whether it may
   // (MtpSpeculator builds the round's input only then).
   virtual bool offers_greedy_round() const { return false; }
+  // The host round's MTP catch-up in the device round's form (a backend with greedy_round runs
+  // both alike, so that host and device rounds give the same bits): the MTP layer over EVERY
+  // verify row — b is the verify step's batch (request r's rows at start .. start + n), tokens[j]
+  // the target's choice at row j (the emitted token where j < m), h_in the verify rows' states —
+  // with every row's logits [T, vocab] and states [T, hidden]. Rows past a request's emitted ones
+  // write MTP KV beyond its length (rewritten before anything reads it). false: not offered (the
+  // speculator queues the emitted pairs for run_queued instead).
+  virtual bool offers_catchup_over_verify_rows() const { return false; }
+  virtual bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                        const TensorView& logits, float* h_out) {
+    (void)tokens, (void)h_in, (void)b, (void)logits, (void)h_out;
+    return false;
+  }
   virtual bool greedy_round(const GreedyRoundInput& in, GreedyRoundOutput& out) {
     (void)in;
     (void)out;

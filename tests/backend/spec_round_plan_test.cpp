@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "../cli/cli_run_helpers.hpp"
+#include "backend/decode_rows.hpp"
 #include "backend/spec_round_plan.hpp"
 #include "core/error.hpp"
 #include "core/spec_accept.hpp"
@@ -73,6 +74,18 @@ class TwinDeviceSteps final : public model::SpecSteps {
   int64_t rounds = 0;
 
   bool offers_greedy_round() const override { return true; }
+  // The host round's catch-up in the device round's form (GpuSpecSteps' rule), over decode rows.
+  bool offers_catchup_over_verify_rows() const override { return true; }
+  bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                const TensorView& logits, float* h_out) override {
+    const engine::DecodeRows d = engine::decode_rows(b, page_size());
+    std::vector<int32_t> rows(static_cast<size_t>(b.num_tokens));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i);
+    mtp(tokens, h_in, d.view(b), rows, logits, h_out);
+    ++catchups;
+    return true;
+  }
+  int64_t catchups = 0;
   bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override {
     const int64_t H = config().hidden, V = config().vocab;
     const engine::SpecRoundPlan plan = engine::plan_spec_round(in, page_size(), V);
@@ -160,6 +173,7 @@ struct DriveResult {
   std::vector<std::vector<int32_t>> tokens;
   int64_t device_rounds = 0, host_rounds = 0, twin_rounds = 0;
   int64_t greedy_batches = 0, mixed_batches = 0;  // rounds whose batch was all device_round_eligible, or not
+  int64_t rows_catchups = 0;  // host rounds that caught up over every verify row (the twin's form)
 };
 
 // Prefill each request alone (its first token: the argmax), then speculative rounds over the batch
@@ -234,6 +248,7 @@ DriveResult drive(const std::vector<Req>& reqs, int32_t N, bool twin, bool alter
   run.device_rounds = spec->device_round_count;
   run.host_rounds = spec->host_round_count;
   run.twin_rounds = steps.rounds;
+  run.rows_catchups = steps.catchups;
   run.greedy_batches = greedy_batches;
   run.mixed_batches = mixed_batches;
   return run;
@@ -298,7 +313,7 @@ TEST(SpecRoundPlan, BatchesAndIndicesOfAHandMadeRound) {
   EXPECT_EQ(p.verify.qo, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));  // decode rows
   EXPECT_EQ(p.verify.page_indptr, (std::vector<int32_t>{0, 2, 4, 6, 8, 9, 12, 15, 18}));
   EXPECT_EQ(p.catchup.positions, p.verify.positions);
-  EXPECT_EQ(p.catchup.rows, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(p.catchup.rows, p.verify.rows);
 }
 
 // GLM-5's serving shape (B 64, N 3, context ~4K on 64-token pages): the plan's sizes, and its host
@@ -392,6 +407,7 @@ TEST(SpeculativeDeviceRound, HostAndDeviceRoundsAlternateOverOneMtpState) {
   EXPECT_EQ(mixed.tokens, host.tokens);
   EXPECT_GT(mixed.device_rounds, 0);
   EXPECT_GT(mixed.host_rounds, 0);
+  EXPECT_EQ(mixed.rows_catchups, mixed.host_rounds) << "the twin's host rounds catch up in the device form";
 }
 
 TEST(SpeculativeDeviceRound, AStopIdInsideAnAcceptedRunAndMaxNewInsideARoundEndTheRequestThere) {

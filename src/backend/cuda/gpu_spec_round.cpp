@@ -14,13 +14,11 @@
 // kernels and copies between them are enqueued eagerly, without a host sync. The round is not one
 // graph: a graph exec cannot be launched inside a capture (see README "Speculative decoding").
 //
-// Bit-equality with the host round (GpuSpecSteps + MtpSpeculator): the draft and verify steps
-// are the same batches through the same graphs / kernels, so drafts and verify logits are the
-// host round's bit for bit and the emitted tokens (argmax, ties to the lower id, on both paths)
-// are the host round's. The catch-up differs in shape (every verify row, decode form, instead of
-// the emitted pairs in prefill form): its MTP logits and states can differ in the last bits (the
-// GEMMs' row count), which may change a later draft, never an emitted token (a greedy round
-// emits the target's choices whatever was drafted).
+// Bit-equality with the host round (GpuSpecSteps + MtpSpeculator): the draft steps, the verify
+// step and the catch-up are the host round's batches (its catch-up runs in this form on this
+// backend: GpuSpecSteps::catchup_over_verify_rows) through the same graphs / kernels, the argmax
+// (ties to the lower id) is the host's rule: drafts, verify logits, emitted tokens and the next
+// MTP state are the host round's bit for bit.
 #include <algorithm>
 #include <cstring>
 
@@ -210,8 +208,9 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   a.last_row = db + o_last;
   cuda::step::spec_accept_greedy(a, stream);
   // 4. The MTP catch-up over every verify row: token of row j = the target's choice there (the
-  //    emitted token for j < count), state = the verify row's final hidden state; the logits row
-  //    of request r is its last emitted pair's (last_row), the next round's draft source.
+  //    emitted token for j < count), state = the verify row's final hidden state; logits of
+  //    every row (the host round's catch-up form: the same GEMM rows), the first R of them
+  //    gathered from each request's last emitted pair (last_row), the next round's draft source.
   const int64_t Tpc = padded(D + 1, Tv);
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(hid, 0, size_t(Tpc * H) * 2, stream));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(hid, s.h, size_t(Tv * H) * 2, cudaMemcpyDeviceToDevice, stream));
@@ -220,7 +219,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   copy_indexed_i32(meta.tokens, nullptr, db + o_target, nullptr, int32_t(Tv), stream);
   copy_indexed_i32(meta.rows, nullptr, db + o_last, nullptr, int32_t(R), stream);
   hidden_in(Tpc);
-  run(D + 1, catchup, false, int(R));
+  run(D + 1, catchup, false, int(Tv));
   copy_indexed_i32(db + o_next, nullptr, s.greedy, nullptr, int32_t(R), stream);
   auto* nh = reinterpret_cast<uint16_t*>(db + o_nh);
   gather_rows(s.h, int(H), db + o_last, int(R), nh, stream);

@@ -18,13 +18,17 @@
 //   - with --speculative-algorithm NEXTN (--speculative-num-steps N): at each decode point the
 //     verify step (B x (N + 1) one-token rows sharing each request's pages, graph-replayed within
 //     the buckets) against the decode step, one MTP draft step (its graph, logits read back) against
-//     the MTP layer's all-weights byte floor, and tokens/s at accept lengths 1 .. N + 1 from them.
+//     the MTP layer's all-weights byte floor, and tokens/s at accept lengths 1 .. N + 1 from them;
+//     then whole greedy rounds (MtpSpeculator over GpuSpecSteps): the host round (logits of every
+//     step back to the host) beside the device round (GpuRunner::spec_round_greedy, one readback).
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -41,11 +45,13 @@
 #include "cuda/bench/bench_util.hpp"
 #include "cuda/common/device.hpp"
 #include "backend/cuda/gpu_runner.hpp"
+#include "backend/cuda/gpu_spec_steps.hpp"
 #include "backend/decode_rows.hpp"
 #endif
 
 namespace fp4moe::cli {
 namespace {
+
 
 struct BenchStepArgs {
   std::string model;
@@ -64,6 +70,45 @@ struct BenchStepArgs {
 };
 
 #if defined(FP4MOE_HAVE_GPU_RUNNER)
+// bench step's speculative rounds: wall ms of one greedy round of B requests at start L - 1 (pages
+// pp / pi, last tokens tok) through MtpSpeculator over GpuSpecSteps, host round then device round
+// (GpuSpecSteps::device_rounds), iters each after one warm-up; the MTP state (a pair at L - 2 with
+// the states `hin`) is queued and run again, untimed, before every round.
+std::pair<double, double> time_spec_rounds(engine::gpu::GpuRunner& r, const std::vector<int32_t>& tok,
+                                           const std::vector<int32_t>& pp, const std::vector<int32_t>& pi, int64_t B,
+                                           int64_t L, int64_t N, const std::vector<float>& hin, int iters) {
+  engine::gpu::GpuSpecSteps steps(r);
+  model::MtpSpeculator spec(steps, int32_t(N));
+  const int64_t H = r.config().hidden;
+  std::vector<model::SpecRequest> reqs(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    model::SpecRequest& q = reqs[size_t(b)];
+    q.id = uint64_t(b + 1);
+    q.start = int32_t(L - 1);
+    q.last_token = tok[size_t(b)];
+    q.pages = std::span<const int32_t>(pi.data() + pp[size_t(b)], size_t(pp[size_t(b) + 1] - pp[size_t(b)]));
+    q.max_new = int32_t(N + 1);
+    q.sampling.temperature = 0.0f;
+  }
+  double ms[2] = {0.0, 0.0};
+  for (int device = 0; device < 2; ++device) {
+    steps.device_rounds = device == 1;
+    for (int i = 0; i <= iters; ++i) {
+      for (int64_t b = 0; b < B; ++b) {
+        const int32_t prev = tok[size_t((b + 1) % B)];
+        spec.add_target_rows(uint64_t(b + 1), int32_t(L - 2), std::span<const int32_t>(&prev, 1), hin.data() + b * H,
+                             tok[size_t(b)], reqs[size_t(b)].pages);
+      }
+      spec.run_queued();
+      const auto t0 = std::chrono::steady_clock::now();
+      spec.round(reqs);
+      if (i > 0) ms[device] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ms[device] /= iters;
+  }
+  return {ms[0], ms[1]};
+}
+
 // Multiply-adds x 2 of one token that attends `ctx` positions (a DSA layer at most index_topk),
 // through every layer and the lm_head (logits: one row per token when `logits`): the linears as
 // absorbed MLA decode runs them (q_a, q_b, kv_a, q_nope -> latent, scores and values over the
@@ -152,8 +197,10 @@ int run_bench_step(const BenchStepArgs& a) {
                   "ms | draft all-weights floor ms | draft / floor |",
                   N + 1);
   for (int64_t acc = 1; acc <= N + 1; ++acc) spec_table += fmt::format(" tok/s at accept {} |", acc);
+  spec_table += " host round ms | device round ms | host / device |";
   spec_table += "\n|---|---|---|---|---|---|---|---|---|";
   for (int64_t acc = 1; acc <= N + 1; ++acc) spec_table += "---|";
+  spec_table += "---|---|---|";
   spec_table += "\n";
   std::string mask_table =
       "| decode B | ctx | ms/step | masked ms/step | ratio | device ms | masked device ms | device ratio |\n"
@@ -322,6 +369,18 @@ int run_bench_step(const BenchStepArgs& a) {
         for (int64_t acc = 1; acc <= N + 1; ++acc) {
           spec_table += fmt::format(" {:.0f} |", double(B * acc) / round_ms * 1e3);
           j["speculative"]["tok_s_at_accept"][std::to_string(acc)] = double(B * acc) / round_ms * 1e3;
+        }
+        // Whole greedy rounds through MtpSpeculator over GpuSpecSteps at this point (start L - 1, N
+        // drafts, max_new N + 1): the host round (every step's logits back, the host's argmax and
+        // acceptance) and the device round (spec_round_greedy: one readback), wall ms each. The MTP
+        // state (one pair at L - 2, untimed) is set again before every round.
+        if (L >= 2) {
+          const auto [host_ms, dev_ms] = time_spec_rounds(*r, tok, pp, pi, B, L, N, hin, a.iters);
+          spec_table += fmt::format(" {:.3f} | {:.3f} | {:.2f} |", host_ms, dev_ms, host_ms / dev_ms);
+          j["speculative"]["host_round_ms"] = host_ms;
+          j["speculative"]["device_round_ms"] = dev_ms;
+        } else {
+          spec_table += " - | - | - |";
         }
         spec_table += "\n";
         j["speculative"]["num_steps"] = N;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/host_device.hpp"
+
 namespace fp4moe::cpu {
 
 // The decode metadata a K-step launch advances in place (request r's one token is flat token
@@ -35,6 +37,15 @@ struct GreedyAdvanceArgs {
   int64_t history_stride = 0;
   int32_t* done = nullptr;
 };
+
+// The finishing rule of a launch (greedy_advance, and the device speculative round's acceptance,
+// core/spec_accept.hpp): after emitting token t as its produced-th token of the launch, a request
+// stops when produced reaches max_new or t is one of its stop ids (-1 padded, `stride` of them).
+FP4MOE_HD bool launch_finishes(int32_t t, int32_t produced, int32_t max_new, const int32_t* stop_ids, int32_t stride) {
+  bool done = produced >= max_new;
+  for (int32_t q = 0; q < stride && !done; ++q) done = stop_ids[q] == t;
+  return done;
+}
 
 // After step j's token (argmax or sampled, in `greedy`): a running request r records
 // out[j·B + r] = greedy[r] and produced[r]++; it finishes on a stop id or produced == max_new

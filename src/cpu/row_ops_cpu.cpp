@@ -130,9 +130,7 @@ void greedy_advance_cpu(const GreedyAdvanceArgs& a, int32_t j) {
       if (a.history && at < a.history_stride) a.history[int64_t(r) * a.history_stride + at] = t;
       ++a.output_len[r];
     }
-    bool done = n >= a.max_new[r];
-    for (int32_t q = 0; q < a.stop_stride && !done; ++q) done = a.stop_ids[int64_t(r) * a.stop_stride + q] == t;
-    if (done) {
+    if (launch_finishes(t, n, a.max_new[r], a.stop_ids + int64_t(r) * a.stop_stride, a.stop_stride)) {
       a.active[r] = 0;
       if (a.done) a.done[r] = 1;
       a.positions[r] = 0;

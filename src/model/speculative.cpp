@@ -1,7 +1,9 @@
 #include "model/speculative.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -14,6 +16,16 @@ constexpr uint64_t kAcceptStream = 0x6d74702d61636370ull;    // "mtp-accp"
 constexpr uint64_t kResidualStream = 0x6d74702d72657369ull;  // "mtp-resi"
 
 bool greedy(const cpu::SamplingParams& p) { return p.greedy(); }
+
+// The first highest logit (the device's argmax_rows_f32 rule: ties to the lower id; NaN never wins).
+int32_t argmax_row(const float* row, int64_t V) {
+  int32_t best = 0;
+  float bv = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(row[v]) && (!any || row[v] > bv)) bv = row[v], best = int32_t(v), any = true;
+  return best;
+}
 
 }  // namespace
 
@@ -151,6 +163,7 @@ void MtpSpeculator::run_queued() {
     const int64_t k = last[i], row = rows[size_t(k)];
     s.mtp_pos = pos[size_t(row)];
     s.draft_logits.assign(logits.begin() + k * V, logits.begin() + (k + 1) * V);
+    s.draft_token = -1;
     s.draft_hidden.assign(hout.begin() + row * H, hout.begin() + (row + 1) * H);
     if (auto it = kept_.find(ids[i]); it != kept_.end()) {
       const int64_t first = i == 0 ? 0 : last[i - 1] + 1;
@@ -169,10 +182,84 @@ std::vector<float> MtpSpeculator::take_logits(uint64_t id, int32_t* start) {
   return out;
 }
 
+bool device_round_eligible(const SpecRequest& r) {
+  return r.sampling.greedy() && !r.sampling.has_penalties() && r.sampling.logprobs_top_n < 0 && !r.constraint;
+}
+
+bool MtpSpeculator::device_round(const std::vector<SpecRequest>& reqs, std::vector<SpecRoundResult>& out) {
+  if (draft_override || reqs.empty() || !steps_.offers_greedy_round()) return false;
+  for (const SpecRequest& rq : reqs) {
+    if (!device_round_eligible(rq) || queue_.count(rq.id)) return false;  // queued pairs: the host round's run_queued
+    if (auto it = state_.find(rq.id); it != state_.end() && it->second.pending_pos >= 0) return false;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
+  const size_t R = reqs.size();
+  GreedyRoundInput in;
+  in.max_drafts = n_;
+  std::vector<float> hidden(R * size_t(H), 0.0f);
+  for (size_t r = 0; r < R; ++r) {
+    const SpecRequest& rq = reqs[r];
+    FP4MOE_CHECK(rq.max_new >= 1, "speculative round: max_new {} for request {}", rq.max_new, rq.id);
+    auto it = state_.find(rq.id);
+    const bool ready = it != state_.end() && it->second.mtp_pos == rq.start - 1 &&
+                       (!it->second.draft_logits.empty() || it->second.draft_token >= 0);
+    const int32_t n = ready ? std::min(n_, rq.max_new - 1) : 0;
+    int32_t first = -1;
+    if (n > 0) {
+      const State& st = it->second;
+      // The host round's first draft: sample_cpu's greedy draw (the argmax, ties to the lower id).
+      first = st.draft_logits.empty()
+                  ? st.draft_token
+                  : cpu::sample_cpu(st.draft_logits.data(), V, rq.sampling, {}, {}, rq.output_index).token;
+      std::copy(st.draft_hidden.begin(), st.draft_hidden.end(), hidden.begin() + int64_t(r) * H);
+    }
+    in.start.push_back(rq.start);
+    in.last_token.push_back(rq.last_token);
+    in.first_draft.push_back(first);
+    in.num_drafts.push_back(n);
+    in.max_new.push_back(rq.max_new);
+    in.pages.emplace_back(rq.pages.begin(), rq.pages.end());
+    in.stop_ids.emplace_back(rq.stop_ids.begin(), rq.stop_ids.end());
+  }
+  in.draft_hidden = hidden.data();
+  GreedyRoundOutput o;
+  if (!steps_.greedy_round(in, o)) return false;
+  const int64_t W = n_ + 1;
+  FP4MOE_CHECK(o.count.size() == R && o.tokens.size() == R * size_t(W) && o.next_hidden.size() == R * size_t(H),
+               "speculative round: the backend's device round returned {} results for {} requests", o.count.size(), R);
+  out.assign(R, SpecRoundResult{});
+  for (size_t r = 0; r < R; ++r) {
+    const int32_t m = o.count[r];
+    FP4MOE_CHECK(m >= 1 && m <= in.num_drafts[r] + 1, "speculative round: request {}: {} tokens from the device round",
+                 reqs[r].id, m);
+    SpecRoundResult& res = out[r];
+    res.drafted = in.num_drafts[r];
+    res.accepted = o.accepted[r];
+    for (int32_t k = 0; k < m; ++k) {
+      cpu::SampledToken t;
+      t.token = o.tokens[r * size_t(W) + size_t(k)];
+      t.kept = 1;
+      res.tokens.push_back(std::move(t));
+    }
+    State& st = state_[reqs[r].id];
+    st.mtp_pos = reqs[r].start + m - 1;
+    st.draft_logits.clear();
+    st.draft_token = o.next_draft[r];
+    st.draft_hidden.assign(o.next_hidden.begin() + int64_t(r) * H, o.next_hidden.begin() + int64_t(r + 1) * H);
+    st.pending_pos = -1;
+  }
+  ++device_round_count;
+  times.device_round += since(t0);
+  return true;
+}
+
 std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>& reqs) {
   const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   const size_t R = reqs.size();
   std::vector<SpecRoundResult> out(R);
+  if (device_rounds && device_round(reqs, out)) return out;
+  ++host_round_count;
   std::vector<int32_t> n(R, 0);
   std::vector<std::vector<int32_t>> drafts(R);
   std::vector<std::vector<std::vector<double>>> q(R);  // sampled requests: the draft distributions
@@ -181,7 +268,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     const SpecRequest& rq = reqs[r];
     FP4MOE_CHECK(rq.max_new >= 1, "speculative round: max_new {} for request {}", rq.max_new, rq.id);
     auto it = state_.find(rq.id);
-    const bool ready = it != state_.end() && it->second.mtp_pos == rq.start - 1 && !it->second.draft_logits.empty();
+    // A device round leaves the argmax of the MTP logits (draft_token), enough for an eligible request.
+    const bool ready = it != state_.end() && it->second.mtp_pos == rq.start - 1 &&
+                       (!it->second.draft_logits.empty() || (it->second.draft_token >= 0 && device_round_eligible(rq)));
     n[r] = ready ? std::min(n_, rq.max_new - 1) : 0;
     if (n[r] > 0) g[r] = it->second.draft_hidden;
   }
@@ -228,7 +317,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     cpu::SamplingParams p = rq.sampling;
     p.logprobs_top_n = -1;
     int32_t tok;
-    if (greedy(p)) {
+    if (!row) {  // k = 0 after a device round: its argmax (an eligible request: the same draw)
+      tok = state_[rq.id].draft_token;
+    } else if (greedy(p)) {
       tok = cpu::sample_cpu(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen, rq.output_index + uint64_t(k)).token;
     } else {
       q[r].push_back(cpu::sampling_distribution(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
@@ -252,7 +343,10 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   };
   int32_t longest = 0;
   for (size_t r = 0; r < R; ++r) {
-    if (n[r] > 0) choose(r, 0, state_[reqs[r].id].draft_logits.data());
+    if (n[r] > 0) {
+      const State& st = state_[reqs[r].id];
+      choose(r, 0, st.draft_logits.empty() ? nullptr : st.draft_logits.data());
+    }
     longest = std::max(longest, n[r]);
   }
   // 1. The chained draft steps k = 1 .. n − 1 (one token per request still drafting).
@@ -306,6 +400,11 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   }
   const int64_t T = int64_t(tokens.size());
   std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
+  // A backend with a device round catches the MTP layer up over every verify row, as the device
+  // round does (the same bits either way); else the emitted pairs are queued (run_queued).
+  const bool rows_form = steps_.offers_catchup_over_verify_rows() && !std::any_of(reqs.begin(), reqs.end(), [&](const SpecRequest& q) {
+    return queue_.count(q.id) > 0;
+  });
   {
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, TensorView::of(logits.data(), {T, V}), hidden.data());
@@ -346,11 +445,39 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       ++res.accepted;
       if (end || res.accepted == ended_at[r]) break;
     }
+    if (rows_form) continue;  // the catch-up over every verify row, below
     // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were
     // [last, emitted_0 .. emitted_{m-2}] (accepted drafts equal the emitted tokens).
     const int32_t m = int32_t(res.tokens.size());
     std::vector<int32_t> inputs(tokens.begin() + off[r], tokens.begin() + off[r] + m);
     add_target_rows(rq.id, rq.start, inputs, hidden.data() + int64_t(off[r]) * H, res.tokens.back().token, rq.pages);
+  }
+  if (rows_form) {  // the device round's catch-up: every verify row, its target choice as the token
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> ctok(static_cast<size_t>(T));
+    for (size_t r = 0; r < R; ++r) {
+      const int32_t m = int32_t(out[r].tokens.size());
+      for (int32_t j = 0; j <= n[r]; ++j) {
+        const float* row = logits.data() + int64_t(off[r] + j) * V;
+        ctok[size_t(off[r] + j)] = j < m ? out[r].tokens[size_t(j)].token : argmax_row(row, V);
+      }
+    }
+    std::vector<float> clog(static_cast<size_t>(T * V)), ch(static_cast<size_t>(T * H));
+    const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
+    FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden.data(), b,
+                                                 TensorView::of(clog.data(), {T, V}), ch.data()),
+                 "speculative round: the backend stopped offering its catch-up");
+    for (size_t r = 0; r < R; ++r) {
+      const int64_t last = off[r] + int64_t(out[r].tokens.size()) - 1;
+      State& st = state_[reqs[r].id];
+      st.mtp_pos = reqs[r].start + int32_t(out[r].tokens.size()) - 1;
+      st.draft_logits.assign(clog.begin() + last * V, clog.begin() + (last + 1) * V);
+      st.draft_token = -1;
+      st.draft_hidden.assign(ch.begin() + last * H, ch.begin() + (last + 1) * H);
+      st.pending_pos = -1;
+      queue_.erase(reqs[r].id);
+    }
+    times.mtp += since(t0);
   }
   run_queued();
   return out;

@@ -112,6 +112,32 @@ struct SampledVerdict {
 SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u_accept,
                               double u_residual);
 
+// Which requests a greedy round on the device may take (SpecSteps::greedy_round): every draw is
+// the argmax of the raw logits — greedy (temperature 0 or top_k 1), no repetition / presence /
+// frequency penalty, no logprobs (logprobs_top_n -1), no grammar constraint. top_p / min_p / seed
+// are then irrelevant (greedy ignores them).
+bool device_round_eligible(const SpecRequest& r);
+
+// A greedy round in one launch sequence (a backend's SpecSteps::greedy_round; the GPU runner's
+// spec_round_greedy): R requests; request r at position start[r] with its last token, its MTP
+// state first_draft[r] (the argmax of the MTP logits at start - 1) and draft_hidden row r (the
+// MTP layer's output state there, FP32 [R, hidden]; read where num_drafts >= 2);
+// num_drafts[r] = n <= min(max_drafts, max_new[r] - 1); pages[r] cover start + n + 1 positions.
+struct GreedyRoundInput {
+  int32_t max_drafts = 1;
+  std::vector<int32_t> start, last_token, first_draft, num_drafts, max_new;
+  std::vector<std::vector<int32_t>> pages, stop_ids;
+  const float* draft_hidden = nullptr;
+};
+// tokens [R, max_drafts + 1] emitted (-1 after count[r]); accepted drafts; the MTP state after the
+// catch-up over the emitted pairs: next_draft[r] (its argmax at start + count - 1) and
+// next_hidden [R, hidden].
+struct GreedyRoundOutput {
+  std::vector<int32_t> tokens, count, accepted, next_draft;
+  std::vector<float> next_hidden;
+  double device_ms = 0.0;  // the backend's device time for the round (0: not measured)
+};
+
 // The two steps a round runs, over host arrays (tokens I32 [T], logits F32 [rows, vocab], hidden
 // states FP32 [T, hidden]); the KV pool (with the MTP layer's as layer num_layers) is the backend's.
 class SpecSteps {
@@ -126,6 +152,28 @@ class SpecSteps {
   // The MTP layer over the batch (Model::mtp_step's contract): h_in [T, hidden] in, h_out out.
   virtual void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
                    const TensorView& logits, float* h_out) = 0;
+  // A whole greedy round on the backend's device (GreedyRoundInput); false: this backend has none
+  // (the round then runs on the host over verify / mtp). offers_greedy_round: whether it may
+  // (MtpSpeculator builds the round's input only then).
+  virtual bool offers_greedy_round() const { return false; }
+  // The host round's MTP catch-up in the device round's form (a backend with greedy_round runs
+  // both alike, so that host and device rounds give the same bits): the MTP layer over EVERY
+  // verify row — b is the verify step's batch (request r's rows at start .. start + n), tokens[j]
+  // the target's choice at row j (the emitted token where j < m), h_in the verify rows' states —
+  // with every row's logits [T, vocab] and states [T, hidden]. Rows past a request's emitted ones
+  // write MTP KV beyond its length (rewritten before anything reads it). false: not offered (the
+  // speculator queues the emitted pairs for run_queued instead).
+  virtual bool offers_catchup_over_verify_rows() const { return false; }
+  virtual bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                        const TensorView& logits, float* h_out) {
+    (void)tokens, (void)h_in, (void)b, (void)logits, (void)h_out;
+    return false;
+  }
+  virtual bool greedy_round(const GreedyRoundInput& in, GreedyRoundOutput& out) {
+    (void)in;
+    (void)out;
+    return false;
+  }
 };
 
 // The CPU model's steps (Model::step with StepExtras::absorbed, Model::mtp_step) over a host pool.
@@ -152,10 +200,16 @@ class MtpSpeculator {
   // Any backend's steps (kept by reference).
   MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }
-  DraftOverride draft_override;  // tests only
+  DraftOverride draft_override;  // tests only (forces the host round)
+  // A batch whose requests are all device_round_eligible runs as one greedy round on the device
+  // when the steps offer one (SpecSteps::greedy_round): the same tokens as the host round. Off:
+  // always the host round (bench step times both).
+  bool device_rounds = true;
+  int64_t device_round_count = 0, host_round_count = 0;  // rounds run each way
   // Wall seconds since construction: chained draft steps, verify steps, MTP steps over emitted / prompt pairs.
   struct Times {
     double draft = 0.0, verify = 0.0, mtp = 0.0;
+    double device_round = 0.0;  // wall seconds of device rounds (drafts, verify, catch-up together)
   } times;
 
   // After a target step that computed positions [p0, p0 + tokens.size()) of a request, with
@@ -182,7 +236,8 @@ class MtpSpeculator {
  private:
   struct State {
     int32_t mtp_pos = -1;               // last position the MTP layer ran at (the draft source)
-    std::vector<float> draft_logits;    // [vocab] its logits there
+    std::vector<float> draft_logits;    // [vocab] its logits there (empty after a device round)
+    int32_t draft_token = -1;           // after a device round: the argmax of those logits
     std::vector<float> draft_hidden;    // [hidden] its output hidden state there
     int32_t pending_pos = -1;           // a target row whose next token is not known yet
     std::vector<float> pending_hidden;  // [hidden]
@@ -198,6 +253,8 @@ class MtpSpeculator {
     int32_t start = 0;
     std::vector<float> logits;
   };
+  // The device round (device_rounds): false when the batch or the backend cannot take it.
+  bool device_round(const std::vector<SpecRequest>& requests, std::vector<SpecRoundResult>& out);
   std::unique_ptr<SpecSteps> own_;  // the CPU model's, when constructed from one
   SpecSteps& steps_;
   int32_t n_;

@@ -8,7 +8,12 @@
 //     drafts; forced drafts — the plain run's tokens, every fourth one wrong — for accepts and
 //     rejects) against the plain CUDA engine, token for token where the logits margin allows;
 //   - a stop id inside an accepted run and max_tokens inside a round end the request there;
-//   - seeded sampled requests reproduce their tokens.
+//   - seeded sampled requests reproduce their tokens;
+//   - the greedy round on the device (GpuRunner::spec_round_greedy via GpuSpecSteps): its tokens
+//     and accepted counts equal the host round's exactly (glm5-tiny, deepseek-v3-tiny; N = 1, 3),
+//     graph replay equals eager exactly, a stop id inside the accepted run and max_new inside a
+//     round end the request there, a mixed batch (a sampled request) keeps the host round, a bad
+//     round is one error line before any launch.
 // Margin rule (the runner tests'): the verify step runs each row as a one-token decode step of a
 // larger batch (backend/decode_rows.hpp), so its logits equal the plain step's up to the GEMMs'
 // row-count-dependent rounding (BF16 activations, rel ~1e-3); a greedy token can differ only
@@ -29,6 +34,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cuda/cuda_model_backend.hpp"
+#include "backend/cuda/gpu_spec_steps.hpp"
 #include "backend/gpu_runner_test_util.hpp"
 #include "cli/cli_run_helpers.hpp"
 #include "engine/scheduler_test_util.hpp"
@@ -36,6 +42,7 @@
 #include "gpu_test.hpp"
 #include "model/model.hpp"
 #include "model/model_test_util.hpp"
+#include "model/speculative.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::engine;
@@ -420,4 +427,246 @@ TEST(GpuSpeculative, SeededSampledRequestsReproduceTheirTokens) {
     EXPECT_EQ(o.tokens, b.at(id).tokens) << "request " << id;
     EXPECT_EQ(o.usage.completion_tokens, specs[id - 1].max_new_tokens) << "request " << id;
   }
+}
+
+// ---- the greedy round on the device (GpuRunner::spec_round_greedy through GpuSpecSteps) ----
+// MtpSpeculator over GpuSpecSteps with device rounds on and off, on the same runner: prefill each
+// request alone (its first token: the argmax of its last row), then rounds over the running batch.
+// Device and host rounds run the same batches through the same graphs (draft steps, verify, and the
+// MTP catch-up over every verify row: GpuSpecSteps::catchup_over_verify_rows on the host path), so
+// they agree exactly: the same tokens, the same accepted counts, round by round.
+namespace {
+
+struct SpecReq {
+  std::vector<int32_t> prompt;
+  int32_t max_new = 16;
+  std::vector<int32_t> stops;
+  cpu::SamplingParams sampling;
+};
+
+struct SpecRun {
+  std::map<uint64_t, Outcome> out;  // tokens only (reason kStop on a stop id)
+  std::vector<int32_t> accepted;    // per round and request, in order
+  int64_t device_rounds = 0, host_rounds = 0;
+  int64_t greedy_batches = 0, mixed_batches = 0;  // rounds whose batch was all device_round_eligible, or not
+};
+
+RunnerOptions round_runner() {
+  RunnerOptions o = small_options();
+  o.mtp = true;
+  o.max_requests = 16;     // verify rows: 3 requests x (N + 1)
+  o.cuda_graph_max_bs = 16;
+  return o;
+}
+
+SpecRun drive_gpu(GpuRunner& gpu, const std::vector<SpecReq>& reqs, int32_t N, bool device) {
+  engine::gpu::GpuSpecSteps steps(gpu);
+  steps.device_rounds = device;
+  model::MtpSpeculator spec(steps, N);
+  const int64_t V = gpu.config().vocab, ps = gpu.page_size();
+  const size_t R = reqs.size();
+  std::vector<std::vector<int32_t>> pages(R), gen(R);
+  std::vector<bool> done(R, false);
+  SpecRun run;
+  for (size_t r = 0; r < R; ++r) {
+    const auto& p = reqs[r].prompt;
+    const int32_t P = int32_t(p.size());
+    pages[r] = gpu.alloc_pages((P + reqs[r].max_new + N + 1 + ps - 1) / ps);
+    std::vector<int32_t> pos(p.size());
+    for (int32_t i = 0; i < P; ++i) pos[size_t(i)] = i;
+    const int32_t qo[2] = {0, P}, len[1] = {P}, pp[2] = {0, int32_t(pages[r].size())};
+    engine::gpu::StepInput in;
+    in.tokens = p.data();
+    in.batch = {1, P, qo, pos.data(), len, pp, pages[r].data()};
+    in.logits_rows = {P - 1};
+    std::vector<float> logits, hidden;
+    engine::gpu::StepOutput o;
+    o.logits = &logits;
+    o.final_hidden = &hidden;
+    gpu.step(in, o);
+    const int32_t t0 = cpu::sample_cpu(logits.data(), V, reqs[r].sampling, p, {}, 0).token;
+    gen[r].push_back(t0);
+    done[r] = reqs[r].max_new == 1 || std::count(reqs[r].stops.begin(), reqs[r].stops.end(), t0) > 0;
+    spec.add_target_rows(r + 1, 0, p, hidden.data(), t0, pages[r]);
+  }
+  spec.run_queued();
+  for (int guard = 0; guard < 200; ++guard) {
+    std::vector<model::SpecRequest> batch;
+    std::vector<size_t> who;
+    for (size_t r = 0; r < R; ++r) {
+      if (done[r]) continue;
+      model::SpecRequest q;
+      q.id = r + 1;
+      q.start = int32_t(reqs[r].prompt.size() + gen[r].size()) - 1;
+      q.last_token = gen[r].back();
+      q.pages = pages[r];
+      q.max_new = reqs[r].max_new - int32_t(gen[r].size());
+      q.stop_ids = reqs[r].stops;
+      q.sampling = reqs[r].sampling;
+      q.prompt = reqs[r].prompt;
+      q.generated = gen[r];
+      q.output_index = gen[r].size();
+      batch.push_back(std::move(q));
+      who.push_back(r);
+    }
+    if (batch.empty()) break;
+    const bool all = std::all_of(batch.begin(), batch.end(), [](const model::SpecRequest& q) {
+      return model::device_round_eligible(q);
+    });
+    (all ? run.greedy_batches : run.mixed_batches) += 1;
+    const auto res = spec.round(batch);
+    for (size_t i = 0; i < who.size(); ++i) {
+      const size_t r = who[i];
+      run.accepted.push_back(res[i].accepted);
+      for (const auto& t : res[i].tokens) {
+        gen[r].push_back(t.token);
+        if (std::count(reqs[r].stops.begin(), reqs[r].stops.end(), t.token) > 0) done[r] = true;
+      }
+      if (int32_t(gen[r].size()) >= reqs[r].max_new) done[r] = true;
+    }
+  }
+  for (size_t r = 0; r < R; ++r) {
+    Outcome& o = run.out[r + 1];
+    o.tokens = gen[r];
+    const bool stopped = std::count(reqs[r].stops.begin(), reqs[r].stops.end(), gen[r].back()) > 0;
+    o.reason = stopped ? FinishReason::kStop : FinishReason::kLength;
+    gpu.release_pages(pages[r]);
+  }
+  run.device_rounds = spec.device_round_count;
+  run.host_rounds = spec.host_round_count;
+  EXPECT_EQ(steps.device_round_steps, run.device_rounds);
+  return run;
+}
+
+std::vector<SpecReq> round_reqs(int64_t V) {
+  std::vector<SpecReq> r(3);
+  r[0].prompt = testing_gpu_runner::prompt_of(6, V, 1);
+  r[1].prompt = testing_gpu_runner::prompt_of(33, V, 2);
+  r[2].prompt = testing_gpu_runner::prompt_of(17, V, 3);
+  r[1].max_new = 11;
+  for (auto& q : r) q.sampling.temperature = 0.0f;
+  return r;
+}
+
+void device_round_equals_host_round(const std::string& preset) {
+  auto gpu = GpuRunner::load(synthetic(preset), round_runner());
+  const auto reqs = round_reqs(gpu->config().vocab);
+  for (int32_t N : {1, 3}) {
+    const SpecRun host = drive_gpu(*gpu, reqs, N, false), dev = drive_gpu(*gpu, reqs, N, true);
+    EXPECT_EQ(host.device_rounds, 0);
+    EXPECT_GT(host.host_rounds, 0);
+    EXPECT_GT(dev.device_rounds, 0) << "N " << N;
+    EXPECT_EQ(dev.host_rounds, 0) << "N " << N << ": every batch is greedy";
+    for (const auto& [id, o] : host.out) EXPECT_EQ(dev.out.at(id).tokens, o.tokens) << preset << " N " << N << " request " << id;
+    EXPECT_EQ(dev.accepted, host.accepted) << preset << " N " << N << ": accepted drafts per round";
+    int64_t acc = 0;
+    for (int32_t a : dev.accepted) acc += a;
+    std::printf("[ info ] %s N %d: %ld device rounds, %ld drafts accepted\n", preset.c_str(), N,
+                long(dev.device_rounds), long(acc));
+  }
+}
+
+}  // namespace
+
+TEST(GpuSpecRound, DeviceRoundEqualsHostRoundTokenForTokenGlm5Tiny) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  device_round_equals_host_round("glm5-tiny");
+}
+
+TEST(GpuSpecRound, DeviceRoundEqualsHostRoundTokenForTokenDeepseekV3Tiny) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  device_round_equals_host_round("deepseek-v3-tiny");
+}
+
+// Graph replay (draft steps, verify and catch-up in their buckets) vs eager over the same padded
+// batches: the same computations, so the same tokens and accept counts exactly.
+TEST(GpuSpecRound, GraphReplayEqualsEager) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  auto gpu = GpuRunner::load(synthetic("glm5-tiny"), round_runner());
+  const auto reqs = round_reqs(gpu->config().vocab);
+  const int64_t g0 = gpu->stats().graph_steps;
+  const SpecRun graph = drive_gpu(*gpu, reqs, 3, true);
+  EXPECT_GE(gpu->stats().graph_steps, g0 + 2 * graph.device_rounds) << "verify and catch-up (and draft steps) replay graphs";
+  gpu->set_graphs_enabled(false);
+  const int64_t e0 = gpu->stats().eager_steps;
+  const SpecRun eager = drive_gpu(*gpu, reqs, 3, true);
+  EXPECT_GT(gpu->stats().eager_steps, e0);
+  for (const auto& [id, o] : graph.out) EXPECT_EQ(eager.out.at(id).tokens, o.tokens) << "request " << id;
+  EXPECT_EQ(eager.accepted, graph.accepted);
+}
+
+TEST(GpuSpecRound, AStopIdInsideTheAcceptedRunAndMaxNewInsideARoundEndTheRequestThere) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  auto gpu = GpuRunner::load(synthetic("glm5-tiny"), round_runner());
+  auto reqs = round_reqs(gpu->config().vocab);
+  const SpecRun plain = drive_gpu(*gpu, reqs, 3, false);
+  const auto& toks = plain.out.at(1).tokens;
+  size_t k = 6;  // inside the second round of up to 4 tokens
+  while (std::find(toks.begin(), toks.begin() + int64_t(k), toks[k]) != toks.begin() + int64_t(k)) ++k;
+  reqs[0].stops = {toks[k]};
+  reqs[1].max_new = 6;
+  const SpecRun host = drive_gpu(*gpu, reqs, 3, false), dev = drive_gpu(*gpu, reqs, 3, true);
+  EXPECT_GT(dev.device_rounds, 0);
+  for (const auto& [id, o] : host.out) EXPECT_EQ(dev.out.at(id).tokens, o.tokens) << "request " << id;
+  EXPECT_EQ(dev.accepted, host.accepted);
+  // The stop id ends request 1 at its first occurrence (the same run up to there), max_new request 2.
+  EXPECT_EQ(dev.out.at(1).tokens, std::vector<int32_t>(toks.begin(), toks.begin() + int64_t(k) + 1));
+  EXPECT_EQ(dev.out.at(1).reason, FinishReason::kStop);
+  EXPECT_EQ(dev.out.at(2).tokens.size(), 6u);
+}
+
+// Batches with a request the device round cannot take (sampled, penalties, logprobs) keep the host
+// round: every request ineligible, then a batch mixed while the sampled request runs and
+// greedy-only after it (device rounds exactly for the greedy-only batches); the same tokens as
+// the host rounds alone, exactly.
+TEST(GpuSpecRound, AMixedBatchKeepsTheHostRound) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  auto gpu = GpuRunner::load(synthetic("glm5-tiny"), round_runner());
+  auto reqs = round_reqs(gpu->config().vocab);
+  reqs[1].sampling.temperature = 0.8f;
+  reqs[1].sampling.seed = 77;
+  reqs[1].sampling.has_seed = true;
+  reqs[0].sampling.repetition_penalty = 1.3f;
+  reqs[2].sampling.logprobs_top_n = 0;
+  const SpecRun host = drive_gpu(*gpu, reqs, 3, false), dev = drive_gpu(*gpu, reqs, 3, true);
+  EXPECT_EQ(dev.device_rounds, 0);
+  EXPECT_EQ(dev.host_rounds, dev.mixed_batches);
+  for (const auto& [id, o] : host.out) EXPECT_EQ(dev.out.at(id).tokens, o.tokens) << "request " << id;
+
+  reqs[0].sampling.repetition_penalty = 1.0f;
+  reqs[2].sampling.logprobs_top_n = -1;
+  reqs[0].max_new = 28;
+  reqs[1].max_new = 8;
+  const SpecRun host2 = drive_gpu(*gpu, reqs, 3, false), dev2 = drive_gpu(*gpu, reqs, 3, true);
+  EXPECT_EQ(dev2.device_rounds, dev2.greedy_batches);
+  EXPECT_EQ(dev2.host_rounds, dev2.mixed_batches);
+  EXPECT_GT(dev2.mixed_batches, 0);
+  for (const auto& [id, o] : host2.out) EXPECT_EQ(dev2.out.at(id).tokens, o.tokens) << "request " << id;
+  EXPECT_EQ(dev2.accepted, host2.accepted);
+}
+
+TEST(GpuSpecRound, ABadRoundIsOneErrorLineBeforeAnyLaunch) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  auto gpu = GpuRunner::load(synthetic("glm5-tiny"), round_runner());
+  const std::vector<int32_t> pages = gpu->alloc_pages(2);
+  engine::gpu::SpecRoundInput in;
+  in.max_drafts = 3;
+  in.start = {10};
+  in.last_token = {5};
+  in.first_draft = {6};
+  in.num_drafts = {3};
+  in.max_new = {3};  // 3 drafts need max_new >= 4
+  in.pages = {pages};
+  std::vector<float> h(size_t(gpu->config().hidden), 0.0f);
+  in.draft_hidden = h.data();
+  engine::gpu::SpecRoundOutput out;
+  const int64_t steps = gpu->stats().graph_steps + gpu->stats().eager_steps;
+  try {
+    gpu->spec_round_greedy(in, out);
+    ADD_FAILURE() << "a round of 3 drafts with max_new 3 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("drafts"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(gpu->stats().graph_steps + gpu->stats().eager_steps, steps);
+  gpu->release_pages(pages);
 }

@@ -118,6 +118,16 @@ struct EmuBackend {
     const int threads = cu::step::kGreedyAdvanceThreads;
     emu::launch(dim3((a.requests + threads - 1) / threads), dim3(threads), 0, cu::step::greedy_advance_kernel, a, step);
   }
+  static void spec_accept_greedy(const cpu::SpecAcceptArgs& a) {
+    if (a.requests == 0) return;
+    const int threads = cu::step::kSpecAcceptThreads;
+    emu::launch(dim3((a.requests + threads - 1) / threads), dim3(threads), 0, cu::step::spec_accept_greedy_kernel, a);
+  }
+  static void copy_indexed_i32(int32_t* dst, const int32_t* di, const int32_t* src, const int32_t* si, int32_t n) {
+    if (n <= 0) return;
+    const int threads = cu::step::kCopyIndexedThreads;
+    emu::launch(dim3((n + threads - 1) / threads), dim3(threads), 0, cu::step::copy_indexed_i32_kernel, dst, di, src, si, n);
+  }
   static void kv_append_bf16(const KvLayerView& L, const cu::DeviceBatch& b, const uint16_t* ckv, int64_t cs,
                              const uint16_t* kpe, int64_t ks, const uint16_t* ik) {
     if (b.tokens == 0) return;

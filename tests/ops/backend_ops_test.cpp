@@ -92,6 +92,10 @@ struct GpuBackend {
     cu::step::chunk_qo_indptr(qo, R, r0, n, out, nullptr);
   }
   static void greedy_advance(const cpu::GreedyAdvanceArgs& a, int32_t step) { cu::step::greedy_advance(a, step, nullptr); }
+  static void spec_accept_greedy(const cpu::SpecAcceptArgs& a) { cu::step::spec_accept_greedy(a, nullptr); }
+  static void copy_indexed_i32(int32_t* dst, const int32_t* di, const int32_t* src, const int32_t* si, int32_t n) {
+    cu::step::copy_indexed_i32(dst, di, src, si, n, nullptr);
+  }
   static void kv_append_bf16(const KvLayerView& L, const cu::DeviceBatch& b, const uint16_t* ckv, int64_t cs,
                              const uint16_t* kpe, int64_t ks, const uint16_t* ik) {
     cu::attention::kv_append_bf16(L, b, ckv, cs, kpe, ks, ik, nullptr);

@@ -18,6 +18,7 @@
 #include "cpu/attention/kv_cache_cpu.hpp"
 #include "cpu/attention/mla_cpu.hpp"
 #include "core/greedy_advance.hpp"
+#include "core/spec_accept.hpp"
 #include "cpu/row_ops_cpu.hpp"
 #include "cpu/sampling_cpu.hpp"
 #include "ops/ops_util.hpp"
@@ -487,6 +488,98 @@ void greedy_advance_case(bool sampled, int requests, int K, uint64_t seed) {
     expect_equal(at + "history", B::down(d_hist), history);
     expect_equal(at + "done", B::down(d_done), done);
   }
+}
+
+
+// The device speculative round's greedy acceptance (core/spec_accept.hpp) against its CPU
+// reference, exactly. Drafts agree with the target's choice most of the time (p = 3/4 per
+// position, so long accepted runs occur), the vocabulary is small (stop ids are hit inside
+// accepted runs), max_new cuts some runs, some requests have no drafts.
+template <class B>
+void spec_accept_case(int requests, int N, uint64_t seed) {
+  Rng rng(seed);
+  const int S = 2;
+  std::vector<int32_t> n(static_cast<size_t>(requests)), off(static_cast<size_t>(requests)), max_new(static_cast<size_t>(requests)), stop(static_cast<size_t>(requests * S)),
+      drafts(static_cast<size_t>(requests * N), -7), target;
+  for (int r = 0; r < requests; ++r) {
+    n[size_t(r)] = rng.integer(0, 4) == 0 ? 0 : rng.integer(1, N);
+    off[size_t(r)] = int32_t(target.size());
+    for (int k = 0; k <= n[size_t(r)]; ++k) target.push_back(rng.integer(0, 30));
+    for (int k = 0; k < n[size_t(r)]; ++k)
+      drafts[size_t(r * N + k)] = rng.integer(0, 3) != 0 ? target[size_t(off[size_t(r)] + k)] : rng.integer(0, 30);
+    max_new[size_t(r)] = rng.integer(1, N + 2);
+    stop[size_t(r * S)] = rng.integer(0, 30);
+    stop[size_t(r * S + 1)] = rng.integer(0, 2) ? rng.integer(0, 30) : -1;
+  }
+  std::vector<int32_t> out(static_cast<size_t>(requests * (N + 1)), kPoisonI32), count(static_cast<size_t>(requests), kPoisonI32),
+      acc(static_cast<size_t>(requests), kPoisonI32), last(static_cast<size_t>(requests), kPoisonI32);
+  auto d_n = B::up(n);
+  auto d_off = B::up(off);
+  auto d_max = B::up(max_new);
+  auto d_stop = B::up(stop);
+  auto d_drafts = B::up(drafts);
+  auto d_target = B::up(target);
+  auto d_out = B::up(out);
+  auto d_count = B::up(count);
+  auto d_acc = B::up(acc);
+  auto d_last = B::up(last);
+  cpu::SpecAcceptArgs h;
+  h.requests = requests;
+  h.max_drafts = N;
+  h.stop_stride = S;
+  h.drafts = drafts.data();
+  h.num_drafts = n.data();
+  h.verify_offset = off.data();
+  h.target = target.data();
+  h.max_new = max_new.data();
+  h.stop_ids = stop.data();
+  h.out = out.data();
+  h.count = count.data();
+  h.accepted = acc.data();
+  h.last_row = last.data();
+  cpu::SpecAcceptArgs d = h;
+  d.drafts = d_drafts.p();
+  d.num_drafts = d_n.p();
+  d.verify_offset = d_off.p();
+  d.target = d_target.p();
+  d.max_new = d_max.p();
+  d.stop_ids = d_stop.p();
+  d.out = d_out.p();
+  d.count = d_count.p();
+  d.accepted = d_acc.p();
+  d.last_row = d_last.p();
+  B::spec_accept_greedy(d);
+  cpu::spec_accept_greedy_cpu(h);
+  expect_equal("spec_accept_greedy: out", B::down(d_out), out);
+  expect_equal("spec_accept_greedy: count", B::down(d_count), count);
+  expect_equal("spec_accept_greedy: accepted", B::down(d_acc), acc);
+  expect_equal("spec_accept_greedy: last_row", B::down(d_last), last);
+}
+
+// copy_indexed_i32: indexed destination and source, negative indices skipped, against the loop.
+template <class B>
+void copy_indexed_case(int n, bool dst_indexed, bool src_indexed, uint64_t seed) {
+  Rng rng(seed);
+  const int m = 2 * n + 3;
+  std::vector<int32_t> dst(static_cast<size_t>(m), kPoisonI32), src(static_cast<size_t>(m)), di(static_cast<size_t>(n)), si(static_cast<size_t>(n));
+  for (auto& v : src) v = rng.integer(0, 1000);
+  std::vector<int32_t> perm(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) perm[size_t(i)] = i;
+  for (int i = m - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.integer(0, i))]);
+  for (int i = 0; i < n; ++i) {
+    di[size_t(i)] = rng.integer(0, 6) == 0 ? -1 : perm[size_t(i)];  // distinct destinations
+    si[size_t(i)] = rng.integer(0, 6) == 0 ? -1 : rng.integer(0, m - 1);
+  }
+  auto d_dst = B::up(dst);
+  auto d_src = B::up(src);
+  auto d_di = B::up(di);
+  auto d_si = B::up(si);
+  B::copy_indexed_i32(d_dst.p(), dst_indexed ? d_di.p() : nullptr, d_src.p(), src_indexed ? d_si.p() : nullptr, n);
+  for (int i = 0; i < n; ++i) {
+    const int32_t d = dst_indexed ? di[size_t(i)] : i, q = src_indexed ? si[size_t(i)] : i;
+    if (d >= 0 && q >= 0) dst[size_t(d)] = src[size_t(q)];
+  }
+  expect_equal("copy_indexed_i32", B::down(d_dst), dst);
 }
 
 }  // namespace fp4moe::test::ops

@@ -293,6 +293,11 @@ std::vector<OpRow> op_rows(bool big) {
   add("chunk_qo_indptr_many_requests", [] { chunk_qo_case<B>(300, 100, 250, 22); });
   add("greedy_advance", [] { greedy_advance_case<B>(false, 9, 5, 23); });
   add("greedy_advance_sampled", [] { greedy_advance_case<B>(true, 9, 5, 24); });
+  add("spec_accept_greedy", [] { spec_accept_case<B>(37, 4, 25); });
+  add("spec_accept_greedy_one_draft", [] { spec_accept_case<B>(9, 1, 26); });
+  add("copy_indexed_i32", [] { copy_indexed_case<B>(300, true, true, 27); });
+  add("copy_indexed_i32_plain", [] { copy_indexed_case<B>(5, false, false, 28); });
+  add("copy_indexed_i32_src", [] { copy_indexed_case<B>(77, false, true, 29); });
   add("kv_append_bf16", [] { kv_append_case<B>(false, 16, 25); });
   add("kv_append_bf16_index_keys", [] { kv_append_case<B>(true, 4, 26); });
   add("mla_attention_warp_bf16_dense", [] { mla_case<B>(false, 2, 64, 32, {5, 37}, {5, 2}, 0, 27); });

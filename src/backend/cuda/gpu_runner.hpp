@@ -44,6 +44,7 @@
 #include "engine/request.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
+#include "model/speculative.hpp"
 #include "tuner/attention_plan.hpp"
 
 namespace fp4moe::engine::gpu {
@@ -207,6 +208,11 @@ struct DecodeInput {
   std::vector<RowSampling> sampling;
 };
 
+// One greedy speculative round on the device (spec_round_greedy): model/speculative.hpp's
+// GreedyRoundInput / GreedyRoundOutput (device_ms: cudaEvents around the round's launches).
+using SpecRoundInput = model::GreedyRoundInput;
+using SpecRoundOutput = model::GreedyRoundOutput;
+
 struct RunnerStats {
   int64_t graph_steps = 0, eager_steps = 0;
   double graph_capture_seconds = 0.0;
@@ -272,6 +278,17 @@ class GpuRunner {
   // own; all its routed experts counted) and its KV bytes per token; 0 without the layer.
   int64_t mtp_weight_bytes() const;
   int64_t mtp_kv_bytes_per_token() const;
+
+  // A greedy speculative round in one launch sequence (gpu_spec_round.cpp): N - 1 chained MTP
+  // draft steps (argmax on the device, each draft fed to the next step there; each step replays
+  // the MTP graph of its batch bucket), the verify step over the R·(n + 1) rows as one decode
+  // step (the decode graph of its bucket), the acceptance kernel (core/spec_accept.hpp: the
+  // longest prefix where draft k equals the target's argmax of row k - 1, plus the bonus, cut by
+  // stop ids / max_new with the K-step decode's rule), the MTP catch-up over every verify row
+  // (rows past a request's emitted ones are computed and ignored: their MTP cache writes lie past
+  // its length and are rewritten before anything reads them), then ONE readback. Throws (one line)
+  // on a bad input before launching anything.
+  void spec_round_greedy(const SpecRoundInput& in, SpecRoundOutput& out);
 
   // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
   int64_t num_moe_layers() const;

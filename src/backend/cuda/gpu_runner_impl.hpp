@@ -361,6 +361,11 @@ struct GpuRunner::Impl {
   void forward_mtp(int T, int R, int rows, int max_ctx, bool decode);
   void capture_mtp_graphs(const std::vector<int64_t>& buckets);  // after capture_graphs (gpu_mtp.cpp)
   void run_mtp(const MtpStepInput& in, const MtpStepOutput& out);  // GpuRunner::mtp_step
+  // GpuRunner::spec_round_greedy (gpu_spec_round.cpp): its block (every step's metadata, the
+  // round's inputs, drafts, hidden rows, outputs; grown on demand, outside the memory plan).
+  void run_spec_round(const SpecRoundInput& in, SpecRoundOutput& out);
+  cuda::DeviceBuffer round_dev;
+  PinnedInts round_host;
   std::vector<uint16_t> h_stage;  // host BF16 [T, hidden]: StepOutput::final_hidden down, MtpStepInput::h_in up
   // opt.replicate_layers: extends cfg and layer_src; returns the extra bytes to upload.
   size_t replicate_layers();
@@ -373,6 +378,9 @@ struct GpuRunner::Impl {
   // Fills the pinned metadata for `in` (padded to `pad_tokens` tokens / requests when > T) and
   // copies it to the device.
   void upload_meta(const StepInput& in, int64_t pad_to);
+  // upload_meta's first half: validates and fills the pinned mirror only (the speculative round
+  // stages every step's metadata with it before one upload, gpu_spec_round.cpp).
+  void fill_meta(const StepInput& in, int64_t pad_to);
   // The decode graph of a batch of B decode tokens (null: eager; says once when above the cap).
   const GraphEntry* decode_graph(int64_t B);
   // Per-expert counts buffers, the decode block, the events (after plan_memory).

@@ -50,4 +50,32 @@ void GpuSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBatc
   mtp_tokens += T;
 }
 
+bool GpuSpecSteps::catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                            const TensorView& logits, float* h_out) {
+  const int64_t T = b.num_tokens, V = runner_.config().vocab, H = runner_.config().hidden;
+  const DecodeRows d = decode_rows(b, runner_.page_size());
+  MtpStepInput in;
+  in.tokens = tokens.ptr<const int32_t>();
+  in.h_in = h_in;
+  in.batch = d.view(b);
+  in.logits_rows.resize(size_t(T));
+  for (int64_t i = 0; i < T; ++i) in.logits_rows[size_t(i)] = int32_t(i);
+  MtpStepOutput out;
+  out.logits = &logits_;
+  out.hidden = &hidden_;
+  runner_.mtp_step(in, out);  // one token per request, every row: the MTP graph of its bucket
+  std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);
+  std::memcpy(h_out, hidden_.data(), size_t(T * H) * 4);
+  ++mtp_steps;
+  mtp_tokens += T;
+  return true;
+}
+
+bool GpuSpecSteps::greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) {
+  if (!device_rounds) return false;
+  runner_.spec_round_greedy(in, out);
+  ++device_round_steps;
+  return true;
+}
+
 }  // namespace fp4moe::engine::gpu

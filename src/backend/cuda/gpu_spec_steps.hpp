@@ -10,9 +10,13 @@
 //     give row k the keys of rows < k. The runner must allow R·(n+1) requests per step
 //     (CudaModelBackend sizes it).
 //   - mtp: GpuRunner::mtp_step (draft steps replay the MTP layer's graph of their bucket; the
-//     catch-up over a step's pairs runs eager).
+//     catch-up over a prefill step's pairs runs eager); a round's catch-up runs over every verify
+//     row as decode rows (catchup_over_verify_rows: the MTP graph of its bucket), the device
+//     round's form.
 // Logits come back to the host in full (FP32 [rows, vocab]) for the host sampler: correct for
-// every request kind; the device-side acceptance is the next step.
+// every request kind. A batch of greedy requests (model::device_round_eligible) instead runs
+// greedy_round: the whole round on the device (GpuRunner::spec_round_greedy, gpu_spec_round.cpp),
+// one readback of the emitted tokens and the next MTP state.
 #pragma once
 
 #include <vector>
@@ -32,6 +36,16 @@ class GpuSpecSteps final : public model::SpecSteps {
               const TensorView& logits, float* hidden) override;
   void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
            const TensorView& logits, float* h_out) override;
+  // The round on the device (GpuRunner::spec_round_greedy), unless device_rounds is off.
+  bool offers_greedy_round() const override { return device_rounds; }
+  // The host round's catch-up in the device round's form (decode rows, every row's logits): host
+  // and device rounds then compute the same bits.
+  bool offers_catchup_over_verify_rows() const override { return true; }
+  bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                const TensorView& logits, float* h_out) override;
+  bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override;
+  bool device_rounds = true;
+  int64_t device_round_steps = 0;  // rounds run by greedy_round
 
   // Steps run (bench / logs): verify steps and their rows, MTP steps and their tokens.
   int64_t verify_steps = 0, verify_rows = 0, mtp_steps = 0, mtp_tokens = 0;

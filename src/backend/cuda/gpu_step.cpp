@@ -92,6 +92,11 @@ void GpuRunner::Impl::mark(StepStage st) {
 
 
 void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
+  fill_meta(in, pad_to);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(meta_dev.ptr(), meta_host, meta.ints * 4, cudaMemcpyHostToDevice, stream));
+}
+
+void GpuRunner::Impl::fill_meta(const StepInput& in, int64_t pad_to) {
   const KvBatchView& b = in.batch;
   const int64_t T = b.num_tokens, R = b.num_requests, rows = int64_t(in.logits_rows.size());
   const int64_t Tp = std::max(T, pad_to), Rp = R + (Tp - T);
@@ -150,7 +155,6 @@ void GpuRunner::Impl::upload_meta(const StepInput& in, int64_t pad_to) {
   for (int64_t i = rows; i < Tp && pad_to > 0; ++i) rw[i] = int32_t(i);  // graphs compute every row
   off[0] = 0;
   off[1] = int32_t(Tp);
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(meta_dev.ptr(), meta_host, meta.ints * 4, cudaMemcpyHostToDevice, stream));
 }
 
 void GpuRunner::Impl::capture_graphs() {

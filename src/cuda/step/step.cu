@@ -26,4 +26,20 @@ void greedy_advance(const GreedyAdvanceArgs& a, int32_t step, cudaStream_t s) {
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
+void spec_accept_greedy(const cpu::SpecAcceptArgs& a, cudaStream_t s) {
+  if (a.requests == 0) return;
+  FP4MOE_CHECK(a.max_drafts >= 0 && a.stop_stride >= 0, "spec_accept_greedy: {} drafts, {} stop ids", a.max_drafts,
+               a.stop_stride);
+  spec_accept_greedy_kernel<<<(a.requests + kSpecAcceptThreads - 1) / kSpecAcceptThreads, kSpecAcceptThreads, 0, s>>>(a);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
+void copy_indexed_i32(int32_t* dst, const int32_t* dst_index, const int32_t* src, const int32_t* src_index, int32_t n,
+                      cudaStream_t s) {
+  if (n <= 0) return;
+  copy_indexed_i32_kernel<<<(n + kCopyIndexedThreads - 1) / kCopyIndexedThreads, kCopyIndexedThreads, 0, s>>>(
+      dst, dst_index, src, src_index, n);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace fp4moe::cuda::step

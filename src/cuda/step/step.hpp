@@ -3,9 +3,12 @@
 //   - count_experts: the tokens routed to each expert by one MoE layer, real tokens only;
 //   - greedy_advance: between two steps of a K-step decode launch, the step's token becomes
 //     the next input, positions and kv_len advance, stop ids / max_new finish a request;
-//   - chunk_qo_indptr: a chunk of a batch's token rows as a batch of its own.
+//   - chunk_qo_indptr: a chunk of a batch's token rows as a batch of its own;
+//   - spec_accept_greedy: the device speculative round's greedy acceptance (core/spec_accept.hpp);
+//   - copy_indexed_i32: the round's token / row bookkeeping between its steps.
 // CPU references: cpu/row_ops_cpu.hpp (count_experts_cpu, chunk_qo_indptr_cpu),
-// core/greedy_advance.hpp (greedy_advance_cpu); checked by tests/ops.
+// core/greedy_advance.hpp (greedy_advance_cpu), core/spec_accept.hpp (spec_accept_greedy_cpu);
+// checked by tests/ops.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/step/greedy_advance_args.hpp"
+#include "core/spec_accept.hpp"
 
 namespace fp4moe::cuda::step {
 
@@ -35,5 +39,14 @@ void greedy_advance(const GreedyAdvanceArgs& a, int32_t step, cudaStream_t s);
 // r0) it is a batch of n tokens whose request of each token is the original's (requests outside
 // the rows become empty): the indexer's score and top-k launches over a chunk of rows.
 void chunk_qo_indptr(const int32_t* qo_indptr, int32_t R, int32_t r0, int32_t n, int32_t* out, cudaStream_t s);
+
+// Every request's verdict of a greedy speculative round: cpu::spec_accept_greedy_row per request
+// (the rule shared with the CPU reference), device pointers in `a`.
+void spec_accept_greedy(const cpu::SpecAcceptArgs& a, cudaStream_t s);
+
+// dst[dst_index ? dst_index[i] : i] = src[src_index ? src_index[i] : i] for i < n, skipped where
+// either index is negative (n may be 0: nothing is launched).
+void copy_indexed_i32(int32_t* dst, const int32_t* dst_index, const int32_t* src, const int32_t* src_index, int32_t n,
+                      cudaStream_t s);
 
 }  // namespace fp4moe::cuda::step

@@ -5,12 +5,15 @@
 #include "cuda/common/device_prims.cuh"
 
 #include "cuda/step/greedy_advance_args.hpp"
+#include "core/spec_accept.hpp"
 
 namespace fp4moe::cuda::step {
 
 inline constexpr int kCountExpertsThreads = 512;
 inline constexpr int kGreedyAdvanceThreads = 128;
 inline constexpr int kChunkQoThreads = 256;
+inline constexpr int kSpecAcceptThreads = 128;
+inline constexpr int kCopyIndexedThreads = 256;
 
 namespace {
 
@@ -47,9 +50,7 @@ __global__ void greedy_advance_kernel(GreedyAdvanceArgs a, int32_t j) {
     if (a.history && at < a.history_stride) a.history[int64_t(r) * a.history_stride + at] = t;
     a.output_len[r] = o + 1;
   }
-  bool done = n >= a.max_new[r];
-  for (int q = 0; q < a.stop_stride; ++q) done = done || a.stop_ids[int64_t(r) * a.stop_stride + q] == t;
-  if (done) {
+  if (cpu::launch_finishes(t, n, a.max_new[r], a.stop_ids + int64_t(r) * a.stop_stride, a.stop_stride)) {
     a.active[r] = 0;
     if (a.done) a.done[r] = 1;
     a.positions[r] = 0;
@@ -60,6 +61,19 @@ __global__ void greedy_advance_kernel(GreedyAdvanceArgs a, int32_t j) {
   a.tokens[r] = t;
   a.positions[r] += 1;
   a.kv_len[r] += 1;
+}
+
+__global__ void spec_accept_greedy_kernel(cpu::SpecAcceptArgs a) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < a.requests) cpu::spec_accept_greedy_row(a, r);
+}
+
+__global__ void copy_indexed_i32_kernel(int32_t* dst, const int32_t* dst_index, const int32_t* src,
+                                        const int32_t* src_index, int32_t n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t d = dst_index ? dst_index[i] : i, q = src_index ? src_index[i] : i;
+  if (d >= 0 && q >= 0) dst[d] = src[q];
 }
 
 __global__ void chunk_qo_indptr_kernel(const int32_t* qo, int32_t R, int32_t r0, int32_t n, int32_t* out) {

@@ -649,7 +649,7 @@ TEST(GpuSpecRound, ABadRoundIsOneErrorLineBeforeAnyLaunch) {
   FP4MOE_SKIP_WITHOUT_GPU();
   auto gpu = GpuRunner::load(synthetic("glm5-tiny"), round_runner());
   const std::vector<int32_t> pages = gpu->alloc_pages(2);
-  engine::gpu::SpecRoundInput in;
+  engine::gpu::GreedyRoundInput in;
   in.max_drafts = 3;
   in.start = {10};
   in.last_token = {5};
@@ -659,7 +659,7 @@ TEST(GpuSpecRound, ABadRoundIsOneErrorLineBeforeAnyLaunch) {
   in.pages = {pages};
   std::vector<float> h(size_t(gpu->config().hidden), 0.0f);
   in.draft_hidden = h.data();
-  engine::gpu::SpecRoundOutput out;
+  engine::gpu::GreedyRoundOutput out;
   const int64_t steps = gpu->stats().graph_steps + gpu->stats().eager_steps;
   try {
     gpu->spec_round_greedy(in, out);

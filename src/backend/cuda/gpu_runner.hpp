@@ -210,8 +210,8 @@ struct DecodeInput {
 
 // One greedy speculative round on the device (spec_round_greedy): model/speculative.hpp's
 // GreedyRoundInput / GreedyRoundOutput (device_ms: cudaEvents around the round's launches).
-using SpecRoundInput = model::GreedyRoundInput;
-using SpecRoundOutput = model::GreedyRoundOutput;
+using GreedyRoundInput = model::GreedyRoundInput;
+using GreedyRoundOutput = model::GreedyRoundOutput;
 
 struct RunnerStats {
   int64_t graph_steps = 0, eager_steps = 0;
@@ -288,7 +288,7 @@ class GpuRunner {
   // (rows past a request's emitted ones are computed and ignored: their MTP cache writes lie past
   // its length and are rewritten before anything reads them), then ONE readback. Throws (one line)
   // on a bad input before launching anything.
-  void spec_round_greedy(const SpecRoundInput& in, SpecRoundOutput& out);
+  void spec_round_greedy(const GreedyRoundInput& in, GreedyRoundOutput& out);
 
   // The MoE layers (those StepOutput::expert_counts reports, in this order) and their experts.
   int64_t num_moe_layers() const;

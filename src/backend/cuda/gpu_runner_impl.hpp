@@ -363,7 +363,7 @@ struct GpuRunner::Impl {
   void run_mtp(const MtpStepInput& in, const MtpStepOutput& out);  // GpuRunner::mtp_step
   // GpuRunner::spec_round_greedy (gpu_spec_round.cpp): its block (every step's metadata, the
   // round's inputs, drafts, hidden rows, outputs; grown on demand, outside the memory plan).
-  void run_spec_round(const SpecRoundInput& in, SpecRoundOutput& out);
+  void run_spec_round(const GreedyRoundInput& in, GreedyRoundOutput& out);
   cuda::DeviceBuffer round_dev;
   PinnedInts round_host;
   std::vector<uint16_t> h_stage;  // host BF16 [T, hidden]: StepOutput::final_hidden down, MtpStepInput::h_in up

@@ -40,7 +40,7 @@ uint16_t bf16_bits(float f) {  // round to nearest even, NaN kept a NaN (gpu_mtp
 
 }  // namespace
 
-void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& out) {
+void GpuRunner::Impl::run_spec_round(const GreedyRoundInput& in, GreedyRoundOutput& out) {
   FP4MOE_CHECK(mtp, "spec round: the runner was loaded without the MTP layer (RunnerOptions::mtp)");
   const SpecRoundPlan plan = plan_spec_round(in, opt.page_size, cfg.vocab);  // validates (one line)
   const int64_t R = plan.requests, N = plan.max_drafts, H = cfg.hidden, D = int64_t(plan.drafts.size());
@@ -242,7 +242,7 @@ void GpuRunner::Impl::run_spec_round(const SpecRoundInput& in, SpecRoundOutput& 
   }
 }
 
-void GpuRunner::spec_round_greedy(const SpecRoundInput& in, SpecRoundOutput& out) {
+void GpuRunner::spec_round_greedy(const GreedyRoundInput& in, GreedyRoundOutput& out) {
   try {
     impl_->run_spec_round(in, out);
   } catch (const cuda::OutOfMemory&) {

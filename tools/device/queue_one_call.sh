@@ -7,12 +7,13 @@
 #   2. queue_before_after.sh (bench step before / after, then one bench serve cell per side),
 #      with BA_REPS (default 1) — each part only when the call's time left allows it.
 #   bash tools/device/queue_one_call.sh [test binary ...]
+# (a short call: MAKE_MODEL=0 and a CALL_LIMIT_S under 300 runs the tests only).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s); END=$(( T0 + ${CALL_LIMIT_S:-570} ))
 OUT=${OUT:-$PWD/out}; export OUT
 tests=("$@")
-MAKE_MODEL=1 TEST_LANES=${TEST_LANES:-2} TEST_LIMIT_S=${TEST_LIMIT_S:-180} bash tools/device/queue_prebuilt_tests.sh "${tests[@]}"
+MAKE_MODEL=${MAKE_MODEL:-1} TEST_LANES=${TEST_LANES:-2} TEST_LIMIT_S=${TEST_LIMIT_S:-180} bash tools/device/queue_prebuilt_tests.sh "${tests[@]}"
 echo "tests: rc=$? at $(( $(date +%s) - T0 )) s"
 source tools/device/prebuilt_env.sh
 [ -x "$PRE_BIN/before_fp4moe" ] || { echo "no before_fp4moe carried"; exit 1; }

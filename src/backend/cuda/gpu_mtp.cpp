@@ -120,24 +120,7 @@ void GpuRunner::Impl::capture_mtp_graphs(const std::vector<int64_t>& buckets) {
     StepInput none;
     upload_meta(none, B);  // B dummy requests on the trash page
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(s.o, 0, size_t(B * cfg.hidden) * 2, stream));
-    forward_mtp(int(B), int(B), int(B), int(opt.max_context), true);  // warm-up: plans, lazy loading
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph = nullptr;
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      forward_mtp(int(B), int(B), int(B), int(opt.max_context), true);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    GraphEntry e;
-    e.bucket = B;
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&e.exec, graph, 0));
-    FP4MOE_CUDA_CHECK(cudaGraphDestroy(graph));
-    FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
-    mtp_graphs[B] = e;
+    mtp_graphs[B] = capture_bucket(B, [&] { forward_mtp(int(B), int(B), int(B), int(opt.max_context), true); });
   }
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -360,6 +361,9 @@ struct GpuRunner::Impl {
   // already in s.o (BF16): enqueue only (its output states stay in s.h), so it is captured too.
   void forward_mtp(int T, int R, int rows, int max_ctx, bool decode);
   void capture_mtp_graphs(const std::vector<int64_t>& buckets);  // after capture_graphs (gpu_mtp.cpp)
+  // One bucket's graph: `forward` run once eagerly (plans, lazy loading), then captured,
+  // instantiated and uploaded; a throw during the capture ends it and destroys the graph.
+  GraphEntry capture_bucket(int64_t B, const std::function<void()>& forward);
   void run_mtp(const MtpStepInput& in, const MtpStepOutput& out);  // GpuRunner::mtp_step
   // GpuRunner::spec_round_greedy (gpu_spec_round.cpp): its block (every step's metadata, the
   // round's inputs, drafts, hidden rows, outputs; grown on demand, outside the memory plan).

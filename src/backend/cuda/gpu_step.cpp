@@ -157,6 +157,27 @@ void GpuRunner::Impl::fill_meta(const StepInput& in, int64_t pad_to) {
   off[1] = int32_t(Tp);
 }
 
+GraphEntry GpuRunner::Impl::capture_bucket(int64_t B, const std::function<void()>& forward) {
+  forward();  // warm-up: plans, lazy loading
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t g = nullptr;
+  FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    forward();
+  } catch (...) {
+    cudaStreamEndCapture(stream, &g);
+    if (g) cudaGraphDestroy(g);
+    throw;
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  GraphEntry e;
+  e.bucket = B;
+  FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&e.exec, g, 0));
+  FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+  FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
+  return e;
+}
+
 void GpuRunner::Impl::capture_graphs() {
   const int64_t gmax = std::min({opt.cuda_graph_max_bs < 0 ? opt.max_requests : opt.cuda_graph_max_bs,
                                  opt.max_tokens, opt.max_requests});
@@ -167,24 +188,7 @@ void GpuRunner::Impl::capture_graphs() {
   for (int64_t B : buckets) {
     StepInput none;
     upload_meta(none, B);
-    forward(int(B), int(B), int(B), int(opt.max_context), true, nullptr);  // warm-up: plans, lazy loading
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    cudaGraph_t g = nullptr;
-    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      forward(int(B), int(B), int(B), int(opt.max_context), true, nullptr);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &g);
-      if (g) cudaGraphDestroy(g);
-      throw;
-    }
-    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
-    GraphEntry e;
-    e.bucket = B;
-    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&e.exec, g, 0));
-    FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
-    FP4MOE_CUDA_CHECK(cudaGraphUpload(e.exec, stream));
-    graphs[B] = e;
+    graphs[B] = capture_bucket(B, [&] { forward(int(B), int(B), int(B), int(opt.max_context), true, nullptr); });
   }
   capture_mtp_graphs(buckets);  // the MTP layer's draft steps (RunnerOptions::mtp), gpu_mtp.cpp
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));

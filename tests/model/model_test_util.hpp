@@ -58,4 +58,17 @@ inline float top2_margin(const float* x, int64_t n) {
   return a - b;
 }
 
+// The top-2 margin below which two computations of one logits row may disagree on the greedy
+// token through rounding alone. a and b are the two rows (b the reference); their difference's RMS
+// over the vocabulary, sigma, is the row's measured noise. A flip needs the difference of the two
+// leading tokens' errors, (d_top1 - d_top2), to exceed the margin; that difference has a standard
+// deviation of sqrt(2) sigma for independent errors, so 8 sigma is ~5.7 of its standard deviations
+// (and above the largest single-entry error over a 155K vocabulary, ~4.5 sigma, twice). Rows whose
+// reference margin exceeds this must agree; the rest are near ties.
+inline float noise_margin(const float* a, const float* b, int64_t n) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return float(8.0 * std::sqrt(ss / double(std::max<int64_t>(n, 1))));
+}
+
 }  // namespace fp4moe::testing_model

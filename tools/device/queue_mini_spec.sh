@@ -41,14 +41,22 @@ for k in 0 1 2; do
   else echo "prompt $k: NEXTN $N TEXT DIFFERS from plain greedy"; rc=1; fi
 done
 head -c 600 "$O/gen_0_spec.out"; echo
-for side in plain spec; do
-  extra=(); [ $side = spec ] && extra=("${SPEC[@]}")
+# The FP8 KV cache (issue 40) on the trained model: greedy text against the BF16 cache's.
+timeout 120 "$BD/fp4moe" generate --model "$M" --backend "$B" --prompt "$prompt" --max-new-tokens "$T" \
+  --kv-cache-dtype fp8_e4m3 > "$O/gen_fp8.out" 2> "$O/gen_fp8.err"
+echo "generate --kv-cache-dtype fp8_e4m3: rc=$? $(grep -oE 'KV pool[^;]*' "$O/gen_fp8.err" | head -1)"
+python3 -c "
+a=open('$O/gen_2_plain.out').read(); b=open('$O/gen_fp8.out').read(); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b)))
+print(f'fp8 vs bf16 KV greedy text: the first {n} of {len(a)} characters equal')"
+for side in plain spec fp8; do
+  extra=(); [ $side = spec ] && extra=("${SPEC[@]}"); [ $side = fp8 ] && extra=(--kv-cache-dtype fp8_e4m3)
   "$BD/fp4moe" serve --model "$M" --backend "$B" --port 30123 --max-running-requests 64 "${extra[@]}" \
     > "$O/serve_$side.log" 2>&1 &
   pid=$!
   for t in $(seq 1 120); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:30123/health', timeout=2)" 2>/dev/null && break; sleep 0.5; done
   grep -E 'memory plan|gpu runner' "$O/serve_$side.log" | head -2 | cut -c1-300
-  for c in $CONC; do
+  conc=$CONC; [ $side = fp8 ] && conc=16
+  for c in $conc; do
     n=$(( c * 4 )); [ $n -lt 8 ] && n=8
     timeout 200 "$BD/fp4moe" bench serve --port 30123 --dataset-name jsonl --dataset-path "$O/ds.jsonl" --num-prompts $n \
       --max-concurrency $c --output-file "$O/bench_$side.jsonl" --disable-progress > "$O/bench_${side}_c$c.log" 2>&1
@@ -56,6 +64,7 @@ for side in plain spec; do
 import json; d=[json.loads(l) for l in open('$O/bench_$side.jsonl')][-1]
 print('output tok/s %.0f, TPOT median %.2f ms, completed %s' % (d.get('output_throughput',0), d.get('median_tpot_ms',0), d.get('completed')))" 2>&1)"
   done
+  python3 tools/device/structured_check.py 30123 3 2>&1 | tail -8
   python3 -c "import urllib.request; print(''.join(l for l in urllib.request.urlopen('http://127.0.0.1:30123/metrics').read().decode().splitlines(True) if l.startswith('fp4moe_spec') and '_bucket' not in l))" 2>&1 | head -8
   kill $pid; wait $pid 2>/dev/null
 done

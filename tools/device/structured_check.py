@@ -37,9 +37,19 @@ for i in range(n):
     try: valid_schema(t); ok = "valid"
     except Exception as e: ok = f"INVALID ({e!r})"; bad += 1
     print(f"json_schema T {temp}: {ok}: {t[:100]!r} (finish {r['choices'][0]['finish_reason']})")
+    if ok != "valid": print("   ", json.dumps({k: v for k, v in r["choices"][0].items() if k != "message"})[:400])
     r = post({"model": MODEL, "messages": msgs, "max_tokens": 32, "temperature": temp, "seed": i, "regex": REGEX})
     t = r["choices"][0]["message"]["content"]
     ok = "valid" if re.fullmatch(REGEX, t) else "INVALID"; bad += ok != "valid"
     print(f"regex T {temp}: {ok}: {t!r}")
-print(f"structured output: {2 * n - bad} of {2 * n} valid")
+    if ok != "valid": print("   ", json.dumps({k: v for k, v in r["choices"][0].items() if k != "message"})[:400])
+# The native /generate (SGLang's): its meta_info says why a request was aborted.
+for i in range(1, n):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", json.dumps(
+        {"text": "def f(x):\n    ", "sampling_params": {"regex": REGEX, "temperature": 0.9, "max_new_tokens": 32,
+                                                        "sampling_seed": 100 + i}}).encode(), {"Content-Type": "application/json"})
+    r = json.loads(urllib.request.urlopen(req, timeout=120).read())
+    ok = "valid" if re.fullmatch(REGEX, r["text"]) else "INVALID"; bad += ok != "valid"; n += 0.5
+    print(f"/generate regex T 0.9: {ok}: {r['text']!r} finish {json.dumps(r['meta_info']['finish_reason'])}")
+print(f"structured output: {int(2 * n) - bad} of {int(2 * n)} valid")
 sys.exit(1 if bad else 0)

@@ -259,10 +259,11 @@ int run_bench_step(const BenchStepArgs& a) {
       o.stages = &st;
       r->step(in, o);
       r->step(in, o);
-      const double kv = double(B * L * r->kv_bytes_per_token());
-      const double all_floor = (double(r->weight_bytes()) + kv) / (ceil.copy_gbps * 1e9) * 1e3;
+      // The target's bytes: an MTP layer loaded for the speculative tables is not part of its step.
+      const double kv = double(B * L * r->target_kv_bytes_per_token());
+      const double all_floor = (double(r->target_weight_bytes()) + kv) / (ceil.copy_gbps * 1e9) * 1e3;
       const double byte_floor =
-          (double(r->weight_bytes()) - double(untouched) * eb + kv) / (ceil.copy_gbps * 1e9) * 1e3;
+          (double(r->target_weight_bytes()) - double(untouched) * eb + kv) / (ceil.copy_gbps * 1e9) * 1e3;
       const double flop_floor = double(B) * token_flops(mc, double(L), true) / (ceil.bf16_tflops * 1e12) * 1e3;
       const double floor = std::max(byte_floor, flop_floor);
       const double host = std::max(0.0, ms - dev_ms) / ms;
@@ -433,7 +434,7 @@ int run_bench_step(const BenchStepArgs& a) {
                          token_flops(mc, 0.0, false);
     const double flop_floor = flops / (ceil.bf16_tflops * 1e12) * 1e3;
     const double byte_floor =
-        (double(r->weight_bytes()) + double(P * r->kv_bytes_per_token())) / (ceil.copy_gbps * 1e9) * 1e3;
+        (double(r->target_weight_bytes()) + double(P * r->target_kv_bytes_per_token())) / (ceil.copy_gbps * 1e9) * 1e3;
     fmt::print("| {} | {:.2f} | {:.0f} | {:.2f} | {:.2f} | {:.2f} |\n", P, ms, double(P) / ms * 1e3, flop_floor,
                byte_floor, ms / std::max(flop_floor, byte_floor));
     jprefill.push_back({{"tokens", P}, {"ms", ms}, {"flop_floor_ms", flop_floor}, {"byte_floor_ms", byte_floor}});

@@ -795,6 +795,10 @@ int64_t GpuRunner::mtp_kv_bytes_per_token() const {
   return runner_kv_bytes_per_token(1, m.mtp->block.has_indexer ? 1 : 0, m.cfg.kv_lora_rank, m.cfg.qk_rope_dim,
                                    m.cfg.index_head_dim, e, e);
 }
+int64_t GpuRunner::target_weight_bytes() const {
+  return impl_->weight_bytes - (impl_->mtp ? impl_->mtp->bytes : 0);
+}
+int64_t GpuRunner::target_kv_bytes_per_token() const { return impl_->kv_per_token - mtp_kv_bytes_per_token(); }
 const RunnerOptions& GpuRunner::options() const { return impl_->opt; }
 const RunnerStats& GpuRunner::stats() const { return impl_->stats; }
 int64_t GpuRunner::num_pages() const { return impl_->num_pages; }

@@ -278,6 +278,10 @@ class GpuRunner {
   // own; all its routed experts counted) and its KV bytes per token; 0 without the layer.
   int64_t mtp_weight_bytes() const;
   int64_t mtp_kv_bytes_per_token() const;
+  // What one step of the target model touches at most: weight_bytes() and kv_bytes_per_token()
+  // less the MTP layer's own (which count it when it is loaded).
+  int64_t target_weight_bytes() const;
+  int64_t target_kv_bytes_per_token() const;
 
   // A greedy speculative round in one launch sequence (gpu_spec_round.cpp): N - 1 chained MTP
   // draft steps (argmax on the device, each draft fed to the next step there; each step replays

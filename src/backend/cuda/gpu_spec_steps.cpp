@@ -75,6 +75,7 @@ bool GpuSpecSteps::greedy_round(const model::GreedyRoundInput& in, model::Greedy
   if (!device_rounds) return false;
   runner_.spec_round_greedy(in, out);
   ++device_round_steps;
+  device_round_gpu_ms += out.device_ms;
   return true;
 }
 

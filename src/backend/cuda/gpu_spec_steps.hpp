@@ -46,6 +46,7 @@ class GpuSpecSteps final : public model::SpecSteps {
   bool greedy_round(const model::GreedyRoundInput& in, model::GreedyRoundOutput& out) override;
   bool device_rounds = true;
   int64_t device_round_steps = 0;  // rounds run by greedy_round
+  double device_round_gpu_ms = 0.0;  // their GPU time (GreedyRoundOutput::device_ms), summed
 
   // Steps run (bench / logs): verify steps and their rows, MTP steps and their tokens.
   int64_t verify_steps = 0, verify_rows = 0, mtp_steps = 0, mtp_tokens = 0;

@@ -176,7 +176,8 @@ TEST(RunnerMemoryPlan, Glm5OnEightGpusServeTable) {
     EXPECT_TRUE(plan_runner_memory(serve_input(kH100, 32768, r)).ok) << r;
     const RunnerPlan p128 = plan_runner_memory(serve_input(kH100, 131072, r));
     EXPECT_FALSE(p128.ok);
-    EXPECT_NE(p128.error.find("the smallest KV pool 14.40 GB (one request of 131072 tokens at 109824 B/token)"),
+    EXPECT_NE(p128.error.find("the smallest KV pool 14.40 GB (one request of 131072 tokens; 131136 tokens with the padding page at "
+                            "109824 B/token)"),
               std::string::npos)
         << p128.error;
     EXPECT_FALSE(plan_runner_memory(serve_input(kH100, 200000, r)).ok);

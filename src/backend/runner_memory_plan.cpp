@@ -127,12 +127,14 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
   p.min_kv_tokens = ((min_ctx + ps - 1) / ps + 1) * ps;  // one request at the full context + the padding page
   p.min_kv_bytes = p.min_kv_tokens * bpt;
   // The needs as pool tokens (pages + the padding page, at least the smallest pool), largest first.
+  const KvNeed smallest{p.min_kv_tokens, fmt::format("one request of {} tokens", min_ctx)};
   std::vector<KvNeed> needs;
   for (const KvNeed& n : in.kv_needs) {
     const int64_t t = in.max_total_tokens > 0 ? std::min(n.tokens, in.max_total_tokens) : n.tokens;
-    needs.push_back({std::max(((t + ps - 1) / ps + 1) * ps, p.min_kv_tokens), n.what});
+    const int64_t pool = ((t + ps - 1) / ps + 1) * ps;
+    needs.push_back(pool > smallest.tokens ? KvNeed{pool, n.what} : smallest);
   }
-  if (needs.empty()) needs.push_back({p.min_kv_tokens, fmt::format("one request of {} tokens", min_ctx)});
+  if (needs.empty()) needs.push_back(smallest);
   std::stable_sort(needs.begin(), needs.end(), [](const KvNeed& a, const KvNeed& b) { return a.tokens > b.tokens; });
   const int64_t avail = int64_t(std::floor(double(in.device_bytes) * in.mem_fraction_static)) - in.in_use_bytes;
   const std::string of = fmt::format("{:.2f} x the device's {} less {} in use", in.mem_fraction_static,
@@ -236,6 +238,10 @@ std::string RunnerPlan::describe() const {
          (kv_needs_unmet.empty()
               ? std::string()
               : fmt::format("; no tokens/step leave the KV pool room for {}", fmt::join(kv_needs_unmet, ", ")));
+}
+
+int64_t kv_tokens_for_batch(int64_t batch, int64_t tokens, int64_t page_size) {
+  return batch * ((tokens + page_size - 1) / page_size) * page_size;
 }
 
 int64_t runner_kv_bytes_per_token(int64_t layers, int64_t indexer_layers, int64_t kv_lora, int64_t rope,

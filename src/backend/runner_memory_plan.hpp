@@ -56,6 +56,15 @@ struct KvNeed {
   std::string what;
 };
 
+// The fewest tokens per step a caller that lets the plan lower them takes for its prefill (bench
+// step: RunnerPlanInput::min_tokens is this or its largest decode batch's rows, the larger; at
+// most what it asked): below it chunked prefill costs more than the KV it frees is worth.
+inline constexpr int64_t kMinPrefillTokensPerStep = 1024;
+
+// The pool tokens `batch` requests of `tokens` positions each take, in whole pages of page_size
+// (bench step's decode points: a KvNeed each).
+int64_t kv_tokens_for_batch(int64_t batch, int64_t tokens, int64_t page_size);
+
 struct RunnerPlanInput {
   RunnerDims dims;
   int64_t device_bytes = 0;     // the device's memory

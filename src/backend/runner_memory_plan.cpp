@@ -137,7 +137,7 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
   if (needs.empty()) needs.push_back(smallest);
   std::stable_sort(needs.begin(), needs.end(), [](const KvNeed& a, const KvNeed& b) { return a.tokens > b.tokens; });
   const int64_t avail = int64_t(std::floor(double(in.device_bytes) * in.mem_fraction_static)) - in.in_use_bytes;
-  const std::string of = fmt::format("{:.2f} x the device's {} less {} in use", in.mem_fraction_static,
+  const std::string of = fmt::format("{} x the device's {} less {} in use", in.mem_fraction_static,
                                      gb(in.device_bytes), gb(in.in_use_bytes));
   if (in.weight_bytes > avail) {
     p.error = fmt::format("memory plan: the weights ({}) do not fit {} = {}; raise --mem-fraction-static or shard the "

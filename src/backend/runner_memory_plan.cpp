@@ -126,16 +126,17 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
   const int64_t min_ctx = in.max_total_tokens > 0 ? std::min(in.max_context, in.max_total_tokens) : in.max_context;
   p.min_kv_tokens = ((min_ctx + ps - 1) / ps + 1) * ps;  // one request at the full context + the padding page
   p.min_kv_bytes = p.min_kv_tokens * bpt;
-  // The needs as pool tokens (pages + the padding page, at least the smallest pool), largest first.
+  // The needs as pool tokens (pages + the padding page), largest first, down to the smallest pool
+  // (always the last: a caller whose larger needs all fail still runs what fits one request).
   const KvNeed smallest{p.min_kv_tokens, fmt::format("one request of {} tokens", min_ctx)};
   std::vector<KvNeed> needs;
   for (const KvNeed& n : in.kv_needs) {
     const int64_t t = in.max_total_tokens > 0 ? std::min(n.tokens, in.max_total_tokens) : n.tokens;
     const int64_t pool = ((t + ps - 1) / ps + 1) * ps;
-    needs.push_back(pool > smallest.tokens ? KvNeed{pool, n.what} : smallest);
+    if (pool > smallest.tokens) needs.push_back({pool, n.what});
   }
-  if (needs.empty()) needs.push_back(smallest);
   std::stable_sort(needs.begin(), needs.end(), [](const KvNeed& a, const KvNeed& b) { return a.tokens > b.tokens; });
+  needs.push_back(smallest);
   const int64_t avail = int64_t(std::floor(double(in.device_bytes) * in.mem_fraction_static)) - in.in_use_bytes;
   const std::string of = fmt::format("{} x the device's {} less {} in use", in.mem_fraction_static,
                                      gb(in.device_bytes), gb(in.in_use_bytes));
@@ -190,9 +191,9 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
     }
     p.kv_needs_unmet.push_back(fmt::format("{} ({} tokens)", n.what, n.tokens));
   }
-  if (!chosen) {  // not even the smallest need beside the fewest tokens per step
+  if (!chosen) {  // not even the smallest pool beside the fewest tokens per step
     const KvNeed& n = needs.back();
-    p.kv_needs_unmet.pop_back();
+    p.kv_needs_unmet.clear();
     p.max_tokens = lo, p.tokens_asked = asked, p.logits_rows = rows_at(lo), p.score_rows = runner_score_rows(in, lo);
     p.ws = runner_workspace(in, lo, p.logits_rows);
     const int64_t ws = p.ws.total();

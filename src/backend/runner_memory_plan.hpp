@@ -27,7 +27,8 @@ namespace fp4moe::engine {
 // use. The KV comes before the workspace: where T may shrink, the plan lowers it (down to
 // min_tokens) until the pool holds the largest need it can; a need that no T in [min_tokens,
 // max_tokens] leaves room for is passed over (RunnerPlan::kv_needs_unmet) for the next smaller
-// one; when none fits it refuses, one line naming the part, the bytes and the flag to change.
+// one, down to the smallest pool (one request at the full context); when not even that fits it
+// refuses, one line naming the part, the bytes and the flag to change.
 
 // What the workspace depends on (model::MlaModelConfig; per GPU where sharded).
 struct RunnerDims {
@@ -99,9 +100,9 @@ struct RunnerPlanInput {
   std::function<int64_t(int64_t logits_rows, int64_t rows)> token_mask_bytes;  // GpuRunner::Impl::token_mask_bytes
   // What sets the tokens per step, for the refusal ("--chunked-prefill-size", "the prompt", ...).
   std::string tokens_flag = "--chunked-prefill-size";
-  // The KV the caller needs, in any order (each rounded up to pages + the padding page, and at
-  // least one request at max_context, capped by max_total_tokens). Empty: one request at
-  // max_context. The plan keeps the largest one it can (see above).
+  // The KV the caller needs, in any order (each rounded up to pages + the padding page, capped by
+  // max_total_tokens). The plan keeps the largest one it can (see above); the smallest pool, one
+  // request at max_context, is always the last to try (needs below it are that one).
   std::vector<KvNeed> kv_needs;
   // What sets the KV needs, for the refusal ("--context-length", "--ctx / --batch", ...).
   std::string kv_flag = "--context-length";

@@ -533,3 +533,24 @@ TEST(RunnerMemoryPlan, BenchStepRefusalsNameWhatToChange) {
             std::string::npos)
       << f.error;
 }
+
+TEST(RunnerMemoryPlan, WhenEveryStatedNeedIsTooLargeOneRequestAtTheFullContextStillRuns) {
+  // --batch 64 --ctx 8192 alone (BF16): the only decode point is passed over, the plan keeps one
+  // request at the full context (the prefill points run) rather than refusing the run.
+  const RunnerPlan p = plan_runner_memory(bench_step_input({{64}, {8192}, {1024}, {1, 8}}));
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.kv_need_what, "one request of 8200 tokens");
+  EXPECT_EQ(p.kv_need_tokens, (8200 + 63) / 64 * 64 + 64);
+  ASSERT_EQ(p.kv_needs_unmet.size(), 1u);
+  EXPECT_EQ(p.kv_needs_unmet[0], "B 64 x 8192 ctx decode (528448 tokens)");
+  // serve's sizing states no need: one request of --context-length, and the same plan as stating it.
+  RunnerPlanInput s = serve_input(kH100, 32768, 64);
+  const RunnerPlan a = plan_runner_memory(s);
+  s.kv_needs = {{32768, "one request of --context-length"}};
+  const RunnerPlan b = plan_runner_memory(s);
+  ASSERT_TRUE(a.ok && b.ok);
+  EXPECT_EQ(a.kv_tokens, b.kv_tokens);
+  EXPECT_EQ(a.describe(), b.describe());
+  EXPECT_EQ(a.kv_need_what, "one request of 32768 tokens");
+  EXPECT_TRUE(b.kv_needs_unmet.empty());
+}

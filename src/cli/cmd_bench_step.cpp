@@ -23,6 +23,10 @@
 //     step back to the host) beside the device round (GpuRunner::spec_round_greedy, one readback).
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
+// Memory: the runner's plan keeps the KV pool for the largest decode point it can hold before the
+// prefill workspace grows (the tokens per step lowered down to 1024 or the largest batch's rows);
+// decode points the pool cannot hold and prefills longer than the tokens per step are skipped,
+// each said in its table row (the plan line names the points no tokens per step left room for).
 #include <algorithm>
 #include <chrono>
 #include <fstream>

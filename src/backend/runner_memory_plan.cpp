@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.hpp"
 
@@ -116,6 +117,8 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
                    in.device_bytes > 0 && d.kv_bytes_per_token > 0,
                "memory plan: tokens per step {}, requests {}, context {}, page {}, device {} B must be positive",
                in.max_tokens, in.max_requests, in.max_context, in.page_size, in.device_bytes);
+  for (const KvNeed& n : in.kv_needs)
+    FP4MOE_CHECK(n.tokens >= 0, "memory plan: a KV need of {} tokens ({})", n.tokens, n.what);
   RunnerPlan p;
   p.workspace_budget = int64_t(double(in.device_bytes) * in.workspace_fraction);
   p.graph_bytes = in.graph_buckets * kGraphBytesPerBucket;
@@ -123,8 +126,19 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
   const int64_t min_ctx = in.max_total_tokens > 0 ? std::min(in.max_context, in.max_total_tokens) : in.max_context;
   p.min_kv_tokens = ((min_ctx + ps - 1) / ps + 1) * ps;  // one request at the full context + the padding page
   p.min_kv_bytes = p.min_kv_tokens * bpt;
+  // The needs as pool tokens (pages + the padding page), largest first, down to the smallest pool
+  // (always the last: a caller whose larger needs all fail still runs what fits one request).
+  const KvNeed smallest{p.min_kv_tokens, fmt::format("one request of {} tokens", min_ctx)};
+  std::vector<KvNeed> needs;
+  for (const KvNeed& n : in.kv_needs) {
+    const int64_t t = in.max_total_tokens > 0 ? std::min(n.tokens, in.max_total_tokens) : n.tokens;
+    const int64_t pool = ((t + ps - 1) / ps + 1) * ps;
+    if (pool > smallest.tokens) needs.push_back({pool, n.what});
+  }
+  std::stable_sort(needs.begin(), needs.end(), [](const KvNeed& a, const KvNeed& b) { return a.tokens > b.tokens; });
+  needs.push_back(smallest);
   const int64_t avail = int64_t(std::floor(double(in.device_bytes) * in.mem_fraction_static)) - in.in_use_bytes;
-  const std::string of = fmt::format("{:.2f} x the device's {} less {} in use", in.mem_fraction_static,
+  const std::string of = fmt::format("{} x the device's {} less {} in use", in.mem_fraction_static,
                                      gb(in.device_bytes), gb(in.in_use_bytes));
   if (in.weight_bytes > avail) {
     p.error = fmt::format("memory plan: the weights ({}) do not fit {} = {}; raise --mem-fraction-static or shard the "
@@ -143,51 +157,68 @@ RunnerPlan plan_runner_memory(const RunnerPlanInput& in) {
     }
     return lo;
   };
-  // With a lowerable T, the workspace also leaves room for the weights, graphs and smallest KV pool.
-  const int64_t room = avail - in.weight_bytes - p.graph_bytes - p.min_kv_bytes;
-  const int64_t cap = in.min_tokens > 0 ? std::min(p.workspace_budget, room) : p.workspace_budget;
-  int64_t T = in.max_tokens;
-  const int64_t lo = in.min_tokens > 0 ? std::min(in.min_tokens, T) : T;
-  if (ws_at(T) > cap) {
-    const int64_t best = in.min_tokens > 0 ? fit(lo, T, cap) : lo - 1;
-    if (best >= lo) {
-      T = best;
-      p.tokens_lowered = true;
-    } else if (ws_at(lo) > p.workspace_budget) {  // over the budget itself: say what to lower
-      const RunnerWorkspace w = runner_workspace(in, lo, rows_at(lo));
-      const int64_t any = lo > 1 ? fit(1, lo - 1, p.workspace_budget) : 0;
-      p.error = fmt::format(
-          "memory plan: the step workspace for {} tokens/step at {} context is {} (indexer scores {}, activations {}, "
-          "MoE {}, logits {}, sampling {}), over its budget of {} ({:.0f} % of the device's {}); ",
-          lo, in.max_context, gb(w.total()), gb(w.indexer), gb(w.activations), gb(w.moe), gb(w.logits), gb(w.sampling),
-          gb(p.workspace_budget), 100.0 * in.workspace_fraction, gb(in.device_bytes));
-      if (any >= 1 && in.min_tokens > 0)
-        p.error += fmt::format("lower --max-running-requests (at most {} fit) or --context-length", any);
-      else if (any >= 1)
-        p.error += fmt::format("lower {} (at most {} tokens/step fit) or --context-length", in.tokens_flag, any);
-      else
-        p.error += "lower --context-length or --max-running-requests";
-      return p;
-    } else {  // within the budget but not beside the smallest KV pool: the check below says so
-      T = lo;
+  // 1. The workspace budget alone: the largest T in [lo, asked] within it (T as asked where it may not shrink).
+  const int64_t asked = in.max_tokens;
+  const int64_t lo = in.min_tokens > 0 ? std::min(in.min_tokens, asked) : asked;
+  if (ws_at(lo) > p.workspace_budget) {  // over the budget at the fewest tokens: say what to lower
+    const RunnerWorkspace w = runner_workspace(in, lo, rows_at(lo));
+    const int64_t any = lo > 1 ? fit(1, lo - 1, p.workspace_budget) : 0;
+    p.error = fmt::format(
+        "memory plan: the step workspace for {} tokens/step at {} context is {} (indexer scores {}, activations {}, "
+        "MoE {}, logits {}, sampling {}), over its budget of {} ({:.0f} % of the device's {}); ",
+        lo, in.max_context, gb(w.total()), gb(w.indexer), gb(w.activations), gb(w.moe), gb(w.logits), gb(w.sampling),
+        gb(p.workspace_budget), 100.0 * in.workspace_fraction, gb(in.device_bytes));
+    if (any >= 1 && in.min_tokens > 0)
+      p.error += fmt::format("lower --max-running-requests (at most {} fit) or --context-length", any);
+    else if (any >= 1)
+      p.error += fmt::format("lower {} (at most {} tokens/step fit) or --context-length", in.tokens_flag, any);
+    else
+      p.error += "lower --context-length or --max-running-requests";
+    return p;
+  }
+  const int64_t t_budget = ws_at(asked) <= p.workspace_budget ? asked : fit(lo, asked, p.workspace_budget);
+  // 2. The KV before the workspace: the largest need that some T in [lo, t_budget] leaves room
+  // for, at the largest such T.
+  const int64_t beside = avail - in.weight_bytes - p.graph_bytes;  // for the workspace and the KV pool
+  int64_t T = 0;
+  const KvNeed* chosen = nullptr;
+  for (const KvNeed& n : needs) {
+    const int64_t cap = std::min(p.workspace_budget, beside - n.tokens * bpt);
+    if (ws_at(lo) <= cap) {
+      T = ws_at(t_budget) <= cap ? t_budget : fit(lo, t_budget, cap);
+      chosen = &n;
+      break;
     }
+    p.kv_needs_unmet.push_back(fmt::format("{} ({} tokens)", n.what, n.tokens));
+  }
+  if (!chosen) {  // not even the smallest pool beside the fewest tokens per step
+    const KvNeed& n = needs.back();
+    p.kv_needs_unmet.clear();
+    p.max_tokens = lo, p.tokens_asked = asked, p.logits_rows = rows_at(lo), p.score_rows = runner_score_rows(in, lo);
+    p.ws = runner_workspace(in, lo, p.logits_rows);
+    const int64_t ws = p.ws.total();
+    const int64_t ctx_fit = std::max<int64_t>((beside - ws) / bpt / ps - 1, 0) * ps;
+    p.error = fmt::format(
+        "memory plan: weights {} + workspace {} ({} tokens/step{}) + graphs ~{} + the smallest KV pool {} ({}; {} "
+        "tokens with the padding page at {} B/token) = {} > {} = {}; lower {} (about {} tokens fit){}, or raise "
+        "--mem-fraction-static",
+        gb(in.weight_bytes), gb(ws), lo, lo < asked ? ", the fewest" : "", gb(p.graph_bytes), gb(n.tokens * bpt),
+        n.what, n.tokens, bpt, gb(in.weight_bytes + ws + p.graph_bytes + n.tokens * bpt), of, gb(avail), in.kv_flag,
+        ctx_fit,
+        lo < asked ? std::string(", --max-running-requests")
+                   : fmt::format(", --max-running-requests or {} (a smaller workspace)", in.tokens_flag));
+    return p;
   }
   p.max_tokens = T;
-  p.tokens_asked = in.max_tokens;
+  p.tokens_asked = asked;
+  p.tokens_lowered = T < asked;
+  p.lowered_for_kv = T < t_budget;
+  p.kv_need_tokens = chosen->tokens;
+  p.kv_need_what = chosen->what;
   p.logits_rows = rows_at(T);
   p.score_rows = runner_score_rows(in, T);
   p.ws = runner_workspace(in, T, p.logits_rows);
-  p.kv_budget_bytes = avail - in.weight_bytes - p.ws.total() - p.graph_bytes;
-  if (p.kv_budget_bytes < p.min_kv_bytes) {
-    const int64_t ctx_fit = std::max<int64_t>(p.kv_budget_bytes / bpt / ps - 1, 0) * ps;
-    p.error = fmt::format(
-        "memory plan: weights {} + workspace {} + graphs ~{} + the smallest KV pool {} (one request of {} tokens at {} "
-        "B/token) = {} > {} = {}; lower --context-length (about {} tokens fit), --max-running-requests or {} (a "
-        "smaller workspace), or raise --mem-fraction-static",
-        gb(in.weight_bytes), gb(p.ws.total()), gb(p.graph_bytes), gb(p.min_kv_bytes), min_ctx, bpt,
-        gb(in.weight_bytes + p.ws.total() + p.graph_bytes + p.min_kv_bytes), of, gb(avail), ctx_fit, in.tokens_flag);
-    return p;
-  }
+  p.kv_budget_bytes = beside - p.ws.total();
   p.kv_tokens = p.kv_budget_bytes / bpt;
   if (in.max_total_tokens > 0) p.kv_tokens = std::min(p.kv_tokens, in.max_total_tokens + ps);
   p.ok = true;
@@ -199,9 +230,19 @@ std::string RunnerPlan::describe() const {
       "workspace {} of its {} budget ({} tokens/step{}, {} logits rows, indexer scores in chunks of {} rows: "
       "attention/indexer {}, activations {}, MoE {}, logits {}, sampling {}, other {}), graphs ~{} (estimate)",
       gb(ws.total()), gb(workspace_budget), max_tokens,
-      tokens_lowered ? fmt::format(", lowered from {} to fit", tokens_asked) : std::string(),
+      !tokens_lowered  ? std::string()
+      : lowered_for_kv ? fmt::format(", lowered from {} to leave the KV pool {} tokens for {}", tokens_asked,
+                                     kv_need_tokens, kv_need_what)
+                       : fmt::format(", lowered from {} to fit", tokens_asked),
       logits_rows, score_rows, gb(ws.indexer), gb(ws.activations), gb(ws.moe), gb(ws.logits), gb(ws.sampling), gb(ws.fixed),
-      gb(graph_bytes));
+      gb(graph_bytes)) +
+         (kv_needs_unmet.empty()
+              ? std::string()
+              : fmt::format("; no tokens/step leave the KV pool room for {}", fmt::join(kv_needs_unmet, ", ")));
+}
+
+int64_t kv_tokens_for_batch(int64_t batch, int64_t tokens, int64_t page_size) {
+  return batch * ((tokens + page_size - 1) / page_size) * page_size;
 }
 
 int64_t runner_kv_bytes_per_token(int64_t layers, int64_t indexer_layers, int64_t kv_lora, int64_t rope,

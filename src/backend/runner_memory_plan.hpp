@@ -22,9 +22,13 @@ namespace fp4moe::engine {
 // T x max_context (the indexer's FP32 score rows); the logits with the logits rows. The plan
 // keeps it within `workspace_fraction` of the device: where the tokens per step may shrink
 // (min_tokens > 0) it takes the largest T in [min_tokens, max_tokens] that fits, else it refuses.
-// Then weights + workspace + graphs (estimate) + the smallest KV pool (one request at the full
-// context) must fit mem_fraction_static x device minus what is already in use; else it refuses,
-// one line naming the part, the bytes and the flag to change.
+// Then weights + workspace + graphs (estimate) + the KV the caller needs (kv_needs: at least one
+// request at the full context) must fit mem_fraction_static x device minus what is already in
+// use. The KV comes before the workspace: where T may shrink, the plan lowers it (down to
+// min_tokens) until the pool holds the largest need it can; a need that no T in [min_tokens,
+// max_tokens] leaves room for is passed over (RunnerPlan::kv_needs_unmet) for the next smaller
+// one, down to the smallest pool (one request at the full context); when not even that fits it
+// refuses, one line naming the part, the bytes and the flag to change.
 
 // What the workspace depends on (model::MlaModelConfig; per GPU where sharded).
 struct RunnerDims {
@@ -44,6 +48,23 @@ struct RunnerDims {
   bool rope_queries = true;
   int64_t kv_bytes_per_token = 0;  // every layer's latent + rope (+ index key): runner_kv_bytes_per_token
 };
+
+// KV tokens a caller's work needs the pool to hold at once (bench step: a decode point's batch x
+// its pages; serve: one request of --context-length; generate: the prompt + its new tokens), and
+// what they are for, in the start-up line and the refusal ("B 8 x 32768 ctx decode").
+struct KvNeed {
+  int64_t tokens = 0;
+  std::string what;
+};
+
+// The fewest tokens per step a caller that lets the plan lower them takes for its prefill (bench
+// step: RunnerPlanInput::min_tokens is this or its largest decode batch's rows, the larger; at
+// most what it asked): below it chunked prefill costs more than the KV it frees is worth.
+inline constexpr int64_t kMinPrefillTokensPerStep = 1024;
+
+// The pool tokens `batch` requests of `tokens` positions each take, in whole pages of page_size
+// (bench step's decode points: a KvNeed each).
+int64_t kv_tokens_for_batch(int64_t batch, int64_t tokens, int64_t page_size);
 
 struct RunnerPlanInput {
   RunnerDims dims;
@@ -79,6 +100,12 @@ struct RunnerPlanInput {
   std::function<int64_t(int64_t logits_rows, int64_t rows)> token_mask_bytes;  // GpuRunner::Impl::token_mask_bytes
   // What sets the tokens per step, for the refusal ("--chunked-prefill-size", "the prompt", ...).
   std::string tokens_flag = "--chunked-prefill-size";
+  // The KV the caller needs, in any order (each rounded up to pages + the padding page, capped by
+  // max_total_tokens). The plan keeps the largest one it can (see above); the smallest pool, one
+  // request at max_context, is always the last to try (needs below it are that one).
+  std::vector<KvNeed> kv_needs;
+  // What sets the KV needs, for the refusal ("--context-length", "--ctx / --batch", ...).
+  std::string kv_flag = "--context-length";
 };
 
 // The workspace's parts at T tokens per step (bytes, each buffer 256-aligned as laid out).
@@ -129,9 +156,16 @@ struct RunnerPlan {
   RunnerWorkspace ws;
   int64_t workspace_budget = 0;
   int64_t graph_bytes = 0;      // estimate
-  int64_t min_kv_tokens = 0, min_kv_bytes = 0;
+  int64_t min_kv_tokens = 0, min_kv_bytes = 0;  // one request at the full context + the padding page
   int64_t kv_budget_bytes = 0;  // what the KV pool may take
   int64_t kv_tokens = 0;        // tokens the pool would hold (before paging)
+  // The KV need planned for (the largest that fits): its pool tokens (pages + the padding page,
+  // at least min_kv_tokens), what it is for, and whether T was lowered below what fits the
+  // workspace budget alone to leave the pool that much ("to leave the KV pool N tokens for ...").
+  int64_t kv_need_tokens = 0;
+  std::string kv_need_what;
+  bool lowered_for_kv = false;
+  std::vector<std::string> kv_needs_unmet;  // the larger needs no tokens per step left room for ("what (N tokens)")
   std::string describe() const;  // the pieces, one line
 };
 

@@ -23,6 +23,10 @@
 //     step back to the host) beside the device round (GpuRunner::spec_round_greedy, one readback).
 // Floors: all weight bytes + the KV bytes read at the measured copy bandwidth (an upper bound
 // of the bytes a decode step touches: at small B only the hit experts are read).
+// Memory: the runner's plan keeps the KV pool for the largest decode point it can hold before the
+// prefill workspace grows (the tokens per step lowered down to 1024 or the largest batch's rows);
+// decode points the pool cannot hold and prefills longer than the tokens per step are skipped,
+// each said in its table row (the plan line names the points no tokens per step left room for).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -157,14 +161,23 @@ int run_bench_step(const BenchStepArgs& a) {
   const int64_t N = a.spec_steps, max_v = max_b * (N + 1);  // the verify step's rows: B x (N + 1)
   engine::gpu::RunnerOptions ro;
   ro.max_requests = max_v;
-  // The tokens per step from the plan: the longest --prefill asked, lowered (down to the largest
-  // batch) where the workspace would not fit its budget beside the weights and one request at the
-  // longest context; longer prefills are then skipped (said in the table).
+  // The tokens per step from the plan: the longest --prefill asked, lowered (down to 1024 or the
+  // largest batch's rows, the larger) where the workspace would not fit its budget, or would not
+  // leave the KV pool the pages of the largest decode point it can hold (a KV need each; a point
+  // whose pages no tokens per step leave room for is passed over, said in the plan line, and
+  // skipped in the table). A prefill's pages are one request's, at most the longest context's,
+  // which the plan always keeps. Longer prefills than the plan's tokens per step are skipped.
   ro.max_tokens = std::max(max_v, max_p);
-  ro.min_tokens = max_v;
+  ro.min_tokens = std::max(max_v, std::min(engine::kMinPrefillTokensPerStep, ro.max_tokens));
   ro.max_logits_rows = max_v;  // one row per request (a prefill asks for its last; a verify step every row)
   ro.tokens_flag = "--prefill / --batch";
   ro.max_context = max_l + std::max(max_k, N + 1);
+  const int64_t ps0 = ro.page_size;
+  for (int64_t L : a.ctx)  // K decode steps write positions L-1 .. L-2+K; a verify step L-1 .. L-1+N
+    for (int64_t B : a.batch)
+      ro.kv_needs.push_back({engine::kv_tokens_for_batch(B, L - 1 + std::max(max_k, N + 1), ps0),
+                             fmt::format("B {} x {} ctx decode", B, L)});
+  ro.kv_flag = "--ctx / --batch";
   ro.mtp = N > 0;
   ro.quantize_mtp_experts = a.quantize_draft_experts;
   ro.max_decode_steps = int32_t(max_k);
@@ -227,7 +240,7 @@ int run_bench_step(const BenchStepArgs& a) {
   for (int64_t L : a.ctx)
     for (int64_t B : a.batch) {
       // K decode steps write positions L-1 .. L-2+K; a verify step L-1 .. L-1+N
-      const int64_t per = (L - 1 + std::max(max_k, N + 1) + ps - 1) / ps;
+      const int64_t per = engine::kv_tokens_for_batch(1, L - 1 + std::max(max_k, N + 1), ps) / ps;  // as its KV need
       if (B * per > r->free_pages()) {
         fmt::print("| {} | {} | skipped: the KV pool holds {} tokens | | | | | |\n", B, L, r->num_pages() * ps);
         continue;

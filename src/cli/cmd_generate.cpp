@@ -92,6 +92,8 @@ std::unique_ptr<engine::Backend> make_backend(const GenerateArgs& a, int64_t pro
     // its workspace does not fit); one logits row per step unless --dump-logits keeps every row.
     ro.max_logits_rows = a.dump_logits.empty() && a.dump_mtp_logits.empty() ? 1 : 0;
     ro.tokens_flag = "the prompt length";
+    // Its KV need: one request of the prompt + the new tokens (max_context: the plan's smallest pool).
+    ro.kv_flag = "--max-new-tokens or the prompt";
     ro.max_score_rows = a.indexer_score_rows;
     ro.kv_elem = fp8_kv ? KvElem::FP8_E4M3 : KvElem::BF16;
     c.speculative_steps = speculative_steps;  // the MTP layer loaded, verify rows allowed (cuda_model_backend.hpp)

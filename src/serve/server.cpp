@@ -99,6 +99,8 @@ std::unique_ptr<engine::Backend> make_backend(const ServeOptions& o, const TextC
     // The indexer's score rows and the page tables are sized by the context: without
     // --context-length the runner takes the model's, at most kCudaDefaultContext.
     r.max_context = o.context_length > 0 ? o.context_length : kCudaDefaultContext;
+    // The KV need: at least one request of that context (the plan's smallest pool, RunnerOptions::
+    // kv_needs empty); the tokens per step are --chunked-prefill-size's, never lowered (min_tokens 0).
     r.page_size = o.page_size;
     if (o.mem_fraction_static > 0.0) r.mem_fraction_static = o.mem_fraction_static;
     r.max_total_tokens = o.max_total_tokens;

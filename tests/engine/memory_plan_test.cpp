@@ -176,7 +176,8 @@ TEST(RunnerMemoryPlan, Glm5OnEightGpusServeTable) {
     EXPECT_TRUE(plan_runner_memory(serve_input(kH100, 32768, r)).ok) << r;
     const RunnerPlan p128 = plan_runner_memory(serve_input(kH100, 131072, r));
     EXPECT_FALSE(p128.ok);
-    EXPECT_NE(p128.error.find("the smallest KV pool 14.40 GB (one request of 131072 tokens at 109824 B/token)"),
+    EXPECT_NE(p128.error.find("the smallest KV pool 14.40 GB (one request of 131072 tokens; 131136 tokens with the padding page at "
+                            "109824 B/token)"),
               std::string::npos)
         << p128.error;
     EXPECT_FALSE(plan_runner_memory(serve_input(kH100, 200000, r)).ok);
@@ -346,4 +347,210 @@ TEST(RunnerMemoryPlan, TheWorkspaceIsOneListThePlanSumsAndTheRunnerLaysOut) {
         EXPECT_EQ(ws_layout_bytes(0), 256);
         EXPECT_EQ(ws_layout_bytes(257), 512);
       }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 44's remaining gap: the KV the caller needs comes before the prefill workspace. The
+// 13-layer GLM-5-dims model (3 dense + 10 MoE, 64.88 GB of weights, 13 x 1408 = 18304 B/token
+// BF16) on an H100 as measured (tools/device/queue_memplan.sh at ff39793): cudaMemGetInfo's
+// 85.02 GB, 0.69 GB in use before the load, --mem-fraction-static 0.88.
+namespace {
+
+constexpr int64_t kH100Cuda = 85'020'000'000, kInUseBefore = 690'000'000, kWeights13 = 64'880'000'000;
+
+struct BenchRun {
+  std::vector<int64_t> batch, ctx, prefill, k;
+  bool fp8 = false;
+  double fraction = 0.88;
+};
+
+// bench step's plan (cmd_bench_step.cpp's RunnerOptions -> GpuRunner::plan_input -> the first
+// plan in GpuRunner::load, before the upload: in use = before the load + 0.5 GiB + 1 % of the
+// weights for the load's overheads; no speculation).
+RunnerPlanInput bench_step_input(const BenchRun& r) {
+  RunnerPlanInput in;
+  in.dims = glm5_dims(1, 13);
+  if (r.fp8) {
+    in.dims.kv_bytes_per_token = runner_kv_bytes_per_token(13, 13, 512, 64, 128, KvElem::FP8_E4M3, KvElem::FP8_E4M3);
+    in.dims.fp8_index_queries = true;
+  }
+  in.device_bytes = kH100Cuda;
+  in.in_use_bytes = kInUseBefore + (int64_t(512) << 20) + kWeights13 / 100;
+  in.weight_bytes = kWeights13;
+  in.mem_fraction_static = r.fraction;
+  const int64_t max_b = *std::max_element(r.batch.begin(), r.batch.end());
+  const int64_t max_p = *std::max_element(r.prefill.begin(), r.prefill.end());
+  const int64_t max_l = std::max(*std::max_element(r.ctx.begin(), r.ctx.end()), max_p);
+  const int64_t max_k = *std::max_element(r.k.begin(), r.k.end());
+  in.max_tokens = std::max(max_b, max_p);
+  in.min_tokens = std::max(max_b, std::min(kMinPrefillTokensPerStep, in.max_tokens));
+  in.max_logits_rows = in.max_requests = in.min_score_rows = max_b;
+  in.max_context = max_l + max_k;
+  in.max_decode_steps = max_k;
+  in.graph_buckets = buckets(max_b);
+  in.tokens_flag = "--prefill / --batch";
+  in.kv_flag = "--ctx / --batch";
+  for (int64_t L : r.ctx)
+    for (int64_t B : r.batch)
+      in.kv_needs.push_back({kv_tokens_for_batch(B, L - 1 + max_k, 64), fmt::format("B {} x {} ctx decode", B, L)});
+  for (int64_t P : r.prefill) in.kv_needs.push_back({kv_tokens_for_batch(1, P, 64), fmt::format("prefill {}", P)});
+  return in;
+}
+
+// The pool of a plan, in tokens (pages of 64, one of them the padding rows').
+int64_t pool_tokens(const RunnerPlan& p) { return (p.kv_tokens / 64 - 1) * 64; }
+
+}  // namespace
+
+TEST(RunnerMemoryPlan, TheKvPoolHoldsTheDecodePointsBeforeThePrefillWorkspaceGrows) {
+  // Run 1 of the issue's gap: --batch 1,8 --ctx 32768 --prefill 1024,4096,16384 --k 1,8. Before,
+  // the plan gave the workspace 9093 tokens/step (7.41 GB) and the pool 89792 tokens: B 8 x 32K
+  // (8 x 513 pages = 262656 tokens, 4.81 GB) was skipped.
+  const RunnerPlanInput in = bench_step_input({{1, 8}, {32768}, {1024, 4096, 16384}, {1, 8}});
+  RunnerPlanInput before = in;
+  before.kv_needs.clear();  // the old plan: one request at the full context only
+  const RunnerPlan old = plan_runner_memory(before), p = plan_runner_memory(in);
+  std::printf("32K, before: %s; KV pool %lld tokens\n", old.describe().c_str(), (long long)pool_tokens(old));
+  std::printf("32K, now:    %s; KV pool %lld tokens\n", p.describe().c_str(), (long long)pool_tokens(p));
+  ASSERT_TRUE(old.ok && p.ok) << old.error << p.error;
+  EXPECT_LT(pool_tokens(old), 262656);
+  EXPECT_EQ(kv_tokens_for_batch(8, 32768 - 1 + 8, 64), 262656);
+  EXPECT_GE(pool_tokens(p), 262656);  // B 8 x 32K runs
+  EXPECT_TRUE(p.tokens_lowered && p.lowered_for_kv);
+  EXPECT_EQ(p.kv_need_tokens, 262656 + 64);
+  EXPECT_TRUE(p.kv_needs_unmet.empty());
+  EXPECT_NE(p.describe().find(fmt::format("({} tokens/step, lowered from 16384 to leave the KV pool 262720 tokens for "
+                                          "B 8 x 32768 ctx decode,",
+                                          p.max_tokens)),
+            std::string::npos)
+      << p.describe();
+  EXPECT_GE(p.max_tokens, 1024);  // the 1024 prefill still runs
+  EXPECT_LT(p.max_tokens, old.max_tokens);
+  EXPECT_LE(p.ws.total(), p.workspace_budget);
+  // The largest: one token more per step and the pool would not hold B 8 x 32K.
+  const int64_t beside = int64_t(std::floor(double(kH100Cuda) * 0.88)) - in.in_use_bytes - kWeights13 - p.graph_bytes;
+  EXPECT_LE(p.ws.total() + p.kv_need_tokens * 18304, beside);
+  EXPECT_GT(runner_workspace(in, p.max_tokens + 1, 8).total() + p.kv_need_tokens * 18304, beside);
+
+  // The 128K B 1 case (--batch 1 --ctx 131072 --prefill 1024,4096): its one request is the
+  // smallest pool the plan always kept, so nothing changes.
+  const RunnerPlanInput in128 = bench_step_input({{1}, {131072}, {1024, 4096}, {1, 8}});
+  RunnerPlanInput old128_in = in128;
+  old128_in.kv_needs.clear();
+  const RunnerPlan p128 = plan_runner_memory(in128), old128 = plan_runner_memory(old128_in);
+  std::printf("128K: %s; KV pool %lld tokens\n", p128.describe().c_str(), (long long)pool_tokens(p128));
+  ASSERT_TRUE(p128.ok) << p128.error;
+  EXPECT_EQ(p128.max_tokens, old128.max_tokens);
+  EXPECT_EQ(p128.kv_tokens, old128.kv_tokens);
+  EXPECT_GE(pool_tokens(p128), 131072 + 8);
+
+  // The issue's first row (--batch 1,8,64,256 --ctx 1024 --prefill 4096): B 256 was skipped ("the
+  // KV pool holds 212608 tokens"); 256 x 17 pages = 278528 tokens now fit beside 4096 tokens/step.
+  const RunnerPlan p1k = plan_runner_memory(bench_step_input({{1, 8, 64, 256}, {1024}, {4096}, {1, 8}}));
+  std::printf("1K: %s; KV pool %lld tokens\n", p1k.describe().c_str(), (long long)pool_tokens(p1k));
+  ASSERT_TRUE(p1k.ok) << p1k.error;
+  EXPECT_GE(pool_tokens(p1k), 278528);
+  EXPECT_TRUE(p1k.kv_needs_unmet.empty());
+}
+
+TEST(RunnerMemoryPlan, ADecodePointNoTokensPerStepLeaveRoomForIsPassedOver) {
+  // Run 2: --batch 1,64 --ctx 8192 (--prefill 1024 --k 1,8). B 64 x 8K takes 64 x 129 pages =
+  // 528384 tokens: 9.67 GB in BF16, more than the 7.9 GB beside the weights and graphs at any
+  // tokens per step; the plan keeps the next point (B 1) and says which one it could not.
+  const RunnerPlan bf = plan_runner_memory(bench_step_input({{1, 64}, {8192}, {1024}, {1, 8}}));
+  std::printf("8K BF16: %s; KV pool %lld tokens\n", bf.describe().c_str(), (long long)pool_tokens(bf));
+  ASSERT_TRUE(bf.ok) << bf.error;
+  EXPECT_EQ(kv_tokens_for_batch(64, 8192 - 1 + 8, 64), 528384);
+  EXPECT_LT(pool_tokens(bf), 528384);
+  EXPECT_EQ(bf.max_tokens, 1024);  // asked 1024: the floor itself
+  ASSERT_EQ(bf.kv_needs_unmet.size(), 1u);
+  EXPECT_EQ(bf.kv_needs_unmet[0], "B 64 x 8192 ctx decode (528448 tokens)");
+  EXPECT_NE(bf.describe().find("; no tokens/step leave the KV pool room for B 64 x 8192 ctx decode (528448 tokens)"),
+            std::string::npos);
+  // FP8 (9152 B/token): the same point takes 4.84 GB and runs (issue 40's comparison point in FP8).
+  const RunnerPlan f8 = plan_runner_memory(bench_step_input({{1, 64}, {8192}, {1024}, {1, 8}, true}));
+  std::printf("8K FP8:  %s; KV pool %lld tokens\n", f8.describe().c_str(), (long long)pool_tokens(f8));
+  ASSERT_TRUE(f8.ok) << f8.error;
+  EXPECT_GE(pool_tokens(f8), 528384);
+  EXPECT_TRUE(f8.kv_needs_unmet.empty());
+  // After the upload the plan runs again with what is measured: in the 32K run above the workspace,
+  // graphs and pool took 7.41 + 0.07 + 1.64 GB of 0.88 x 85.02 GB, so 65.70 GB were in use (weights
+  // and the attention kernels' workspaces; ~1.06 GB under the first plan's 66.76 GB estimate).
+  // There B 64 x 6K (64 x 97 pages = 397312 tokens, 7.27 GB) fits in BF16 too, B 64 x 8K still
+  // not: queue_memplan.sh's kv_bf16 / kv_fp8 pair compares B 64 at 6K (and FP8 alone at 8K).
+  for (bool fp8 : {false, true}) {
+    RunnerPlanInput m = bench_step_input({{1, 64}, {6144, 8192}, {1024}, {1, 8}, fp8});
+    m.in_use_bytes = int64_t(std::floor(double(kH100Cuda) * 0.88)) - 9'120'000'000;
+    m.weight_bytes = 0;
+    const RunnerPlan q = plan_runner_memory(m);
+    std::printf("measured, %s: %s; KV pool %lld tokens\n", fp8 ? "FP8" : "BF16", q.describe().c_str(),
+                (long long)pool_tokens(q));
+    ASSERT_TRUE(q.ok) << q.error;
+    EXPECT_GE(pool_tokens(q), kv_tokens_for_batch(64, 6144 - 1 + 8, 64));
+    EXPECT_EQ(pool_tokens(q) >= 528384, fp8);
+  }
+}
+
+TEST(RunnerMemoryPlan, BenchStepRefusalsNameWhatToChange) {
+  // The weights alone: 0.78 x 85.02 GB less 1.88 GB in use is 64.44 GB < 64.88 GB.
+  BenchRun r{{1}, {200000}, {1024, 4096}, {1}};
+  r.fraction = 0.78;
+  const RunnerPlan w = plan_runner_memory(bench_step_input(r));
+  EXPECT_FALSE(w.ok);
+  EXPECT_EQ(w.error.rfind("memory plan: the weights (64.88 GB) do not fit 0.78 x the device's 85.02 GB less 1.88 GB "
+                          "in use = 64.44 GB; raise --mem-fraction-static",
+                          0),
+            0u)
+      << w.error;
+  // queue_memplan.sh's refusal run: a fraction that leaves 2 GB beside the weights and the load's
+  // estimated overheads, of nvidia-smi's total (81559 MiB, above cudaMemGetInfo's 85.02 GB):
+  // F = (1.01 x weights + used (0 MiB) + a CUDA context 0.7 GB + 0.54 GB + 2.0 GB) / total. One
+  // 200K request's KV is 200128 x 18304 B = 3.66 GB: no tokens per step leave room for it.
+  r.fraction = std::round((1.01 * double(kWeights13) + 0.0 + 0.7e9 + 0.54e9 + 2.0e9) / (81559.0 * 1048576.0) * 1000) /
+               1000;  // (the script's round(..., 3))
+  EXPECT_EQ(r.fraction, 0.804);
+  const RunnerPlan k = plan_runner_memory(bench_step_input(r));
+  std::printf("refused at %.3f: %s\n", r.fraction, k.error.c_str());
+  EXPECT_FALSE(k.ok);
+  EXPECT_EQ(k.error.find('\n'), std::string::npos);
+  EXPECT_EQ(k.error.rfind("memory plan: weights 64.88 GB + workspace ", 0), 0u) << k.error;
+  EXPECT_NE(k.error.find("(1024 tokens/step, the fewest) + graphs ~0.02 GB + the smallest KV pool 3.66 GB (one "
+                         "request of 200001 tokens; 200128 tokens with the padding page at 18304 B/token)"),
+            std::string::npos)
+      << k.error;
+  EXPECT_NE(k.error.find(" > 0.804 x the device's 85.02 GB less 1.88 GB in use = 66.48 GB; lower --ctx / --batch (about "),
+            std::string::npos)
+      << k.error;
+  EXPECT_NE(k.error.find("--max-running-requests, or raise --mem-fraction-static"), std::string::npos) << k.error;
+  // Where the fewest tokens per step are what was asked, the refusal also names the tokens' flag.
+  r.prefill = {1024};
+  RunnerPlanInput fixed = bench_step_input(r);
+  fixed.min_tokens = 0;
+  const RunnerPlan f = plan_runner_memory(fixed);
+  EXPECT_FALSE(f.ok);
+  EXPECT_NE(f.error.find("(1024 tokens/step) + graphs"), std::string::npos) << f.error;
+  EXPECT_NE(f.error.find("--max-running-requests or --prefill / --batch (a smaller workspace), or raise"),
+            std::string::npos)
+      << f.error;
+}
+
+TEST(RunnerMemoryPlan, WhenEveryStatedNeedIsTooLargeOneRequestAtTheFullContextStillRuns) {
+  // --batch 64 --ctx 8192 alone (BF16): the only decode point is passed over, the plan keeps one
+  // request at the full context (the prefill points run) rather than refusing the run.
+  const RunnerPlan p = plan_runner_memory(bench_step_input({{64}, {8192}, {1024}, {1, 8}}));
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.kv_need_what, "one request of 8200 tokens");
+  EXPECT_EQ(p.kv_need_tokens, (8200 + 63) / 64 * 64 + 64);
+  ASSERT_EQ(p.kv_needs_unmet.size(), 1u);
+  EXPECT_EQ(p.kv_needs_unmet[0], "B 64 x 8192 ctx decode (528448 tokens)");
+  // serve's sizing states no need: one request of --context-length, and the same plan as stating it.
+  RunnerPlanInput s = serve_input(kH100, 32768, 64);
+  const RunnerPlan a = plan_runner_memory(s);
+  s.kv_needs = {{32768, "one request of --context-length"}};
+  const RunnerPlan b = plan_runner_memory(s);
+  ASSERT_TRUE(a.ok && b.ok);
+  EXPECT_EQ(a.kv_tokens, b.kv_tokens);
+  EXPECT_EQ(a.describe(), b.describe());
+  EXPECT_EQ(a.kv_need_what, "one request of 32768 tokens");
+  EXPECT_TRUE(b.kv_needs_unmet.empty());
 }

@@ -426,6 +426,8 @@ RunnerPlanInput GpuRunner::Impl::plan_input(const model::ModelWeights& w, int64_
   in.min_score_rows = std::max<int64_t>({opt.max_requests, gmax, 1});
   in.max_score_rows = opt.max_score_rows;
   in.tokens_flag = opt.tokens_flag;
+  in.kv_needs = opt.kv_needs;
+  in.kv_flag = opt.kv_flag;
   const int E = int(std::max<int64_t>(c.moe.num_experts, 1));
   in.router_workspace = [E](int64_t T) { return int64_t(cuda::router_workspace_bytes(T, E)); };
   in.topk_workspace = [](int64_t rows, int64_t ctx) {
@@ -478,7 +480,10 @@ void GpuRunner::Impl::plan_memory() {
     in.dims.fp8_index_queries = kv_fp8 && fast_indexer;
     RunnerPlan p = plan_runner_memory(in);
     FP4MOE_CHECK(p.ok, "{}", p.error);
-    if (plan.tokens_lowered) p.tokens_lowered = true, p.tokens_asked = plan.tokens_asked;
+    if (plan.tokens_lowered) {  // said as the first plan lowered it, unless this one lowered further
+      if (!p.tokens_lowered) p.tokens_lowered = true, p.lowered_for_kv = plan.lowered_for_kv;
+      p.tokens_asked = plan.tokens_asked;
+    }
     plan = p;
     opt.max_tokens = plan.max_tokens;
     logits_rows = plan.logits_rows;

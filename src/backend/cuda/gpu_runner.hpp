@@ -41,6 +41,7 @@
 
 #include "core/paged_kv.hpp"
 #include "backend/device_sampling.hpp"
+#include "backend/runner_memory_plan.hpp"
 #include "engine/request.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
@@ -73,6 +74,11 @@ struct RunnerOptions {
   // request and graph bucket). A step of more tokens scores and selects its rows in chunks.
   int64_t max_score_rows = 0;
   std::string tokens_flag = "--max-tokens";  // what sets max_tokens, for the plan's refusal
+  // The KV the caller's work needs at once (engine::KvNeed: tokens, what for). The plan keeps the
+  // largest it can, lowering max_tokens (down to min_tokens) to leave the pool that much before the
+  // workspace grows; empty: one request at max_context (always kept). See runner_memory_plan.hpp.
+  std::vector<KvNeed> kv_needs;
+  std::string kv_flag = "--context-length";  // what sets the KV needs, for the plan's refusal
   int64_t max_requests = 256;         // the most requests in one step
   int64_t max_context = 8192;         // the longest request (positions); sizes the indexer scores
   int64_t page_size = 64;             // KV page size (a power of two)

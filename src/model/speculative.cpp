@@ -55,7 +55,8 @@ SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<do
   return {draw_from(mass > 0.0 ? resid : p, u_residual), false};
 }
 
-ModelSpecSteps::ModelSpecSteps(Model& model, HostKvPool& kv) : model_(model), kv_(kv) {
+ModelSpecSteps::ModelSpecSteps(Model& model, HostKvPool& kv, bool catchup_over_verify_rows)
+    : model_(model), kv_(kv), catchup_(catchup_over_verify_rows) {
   FP4MOE_CHECK(model.has_mtp(), "speculative decoding needs the checkpoint's MTP layer (model.layers.{}.*), and it has none",
                model.config().num_layers);
   FP4MOE_CHECK(kv.geometry().num_layers == model.config().num_layers + 1,
@@ -76,8 +77,17 @@ void ModelSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBa
   model_.mtp_step(tokens, h_in, b, kv_, rows, logits, h_out);
 }
 
-MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps)
-    : own_(std::make_unique<ModelSpecSteps>(model, kv)), steps_(*own_), n_(num_steps) {
+bool ModelSpecSteps::catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                              const TensorView& logits, float* h_out) {
+  if (!catchup_) return false;
+  std::vector<int32_t> rows(static_cast<size_t>(b.num_tokens));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i);
+  model_.mtp_step(tokens, h_in, b, kv_, rows, logits, h_out);  // causal within a request: row j sees rows <= j
+  return true;
+}
+
+MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps, bool catchup_over_verify_rows)
+    : own_(std::make_unique<ModelSpecSteps>(model, kv, catchup_over_verify_rows)), steps_(*own_), n_(num_steps) {
   FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
 }
 

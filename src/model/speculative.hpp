@@ -180,23 +180,31 @@ class SpecSteps {
 class ModelSpecSteps final : public SpecSteps {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
-  ModelSpecSteps(Model& model, HostKvPool& kv);
+  // catchup_over_verify_rows (tests): offer the GPU runner's catch-up form (the MTP layer over
+  // every verify row, Model::mtp_step over the verify batch), so that the host round takes the
+  // path the cuda backend takes.
+  ModelSpecSteps(Model& model, HostKvPool& kv, bool catchup_over_verify_rows = false);
   const MlaModelConfig& config() const override { return model_.config(); }
   int64_t page_size() const override { return kv_.geometry().page_size; }
   void verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows, const TensorView& logits,
               float* hidden) override;
   void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
            const TensorView& logits, float* h_out) override;
+  bool offers_catchup_over_verify_rows() const override { return catchup_; }
+  bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                const TensorView& logits, float* h_out) override;
 
  private:
   Model& model_;
   HostKvPool& kv_;
+  bool catchup_ = false;
 };
 
 class MtpSpeculator {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
-  MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps);
+  // catchup_over_verify_rows: ModelSpecSteps' (tests: the cuda backend's catch-up form).
+  MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps, bool catchup_over_verify_rows = false);
   // Any backend's steps (kept by reference).
   MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }

@@ -5,7 +5,10 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace fp4moe::model {
 namespace {
@@ -28,6 +31,18 @@ int32_t argmax_row(const float* row, int64_t V) {
 }
 
 }  // namespace
+
+std::string RoundTrace::describe() const {
+  std::string s = fmt::format("request {} at output index {} (position {}, {}{}{}): drafts [{}], accepted {}, "
+                              "ended_at {}, emitted [{}]",
+                              id, output_index, start, sampled ? "sampled" : "greedy", constrained ? ", constrained" : "",
+                              rows_form ? ", catch-up over verify rows" : "", fmt::join(drafts, " "), accepted, ended_at,
+                              fmt::join(emitted, " "));
+  for (size_t k = 0; k < allowed.size(); ++k)
+    s += fmt::format("; row {}: {} allowed{}, {} non-finite, best allowed logit {}", k, allowed[k],
+                     inside[k] ? "" : ", the emitted token NOT among them", nonfinite[k], best_logit[k]);
+  return s;
+}
 
 int32_t draw_from(const std::vector<double>& dist, double u) {
   double total = 0.0;
@@ -454,6 +469,39 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       if (!v.accepted) break;
       ++res.accepted;
       if (end || res.accepted == ended_at[r]) break;
+    }
+    if (rq.constraint || on_round) {
+      RoundTrace t;
+      t.id = rq.id;
+      t.output_index = rq.output_index;
+      t.start = rq.start;
+      t.constrained = rq.constraint != nullptr;
+      t.sampled = !greedy(rq.sampling);
+      t.rows_form = rows_form;
+      t.drafts = drafts[r];
+      t.accepted = res.accepted;
+      t.ended_at = ended_at[r];
+      for (const cpu::SampledToken& e : res.tokens) t.emitted.push_back(e.token);
+      for (int32_t k = 0; rq.constraint && k < int32_t(res.tokens.size()); ++k) {
+        const float* row = logits.data() + int64_t(off[r] + k) * V;
+        const bool has = int64_t(masks[r].size()) >= (k + 1) * W;
+        const uint32_t* m = has ? masks[r].data() + int64_t(k) * W : nullptr;
+        int32_t allowed = 0, nonfinite = 0;
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; m && v < V; ++v)
+          if ((m[v / 32] >> (v % 32)) & 1u) {
+            ++allowed;
+            if (!std::isfinite(row[v])) ++nonfinite;
+            else best = std::max(best, row[v]);
+          }
+        const int32_t tok = res.tokens[size_t(k)].token;
+        t.allowed.push_back(allowed > 0 ? allowed : -1);
+        t.inside.push_back(allowed == 0 || ((m[tok / 32] >> (tok % 32)) & 1u));
+        t.nonfinite.push_back(nonfinite);
+        t.best_logit.push_back(best);
+      }
+      if (t.emitted_outside_mask()) log_warn("speculative round: a token outside its grammar mask: {}", t.describe());
+      if (on_round) on_round(t);
     }
     if (rows_form) continue;  // the catch-up over every verify row, below
     // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were

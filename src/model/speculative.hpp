@@ -46,9 +46,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -97,6 +99,30 @@ struct SpecRoundResult {
 // returns the token to propose (drafts from a precomputed run exercise the accept paths that a
 // random-weight model rarely reaches). The draft distribution q stays the MTP's.
 using DraftOverride = std::function<int32_t(uint64_t id, uint64_t output_index, int32_t mtp_choice)>;
+
+// One request's host round as it ran (MtpSpeculator::on_round; a constrained round that emits a
+// token outside its row's mask logs it at warn level): the drafts the grammar accepted, what was
+// emitted, and per emitted position k (verify row k) what its mask allowed and what the target's
+// logits held there.
+struct RoundTrace {
+  uint64_t id = 0;
+  uint64_t output_index = 0;  // of the first emitted token
+  int32_t start = 0;
+  bool constrained = false, sampled = false, rows_form = false;  // rows_form: the catch-up over every verify row
+  std::vector<int32_t> drafts;   // n
+  int32_t accepted = 0;
+  int32_t ended_at = -1;         // drafts after which the grammar's text ended (-1: none)
+  std::vector<int32_t> emitted;
+  // Per emitted position (constrained requests): tokens its mask allows (-1: the row was not
+  // masked), whether the emitted token is one of them, how many of them have a non-finite logit,
+  // the largest of their logits.
+  std::vector<int32_t> allowed;
+  std::vector<bool> inside;
+  std::vector<int32_t> nonfinite;
+  std::vector<float> best_logit;
+  bool emitted_outside_mask() const { return std::find(inside.begin(), inside.end(), false) != inside.end(); }
+  std::string describe() const;  // one line
+};
 
 // Draws from an unnormalised distribution: the first i whose cumulative mass exceeds u · total.
 int32_t draw_from(const std::vector<double>& dist, double u);
@@ -209,6 +235,8 @@ class MtpSpeculator {
   MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }
   DraftOverride draft_override;  // tests only (forces the host round)
+  // Diagnostics and tests: called with each request's trace after every host round.
+  std::function<void(const RoundTrace&)> on_round;
   // A batch whose requests are all device_round_eligible runs as one greedy round on the device
   // when the steps offer one (SpecSteps::greedy_round): the same tokens as the host round. Off:
   // always the host round (bench step times both).

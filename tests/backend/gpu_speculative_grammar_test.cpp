@@ -59,19 +59,19 @@ const TrainedStructured& trained() {
   return t;
 }
 
-struct Run {
+struct SpecRun {
   std::map<uint64_t, Outcome> out;
   std::map<uint64_t, std::vector<model::RoundTrace>> rounds;  // per request, every host round
   SchedulerStats stats;
 };
 
-Run run(const std::vector<RequestSpec>& sp, int32_t steps, int32_t max_running) {
+SpecRun run(const std::vector<RequestSpec>& sp, int32_t steps, int32_t max_running) {
   CudaModelBackendOptions o;
   o.model_dir = trained_model_dir();
   o.runner = engine_runner();
   o.speculative_steps = steps;
   CudaModelBackend be(o);
-  Run r;
+  SpecRun r;
   if (model::MtpSpeculator* s = be.speculator())
     s->on_round = [&r](const model::RoundTrace& t) { r.rounds[t.id].push_back(t); };
   SchedulerConfig c = config(16, 256, max_running, 256, 1, true);
@@ -82,7 +82,7 @@ Run run(const std::vector<RequestSpec>& sp, int32_t steps, int32_t max_running) 
 }
 
 // Every round of the requests that aborted or emitted outside a mask, printed.
-void print_failed_rounds(const Run& r, const std::string& what) {
+void print_failed_rounds(const SpecRun& r, const std::string& what) {
   for (const auto& [id, o] : r.out) {
     bool outside = false;
     if (auto it = r.rounds.find(id); it != r.rounds.end())
@@ -101,11 +101,11 @@ TEST(GpuSpeculativeGrammar, SampledStructuredRequestsNeverAbortAndValidate) {
   FP4MOE_SKIP_WITHOUT_GPU();
   const TrainedStructured& t = trained();
   const auto sp = structured_requests(t, true, 8);
-  const Run plain = run(sp, 0, 1);
+  const SpecRun plain = run(sp, 0, 1);
   EXPECT_GE(expect_structured_valid(t, sp, plain.out, "plain"), 10);
   for (const int32_t running : {1, 4}) {
     const std::string what = "NEXTN 3, max_running " + std::to_string(running);
-    const Run spec = run(sp, 3, running);
+    const SpecRun spec = run(sp, 3, running);
     EXPECT_GE(expect_structured_valid(t, sp, spec.out, what), 10) << "most requests end within their tokens";
     EXPECT_GT(spec.stats.verify_steps, 0);
     int64_t rounds = 0, outside = 0;
@@ -121,7 +121,7 @@ TEST(GpuSpeculativeGrammar, GreedyStructuredNextnEqualsPlainWhereTheMarginAllows
   FP4MOE_SKIP_WITHOUT_GPU();
   const TrainedStructured& t = trained();
   const auto sp = structured_requests(t, false, 1);
-  const Run plain = run(sp, 0, 1);
+  const SpecRun plain = run(sp, 0, 1);
   ASSERT_EQ(expect_structured_valid(t, sp, plain.out, "plain"), 2);
   // Margins: per generated token j of the plain run, the best two allowed logits' gap (the
   // teacher-forced runner's row P - 1 + j, the matcher's mask after tokens < j).
@@ -156,7 +156,7 @@ TEST(GpuSpeculativeGrammar, GreedyStructuredNextnEqualsPlainWhereTheMarginAllows
   }
   for (const int32_t running : {1, 2}) {
     const std::string what = "NEXTN 3, max_running " + std::to_string(running);
-    const Run spec = run(sp, 3, running);
+    const SpecRun spec = run(sp, 3, running);
     expect_structured_valid(t, sp, spec.out, what);
     print_failed_rounds(spec, what);
     for (const auto& [id, o] : plain.out) {

@@ -30,6 +30,19 @@ int32_t argmax_row(const float* row, int64_t V) {
   return best;
 }
 
+// The distribution a row is sampled from, a NaN logit counted as -inf: the plain sampler's rule
+// (sample_cpu: a NaN never wins its draw), where sampling_distribution's exp() would turn the
+// whole distribution into NaN and draw_from its last token.
+std::vector<double> distribution_of(const float* row, int64_t V, const cpu::SamplingParams& p,
+                                    const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
+  if (std::none_of(row, row + V, [](float x) { return std::isnan(x); }))
+    return cpu::sampling_distribution(row, V, p, prompt, gen);
+  std::vector<float> x(row, row + V);
+  for (float& v : x)
+    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+  return cpu::sampling_distribution(x.data(), V, p, prompt, gen);
+}
+
 }  // namespace
 
 std::string RoundTrace::describe() const {
@@ -347,7 +360,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     } else if (greedy(p)) {
       tok = cpu::sample_cpu(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen, rq.output_index + uint64_t(k)).token;
     } else {
-      q[r].push_back(cpu::sampling_distribution(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
+      q[r].push_back(distribution_of(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
       tok = draw_from(q[r].back(), cpu::sampling_uniform(p.seed ^ kDraftStream, rq.output_index + uint64_t(k)));
     }
     if (draft_override) tok = draft_override(rq.id, rq.output_index + uint64_t(k), tok);
@@ -461,7 +474,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         if (end || res.accepted == ended_at[r]) break;
         continue;
       }
-      const std::vector<double> p = cpu::sampling_distribution(row, V, rq.sampling, prompt, gen);
+      const std::vector<double> p = distribution_of(row, V, rq.sampling, prompt, gen);
       const SampledVerdict v =
           verify_sampled(p, q[r][size_t(k)], drafts[r][size_t(k)], cpu::sampling_uniform(rq.sampling.seed ^ kAcceptStream, idx),
                          cpu::sampling_uniform(rq.sampling.seed ^ kResidualStream, idx));
@@ -470,7 +483,17 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       ++res.accepted;
       if (end || res.accepted == ended_at[r]) break;
     }
-    if (rq.constraint || on_round) {
+    // A constrained token outside its row's mask (never, unless the row's logits were not finite
+    // where the mask allows): the round's trace goes to the log. The scan is paid only then, or
+    // when a test / diagnostics asked for every trace (on_round).
+    bool outside = false;
+    for (int32_t k = 0; rq.constraint && k < int32_t(res.tokens.size()); ++k)
+      if (int64_t(masks[r].size()) >= (k + 1) * W) {
+        const uint32_t* m = masks[r].data() + int64_t(k) * W;
+        const int32_t tok = res.tokens[size_t(k)].token;
+        outside = outside || (std::any_of(m, m + W, [](uint32_t w) { return w != 0; }) && !((m[tok / 32] >> (tok % 32)) & 1u));
+      }
+    if (outside || on_round) {
       RoundTrace t;
       t.id = rq.id;
       t.output_index = rq.output_index;

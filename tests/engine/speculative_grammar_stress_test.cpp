@@ -10,6 +10,8 @@
 // structured_check.py): a regex whose text ends in a two-byte word, a schema closed by `]}`.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <span>
 #include <string_view>
 
 #include "backend/cpu/cpu_model_backend.hpp"
@@ -254,4 +256,157 @@ TEST(SpeculativeGrammarStress, SampledConstrainedRequestsWithForcedDraftsNeverAb
         expect_valid(sp, run(sp, ro));
       }
   }
+}
+
+namespace {
+
+// Steps whose target logits are 0 everywhere but NaN at token `nan_at` (the MTP's are 0).
+class NanLogitSteps final : public model::SpecSteps {
+ public:
+  explicit NanLogitSteps(int32_t nan_at) : nan_at_(nan_at) {
+    cfg_.vocab = 64;
+    cfg_.hidden = 4;
+  }
+  const model::MlaModelConfig& config() const override { return cfg_; }
+  int64_t page_size() const override { return 16; }
+  void verify(const TensorView& tokens, const KvBatchView&, const std::vector<int32_t>& rows, const TensorView& logits,
+              float* hidden) override {
+    float* l = logits.ptr<float>();
+    std::fill(l, l + rows.size() * size_t(cfg_.vocab), 0.0f);
+    for (size_t i = 0; i < rows.size(); ++i) l[i * size_t(cfg_.vocab) + size_t(nan_at_)] = std::nanf("");
+    std::fill(hidden, hidden + tokens.size(0) * cfg_.hidden, 0.0f);
+  }
+  void mtp(const TensorView& tokens, const float*, const KvBatchView&, const std::vector<int32_t>& rows,
+           const TensorView& logits, float* h_out) override {
+    std::fill(logits.ptr<float>(), logits.ptr<float>() + rows.size() * size_t(cfg_.vocab), 0.0f);
+    std::fill(h_out, h_out + tokens.size(0) * cfg_.hidden, 0.0f);
+  }
+
+ private:
+  model::MlaModelConfig cfg_;
+  int32_t nan_at_;
+};
+
+// Allows only `token`, once.
+class OneTokenConstraint final : public model::TokenConstraint {
+ public:
+  explicit OneTokenConstraint(int32_t token) : token_(token) {}
+  void fill_mask(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    if (!done_) mask[size_t(token_ / 32)] |= 1u << (token_ % 32);
+  }
+  bool accept(int32_t t) override { return !done_ && t == token_ && (done_ = true); }
+  bool terminated() const override { return done_; }
+  void rollback(int32_t n) override { done_ = done_ && n == 0; }
+
+ private:
+  int32_t token_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+// The diagnostics of a round that emits a token outside its grammar mask (the case the cuda
+// backend's aborted requests would be, with non-finite logits where the mask allows): a warn
+// line with the round's trace, and on_round's trace says which row, that the token is outside,
+// and that the allowed token's logit is not finite.
+TEST(SpeculativeGrammarStress, ARoundEmittingOutsideItsMaskSaysWhyInTheLog) {
+  NanLogitSteps steps(5);
+  model::MtpSpeculator spec(steps, 3);
+  std::vector<model::RoundTrace> traces;
+  spec.on_round = [&](const model::RoundTrace& t) { traces.push_back(t); };
+  OneTokenConstraint c(5);
+  const std::vector<int32_t> pages = {0}, prompt = {1, 2, 3};
+  model::SpecRequest rq;
+  rq.id = 7;
+  rq.start = 3;
+  rq.last_token = 3;
+  rq.pages = pages;
+  rq.max_new = 4;
+  rq.sampling.temperature = 0.0f;
+  rq.prompt = prompt;
+  rq.output_index = 1;
+  rq.constraint = &c;
+  ::testing::internal::CaptureStderr();
+  const auto res = spec.round({rq});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(res.size(), 1u);
+  ASSERT_EQ(res[0].tokens.size(), 1u) << "no MTP state yet: the round is the bonus token only";
+  EXPECT_NE(res[0].tokens[0].token, 5) << "a NaN logit never wins (sample_cpu's rule)";
+  ASSERT_EQ(traces.size(), 1u);
+  const model::RoundTrace& t = traces[0];
+  EXPECT_EQ(t.id, 7u);
+  ASSERT_EQ(t.inside.size(), 1u);
+  EXPECT_FALSE(t.inside[0]);
+  EXPECT_EQ(t.allowed[0], 1);
+  EXPECT_EQ(t.nonfinite[0], 1);
+  EXPECT_TRUE(t.emitted_outside_mask());
+  EXPECT_NE(log.find("speculative round: a token outside its grammar mask: request 7 at output index 1"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("1 non-finite"), std::string::npos) << log;
+  EXPECT_FALSE(c.terminated()) << "the round leaves the constraint as it found it";
+}
+
+namespace {
+
+// Allows tokens a and b at every position, forever.
+class TwoTokenConstraint final : public model::TokenConstraint {
+ public:
+  TwoTokenConstraint(int32_t a, int32_t b) : a_(a), b_(b) {}
+  void fill_mask(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    mask[size_t(a_ / 32)] |= 1u << (a_ % 32);
+    mask[size_t(b_ / 32)] |= 1u << (b_ % 32);
+  }
+  bool accept(int32_t t) override { return (t == a_ || t == b_) && ++accepted >= 0; }
+  bool terminated() const override { return false; }
+  void rollback(int32_t n) override { accepted -= n; }
+  int32_t accepted = 0;
+
+ private:
+  int32_t a_, b_;
+};
+
+}  // namespace
+
+// A sampled constrained round over target logits with a NaN at one of the two allowed tokens:
+// the NaN counts as -inf (sample_cpu's rule), so every emitted token is the other one (before,
+// the rejection step's distribution was NaN and draw_from gave the vocabulary's last token,
+// outside the mask: an abort).
+TEST(SpeculativeGrammarStress, SampledRoundsCountANaNLogitAsMinusInfinity) {
+  NanLogitSteps steps(5);
+  model::MtpSpeculator spec(steps, 3);
+  std::vector<model::RoundTrace> traces;
+  spec.on_round = [&](const model::RoundTrace& t) { traces.push_back(t); };
+  const std::vector<int32_t> pages = {0}, prompt = {1, 2, 3};
+  const std::vector<float> hidden(3 * 4, 0.0f);
+  spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the MTP state at position 2: drafts from 3 on
+  spec.run_queued();
+  TwoTokenConstraint c(5, 9);
+  int64_t drafted = 0, emitted = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    model::SpecRequest rq;
+    rq.id = 7;
+    rq.start = 3;
+    rq.last_token = 9;
+    rq.pages = pages;
+    rq.max_new = 4;
+    rq.sampling.temperature = 1.0f;
+    rq.sampling.seed = seed;
+    rq.sampling.has_seed = true;
+    rq.prompt = prompt;
+    rq.output_index = 1;
+    rq.constraint = &c;
+    spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the same MTP state every time
+    spec.run_queued();
+    const auto res = spec.round({rq});
+    drafted += res[0].drafted;
+    for (const auto& t : res[0].tokens) EXPECT_EQ(t.token, 9) << "seed " << seed;
+    emitted += int64_t(res[0].tokens.size());
+    EXPECT_EQ(c.accepted, 0) << "the round leaves the constraint as it found it";
+  }
+  EXPECT_GT(drafted, 20) << "rounds drafted (and so ran the rejection step)";
+  for (const auto& t : traces) EXPECT_FALSE(t.emitted_outside_mask()) << t.describe();
+  EXPECT_GT(emitted, 20);
 }

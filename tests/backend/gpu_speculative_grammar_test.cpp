@@ -15,6 +15,7 @@
 //     allowed tokens, so it can differ only where the best two allowed logits (teacher-forced
 //     runner over the plain tokens) are within 1e-2, several times that noise.
 // Compiled here for sm_90a; it runs on the device machine (label backend-gpu).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -81,12 +82,14 @@ SpecRun run(const std::vector<RequestSpec>& sp, int32_t steps, int32_t max_runni
   return r;
 }
 
-// Every round of the requests that aborted or emitted outside a mask, printed.
+// Every round of the requests that aborted, emitted outside a mask or met non-finite logits, printed.
 void print_failed_rounds(const SpecRun& r, const std::string& what) {
   for (const auto& [id, o] : r.out) {
     bool outside = false;
     if (auto it = r.rounds.find(id); it != r.rounds.end())
-      for (const auto& t : it->second) outside = outside || t.emitted_outside_mask();
+      for (const auto& t : it->second)
+        outside = outside || t.emitted_outside_mask() ||
+                  std::any_of(t.nonfinite.begin(), t.nonfinite.end(), [](int32_t x) { return x > 0; });
     if (o.reason != FinishReason::kAbort && !outside) continue;
     std::printf("%s: request %llu: %s (abort: %s)\n", what.c_str(), static_cast<unsigned long long>(id),
                 trained().text(o.tokens).c_str(), o.abort_message.c_str());
@@ -108,11 +111,15 @@ TEST(GpuSpeculativeGrammar, SampledStructuredRequestsNeverAbortAndValidate) {
     const SpecRun spec = run(sp, 3, running);
     EXPECT_GE(expect_structured_valid(t, sp, spec.out, what), 10) << "most requests end within their tokens";
     EXPECT_GT(spec.stats.verify_steps, 0);
-    int64_t rounds = 0, outside = 0;
+    int64_t rounds = 0, outside = 0, nonfinite = 0;
     for (const auto& [id, ts] : spec.rounds)
-      for (const auto& tr : ts) rounds += 1, outside += tr.emitted_outside_mask();
+      for (const auto& tr : ts) {
+        rounds += 1, outside += tr.emitted_outside_mask();
+        for (int32_t x : tr.nonfinite) nonfinite += x;
+      }
     EXPECT_GT(rounds, 0) << "host rounds ran (constrained requests never take the device round)";
     EXPECT_EQ(outside, 0) << what << ": rounds emitted a token outside its grammar mask";
+    EXPECT_EQ(nonfinite, 0) << what << ": verify rows with non-finite logits where the grammar allows a token";
     print_failed_rounds(spec, what);
   }
 }

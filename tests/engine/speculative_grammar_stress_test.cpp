@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_model_backend.hpp"
 #include "speculative_grammar_util.hpp"
+#include "trained_structured_util.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::engine;
@@ -23,7 +24,7 @@ using namespace fp4moe::engine::testing;
 
 namespace {
 
-constexpr const char* kCodeRegex = "[0-9]{3}-[a-z]{4}( OK| NO)";
+constexpr const char* kCodeRegex = kStructuredRegex;  // structured_check.py's
 
 // JSON numbers outside strings made small, kind kept (an integer -> 1 or -1, any other -> 1.5):
 // a grammar allows integers of any length and exponents of any size, nlohmann::json reads them
@@ -73,14 +74,15 @@ std::vector<Case> stress_cases() {
   std::vector<Case> cs = cases();
   cs[4].valid = [](const std::string& t) { return nlohmann::json::parse(tame_numbers(t), nullptr, false).is_object(); };
   const auto nfa = std::make_shared<test::ByteRegexNfa>(kCodeRegex);
-  cs.push_back(Case{{grammar::Kind::kRegex, kCodeRegex, true}, [nfa](const std::string& t) { return nfa->full_match(t); }});
-  cs.push_back(Case{{grammar::Kind::kJsonSchema,
-                     R"({"type":"object","properties":{"name":{"type":"string","maxLength":16},)"
-                     R"("count":{"type":"integer"},"tags":{"type":"array","items":{"type":"string",)"
-                     R"("enum":["a","b","c"]},"maxItems":3}},"required":["name","count","tags"],)"
-                     R"("additionalProperties":false})",
-                     true},
-                    valid_module});
+  Case rx, module;
+  rx.spec.kind = grammar::Kind::kRegex;
+  rx.spec.text = kCodeRegex;
+  rx.valid = [nfa](const std::string& t) { return nfa->full_match(t); };
+  cs.push_back(std::move(rx));
+  module.spec.kind = grammar::Kind::kJsonSchema;
+  module.spec.text = kStructuredSchema;  // structured_check.py's (trained_structured_util.hpp)
+  module.valid = valid_module;
+  cs.push_back(std::move(module));
   return cs;
 }
 

@@ -30,13 +30,21 @@ int32_t argmax_row(const float* row, int64_t V) {
   return best;
 }
 
-// The distribution a row is sampled from, a NaN logit counted as -inf: the plain sampler's rule
-// (sample_cpu: a NaN never wins its draw), where sampling_distribution's exp() would turn the
-// whole distribution into NaN and draw_from its last token.
+// The distribution a row is sampled from, a NaN logit counted as -inf and +inf logits taking
+// all the mass (shared equally): the plain sampler's rules (sample_cpu: a NaN never wins its
+// draw, a +inf always does), where sampling_distribution's exp() would turn the whole
+// distribution into NaN and draw_from would give the vocabulary's last token.
 std::vector<double> distribution_of(const float* row, int64_t V, const cpu::SamplingParams& p,
                                     const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
-  if (std::none_of(row, row + V, [](float x) { return std::isnan(x); }))
+  if (std::all_of(row, row + V, [](float x) { return !std::isnan(x) && x != std::numeric_limits<float>::infinity(); }))
     return cpu::sampling_distribution(row, V, p, prompt, gen);
+  std::vector<double> d(static_cast<size_t>(V), 0.0);
+  int64_t top = 0;
+  for (int64_t v = 0; v < V; ++v) top += row[v] == std::numeric_limits<float>::infinity();
+  if (top > 0) {
+    for (int64_t v = 0; v < V; ++v) d[size_t(v)] = row[v] == std::numeric_limits<float>::infinity() ? 1.0 / double(top) : 0.0;
+    return d;
+  }
   std::vector<float> x(row, row + V);
   for (float& v : x)
     if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <span>
 #include <string_view>
 
@@ -262,10 +264,11 @@ TEST(SpeculativeGrammarStress, SampledConstrainedRequestsWithForcedDraftsNeverAb
 
 namespace {
 
-// Steps whose target logits are 0 everywhere but NaN at token `nan_at` (the MTP's are 0).
+// Steps whose target logits are 0 everywhere but `value` (NaN unless given) at token `nan_at`
+// (the MTP's are 0).
 class NanLogitSteps final : public model::SpecSteps {
  public:
-  explicit NanLogitSteps(int32_t nan_at) : nan_at_(nan_at) {
+  explicit NanLogitSteps(int32_t nan_at, float value = std::nanf("")) : nan_at_(nan_at), value_(value) {
     cfg_.vocab = 64;
     cfg_.hidden = 4;
   }
@@ -275,7 +278,7 @@ class NanLogitSteps final : public model::SpecSteps {
               float* hidden) override {
     float* l = logits.ptr<float>();
     std::fill(l, l + rows.size() * size_t(cfg_.vocab), 0.0f);
-    for (size_t i = 0; i < rows.size(); ++i) l[i * size_t(cfg_.vocab) + size_t(nan_at_)] = std::nanf("");
+    for (size_t i = 0; i < rows.size(); ++i) l[i * size_t(cfg_.vocab) + size_t(nan_at_)] = value_;
     std::fill(hidden, hidden + tokens.size(0) * cfg_.hidden, 0.0f);
   }
   void mtp(const TensorView& tokens, const float*, const KvBatchView&, const std::vector<int32_t>& rows,
@@ -287,6 +290,7 @@ class NanLogitSteps final : public model::SpecSteps {
  private:
   model::MlaModelConfig cfg_;
   int32_t nan_at_;
+  float value_;
 };
 
 // Allows only `token`, once.
@@ -372,43 +376,47 @@ class TwoTokenConstraint final : public model::TokenConstraint {
 
 }  // namespace
 
-// A sampled constrained round over target logits with a NaN at one of the two allowed tokens:
-// the NaN counts as -inf (sample_cpu's rule), so every emitted token is the other one (before,
-// the rejection step's distribution was NaN and draw_from gave the vocabulary's last token,
-// outside the mask: an abort).
-TEST(SpeculativeGrammarStress, SampledRoundsCountANaNLogitAsMinusInfinity) {
-  NanLogitSteps steps(5);
-  model::MtpSpeculator spec(steps, 3);
-  std::vector<model::RoundTrace> traces;
-  spec.on_round = [&](const model::RoundTrace& t) { traces.push_back(t); };
-  const std::vector<int32_t> pages = {0}, prompt = {1, 2, 3};
-  const std::vector<float> hidden(3 * 4, 0.0f);
-  spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the MTP state at position 2: drafts from 3 on
-  spec.run_queued();
-  TwoTokenConstraint c(5, 9);
-  int64_t drafted = 0, emitted = 0;
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
-    model::SpecRequest rq;
-    rq.id = 7;
-    rq.start = 3;
-    rq.last_token = 9;
-    rq.pages = pages;
-    rq.max_new = 4;
-    rq.sampling.temperature = 1.0f;
-    rq.sampling.seed = seed;
-    rq.sampling.has_seed = true;
-    rq.prompt = prompt;
-    rq.output_index = 1;
-    rq.constraint = &c;
-    spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the same MTP state every time
+// A sampled constrained round over target logits with a NaN at one of the two allowed tokens, or
+// a +inf at one: the NaN counts as -inf, the +inf takes all the mass (sample_cpu's rules), so
+// every emitted token is token 9 (before, the rejection step's distribution was NaN and
+// draw_from gave the vocabulary's last token, outside the mask: an abort).
+TEST(SpeculativeGrammarStress, SampledRoundsTreatNonFiniteLogitsAsThePlainSamplerDoes) {
+  for (const auto& [at, value] : {std::pair<int32_t, float>{5, std::nanf("")},
+                                  std::pair<int32_t, float>{9, std::numeric_limits<float>::infinity()}}) {
+    SCOPED_TRACE("logit " + std::to_string(value) + " at token " + std::to_string(at));
+    NanLogitSteps steps(at, value);
+    model::MtpSpeculator spec(steps, 3);
+    std::vector<model::RoundTrace> traces;
+    spec.on_round = [&](const model::RoundTrace& t) { traces.push_back(t); };
+    const std::vector<int32_t> pages = {0}, prompt = {1, 2, 3};
+    const std::vector<float> hidden(3 * 4, 0.0f);
+    spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the MTP state at position 2: drafts from 3 on
     spec.run_queued();
-    const auto res = spec.round({rq});
-    drafted += res[0].drafted;
-    for (const auto& t : res[0].tokens) EXPECT_EQ(t.token, 9) << "seed " << seed;
-    emitted += int64_t(res[0].tokens.size());
-    EXPECT_EQ(c.accepted, 0) << "the round leaves the constraint as it found it";
+    TwoTokenConstraint c(5, 9);
+    int64_t drafted = 0, emitted = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      model::SpecRequest rq;
+      rq.id = 7;
+      rq.start = 3;
+      rq.last_token = 9;
+      rq.pages = pages;
+      rq.max_new = 4;
+      rq.sampling.temperature = 1.0f;
+      rq.sampling.seed = seed;
+      rq.sampling.has_seed = true;
+      rq.prompt = prompt;
+      rq.output_index = 1;
+      rq.constraint = &c;
+      spec.add_target_rows(7, 0, prompt, hidden.data(), 9, pages);  // the same MTP state every time
+      spec.run_queued();
+      const auto res = spec.round({rq});
+      drafted += res[0].drafted;
+      for (const auto& t : res[0].tokens) EXPECT_EQ(t.token, 9) << "seed " << seed;
+      emitted += int64_t(res[0].tokens.size());
+      EXPECT_EQ(c.accepted, 0) << "the round leaves the constraint as it found it";
+    }
+    EXPECT_GT(drafted, 20) << "rounds drafted (and so ran the rejection step)";
+    for (const auto& t : traces) EXPECT_FALSE(t.emitted_outside_mask()) << t.describe();
+    EXPECT_GT(emitted, 20);
   }
-  EXPECT_GT(drafted, 20) << "rounds drafted (and so ran the rejection step)";
-  for (const auto& t : traces) EXPECT_FALSE(t.emitted_outside_mask()) << t.describe();
-  EXPECT_GT(emitted, 20);
 }

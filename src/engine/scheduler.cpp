@@ -254,6 +254,7 @@ void Scheduler::run_round(const EventSink& sink) {
       ev.finished = true;
       ev.reason = FinishReason::kAbort;
       ev.abort_message = "the KV pool cannot hold this request";
+      log_warn("scheduler: request {} aborted: {}", s.id, ev.abort_message);
       ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
       release(s);
       ++totals_.aborted;
@@ -330,9 +331,10 @@ void Scheduler::run_round(const EventSink& sink) {
       produced.clear();
       s.done = true;
       s.reason = FinishReason::kAbort;
-      s.abort_message = "the grammar allows no next token";
+      s.abort_message = fmt::format("the grammar allows no next token (output index {})", s.generated());
     }
-    for (auto& tok : produced) {
+    for (size_t k = 0; k < produced.size(); ++k) {
+      GeneratedToken& tok = produced[k];
       if (s.done) break;
       s.tokens.push_back(tok.id);
       const int32_t id = tok.id;
@@ -341,7 +343,11 @@ void Scheduler::run_round(const EventSink& sink) {
       if (s.matcher && !s.matcher->accept(id)) {
         s.done = true;
         s.reason = FinishReason::kAbort;
-        s.abort_message = fmt::format("the sampled token {} is not one the grammar allows", id);
+        s.abort_message = fmt::format("the sampled token {} is not one the grammar allows (output index {}, {} of the "
+                                      "step's {} token(s), {})",
+                                      id, s.generated() - 1, k + 1, produced.size(),
+                                      steps > 1 ? (speculative ? "a speculative round" : "a multi-step decode")
+                                                : "a one-token step");
       } else if (is_stop(s, id)) {
         s.done = true;
         s.reason = FinishReason::kStop;
@@ -465,6 +471,7 @@ void Scheduler::run_round(const EventSink& sink) {
         ev.reason = s.reason;
         ev.matched_stop_id = s.matched_stop;
         ev.abort_message = s.abort_message;
+        if (s.reason == FinishReason::kAbort) log_warn("scheduler: request {} aborted: {}", s.id, s.abort_message);
         ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
         release(s);
         ++totals_.finished;
@@ -479,6 +486,7 @@ void Scheduler::run_round(const EventSink& sink) {
 
 bool Scheduler::cancel(uint64_t id, const std::string& why, const EventSink& sink) {
   auto abort_event = [&](Sequence& s) {
+    log_warn("scheduler: request {} aborted: {}", s.id, why);
     OutputEvent ev;
     ev.finished = true;
     ev.reason = FinishReason::kAbort;

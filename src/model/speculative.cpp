@@ -5,7 +5,10 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace fp4moe::model {
 namespace {
@@ -27,7 +30,40 @@ int32_t argmax_row(const float* row, int64_t V) {
   return best;
 }
 
+// The distribution a row is sampled from, a NaN logit counted as -inf and +inf logits taking
+// all the mass (shared equally): the plain sampler's rules (sample_cpu: a NaN never wins its
+// draw, a +inf always does), where sampling_distribution's exp() would turn the whole
+// distribution into NaN and draw_from would give the vocabulary's last token.
+std::vector<double> distribution_of(const float* row, int64_t V, const cpu::SamplingParams& p,
+                                    const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
+  if (std::all_of(row, row + V, [](float x) { return !std::isnan(x) && x != std::numeric_limits<float>::infinity(); }))
+    return cpu::sampling_distribution(row, V, p, prompt, gen);
+  std::vector<double> d(static_cast<size_t>(V), 0.0);
+  int64_t top = 0;
+  for (int64_t v = 0; v < V; ++v) top += row[v] == std::numeric_limits<float>::infinity();
+  if (top > 0) {
+    for (int64_t v = 0; v < V; ++v) d[size_t(v)] = row[v] == std::numeric_limits<float>::infinity() ? 1.0 / double(top) : 0.0;
+    return d;
+  }
+  std::vector<float> x(row, row + V);
+  for (float& v : x)
+    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+  return cpu::sampling_distribution(x.data(), V, p, prompt, gen);
+}
+
 }  // namespace
+
+std::string RoundTrace::describe() const {
+  std::string s = fmt::format("request {} at output index {} (position {}, {}{}{}): drafts [{}], accepted {}, "
+                              "ended_at {}, emitted [{}]",
+                              id, output_index, start, sampled ? "sampled" : "greedy", constrained ? ", constrained" : "",
+                              rows_form ? ", catch-up over verify rows" : "", fmt::join(drafts, " "), accepted, ended_at,
+                              fmt::join(emitted, " "));
+  for (size_t k = 0; k < allowed.size(); ++k)
+    s += fmt::format("; row {}: {} allowed{}, {} non-finite, best allowed logit {}", k, allowed[k],
+                     inside[k] ? "" : ", the emitted token NOT among them", nonfinite[k], best_logit[k]);
+  return s;
+}
 
 int32_t draw_from(const std::vector<double>& dist, double u) {
   double total = 0.0;
@@ -55,7 +91,8 @@ SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<do
   return {draw_from(mass > 0.0 ? resid : p, u_residual), false};
 }
 
-ModelSpecSteps::ModelSpecSteps(Model& model, HostKvPool& kv) : model_(model), kv_(kv) {
+ModelSpecSteps::ModelSpecSteps(Model& model, HostKvPool& kv, bool catchup_over_verify_rows)
+    : model_(model), kv_(kv), catchup_(catchup_over_verify_rows) {
   FP4MOE_CHECK(model.has_mtp(), "speculative decoding needs the checkpoint's MTP layer (model.layers.{}.*), and it has none",
                model.config().num_layers);
   FP4MOE_CHECK(kv.geometry().num_layers == model.config().num_layers + 1,
@@ -76,8 +113,17 @@ void ModelSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBa
   model_.mtp_step(tokens, h_in, b, kv_, rows, logits, h_out);
 }
 
-MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps)
-    : own_(std::make_unique<ModelSpecSteps>(model, kv)), steps_(*own_), n_(num_steps) {
+bool ModelSpecSteps::catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                              const TensorView& logits, float* h_out) {
+  if (!catchup_) return false;
+  std::vector<int32_t> rows(static_cast<size_t>(b.num_tokens));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int32_t(i);
+  model_.mtp_step(tokens, h_in, b, kv_, rows, logits, h_out);  // causal within a request: row j sees rows <= j
+  return true;
+}
+
+MtpSpeculator::MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps, bool catchup_over_verify_rows)
+    : own_(std::make_unique<ModelSpecSteps>(model, kv, catchup_over_verify_rows)), steps_(*own_), n_(num_steps) {
   FP4MOE_CHECK(num_steps >= 1 && num_steps <= 16, "--speculative-num-steps {} must be in [1, 16]", num_steps);
 }
 
@@ -322,7 +368,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     } else if (greedy(p)) {
       tok = cpu::sample_cpu(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen, rq.output_index + uint64_t(k)).token;
     } else {
-      q[r].push_back(cpu::sampling_distribution(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
+      q[r].push_back(distribution_of(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
       tok = draw_from(q[r].back(), cpu::sampling_uniform(p.seed ^ kDraftStream, rq.output_index + uint64_t(k)));
     }
     if (draft_override) tok = draft_override(rq.id, rq.output_index + uint64_t(k), tok);
@@ -436,7 +482,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         if (end || res.accepted == ended_at[r]) break;
         continue;
       }
-      const std::vector<double> p = cpu::sampling_distribution(row, V, rq.sampling, prompt, gen);
+      const std::vector<double> p = distribution_of(row, V, rq.sampling, prompt, gen);
       const SampledVerdict v =
           verify_sampled(p, q[r][size_t(k)], drafts[r][size_t(k)], cpu::sampling_uniform(rq.sampling.seed ^ kAcceptStream, idx),
                          cpu::sampling_uniform(rq.sampling.seed ^ kResidualStream, idx));
@@ -444,6 +490,49 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       if (!v.accepted) break;
       ++res.accepted;
       if (end || res.accepted == ended_at[r]) break;
+    }
+    // A constrained token outside its row's mask (never, unless the row's logits were not finite
+    // where the mask allows): the round's trace goes to the log. The scan is paid only then, or
+    // when a test / diagnostics asked for every trace (on_round).
+    bool outside = false;
+    for (int32_t k = 0; rq.constraint && k < int32_t(res.tokens.size()); ++k)
+      if (int64_t(masks[r].size()) >= (k + 1) * W) {
+        const uint32_t* m = masks[r].data() + int64_t(k) * W;
+        const int32_t tok = res.tokens[size_t(k)].token;
+        outside = outside || (std::any_of(m, m + W, [](uint32_t w) { return w != 0; }) && !((m[tok / 32] >> (tok % 32)) & 1u));
+      }
+    if (outside || on_round) {
+      RoundTrace t;
+      t.id = rq.id;
+      t.output_index = rq.output_index;
+      t.start = rq.start;
+      t.constrained = rq.constraint != nullptr;
+      t.sampled = !greedy(rq.sampling);
+      t.rows_form = rows_form;
+      t.drafts = drafts[r];
+      t.accepted = res.accepted;
+      t.ended_at = ended_at[r];
+      for (const cpu::SampledToken& e : res.tokens) t.emitted.push_back(e.token);
+      for (int32_t k = 0; rq.constraint && k < int32_t(res.tokens.size()); ++k) {
+        const float* row = logits.data() + int64_t(off[r] + k) * V;
+        const bool has = int64_t(masks[r].size()) >= (k + 1) * W;
+        const uint32_t* m = has ? masks[r].data() + int64_t(k) * W : nullptr;
+        int32_t allowed = 0, nonfinite = 0;
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t v = 0; m && v < V; ++v)
+          if ((m[v / 32] >> (v % 32)) & 1u) {
+            ++allowed;
+            if (!std::isfinite(row[v])) ++nonfinite;
+            else best = std::max(best, row[v]);
+          }
+        const int32_t tok = res.tokens[size_t(k)].token;
+        t.allowed.push_back(allowed > 0 ? allowed : -1);
+        t.inside.push_back(allowed == 0 || ((m[tok / 32] >> (tok % 32)) & 1u));
+        t.nonfinite.push_back(nonfinite);
+        t.best_logit.push_back(best);
+      }
+      if (t.emitted_outside_mask()) log_warn("speculative round: a token outside its grammar mask: {}", t.describe());
+      if (on_round) on_round(t);
     }
     if (rows_form) continue;  // the catch-up over every verify row, below
     // The MTP pairs (h_{start+j}, emitted_j): h from the verify rows, whose inputs were

@@ -46,9 +46,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -97,6 +99,30 @@ struct SpecRoundResult {
 // returns the token to propose (drafts from a precomputed run exercise the accept paths that a
 // random-weight model rarely reaches). The draft distribution q stays the MTP's.
 using DraftOverride = std::function<int32_t(uint64_t id, uint64_t output_index, int32_t mtp_choice)>;
+
+// One request's host round as it ran (MtpSpeculator::on_round; a constrained round that emits a
+// token outside its row's mask logs it at warn level): the drafts the grammar accepted, what was
+// emitted, and per emitted position k (verify row k) what its mask allowed and what the target's
+// logits held there.
+struct RoundTrace {
+  uint64_t id = 0;
+  uint64_t output_index = 0;  // of the first emitted token
+  int32_t start = 0;
+  bool constrained = false, sampled = false, rows_form = false;  // rows_form: the catch-up over every verify row
+  std::vector<int32_t> drafts;   // n
+  int32_t accepted = 0;
+  int32_t ended_at = -1;         // drafts after which the grammar's text ended (-1: none)
+  std::vector<int32_t> emitted;
+  // Per emitted position (constrained requests): tokens its mask allows (-1: the row was not
+  // masked), whether the emitted token is one of them, how many of them have a non-finite logit,
+  // the largest of their logits.
+  std::vector<int32_t> allowed;
+  std::vector<bool> inside;
+  std::vector<int32_t> nonfinite;
+  std::vector<float> best_logit;
+  bool emitted_outside_mask() const { return std::find(inside.begin(), inside.end(), false) != inside.end(); }
+  std::string describe() const;  // one line
+};
 
 // Draws from an unnormalised distribution: the first i whose cumulative mass exceeds u · total.
 int32_t draw_from(const std::vector<double>& dist, double u);
@@ -180,27 +206,37 @@ class SpecSteps {
 class ModelSpecSteps final : public SpecSteps {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
-  ModelSpecSteps(Model& model, HostKvPool& kv);
+  // catchup_over_verify_rows (tests): offer the GPU runner's catch-up form (the MTP layer over
+  // every verify row, Model::mtp_step over the verify batch), so that the host round takes the
+  // path the cuda backend takes.
+  ModelSpecSteps(Model& model, HostKvPool& kv, bool catchup_over_verify_rows = false);
   const MlaModelConfig& config() const override { return model_.config(); }
   int64_t page_size() const override { return kv_.geometry().page_size; }
   void verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows, const TensorView& logits,
               float* hidden) override;
   void mtp(const TensorView& tokens, const float* h_in, const KvBatchView& b, const std::vector<int32_t>& rows,
            const TensorView& logits, float* h_out) override;
+  bool offers_catchup_over_verify_rows() const override { return catchup_; }
+  bool catchup_over_verify_rows(const TensorView& tokens, const float* h_in, const KvBatchView& b,
+                                const TensorView& logits, float* h_out) override;
 
  private:
   Model& model_;
   HostKvPool& kv_;
+  bool catchup_ = false;
 };
 
 class MtpSpeculator {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).
-  MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps);
+  // catchup_over_verify_rows: ModelSpecSteps' (tests: the cuda backend's catch-up form).
+  MtpSpeculator(Model& model, HostKvPool& kv, int32_t num_steps, bool catchup_over_verify_rows = false);
   // Any backend's steps (kept by reference).
   MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }
   DraftOverride draft_override;  // tests only (forces the host round)
+  // Diagnostics and tests: called with each request's trace after every host round.
+  std::function<void(const RoundTrace&)> on_round;
   // A batch whose requests are all device_round_eligible runs as one greedy round on the device
   // when the steps offer one (SpecSteps::greedy_round): the same tokens as the host round. Off:
   // always the host round (bench step times both).

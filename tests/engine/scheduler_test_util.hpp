@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@ struct Outcome {
   bool finished = false;
   FinishReason reason = FinishReason::kLength;
   int32_t matched = -1;
+  std::string abort_message;  // why, when reason is kAbort
   Usage usage;
   int32_t events = 0;
 };
@@ -89,6 +91,7 @@ inline std::map<uint64_t, Outcome> run_all(const SchedulerConfig& cfg, const std
       o.finished = true;
       o.reason = ev.reason;
       o.matched = ev.matched_stop_id;
+      o.abort_message = ev.abort_message;
       o.usage = ev.usage;
     }
   };

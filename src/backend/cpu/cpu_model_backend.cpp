@@ -64,7 +64,8 @@ void CpuModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_
   if (opt_.mtp_layer) {
     kv_ = std::make_unique<model::HostKvPool>(model_->mtp_kv_geometry(page_size, num_pages, opt_.kv_elem),
                                               model_->mtp_kv_index_layers());
-    spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, std::max(opt_.speculative_steps, 1));
+    spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, std::max(opt_.speculative_steps, 1),
+                                                    opt_.catchup_over_verify_rows);
     spec_->draft_override = opt_.draft_override;
   } else {
     kv_ = std::make_unique<model::HostKvPool>(model_->kv_geometry(page_size, num_pages, opt_.kv_elem),

@@ -34,6 +34,9 @@ struct CpuModelBackendOptions {
   // (verification uses the target).
   bool quantize_draft_experts = false;
   model::DraftOverride draft_override;  // tests (model/speculative.hpp)
+  // Tests: the round's MTP catch-up over every verify row, the cuda backend's form
+  // (SpecSteps::catchup_over_verify_rows), instead of over the emitted pairs.
+  bool catchup_over_verify_rows = false;
 };
 
 class CpuModelBackend : public Backend {

@@ -56,6 +56,11 @@ class CudaModelBackend : public Backend {
   void init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) override;
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
   void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
+  // A finished, aborted or retracted request's speculative state (its MTP position, draft logits /
+  // token and hidden state) goes with it, as on the CPU backend.
+  void release_request(uint64_t request_id) override {
+    if (spec_) spec_->forget(request_id);
+  }
   const GpuRunner& runner() const { return *runner_; }
   // Speculative decoding's steps and speculator (null when off).
   const GpuSpecSteps* spec_steps() const { return spec_steps_.get(); }

@@ -16,7 +16,9 @@ for b in fp4moe "$@"; do
 done
 # The shared libraries fp4moe links that are not CUDA's or the C / C++ runtime's.
 ldd build/bin/fp4moe | awk '/=> \// {print $3}' |
-  grep -E 'libpcre2|libutf8proc|libcpp-httplib|libssl|libcrypto|libbrotli' | while read -r l; do cp -L "$l" .pre/lib/; done
+  grep -E 'libpcre2|libutf8proc|libcpp-httplib|libssl|libcrypto|libbrotli' | while read -r l; do
+    xz -T2 -6 -c "$l" > ".pre/lib/$(basename "$l").xz"  # unpacked by prebuilt_env.sh (7.6 MB -> ~2.5 MB)
+  done
 git rev-parse --short HEAD > .pre/COMMIT
 pwd > .pre/SOURCE_DIR  # the test binaries' compiled-in FP4MOE_SOURCE_DIR (FP4MOE_BINARY_DIR = it/build)
 git diff --quiet HEAD -- src tests CMakeLists.txt || echo "pack_prebuilt: note: src / tests differ from HEAD ($(cat .pre/COMMIT))" >&2

@@ -1,5 +1,5 @@
 # Sourced on the GPU machine (see pack_prebuilt.sh): unpacks .pre/*.xz (or *.gz) into $PRE_BIN (/tmp/fp4moe_pre),
-# puts .pre/lib on LD_LIBRARY_PATH, points SWEEP_BIN / FP4MOE_BIN at the carried fp4moe and sets
+# unpacks .pre/lib into $PRE_BIN/lib and puts it on LD_LIBRARY_PATH, points SWEEP_BIN / FP4MOE_BIN at the carried fp4moe and sets
 # FP4MOE_COMMIT. Test binaries find the goldens and fp4moe through the paths compiled into them
 # (FP4MOE_SOURCE_DIR, FP4MOE_BINARY_DIR of the machine that built them): those are linked here.
 PRE_BIN=${PRE_BIN:-/tmp/fp4moe_pre}
@@ -9,7 +9,14 @@ for z in .pre/*.xz .pre/*.gz; do
   b=$(basename "${z%.*}")
   case "$z" in *.xz) xz -dc "$z" ;; *) gunzip -c "$z" ;; esac > "$PRE_BIN/$b" && chmod +x "$PRE_BIN/$b"
 done
-export PRE_BIN LD_LIBRARY_PATH="$PWD/.pre/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The shared libraries travel as .pre/lib/*.xz (pack_prebuilt.sh; plain files from older packs
+# work too): unpacked beside the binaries.
+mkdir -p "$PRE_BIN/lib"
+for z in .pre/lib/*; do
+  [ -e "$z" ] || continue
+  case "$z" in *.xz) xz -dc "$z" > "$PRE_BIN/lib/$(basename "${z%.xz}")" ;; *) cp -f "$z" "$PRE_BIN/lib/" ;; esac
+done
+export PRE_BIN LD_LIBRARY_PATH="$PRE_BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SWEEP_BIN="$PRE_BIN/fp4moe" FP4MOE_BIN="$PRE_BIN/fp4moe" FP4MOE_COMMIT=$(cat .pre/COMMIT 2>/dev/null || echo unknown)
 src_dir=$(cat .pre/SOURCE_DIR 2>/dev/null || echo /work/main)
 if [ "$src_dir" != "$PWD" ] && [ ! -e "$src_dir/tests" ]; then

@@ -19,9 +19,11 @@ done
 export PRE_BIN LD_LIBRARY_PATH="$PRE_BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SWEEP_BIN="$PRE_BIN/fp4moe" FP4MOE_BIN="$PRE_BIN/fp4moe" FP4MOE_COMMIT=$(cat .pre/COMMIT 2>/dev/null || echo unknown)
 src_dir=$(cat .pre/SOURCE_DIR 2>/dev/null || echo /work/main)
-if [ "$src_dir" != "$PWD" ] && [ ! -e "$src_dir/tests" ]; then
-  mkdir -p "$src_dir" && ln -sfn "$PWD/tests" "$src_dir/tests"
-fi
+for d in tests models; do  # the goldens and the trained model (models/glm5-mini-py) the tests read
+  if [ "$src_dir" != "$PWD" ] && [ ! -e "$src_dir/$d" ]; then
+    mkdir -p "$src_dir" && ln -sfn "$PWD/$d" "$src_dir/$d"
+  fi
+done
 # The tests that run the CLI look for it in FP4MOE_BINARY_DIR/bin (also when the checkout sits
 # at the same path here: build/ is not carried).
 [ -x "$src_dir/build/bin/fp4moe" ] || { mkdir -p "$src_dir/build/bin" && cp "$PRE_BIN/fp4moe" "$src_dir/build/bin/fp4moe"; }

@@ -35,6 +35,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--speculative-draft-model-quantization", o->speculative.draft_model_quantization,
                  fp4moe::engine::kSpeculativeDraftModelQuantizationHelp)
       ->check(CLI::IsMember({"nvfp4", "unquant"}));
+  app.add_option("--speculative-disable-by-batch-size", o->speculative.disable_by_batch_size,
+                 fp4moe::engine::kSpeculativeDisableByBatchSizeHelp);
   app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Prompt tokens per step at most (decode tokens ride along)")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (caps --mem-fraction-static)")

@@ -58,6 +58,10 @@ Scheduler::Scheduler(SchedulerConfig config, Backend& backend)
   FP4MOE_CHECK(cfg_.speculative_tokens == 0 || (cfg_.speculative_tokens >= 2 && cfg_.decode_steps == 1),
                "speculative decoding ({} tokens per verify step) runs one draft/verify round per decode call: "
                "--num-continuous-decode-steps must be 1 (got {})", cfg_.speculative_tokens, cfg_.decode_steps);
+  FP4MOE_CHECK(cfg_.speculative_disable_by_batch_size >= 0 &&
+                   (cfg_.speculative_disable_by_batch_size == 0 || cfg_.speculative_tokens > 0),
+               "--speculative-disable-by-batch-size {} needs speculative decoding and must be at least 1",
+               cfg_.speculative_disable_by_batch_size);
   FP4MOE_CHECK(cfg_.context_length >= 2, "the context length must be at least 2 (got {})", cfg_.context_length);
   batch_.page_size = cfg_.page_size;
   totals_.pages_total = cfg_.num_pages;
@@ -202,8 +206,14 @@ void Scheduler::run_round(const EventSink& sink) {
   const bool dumping = std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->step_dump() != 0; });
   const bool constrained =
       std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
+  // Above --speculative-disable-by-batch-size running requests, a decode round is one plain step:
+  // step() runs the MTP layer over the pairs it completed, as after a prefill, so the MTP KV and
+  // the next draft source stay what a round would have left (decode() would speculate).
+  const bool too_many = cfg_.speculative_disable_by_batch_size > 0 &&
+                        int32_t(running_.size()) > cfg_.speculative_disable_by_batch_size;
   const bool speculative =
-      cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained);
+      cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained) && !too_many;
+  if (cfg_.speculative_tokens > 0 && all_decode && too_many) ++totals_.spec_disabled_rounds;
   if (all_decode && (speculative || (cfg_.decode_steps > 1 && !dumping && !constrained))) {
     steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
     for (auto& s : running_)

@@ -10,7 +10,10 @@
 // pages indexed in the prefix cache first) and it goes back to the front of the queue with
 // its generated tokens, to be recomputed and continued later: it is never dropped, and since
 // the sampling draw depends only on (seed, output index) it produces the same tokens.
-// Finished and cancelled requests free their pages at once.
+// Finished and cancelled requests free their pages at once. With speculative decoding, a
+// decode round is one draft/verify round (Backend::decode) unless the batch dumps rows, holds a
+// constrained request the backend cannot speculate on, or holds more requests than
+// --speculative-disable-by-batch-size: then it is one plain step (Backend::step).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,10 @@ struct SchedulerConfig {
   // is one Backend::decode call of N + 1 steps = one draft/verify round (the backend emits 1 ..
   // N + 1 tokens per request); 0: off. Excludes decode_steps > 1.
   int32_t speculative_tokens = 0;
+  // --speculative-disable-by-batch-size N (with speculation): a decode round whose running batch
+  // holds more than N requests is one plain step (Backend::step, which keeps a speculating
+  // backend's MTP layer caught up) instead of a draft/verify round; 0: speculate at every size.
+  int32_t speculative_disable_by_batch_size = 0;
   bool radix_cache = true;            // ! --disable-radix-cache
   int32_t context_length = 0;         // tokens a request may reach (prompt + generated)
   std::vector<int32_t> eos_ids;       // stop unless ignore_eos
@@ -64,6 +71,9 @@ struct SchedulerStats {
   int64_t decode_tokens = 0;   // tokens generated
   int64_t retractions = 0;
   int64_t verify_steps = 0;    // speculative draft/verify rounds
+  // Speculating: decode rounds run as one plain step because the batch held more than
+  // --speculative-disable-by-batch-size requests.
+  int64_t spec_disabled_rounds = 0;
   int64_t finished = 0;
   int64_t aborted = 0;
   double backend_seconds = 0;  // wall time inside Backend::step / decode (the model, with the backend's own host work)

@@ -23,6 +23,14 @@ const char* const kSpeculativeDraftModelQuantizationHelp =
     "where its scratch does not fit the step). Drafts only: the output is the target's either way (acceptance may "
     "differ). Experts stored in FP4 are used as stored";
 
+const char* const kSpeculativeDisableByBatchSizeHelp =
+    "N >= 1: a decode round whose running batch holds more than N requests runs one plain decode step (one token per "
+    "request) instead of a draft/verify round; rounds of N or fewer requests speculate again (default: speculate at "
+    "every batch size). At large batches a plain step already uses the GPU well and a round costs several of them. "
+    "Output is unchanged (greedy: token for token). A plain step still runs the MTP layer once over the pairs it "
+    "completed (one MTP step per plain round), so that its KV and the next round's first draft stay exact. Needs "
+    "--speculative-algorithm";
+
 int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend, int32_t continuous_decode_steps) {
   if (f.algorithm.empty()) {
     FP4MOE_CHECK(!f.num_steps && !f.eagle_topk && !f.num_draft_tokens,
@@ -58,6 +66,16 @@ bool quantize_draft_experts(const SpeculativeFlags& f, bool speculating) {
                q);
   FP4MOE_CHECK(speculating, "--speculative-draft-model-quantization needs --speculative-algorithm NEXTN (the draft's experts)");
   return q == "nvfp4";
+}
+
+int32_t speculative_disable_by_batch_size(const SpeculativeFlags& f, bool speculating) {
+  if (!f.disable_by_batch_size) return 0;
+  const int32_t n = *f.disable_by_batch_size;
+  FP4MOE_CHECK(speculating, "--speculative-disable-by-batch-size needs --speculative-algorithm NEXTN (it turns "
+               "speculation off for large batches)");
+  FP4MOE_CHECK(n >= 1, "--speculative-disable-by-batch-size {} must be at least 1 (batches of more than N requests "
+               "decode without speculation)", n);
+  return n;
 }
 
 }  // namespace fp4moe::engine

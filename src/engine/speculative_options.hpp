@@ -2,8 +2,10 @@
 // in one place: --speculative-algorithm NEXTN (EAGLE: an alias; the model's own MTP layer as the
 // draft), --speculative-num-steps N (default 3), --speculative-eagle-topk (1 only: chain drafts),
 // --speculative-num-draft-tokens (N + 1 only), --speculative-draft-model-quantization (nvfp4 /
-// unquant: the MTP layer's BF16 routed experts quantized at load or kept). Speculation runs on the cpu and cuda backends, one
-// draft/verify round per scheduling round: --num-continuous-decode-steps must be 1 with it.
+// unquant: the MTP layer's BF16 routed experts quantized at load or kept), and on `serve` only
+// --speculative-disable-by-batch-size N (vLLM's name: a decode batch of more than N requests runs
+// plain steps). Speculation runs on the cpu and cuda backends, one draft/verify round per
+// scheduling round: --num-continuous-decode-steps must be 1 with it.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ struct SpeculativeFlags {
   std::optional<int32_t> eagle_topk;      // default 1
   std::optional<int32_t> num_draft_tokens;  // default num_steps + 1
   std::optional<std::string> draft_model_quantization;  // nvfp4 (default) | unquant
+  std::optional<int32_t> disable_by_batch_size;         // serve only; default: never (speculate at every size)
 };
 
 // The help texts (one per flag), shared by the commands.
@@ -26,6 +29,7 @@ extern const char* const kSpeculativeNumStepsHelp;
 extern const char* const kSpeculativeEagleTopkHelp;
 extern const char* const kSpeculativeNumDraftTokensHelp;
 extern const char* const kSpeculativeDraftModelQuantizationHelp;
+extern const char* const kSpeculativeDisableByBatchSizeHelp;
 
 // N (draft steps per round), or 0 when speculation is off. Throws fp4moe::Error (one line) for
 // a flag without --speculative-algorithm, another algorithm, N outside [1, 16], a top-k other
@@ -39,5 +43,13 @@ int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend,
 // --speculative-algorithm is on). `generate --dump-mtp-logits` alone (the MTP layer's math
 // check) runs the experts as the checkpoint stores them.
 bool quantize_draft_experts(const SpeculativeFlags& f, bool speculating);
+
+// --speculative-disable-by-batch-size N (`serve` only; vLLM's speculative_disable_by_batch_size):
+// a decode round whose running batch holds more than N requests is one plain decode step instead
+// of a draft/verify round (the scheduler's SchedulerConfig::speculative_disable_by_batch_size);
+// rounds of N or fewer speculate again. Returns N, or 0 when not given (speculate at every batch
+// size). Throws fp4moe::Error (one line) for N < 1, or the flag without speculation (speculating:
+// --speculative-algorithm is on).
+int32_t speculative_disable_by_batch_size(const SpeculativeFlags& f, bool speculating);
 
 }  // namespace fp4moe::engine

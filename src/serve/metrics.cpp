@@ -121,6 +121,10 @@ std::string Metrics::render(const engine::EngineStats& s, bool healthy) const {
   counter("fp4moe_spec_verify_steps_total", "Speculative decoding: draft/verify rounds, per request.", spec_rounds_);
   counter("fp4moe_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed by the MTP layer.", spec_drafted_);
   counter("fp4moe_spec_accepted_tokens_total", "Speculative decoding: draft tokens the target accepted.", spec_accepted_);
+  counter("fp4moe_spec_disabled_rounds_total",
+          "Speculative decoding: decode rounds run as one plain step because the batch held more than "
+          "--speculative-disable-by-batch-size requests.",
+          uint64_t(s.spec_disabled_rounds));
   counter("fp4moe_moe_gemms_total", "Grouped MoE GEMMs the backend reported.", moe_gemms_);
   {
     std::lock_guard<std::mutex> lock(errors_mu_);

@@ -157,6 +157,7 @@ void Server::load() {
   FP4MOE_CHECK(opt_.backend == "fake" || !opt_.model.empty(), "--model DIR is required (except with --backend fake)");
   speculative_steps_ = engine::speculative_steps(opt_.speculative, opt_.backend, opt_.num_continuous_decode_steps);
   (void)engine::quantize_draft_experts(opt_.speculative, speculative_steps_ > 0);  // its value's and its need's errors
+  spec_disable_by_batch_size_ = engine::speculative_disable_by_batch_size(opt_.speculative, speculative_steps_ > 0);
   // The model folder's tokenizer; the fake backend without a folder uses the byte stand-in.
   const std::string tokenizer_dir = opt_.tokenizer_path.empty() ? opt_.model : opt_.tokenizer_path;
   codec_ = tokenizer_dir.empty() ? make_byte_codec() : make_hf_text_codec(tokenizer_dir);
@@ -194,6 +195,7 @@ void Server::load() {
   sc.chunked_prefill_size = opt_.chunked_prefill_size;
   sc.decode_steps = opt_.num_continuous_decode_steps;
   sc.speculative_tokens = speculative_steps_ > 0 ? speculative_steps_ + 1 : 0;
+  sc.speculative_disable_by_batch_size = spec_disable_by_batch_size_;
   sc.radix_cache = !opt_.disable_radix_cache;
   sc.context_length = context_length_;
   sc.eos_ids = codec_->eos_ids();
@@ -324,6 +326,8 @@ void Server::routes() {
                     {"speculative_num_draft_tokens", speculative_steps_ > 0 ? json(speculative_steps_ + 1) : json(nullptr)},
                     {"speculative_draft_model_quantization",
                      speculative_steps_ > 0 ? json(opt_.speculative.draft_model_quantization.value_or("nvfp4")) : json(nullptr)},
+                    {"speculative_disable_by_batch_size",
+                     spec_disable_by_batch_size_ > 0 ? json(spec_disable_by_batch_size_) : json(nullptr)},
                     {"chunked_prefill_size", opt_.chunked_prefill_size},
                     {"max_total_tokens", plan_.tokens()},
                     {"mem_fraction_static", plan_.mem_fraction_static},

@@ -147,6 +147,7 @@ class Server {
   std::unique_ptr<grammar::Compiler> grammar_;
   int32_t context_length_ = 0;
   int32_t speculative_steps_ = 0;  // --speculative-num-steps when --speculative-algorithm is on, else 0
+  int32_t spec_disable_by_batch_size_ = 0;  // --speculative-disable-by-batch-size (0: speculate at every batch size)
   int32_t max_request_tokens_ = 0;  // min(context, KV pool)
   std::atomic<State> state_{State::kLoading};
   std::atomic<bool> loaded_{false};

@@ -270,6 +270,8 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
     const RunResult switched = run(specs, n, 1, &plain.out);
     expect_same_tokens(always.out, plain.out);
     expect_same_tokens(switched.out, plain.out);
+    EXPECT_GT(count_rounds(switched.calls).plain, 0) << "no plain round: nothing to compare";
+    EXPECT_EQ(count_rounds(always.calls).plain, 0);
     ASSERT_EQ(always.row_bytes, switched.row_bytes);
     ASSERT_GT(always.row_bytes, 0u);
     for (const auto& [id, o] : plain.out) {
@@ -287,6 +289,7 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
   // output index, so the two runs share many): one draft step, each a round's first.
   const RunResult always = run(specs, 1, 0), switched = run(specs, 1, 1);
   expect_same_tokens(switched.out, plain.out);
+  EXPECT_GT(count_rounds(switched.calls).plain, 0);
   int32_t common = 0;
   for (const auto& [key, tok] : switched.mtp_drafts) {
     const auto it = always.mtp_drafts.find(key);

@@ -7,8 +7,10 @@ Checks: concurrent greedy /generate requests (some with stop_token_ids, various 
 give the same output_ids and finish reasons as a server without speculation; meta_info and the
 OpenAI usage carry spec_verify_ct (1 <= it <= completion tokens); /metrics has the draft /
 accepted counters and the accept-length histogram; a checkpoint without an MTP layer, a
---speculative-eagle-topk other than 1 and --num-continuous-decode-steps > 1 are one line and a
-non-zero exit. Python's standard library only.
+--speculative-eagle-topk other than 1, --num-continuous-decode-steps > 1 and
+--speculative-disable-by-batch-size without speculation or below 1 are one line and a non-zero
+exit; with --speculative-disable-by-batch-size 2 the output is still the plain server's and
+/get_server_info names it. Python's standard library only.
 """
 import json
 import os
@@ -131,8 +133,26 @@ class SpeculativeServe(unittest.TestCase):
             self.assertGreaterEqual(values["fp4moe_spec_draft_tokens_total"], values["fp4moe_spec_accepted_tokens_total"])
             self.assertEqual(values["fp4moe_spec_accept_length_count"], values["fp4moe_spec_verify_steps_total"])
             self.assertIn('fp4moe_spec_accept_length_bucket{le="4"}', m)
+            self.assertIn("fp4moe_spec_disabled_rounds_total 0\n", m)
+            with urllib.request.urlopen(surl + "/get_server_info", timeout=10) as r:
+                self.assertIsNone(json.loads(r.read())["speculative_disable_by_batch_size"])
         finally:
             self.stop(spec, slog)
+        # --speculative-disable-by-batch-size 2: rounds of more than two running requests are plain
+        # steps; the output is the plain server's (which rounds switch depends on arrival timing:
+        # tests/engine/speculative_disable_test.cpp checks the switching itself).
+        off, ourl, olog = start(self.model, "--speculative-algorithm", "NEXTN", "--speculative-disable-by-batch-size", "2")
+        try:
+            got = run_concurrently(ourl, requests())
+            for w, g in zip(want, got):
+                self.assertEqual(g["output_ids"], w["output_ids"])
+                self.assertEqual(g["meta_info"]["finish_reason"], w["meta_info"]["finish_reason"])
+            with urllib.request.urlopen(ourl + "/get_server_info", timeout=10) as r:
+                self.assertEqual(json.loads(r.read())["speculative_disable_by_batch_size"], 2)
+            with urllib.request.urlopen(ourl + "/metrics", timeout=10) as r:
+                self.assertIn("fp4moe_spec_disabled_rounds_total", r.read().decode())
+        finally:
+            self.stop(off, olog)
 
     def refused(self, model, *extra):
         p = subprocess.run([BINARY, "serve", "--model", model, "--backend", "cpu", "--port", str(free_port()), *extra],
@@ -149,6 +169,10 @@ class SpeculativeServe(unittest.TestCase):
         self.assertIn("--num-continuous-decode-steps 4",
                       self.refused(self.model, "--speculative-algorithm", "EAGLE", "--num-continuous-decode-steps", "4"))
         self.assertIn("need --speculative-algorithm", self.refused(self.model, "--speculative-num-steps", "2"))
+        self.assertIn("--speculative-disable-by-batch-size needs --speculative-algorithm",
+                      self.refused(self.model, "--speculative-disable-by-batch-size", "4"))
+        self.assertIn("--speculative-disable-by-batch-size 0 must be at least 1",
+                      self.refused(self.model, "--speculative-algorithm", "NEXTN", "--speculative-disable-by-batch-size", "0"))
 
 
 if __name__ == "__main__":

@@ -183,6 +183,12 @@ class Backend {
   // samples. The token sampled at step j is the input of step j + 1; a request stops
   // producing after a stop id or max_new tokens. The default loops step() on the host (the
   // CPU backend's multi-step); the GPU runner overrides it to keep the K steps on the device.
+  // A backend built with speculative decoding (the cpu and cuda backends with
+  // speculative_steps > 0) makes EVERY decode() call one draft/verify round (steps = N + 1:
+  // 1 .. N + 1 tokens per request); it has no plain multi-step decode. The scheduler runs a plain
+  // decode round on such a backend (a batch above --speculative-disable-by-batch-size, dumping or
+  // constrained where it cannot speculate) as one step(): step() also runs the MTP layer over the
+  // pairs it completed, so the MTP layer's KV, position and next draft stay what a round leaves.
   virtual void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out);
 
   // The request left the running batch (finished, aborted or retracted): per-request state

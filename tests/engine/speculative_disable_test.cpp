@@ -15,6 +15,7 @@
 #include "backend/cpu/cpu_model_backend.hpp"
 #include "engine/speculative_options.hpp"
 #include "scheduler_test_util.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace fp4moe;
 using namespace fp4moe::engine;
@@ -54,6 +55,10 @@ class SnoopBackend : public CpuModelBackend {
     CpuModelBackend::decode(batch, limits, steps, out);
   }
   void release_request(uint64_t id) override {
+    if (kv_pool().geometry().num_layers <= model().config().num_layers) {  // no MTP layer (not speculating)
+      CpuModelBackend::release_request(id);
+      return;
+    }
     const KvLayerView& l = kv_pool().layer(model().config().num_layers);
     std::vector<uint8_t>& rows = mtp_rows[id];
     rows.clear();
@@ -119,9 +124,10 @@ std::vector<RequestSpec> greedy_specs(int n) {
 // added once request 1 has `late_after` generated tokens (all at once when early >= size).
 // drafts_from: forced drafts (the plain run's tokens, every fourth one wrong) for accepts and rejects.
 RunResult run(const std::vector<RequestSpec>& specs, int32_t steps, int32_t disable_by,
-        const std::map<uint64_t, Outcome>* drafts_from = nullptr, size_t early = 1000, int32_t late_after = 0) {
+        const std::map<uint64_t, Outcome>* drafts_from = nullptr, size_t early = 1000, int32_t late_after = 0,
+        const std::string& model_dir = tiny_dir()) {
   CpuModelBackendOptions o;
-  o.model_dir = tiny_dir();
+  o.model_dir = model_dir;
   o.threads = 1;
   o.kv_elem = KvElem::F32;
   o.speculative_steps = steps;
@@ -202,6 +208,22 @@ RoundCounts count_rounds(const std::vector<Call>& calls) {
   return n;
 }
 
+// Compares every request's MTP KV rows (the positions it wrote) of two runs, bit for bit.
+void expect_same_mtp_rows(const RunResult& a, const RunResult& b, const std::vector<RequestSpec>& specs) {
+  ASSERT_EQ(a.row_bytes, b.row_bytes);
+  ASSERT_GT(a.row_bytes, 0u);
+  for (const auto& [id, o] : a.out) {
+    const size_t written = specs[id - 1].prompt.size() + o.tokens.size() - 1;
+    const auto& x = a.mtp_rows.at(id);
+    const auto& y = b.mtp_rows.at(id);
+    ASSERT_GE(x.size(), written * a.row_bytes);
+    ASSERT_GE(y.size(), written * a.row_bytes);
+    for (size_t p = 0; p < written; ++p)
+      ASSERT_EQ(std::memcmp(x.data() + p * a.row_bytes, y.data() + p * a.row_bytes, a.row_bytes), 0)
+          << "request " << id << ": MTP KV row of position " << p << " differs";
+  }
+}
+
 }  // namespace
 
 // N = 1, four greedy requests of unequal lengths: plain steps while two or more run, draft/verify
@@ -272,18 +294,7 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
     expect_same_tokens(switched.out, plain.out);
     EXPECT_GT(count_rounds(switched.calls).plain, 0) << "no plain round: nothing to compare";
     EXPECT_EQ(count_rounds(always.calls).plain, 0);
-    ASSERT_EQ(always.row_bytes, switched.row_bytes);
-    ASSERT_GT(always.row_bytes, 0u);
-    for (const auto& [id, o] : plain.out) {
-      const size_t written = specs[id - 1].prompt.size() + o.tokens.size() - 1;  // the last token is never fed
-      const auto& a = always.mtp_rows.at(id);
-      const auto& b = switched.mtp_rows.at(id);
-      ASSERT_GE(a.size(), written * always.row_bytes);
-      ASSERT_GE(b.size(), written * always.row_bytes);
-      for (size_t p = 0; p < written; ++p)
-        ASSERT_EQ(std::memcmp(a.data() + p * always.row_bytes, b.data() + p * always.row_bytes, always.row_bytes), 0)
-            << "request " << id << ": MTP KV row of position " << p << " differs";
-    }
+    expect_same_mtp_rows(always, switched, specs);
   }
   // The MTP layer's own drafts (mostly rejected with random weights: rounds start at almost every
   // output index, so the two runs share many): one draft step, each a round's first.
@@ -299,6 +310,37 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
   }
   // Request 4 (30 tokens) speculates alone after 23 tokens of plain steps: its drafts follow them.
   EXPECT_GE(common, 4);
+}
+
+// The trained model in the tree (models/glm5-mini-py: its MTP layer's own drafts are often
+// accepted), four greedy Python-text prompts at N = 1: the plain engine's tokens, and MTP KV rows
+// equal to a run that speculated throughout.
+TEST(SpeculativeDisable, TheTrainedModelsOwnDraftsThroughTheSwitchesKeepTokensAndMtpState) {
+  const std::string dir = std::string(FP4MOE_SOURCE_DIR) + "/models/glm5-mini-py";
+  const text::Tokenizer tok = text::Tokenizer::from_dir(dir);
+  std::vector<RequestSpec> specs;
+  const char* texts[] = {"import os\nimport sys\n", "def main(argv):\n", "class Reader:\n    def __init__(self",
+                         "for i in range("};
+  for (int i = 0; i < 4; ++i) {
+    RequestSpec s;
+    s.prompt = tok.encode(texts[i], false);
+    s.sampling.temperature = 0.0f;
+    s.max_new_tokens = 12 + 8 * i;
+    specs.push_back(s);
+  }
+  const RunResult plain = run(specs, 0, 0, nullptr, 1000, 0, dir);
+  const RunResult always = run(specs, 3, 0, nullptr, 1000, 0, dir);
+  const RunResult switched = run(specs, 3, 1, nullptr, 1000, 0, dir);
+  expect_same_tokens(always.out, plain.out);
+  expect_same_tokens(switched.out, plain.out);
+  const RoundCounts k = count_rounds(switched.calls);
+  EXPECT_GT(k.plain, 0);
+  EXPECT_GT(k.verify, 0);
+  EXPECT_EQ(k.largest_verify, 1);
+  int64_t tokens = 0, rounds = 0;
+  for (const auto& [id, o] : always.out) tokens += o.usage.completion_tokens, rounds += o.usage.spec_verify_steps;
+  EXPECT_LT(rounds, tokens) << "the trained MTP layer's drafts were never accepted";
+  expect_same_mtp_rows(always, switched, specs);
 }
 
 // Seeded sampled requests through the switches: every request finishes whole (no abort), and

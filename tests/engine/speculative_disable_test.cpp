@@ -273,9 +273,7 @@ TEST(SpeculativeDisable, ABatchThatGrowsPastNAndShrinksBelowSwitchesBothWays) {
   EXPECT_GT(before, 0) << "no round while request 1 ran alone";
   EXPECT_GT(plain_big, 0) << "no plain step above N";
   EXPECT_GT(after, 0) << "no round after the batch shrank";
-  for (size_t k = 0; k < c.size(); ++k) {
-    if (c[k].decode) EXPECT_LE(c[k].requests, 2) << "call " << k;
-  }
+  for (size_t k = 0; k < c.size(); ++k) EXPECT_TRUE(!c[k].decode || c[k].requests <= 2) << "call " << k;
   EXPECT_EQ(r.stats.spec_disabled_rounds, plain_big);
 }
 

@@ -184,7 +184,8 @@ class Backend {
   // producing after a stop id or max_new tokens. The default loops step() on the host (the
   // CPU backend's multi-step); the GPU runner overrides it to keep the K steps on the device.
   // A backend built with speculative decoding (the cpu and cuda backends with
-  // speculative_steps > 0) makes EVERY decode() call one draft/verify round (steps = N + 1:
+  // speculative_steps > 0) makes EVERY decode() call one draft/verify round of
+  // min(N, steps − 1, max_new[r] − 1) drafts per request (the scheduler passes steps = N + 1:
   // 1 .. N + 1 tokens per request); it has no plain multi-step decode. The scheduler runs a plain
   // decode round on such a backend (a batch above --speculative-disable-by-batch-size, dumping or
   // constrained where it cannot speculate) as one step(): step() also runs the MTP layer over the

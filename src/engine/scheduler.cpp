@@ -211,9 +211,9 @@ void Scheduler::run_round(const EventSink& sink) {
   // the next draft source stay what a round would have left (decode() would speculate).
   const bool too_many = cfg_.speculative_disable_by_batch_size > 0 &&
                         int32_t(running_.size()) > cfg_.speculative_disable_by_batch_size;
-  const bool speculative =
-      cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained) && !too_many;
-  if (cfg_.speculative_tokens > 0 && all_decode && too_many) ++totals_.spec_disabled_rounds;
+  const bool can_speculate = cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained);
+  const bool speculative = can_speculate && !too_many;
+  if (can_speculate && too_many && all_decode) ++totals_.spec_disabled_rounds;  // rounds the flag made plain
   if (all_decode && (speculative || (cfg_.decode_steps > 1 && !dumping && !constrained))) {
     steps = speculative ? cfg_.speculative_tokens : cfg_.decode_steps;
     for (auto& s : running_)

@@ -48,8 +48,11 @@ echo "generate --kv-cache-dtype fp8_e4m3: rc=$? $(grep -oE 'KV pool[^;]*' "$O/ge
 python3 -c "
 a=open('$O/gen_2_plain.out').read(); b=open('$O/gen_fp8.out').read(); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b)))
 print(f'fp8 vs bf16 KV greedy text: the first {n} of {len(a)} characters equal')"
-for side in plain spec fp8; do
+# Sides of the serve part (SPEC_SIDES): plain, spec (NEXTN), specoff (NEXTN with
+# --speculative-disable-by-batch-size SPEC_OFF_N, default 8: plain rounds above it), fp8 (FP8 KV).
+for side in ${SPEC_SIDES:-plain spec specoff fp8}; do
   extra=(); [ $side = spec ] && extra=("${SPEC[@]}"); [ $side = fp8 ] && extra=(--kv-cache-dtype fp8_e4m3)
+  [ $side = specoff ] && extra=("${SPEC[@]}" --speculative-disable-by-batch-size "${SPEC_OFF_N:-8}")
   "$BD/fp4moe" serve --model "$M" --backend "$B" --port 30123 --max-running-requests 64 "${extra[@]}" \
     > "$O/serve_$side.log" 2>&1 &
   pid=$!

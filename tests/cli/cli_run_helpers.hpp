@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -62,6 +64,30 @@ inline Result run_binary(const fs::path& scratch, const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// A synthetic checkpoint (`make-synthetic DIR --preset PRESET [ARGS]`) made once per test binary
+// in a temp folder tagged `tag` (removed at exit): its path. A failed make fails the calling test.
+inline const std::string& synthetic_model(const std::string& tag, const std::string& preset,
+                                          const std::string& args = "") {
+  struct Made {
+    std::unique_ptr<TempDir> dir;
+    std::string path;
+  };
+  static std::map<std::string, Made> made;
+  const std::string key = tag + "|" + preset + "|" + args;
+  auto it = made.find(key);
+  if (it == made.end()) {
+    Made m;
+    m.dir = std::make_unique<TempDir>(tag);
+    const fs::path d = m.dir->path / preset;
+    const Result r = run_binary(m.dir->path, "make-synthetic " + d.string() + " --preset " + preset +
+                                                 (args.empty() ? "" : " " + args));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    m.path = d.string();
+    it = made.emplace(key, std::move(m)).first;
+  }
+  return it->second.path;
 }
 
 }  // namespace fp4moe::testing_cli

@@ -29,16 +29,7 @@ using namespace fp4moe::engine;
 
 namespace {
 
-const std::string& tiny_dir() {
-  static testing_cli::TempDir t("one_request_models");
-  static std::string dir = [] {
-    const auto d = t.path / "glm5-tiny";
-    const auto r = testing_cli::run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return d.string();
-  }();
-  return dir;
-}
+const std::string& tiny_dir() { return testing_cli::synthetic_model("one_request_models", "glm5-tiny"); }
 
 model::Model& tiny() {
   static std::unique_ptr<model::Model> m = [] {

@@ -23,16 +23,7 @@ using namespace fp4moe::engine::testing;
 
 namespace {
 
-const std::string& tiny_dir() {
-  static testing_cli::TempDir t("speculative_disable_models");
-  static std::string dir = [] {
-    const auto d = t.path / "glm5-tiny";
-    const auto r = testing_cli::run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return d.string();
-  }();
-  return dir;
-}
+const std::string& tiny_dir() { return testing_cli::synthetic_model("speculative_disable_models", "glm5-tiny"); }
 
 // One backend call as the scheduler made it.
 struct Call {

@@ -17,16 +17,7 @@ using namespace fp4moe::engine::testing;
 
 namespace {
 
-const std::string& tiny_dir() {
-  static testing_cli::TempDir t("speculative_engine_models");
-  static std::string dir = [] {
-    const auto d = t.path / "glm5-tiny";
-    const auto r = testing_cli::run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return d.string();
-  }();
-  return dir;
-}
+const std::string& tiny_dir() { return testing_cli::synthetic_model("speculative_engine_models", "glm5-tiny"); }
 
 SchedulerConfig cfg(int32_t spec_tokens, int32_t chunk = 64, int32_t pages = 128) {
   SchedulerConfig c = config(16, pages, 4, chunk, 1, true);

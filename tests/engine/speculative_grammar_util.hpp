@@ -24,16 +24,7 @@ namespace {
 constexpr int32_t kVocab = 1024, kSpecial = 1022, kEosId = 1023;
 constexpr int32_t kRefused = 1;  // the byte 0x01: no grammar here allows it (JSON strings neither)
 
-const std::string& tiny_dir() {
-  static testing_cli::TempDir t("speculative_grammar_models");
-  static std::string dir = [] {
-    const auto d = t.path / "glm5-tiny";
-    const auto r = testing_cli::run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return d.string();
-  }();
-  return dir;
-}
+const std::string& tiny_dir() { return testing_cli::synthetic_model("speculative_grammar_models", "glm5-tiny"); }
 
 const std::vector<std::string>& token_bytes() {
   static const std::vector<std::string> bytes = [] {

@@ -99,10 +99,9 @@ std::array<double, 3> time_spec_rounds(engine::gpu::GpuRunner& r, const std::vec
     q.max_new = int32_t(N + 1);
     q.sampling.temperature = 0.0f;
   }
-  double ms[2] = {0.0, 0.0}, gpu_ms = 0.0;
+  double ms[2] = {0.0, 0.0}, gpu_first = 0.0;  // gpu_first: the GPU ms summed once the untimed round ran
   for (int device = 0; device < 2; ++device) {
     steps.device_rounds = device == 1;
-    const double g0 = steps.device_round_gpu_ms;
     for (int i = 0; i <= iters; ++i) {
       for (int64_t b = 0; b < B; ++b) {
         const int32_t prev = tok[size_t((b + 1) % B)];
@@ -113,12 +112,11 @@ std::array<double, 3> time_spec_rounds(engine::gpu::GpuRunner& r, const std::vec
       const auto t0 = std::chrono::steady_clock::now();
       spec.round(reqs);
       if (i > 0) ms[device] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (i == 0) gpu_ms -= steps.device_round_gpu_ms - g0;  // the untimed first round
+      else gpu_first = steps.device_round_gpu_ms;
     }
     ms[device] /= iters;
-    if (device == 1) gpu_ms = (gpu_ms + steps.device_round_gpu_ms - g0) / iters;
   }
-  return {ms[0], ms[1], gpu_ms};
+  return {ms[0], ms[1], (steps.device_round_gpu_ms - gpu_first) / iters};
 }
 
 // Multiply-adds x 2 of one token that attends `ctx` positions (a DSA layer at most index_topk),

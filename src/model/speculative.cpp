@@ -20,6 +20,9 @@ constexpr uint64_t kResidualStream = 0x6d74702d72657369ull;  // "mtp-resi"
 
 bool greedy(const cpu::SamplingParams& p) { return p.greedy(); }
 
+// Whether token t is set in a grammar bitmask (32 tokens per word, the low bit first).
+bool mask_allows(const uint32_t* m, int64_t t) { return (m[t / 32] >> (t % 32)) & 1u; }
+
 // The first highest logit (the device's argmax_rows_f32 rule: ties to the lower id; NaN never wins).
 int32_t argmax_row(const float* row, int64_t V) {
   int32_t best = 0;
@@ -499,7 +502,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       if (int64_t(masks[r].size()) >= (k + 1) * W) {
         const uint32_t* m = masks[r].data() + int64_t(k) * W;
         const int32_t tok = res.tokens[size_t(k)].token;
-        outside = outside || (std::any_of(m, m + W, [](uint32_t w) { return w != 0; }) && !((m[tok / 32] >> (tok % 32)) & 1u));
+        outside = outside || (std::any_of(m, m + W, [](uint32_t w) { return w != 0; }) && !mask_allows(m, tok));
       }
     if (outside || on_round) {
       RoundTrace t;
@@ -520,14 +523,14 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         int32_t allowed = 0, nonfinite = 0;
         float best = -std::numeric_limits<float>::infinity();
         for (int64_t v = 0; m && v < V; ++v)
-          if ((m[v / 32] >> (v % 32)) & 1u) {
+          if (mask_allows(m, v)) {
             ++allowed;
             if (!std::isfinite(row[v])) ++nonfinite;
             else best = std::max(best, row[v]);
           }
         const int32_t tok = res.tokens[size_t(k)].token;
         t.allowed.push_back(allowed > 0 ? allowed : -1);
-        t.inside.push_back(allowed == 0 || ((m[tok / 32] >> (tok % 32)) & 1u));
+        t.inside.push_back(allowed == 0 || mask_allows(m, tok));
         t.nonfinite.push_back(nonfinite);
         t.best_logit.push_back(best);
       }

@@ -33,16 +33,7 @@ using namespace fp4moe::testing_cli;
 
 namespace {
 
-const std::string& tiny_dir() {
-  static TempDir t("speculative_device_round_models");
-  static const std::string dir = [] {
-    const auto d = t.path / "glm5-tiny";
-    const Result r = run_binary(t.path, "make-synthetic " + d.string() + " --preset glm5-tiny");
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return d.string();
-  }();
-  return dir;
-}
+const std::string& tiny_dir() { return synthetic_model("speculative_device_round_models", "glm5-tiny"); }
 
 model::Model& tiny() {
   static std::unique_ptr<model::Model> m = [] {

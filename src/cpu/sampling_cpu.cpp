@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -234,11 +235,23 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
   FP4MOE_CHECK(!p.greedy(), "sampling_distribution: greedy sampling has no distribution to draw from");
-  const std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  std::vector<double> d(static_cast<size_t>(vocab), 0.0);
+  // The draw's rules for non-finite logits: a NaN never wins (no mass: counted as -inf), a +inf
+  // always does (the +inf logits share all the mass); exp() would make the whole row NaN.
+  int64_t top = 0;
+  for (float& v : x) {
+    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+    top += v == std::numeric_limits<float>::infinity();
+  }
+  if (top > 0) {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (x[size_t(i)] == std::numeric_limits<float>::infinity()) d[size_t(i)] = 1.0 / double(top);
+    return d;
+  }
   const std::vector<uint32_t> key = order_keys(x);
   const float m = x[size_t(first_in_rank(key))];
   const Kept k = truncate(x, key, m, p);
-  std::vector<double> d(static_cast<size_t>(vocab), 0.0);
   double mass = 0.0;
   auto add = [&](int32_t i) { mass += d[size_t(i)] = std::exp(double(x[size_t(i)]) - double(m)); };
   if (k.all)

@@ -65,7 +65,8 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
 
 // Speculative decoding's rejection sampling (model/speculative.cpp) needs what sample_cpu draws from:
 // the distribution of a sampled (not greedy) draw after steps 1, 3 and 4: [vocab] probabilities
-// exp(x − max), renormalised over the kept tokens (the same kept set as sample_cpu), 0 elsewhere.
+// exp(x − max), renormalised over the kept tokens (the same kept set as sample_cpu), 0 elsewhere;
+// a NaN logit has no mass and +inf logits, when there are any, share all of it (the draw's rules).
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
 // sample_cpu's logprob fields (when p.logprobs_top_n >= 0) for a token chosen elsewhere.

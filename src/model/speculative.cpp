@@ -33,27 +33,6 @@ int32_t argmax_row(const float* row, int64_t V) {
   return best;
 }
 
-// The distribution a row is sampled from, a NaN logit counted as -inf and +inf logits taking
-// all the mass (shared equally): the plain sampler's rules (sample_cpu: a NaN never wins its
-// draw, a +inf always does), where sampling_distribution's exp() would turn the whole
-// distribution into NaN and draw_from would give the vocabulary's last token.
-std::vector<double> distribution_of(const float* row, int64_t V, const cpu::SamplingParams& p,
-                                    const std::vector<int32_t>& prompt, const std::vector<int32_t>& gen) {
-  if (std::all_of(row, row + V, [](float x) { return !std::isnan(x) && x != std::numeric_limits<float>::infinity(); }))
-    return cpu::sampling_distribution(row, V, p, prompt, gen);
-  std::vector<double> d(static_cast<size_t>(V), 0.0);
-  int64_t top = 0;
-  for (int64_t v = 0; v < V; ++v) top += row[v] == std::numeric_limits<float>::infinity();
-  if (top > 0) {
-    for (int64_t v = 0; v < V; ++v) d[size_t(v)] = row[v] == std::numeric_limits<float>::infinity() ? 1.0 / double(top) : 0.0;
-    return d;
-  }
-  std::vector<float> x(row, row + V);
-  for (float& v : x)
-    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
-  return cpu::sampling_distribution(x.data(), V, p, prompt, gen);
-}
-
 }  // namespace
 
 std::string RoundTrace::describe() const {
@@ -371,7 +350,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     } else if (greedy(p)) {
       tok = cpu::sample_cpu(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen, rq.output_index + uint64_t(k)).token;
     } else {
-      q[r].push_back(distribution_of(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
+      q[r].push_back(cpu::sampling_distribution(row, V, p, {rq.prompt.begin(), rq.prompt.end()}, gen));
       tok = draw_from(q[r].back(), cpu::sampling_uniform(p.seed ^ kDraftStream, rq.output_index + uint64_t(k)));
     }
     if (draft_override) tok = draft_override(rq.id, rq.output_index + uint64_t(k), tok);
@@ -485,7 +464,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         if (end || res.accepted == ended_at[r]) break;
         continue;
       }
-      const std::vector<double> p = distribution_of(row, V, rq.sampling, prompt, gen);
+      const std::vector<double> p = cpu::sampling_distribution(row, V, rq.sampling, prompt, gen);
       const SampledVerdict v =
           verify_sampled(p, q[r][size_t(k)], drafts[r][size_t(k)], cpu::sampling_uniform(rq.sampling.seed ^ kAcceptStream, idx),
                          cpu::sampling_uniform(rq.sampling.seed ^ kResidualStream, idx));

@@ -91,6 +91,8 @@ void Model::check_step(const TensorView& token_view, const KvBatchView& b, const
                        const std::vector<int32_t>& logits_rows, const TensorView& logits_view, int64_t kv_layers) {
   const MlaModelConfig& c = cfg_;
   const int64_t T = b.num_tokens;
+  // The CUDA runner's rule (gpu_step.cpp, gpu_mtp.cpp): a caller that sends nothing has lost count.
+  FP4MOE_CHECK(T >= 1 && b.num_requests >= 1, "step: empty batch ({} tokens, {} requests)", T, b.num_requests);
   FP4MOE_CHECK(token_view.ndim == 1 && token_view.size(0) == T && token_view.is_contiguous() &&
                    token_view.device == Device::Host,
                "step: tokens are {}, expected I32[{}] host", token_view.describe(), T);

@@ -286,6 +286,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   const size_t R = reqs.size();
   std::vector<SpecRoundResult> out(R);
+  if (R == 0) return out;
   if (device_rounds && device_round(reqs, out)) return out;
   ++host_round_count;
   std::vector<int32_t> n(R, 0);
@@ -395,6 +396,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       rows.push_back(int32_t(tokens.size()) - 1);
       hin.insert(hin.end(), g[r].begin(), g[r].end());
     }
+    // A constrained chain shortens itself while it drafts (n[r] drops when the grammar refuses a
+    // draft or its text ends), so every chain can be done before k reaches the longest planned.
+    if (who.empty()) break;
     const int64_t T = int64_t(tokens.size());
     std::vector<float> logits(static_cast<size_t>(T * V)), hout(static_cast<size_t>(T * H));
     const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};

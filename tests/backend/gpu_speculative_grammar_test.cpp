@@ -75,7 +75,7 @@ SpecRun run(const std::vector<RequestSpec>& sp, int32_t steps, int32_t max_runni
   SpecRun r;
   if (model::MtpSpeculator* s = be.speculator())
     s->on_round = [&r](const model::RoundTrace& t) { r.rounds[t.id].push_back(t); };
-  SchedulerConfig c = config(16, 256, max_running, 256, 1, true);
+  SchedulerConfig c = config(16, 128, max_running, 256, 1, true);  // 2048 tokens: 4 requests x 256, within the runner's pool
   c.eos_ids = trained().eos;
   c.speculative_tokens = steps > 0 ? steps + 1 : 0;
   r.out = run_all(c, sp, be, &r.stats);

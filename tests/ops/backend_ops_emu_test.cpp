@@ -46,7 +46,18 @@ struct EmuBackend {
   template <class In>
   static void rms_norm(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
     if (rows == 0) return;
-    emu::launch(dim3(rows), dim3(cu::norm::kRmsNormThreads), 0, cu::norm::rms_norm_kernel<In>, x, xs, dim, w, eps, y, ys);
+    const cu::norm::RmsNormLaunch l = cu::norm::rms_norm_launch(x, xs, dim, w, y, ys);
+    if (l.threads == 0)
+      rms_norm_v0(x, xs, rows, dim, w, eps, y, ys);
+    else
+      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In>, x, xs, dim, w, eps, y, ys, l.x_vec,
+                  l.y_vec, l.w_vec);
+  }
+  template <class In>
+  static void rms_norm_v0(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
+    if (rows == 0) return;
+    emu::launch(dim3(rows), dim3(cu::norm::kRmsNormThreads), 0, cu::norm::rms_norm_strided_kernel<In>, x, xs, dim, w, eps,
+                y, ys);
   }
   static void layer_norm(const uint16_t* x, int rows, int dim, const float* w, const float* b, float eps, uint16_t* y) {
     if (rows == 0) return;
@@ -93,10 +104,18 @@ struct EmuBackend {
     emu::launch(dim3(T), dim3(cu::densecombine::kDenseCombineThreads), 0, cu::densecombine::combine_kernel, y, ids, wts,
                 shared, T, k, H, out);
   }
-  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out) {
+  static size_t argmax_workspace_bytes() { return cu::sampling::argmax::argmax_workspace_bytes_max(); }
+  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, void* ws = nullptr, size_t = 0) {
     if (rows == 0) return;
-    emu::launch(dim3(rows), dim3(cu::sampling::argmax::kArgmaxThreads), 0, cu::sampling::argmax::argmax_kernel, logits,
-                vocab, out);
+    namespace am = cu::sampling::argmax;
+    const int slices = ws ? am::argmax_slices(rows, vocab) : 1;
+    emu::launch(dim3(slices, rows), dim3(am::kArgmaxThreads), 0, am::argmax_split_kernel, logits, vocab, out,
+                slices == 1 ? nullptr : ws);
+  }
+  static void argmax_rows_f32_v0(const float* logits, int rows, int vocab, int32_t* out) {
+    if (rows == 0) return;
+    namespace am = cu::sampling::argmax;
+    emu::launch(dim3(rows), dim3(am::kArgmaxV0Threads), 0, am::argmax_kernel_v0, logits, vocab, out);
   }
   static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
                                       const uint32_t* masks, int64_t words) {

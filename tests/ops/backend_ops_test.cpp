@@ -49,6 +49,10 @@ struct GpuBackend {
   static void rms_norm(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
     cu::norm::rms_norm(x, xs, rows, dim, w, eps, y, ys, nullptr);
   }
+  template <class In>
+  static void rms_norm_v0(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
+    cu::norm::rms_norm_v0(x, xs, rows, dim, w, eps, y, ys, nullptr);
+  }
   static void layer_norm(const uint16_t* x, int rows, int dim, const float* w, const float* b, float eps, uint16_t* y) {
     cu::norm::layer_norm(x, rows, dim, w, b, eps, y, nullptr);
   }
@@ -77,8 +81,13 @@ struct GpuBackend {
                                     int k, int H, float* out) {
     cu::moe_dense_combine_f32(y, ids, wts, shared, T, k, H, out, nullptr);
   }
-  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out) {
-    cu::sampling::argmax_rows_f32(logits, rows, vocab, out, nullptr);
+  static size_t argmax_workspace_bytes() { return cu::sampling::argmax_rows_f32_workspace_bytes(); }
+  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, void* ws = nullptr,
+                              size_t ws_bytes = 0) {
+    cu::sampling::argmax_rows_f32(logits, rows, vocab, out, ws, ws_bytes, nullptr);
+  }
+  static void argmax_rows_f32_v0(const float* logits, int rows, int vocab, int32_t* out) {
+    cu::sampling::argmax_rows_f32_v0(logits, rows, vocab, out, nullptr);
   }
   static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
                                       const uint32_t* masks, int64_t words) {

@@ -31,10 +31,14 @@ namespace fp4moe::test::ops {
 // (mean, eps, sqrt, division, two products). Bound = 2 × that, relative to the row's norm.
 // amp: the inputs' range; at 3e-3 the mean square is ~3e-6, so eps (1e-6) moves the outputs by
 // ~15 %, far past the bound: a wrong eps fails.
+// x rows at a stride of dim + pad, y rows at dim + ypad: 16-byte-aligned rows take the vector
+// loads and stores of the register form, others (and the tail past the last whole 16-byte
+// chunk) the scalar ones. v0: the previous (strided) form, the bench's baseline.
 template <class B>
-void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, float amp = 3.0f) {
+void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, float amp = 3.0f, int ypad = 3,
+                   bool v0 = false) {
   Rng rng(seed);
-  const int64_t xs = dim + pad, ys = dim + 3;
+  const int64_t xs = dim + pad, ys = dim + ypad;
   std::vector<uint16_t> x16 = rand_bf16(rng, size_t(rows * xs), -amp, amp);
   std::vector<float> x32 = bf16_in ? widen(x16) : rand_f32(rng, size_t(rows * xs), -amp, amp);
   const std::vector<float> w = rand_f32(rng, size_t(dim), 0.5f, 1.5f);
@@ -43,10 +47,12 @@ void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, floa
   auto dw = B::up(w);
   if (bf16_in) {
     auto dx = B::up(x16);
-    B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    if (v0) B::rms_norm_v0(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    else B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
   } else {
     auto dx = B::up(x32);
-    B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    if (v0) B::rms_norm_v0(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    else B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
   }
   const std::vector<uint16_t> y = B::down(dy);
   std::vector<float> ref(static_cast<size_t>(rows * dim));
@@ -276,28 +282,64 @@ void dense_combine_case(bool shared, int T, int k, int H, int E, uint64_t seed) 
 }
 
 // ---- sampling/argmax_f32 ----------------------------------------------------------------------
-// Exact: ties go to the lower id, NaN never wins, a row of NaNs gives 0, a row of −inf gives 0.
+// Exact: ties go to the lower id, NaN never wins, a row of NaNs gives 0, a row of −inf gives 0,
+// −0 and +0 tie. Rows cycle through patterns that put the maximum where the kernel's pieces
+// meet: ties across the 4,096-value passes (a split CTA's slice boundary, whatever the row's
+// 16-byte misalignment), the unaligned head and the scalar tail, a larger value in a later slice.
+// form: 0 one CTA per row (no workspace), 1 the split form (workspace; launched twice, and the
+// workspace must be all zeros after each launch), 2 the previous form (the bench's baseline).
 template <class B>
-void argmax_case(int vocab, uint64_t seed) {
+void argmax_case(int vocab, uint64_t seed, int rows = 6, int form = 0) {
   Rng rng(seed);
-  constexpr int kRows = 6;
-  std::vector<float> l = rand_f32(rng, size_t(kRows) * vocab, -10.0f, 10.0f);
-  auto row = [&](int r) { return l.data() + size_t(r) * vocab; };
-  const int a = rng.integer(0, vocab - 1), b = rng.integer(0, vocab - 1);
-  row(1)[a] = 50.0f;  // a tie between two ids (in different threads' strides when far apart)
-  row(1)[b] = 50.0f;
-  row(2)[a] = NAN;  // NaNs, one where the maximum would be
-  row(2)[vocab - 1] = 60.0f;
-  row(2)[0] = NAN;
-  std::fill_n(row(3), vocab, NAN);
-  std::fill_n(row(4), vocab, -INFINITY);
-  row(5)[vocab - 1] = 1e30f;
+  const int V = vocab;
+  std::vector<float> l = rand_f32(rng, size_t(rows) * V, -10.0f, 10.0f);
+  auto at = [&](int r, int i) -> float& { return l[size_t(r) * V + size_t(std::clamp(i, 0, V - 1))]; };
+  for (int r = 0; r < rows; ++r) {
+    const int a = rng.integer(0, V - 1), b = rng.integer(0, V - 1), mid = V > 8192 ? (V / 4096 / 2) * 4096 : V / 2;
+    switch (r % 11) {
+      case 0: break;  // random
+      case 1: at(r, a) = 50.0f, at(r, b) = 50.0f; break;  // a tie anywhere
+      case 2: at(r, a) = NAN, at(r, V - 1) = 60.0f, at(r, 0) = NAN; break;  // NaNs, one where the max would be
+      case 3: std::fill_n(&at(r, 0), V, NAN); break;
+      case 4: std::fill_n(&at(r, 0), V, -INFINITY); break;
+      case 5: at(r, V - 1) = 1e30f; break;  // the tail
+      case 6:
+        for (int i = mid - 3; i <= mid + 4; ++i) at(r, i) = 70.0f;  // ties across a pass / slice boundary
+        break;
+      case 7:  // −0 before +0: they tie, the lower id wins
+        for (int i = 0; i < V; ++i) at(r, i) = -1.0f - float(i % 7);
+        at(r, std::min(3, V - 1)) = -0.0f, at(r, std::min(10, V - 1)) = 0.0f;
+        break;
+      case 8:  // +0 before −0
+        for (int i = 0; i < V; ++i) at(r, i) = -1.0f - float(i % 5);
+        at(r, std::min(2, V - 1)) = 0.0f, at(r, std::min(5, V - 1)) = -0.0f;
+        break;
+      case 9: std::fill_n(&at(r, 0), V, 1.5f); break;  // every id ties: 0
+      case 10: at(r, V / 3) = 80.0f, at(r, std::max(V - 5, 0)) = 81.0f, at(r, V / 3 + 1) = 81.0f; break;
+    }
+  }
   auto dl = B::up(l);
-  auto dout = B::up(std::vector<int32_t>(kRows, kPoisonI32));
-  B::argmax_rows_f32(dl.p(), kRows, vocab, dout.p());
-  std::vector<int32_t> ref(kRows);
-  cpu::argmax_rows_cpu(l.data(), kRows, vocab, ref.data());
-  expect_equal("argmax_rows_f32", B::down(dout), ref);
+  auto dout = B::up(std::vector<int32_t>(size_t(rows), kPoisonI32));
+  std::vector<int32_t> ref(static_cast<size_t>(rows));
+  cpu::argmax_rows_cpu(l.data(), rows, V, ref.data());
+  if (form == 2) {
+    B::argmax_rows_f32_v0(dl.p(), rows, V, dout.p());
+    expect_equal("argmax_rows_f32_v0", B::down(dout), ref);
+  } else if (form == 1) {
+    const size_t wsb = B::argmax_workspace_bytes();
+    auto dws = B::up(std::vector<uint8_t>(wsb, 0));
+    for (int launch = 0; launch < 2; ++launch) {  // the second finds the workspace as the first left it
+      auto dout2 = B::up(std::vector<int32_t>(size_t(rows), kPoisonI32));
+      B::argmax_rows_f32(dl.p(), rows, V, dout2.p(), dws.p(), wsb);
+      expect_equal("argmax_rows_f32 (split, launch " + std::to_string(launch) + ")", B::down(dout2), ref);
+      const std::vector<uint8_t> ws = B::down(dws);
+      ASSERT_EQ(size_t(std::count(ws.begin(), ws.end(), uint8_t(0))), ws.size())
+          << "the workspace must be all zeros after a launch";
+    }
+  } else {
+    B::argmax_rows_f32(dl.p(), rows, V, dout.p());
+    expect_equal("argmax_rows_f32", B::down(dout), ref);
+  }
 }
 
 // ---- sampling/token_bitmask_f32 ----------------------------------------------------------------

@@ -270,6 +270,25 @@ std::vector<OpRow> op_rows(bool big) {
   add("rms_norm_bf16_in", [] { rms_norm_case<B>(true, 4, 513, 0, 2); });
   add("rms_norm_small_values_eps_matters", [] { rms_norm_case<B>(true, 3, 256, 0, 32, 3e-3f); });
   add("rms_norm_bf16_in_dim1", [] { rms_norm_case<B>(true, 3, 1, 2, 3); });
+  // The register form's vector paths (16-byte-aligned rows), with and without a scalar tail, and
+  // its CTA sizes at GLM-5's dims; past its largest dim, the strided form; that form as v0.
+  add("rms_norm_f32_in_glm5_hidden_b1", [] { rms_norm_case<B>(false, 1, 6144, 0, 40, 3.0f, 0); });
+  add("rms_norm_f32_in_glm5_hidden_b2", [] { rms_norm_case<B>(false, 2, 6144, 4, 41, 3.0f, 8); });
+  add("rms_norm_f32_in_7168_b7", [] { rms_norm_case<B>(false, 7, 7168, 0, 42, 3.0f, 0); });
+  add("rms_norm_bf16_in_q_a_b1", [] { rms_norm_case<B>(true, 1, 1536, 0, 43, 3.0f, 0); });
+  add("rms_norm_bf16_in_q_a_b7", [] { rms_norm_case<B>(true, 7, 1536, 8, 44, 3.0f, 16); });
+  add("rms_norm_f32_in_vec_rows_tail", [] { rms_norm_case<B>(false, 3, 4099, 1, 45, 3.0f, 5); });
+  add("rms_norm_bf16_in_vec_rows_tail", [] { rms_norm_case<B>(true, 3, 1541, 3, 46, 3.0f, 3); });
+  add("rms_norm_bf16_in_x_vec_y_not", [] { rms_norm_case<B>(true, 2, 2048, 0, 47, 3.0f, 1); });
+  add("rms_norm_f32_in_y_vec_x_not", [] { rms_norm_case<B>(false, 2, 2048, 1, 48, 3.0f, 0); });
+  add("rms_norm_f32_in_every_chunk_count", [] { rms_norm_case<B>(false, 2, 16384, 0, 49, 3.0f, 0); });
+  add("rms_norm_f32_in_past_register_form", [] { rms_norm_case<B>(false, 2, 16387, 1, 50, 3.0f, 5); });
+  add("rms_norm_bf16_in_64_rows", [] { rms_norm_case<B>(true, 64, 512, 0, 51, 3.0f, 0); });
+  add("rms_norm_bf16_in_1024_rows", [] { rms_norm_case<B>(true, 1024, 64, 0, 52, 3.0f, 0); });
+  add("rms_norm_f32_in_glm5_hidden_b64", [] { rms_norm_case<B>(false, 64, 6144, 0, 55, 3.0f, 0); });
+  add("rms_norm_f32_in_glm5_hidden_b1024", [] { rms_norm_case<B>(false, 1024, 6144, 0, 56, 3.0f, 0); });
+  add("rms_norm_v0_f32_in", [] { rms_norm_case<B>(false, 3, 300, 7, 53, 3.0f, 3, true); });
+  add("rms_norm_v0_bf16_in", [] { rms_norm_case<B>(true, 2, 1536, 0, 54, 3.0f, 0, true); });
   add("layer_norm", [] { layer_norm_case<B>(false, 4, 128, 4); });
   add("layer_norm_in_place", [] { layer_norm_case<B>(true, 3, 200, 5); });
   add("rope_interleaved_mla_query", [] { rope_case<B>(true, 3, 4, 48, 16, 32, 1.0f, 6); });
@@ -286,6 +305,20 @@ std::vector<OpRow> op_rows(bool big) {
   add("moe_dense_combine_f32_shared", [] { dense_combine_case<B>(true, 3, 2, 257, 5, 17); });
   add("argmax_rows_f32_short_rows", [] { argmax_case<B>(700, 18); });
   add("argmax_rows_f32_long_rows", [] { argmax_case<B>(5000, 19); });
+  add("argmax_rows_f32_odd_vocab_patterns", [] { argmax_case<B>(4103, 60, 11); });
+  add("argmax_rows_f32_tiny_vocabs", [] {
+    for (int v : {1, 2, 3, 5, 7}) argmax_case<B>(v, 61 + uint64_t(v), 11);
+  });
+  add("argmax_rows_f32_split_glm5_vocab_b1", [] { argmax_case<B>(154880, 62, 1, 1); });
+  add("argmax_rows_f32_split_glm5_vocab_b2", [] { argmax_case<B>(154880, 63, 2, 1); });
+  add("argmax_rows_f32_split_odd_vocab_b7", [] { argmax_case<B>(154877, 64, 7, 1); });
+  add("argmax_rows_f32_split_patterns", [] { argmax_case<B>(20001, 65, 11, 1); });
+  add("argmax_rows_f32_split_64_rows", [] { argmax_case<B>(9001, 66, 64, 1); });
+  add("argmax_rows_f32_split_glm5_vocab_b64", [] { argmax_case<B>(154880, 71, 64, 1); });
+  add("argmax_rows_f32_split_short_vocab", [] { argmax_case<B>(4095, 67, 3, 1); });
+  add("argmax_rows_f32_workspace_many_rows", [] { argmax_case<B>(301, 68, 200, 1); });
+  add("argmax_rows_f32_one_cta_glm5_vocab", [] { argmax_case<B>(154880, 69, 2, 0); });
+  add("argmax_rows_f32_v0", [] { argmax_case<B>(5001, 70, 11, 2); });
   add("token_bitmask_f32", [] { token_bitmask_case<B>(2053, 3, 32); });
   add("token_bitmask_f32_one_word", [] { token_bitmask_case<B>(17, 0, 33); });
   add("count_experts", [] { count_experts_case<B>(37, 4, 600, 20); });
@@ -322,6 +355,13 @@ std::vector<OpRow> op_rows(bool big) {
     add("big_conversions_past_grid_cap", [] { convert_case<B>(1100000, 108); });
     add("big_moe_dense_combine_f32", [] { dense_combine_case<B>(true, 17, 8, 6144, 32, 109); });
     add("big_argmax_rows_f32_glm5_vocab", [] { argmax_case<B>(154880, 110); });
+    add("big_argmax_rows_f32_split_glm5_vocab_b64", [] { argmax_case<B>(154880, 122, 64, 1); });
+    add("big_argmax_rows_f32_split_glm5_vocab_b11", [] { argmax_case<B>(154880, 123, 11, 1); });
+    add("big_argmax_rows_f32_glm5_vocab_b1024", [] { argmax_case<B>(154880, 124, 1024, 1); });
+    add("big_rms_norm_f32_in_glm5_hidden_b1024", [] { rms_norm_case<B>(false, 1024, 6144, 0, 125, 3.0f, 0); });
+    add("big_rms_norm_f32_in_glm5_hidden_b256_unaligned", [] { rms_norm_case<B>(false, 256, 6144, 1, 126); });
+    add("big_rms_norm_bf16_in_q_a_b1024", [] { rms_norm_case<B>(true, 1024, 1536, 0, 127, 3.0f, 0); });
+    add("big_rms_norm_bf16_in_past_register_form", [] { rms_norm_case<B>(true, 9, 40000, 0, 128, 3.0f, 0); });
     add("big_token_bitmask_f32_glm5_vocab", [] { token_bitmask_case<B>(154880, 0, 119); });
     add("big_count_experts_glm5", [] { count_experts_case<B>(1024, 8, 256, 111); });
     add("big_count_experts_max_experts", [] { count_experts_case<B>(300, 8, 4096, 112); });

@@ -8,8 +8,9 @@
 //   embed          BF16 table rows -> FP32 [rows, hidden]
 //   gather         BF16 rows [rows, hidden] by index (before the lm_head)
 //   rope           in place on 64 heads x 64 rope dims per token, interleaved (the MLA query)
-// Forms: v0 the previous kernel, kept for this comparison (rms_norm_v0, argmax_rows_f32_v0);
-// now the engine's launch; for argmax also `now-1cta` (no workspace: one CTA per row). Table rows
+// Forms: v0 the previous kernel, kept for this comparison (rms_norm_v0, argmax_rows_f32_v0,
+// embed_rows_v0, gather_rows_v0, rope_v0); now the engine's launch; for argmax also `now-1cta`
+// (no workspace: one CTA per row). Table rows
 // start with '|'.
 #include <algorithm>
 #include <cstdint>
@@ -142,15 +143,22 @@ int run_bench(const Options& o) {
         });
       } else if (op == "embed") {
         const double bytes = double(r) * h * (2 + 4);
+        row(op, "v0", r, bytes, [&] { cuda::embed::embed_rows_v0(table.ptr(), false, ids.as<int32_t>(), r, h, xf.as<float>(), s); });
         row(op, "now", r, bytes, [&] { cuda::embed::embed_rows(table.ptr(), false, ids.as<int32_t>(), r, h, xf.as<float>(), s); });
       } else if (op == "gather") {
         const double bytes = double(r) * h * (2 + 2);
+        row(op, "v0", r, bytes, [&] { cuda::embed::gather_rows_v0(x16.as<uint16_t>(), h, ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
         row(op, "now", r, bytes, [&] { cuda::embed::gather_rows(x16.as<uint16_t>(), h, ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
       } else {  // rope
         const double bytes = double(r) * kRopeHeads * kRopeDim * 2 * 2;
+        const int64_t ts = int64_t(kRopeHeads) * kRopeHeadDim;
+        row(op, "v0", r, bytes, [&] {
+          cuda::rope::rope_v0(q.as<uint16_t>(), r, kRopeHeads, ts, kRopeHeadDim, kRopeHeadDim - kRopeDim, kRopeDim,
+                              ids.as<int32_t>(), freq.as<float>(), 1.0f, true, s);
+        });
         row(op, "now", r, bytes, [&] {
-          cuda::rope::rope(q.as<uint16_t>(), r, kRopeHeads, int64_t(kRopeHeads) * kRopeHeadDim, kRopeHeadDim,
-                           kRopeHeadDim - kRopeDim, kRopeDim, ids.as<int32_t>(), freq.as<float>(), 1.0f, true, s);
+          cuda::rope::rope(q.as<uint16_t>(), r, kRopeHeads, ts, kRopeHeadDim, kRopeHeadDim - kRopeDim, kRopeDim,
+                           ids.as<int32_t>(), freq.as<float>(), 1.0f, true, s);
         });
       }
     }

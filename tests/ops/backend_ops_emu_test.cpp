@@ -69,13 +69,40 @@ struct EmuBackend {
     emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel, x, heads, ts, hs, offset, rope_dim / 2,
                 positions, inv_freq, af, interleaved);
   }
-  static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
+                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
+    if (T == 0 || rope_dim == 0) return;
+    emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel_v0, x, heads, ts, hs, offset, rope_dim / 2,
+                positions, inv_freq, af, interleaved);
+  }
+  static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     if (T == 0) return;
     emu::launch(dim3(T), dim3(cu::embed::kEmbedThreads), 0, cu::embed::embed_kernel, table, f32, tokens, H, x);
   }
-  static void gather_rows(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+  static void gather_rows_v0(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
     if (n == 0) return;
     emu::launch(dim3(n), dim3(cu::embed::kGatherThreads), 0, cu::embed::gather_kernel, src, dim, rows, dst);
+  }
+  static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+    if (T == 0) return;
+    namespace em = cu::embed;
+    if (!em::embed_vec_ok(table, H, x))
+      emu::launch(dim3(T), dim3(em::kEmbedThreads), 0, em::embed_kernel, table, f32, tokens, H, x);
+    else if (f32)
+      emu::launch(dim3(em::row_copy_ctas(H / 4, em::kEmbedThreads), T), dim3(em::kEmbedThreads), 0,
+                  em::embed_vec_kernel<true>, table, tokens, H, x);
+    else
+      emu::launch(dim3(em::row_copy_ctas(H / 4, em::kEmbedThreads), T), dim3(em::kEmbedThreads), 0,
+                  em::embed_vec_kernel<false>, table, tokens, H, x);
+  }
+  static void gather_rows(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+    if (n == 0) return;
+    namespace em = cu::embed;
+    if (!em::gather_vec_ok(src, dim, dst))
+      emu::launch(dim3(n), dim3(em::kGatherThreads), 0, em::gather_kernel, src, dim, rows, dst);
+    else
+      emu::launch(dim3(em::row_copy_ctas(dim / 8, em::kGatherThreads), n), dim3(em::kGatherThreads), 0,
+                  em::gather_vec_kernel, src, dim, rows, dst);
   }
   static void silu_mul(const uint16_t* g, int64_t gs, const uint16_t* u, int64_t us, uint16_t* h, int rows, int n) {
     if (rows == 0) return;

@@ -60,6 +60,16 @@ struct GpuBackend {
                    const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
     cu::rope::rope(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
   }
+  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
+                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
+    cu::rope::rope_v0(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
+  }
+  static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+    cu::embed::embed_rows_v0(table, f32, tokens, T, H, x, nullptr);
+  }
+  static void gather_rows_v0(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+    cu::embed::gather_rows_v0(src, dim, rows, n, dst, nullptr);
+  }
   static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     cu::embed::embed_rows(table, f32, tokens, T, H, x, nullptr);
   }

@@ -106,7 +106,8 @@ void layer_norm_case(bool in_place, int rows, int dim, uint64_t seed) {
 // (2^-9 of |y|). Bound = 2 × that per (token, head) row; everything outside the parts is
 // unchanged, bit for bit.
 template <class B>
-void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed) {
+void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed,
+               bool v0 = false) {
   Rng rng(seed);
   const int64_t ts = int64_t(heads) * head_dim + 8, hs = head_dim;
   const std::vector<uint16_t> x16 = rand_bf16(rng, size_t(T * ts), -2.0f, 2.0f);
@@ -117,7 +118,8 @@ void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int
   auto dx = B::up(x16);
   auto dp = B::up(pos);
   auto df = B::up(inv_freq);
-  B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
+  if (v0) B::rope_v0(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
+  else B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
   const std::vector<uint16_t> y16 = B::down(dx);
   std::vector<float> ref = widen(x16);
   cpu::rope_rows_cpu(ref.data(), T, heads, ts, hs, offset, rope_dim, pos.data(), inv_freq.data(), af, interleaved);
@@ -148,7 +150,7 @@ void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int
 // ---- embed -----------------------------------------------------------------------------------
 // Copies (BF16 → FP32 is exact): bit for bit.
 template <class B>
-void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
+void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed, bool v0 = false) {
   Rng rng(seed);
   std::vector<int32_t> tok(static_cast<size_t>(T));
   for (int32_t& t : tok) t = rng.integer(0, vocab - 1);
@@ -159,8 +161,9 @@ void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
   auto dt32 = B::up(t32);
   auto dtok = B::up(tok);
   auto dx = B::up(std::vector<float>(size_t(T * H), kPoisonF32));
-  B::embed_rows(f32_table ? static_cast<const void*>(dt32.p()) : static_cast<const void*>(dt16.p()), f32_table,
-                dtok.p(), T, H, dx.p());
+  const void* table = f32_table ? static_cast<const void*>(dt32.p()) : static_cast<const void*>(dt16.p());
+  if (v0) B::embed_rows_v0(table, f32_table, dtok.p(), T, H, dx.p());
+  else B::embed_rows(table, f32_table, dtok.p(), T, H, dx.p());
   std::vector<float> ref(static_cast<size_t>(T * H));
   cpu::embed_rows_cpu(f32_table ? static_cast<const void*>(t32.data()) : static_cast<const void*>(t16.data()),
                       f32_table, tok.data(), T, H, ref.data());
@@ -168,7 +171,7 @@ void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
 }
 
 template <class B>
-void gather_case(int n, int dim, int src_rows, uint64_t seed) {
+void gather_case(int n, int dim, int src_rows, uint64_t seed, bool v0 = false) {
   Rng rng(seed);
   std::vector<int32_t> rows(static_cast<size_t>(n));
   for (int32_t& r : rows) r = rng.integer(0, src_rows - 1);
@@ -176,7 +179,8 @@ void gather_case(int n, int dim, int src_rows, uint64_t seed) {
   auto ds = B::up(src);
   auto dr = B::up(rows);
   auto dd = B::up(std::vector<uint16_t>(size_t(n * dim), kPoisonBf16));
-  B::gather_rows(ds.p(), dim, dr.p(), n, dd.p());
+  if (v0) B::gather_rows_v0(ds.p(), dim, dr.p(), n, dd.p());
+  else B::gather_rows(ds.p(), dim, dr.p(), n, dd.p());
   std::vector<uint16_t> ref(static_cast<size_t>(n * dim));
   cpu::gather_rows_cpu(src.data(), dim, rows.data(), n, ref.data());
   expect_equal("gather_rows", B::down(dd), ref);

@@ -294,9 +294,22 @@ std::vector<OpRow> op_rows(bool big) {
   add("rope_interleaved_mla_query", [] { rope_case<B>(true, 3, 4, 48, 16, 32, 1.0f, 6); });
   add("rope_halves_yarn_factor", [] { rope_case<B>(false, 4, 3, 40, 8, 32, 1.25f, 7); });
   add("rope_one_head_whole_row", [] { rope_case<B>(true, 5, 1, 64, 0, 64, 1.0f, 8); });
+  add("rope_glm5_mla_query_b1", [] { rope_case<B>(true, 1, 64, 256, 192, 64, 1.0f, 87); });
+  add("rope_two_rounds_halves", [] { rope_case<B>(false, 2, 100, 80, 16, 64, 1.25f, 88); });
+  add("rope_v0", [] { rope_case<B>(true, 2, 64, 256, 192, 64, 1.0f, 89, true); });
   add("embed_rows_bf16_table", [] { embed_case<B>(false, 6, 300, 50, 9); });
   add("embed_rows_f32_table", [] { embed_case<B>(true, 5, 257, 40, 10); });
   add("gather_rows", [] { gather_case<B>(5, 300, 9, 11); });
+  // The vector forms (H a multiple of 4 / dim of 8), several CTAs per row, and scalar ones.
+  add("embed_rows_bf16_table_glm5_hidden", [] { embed_case<B>(false, 2, 6144, 20, 80); });
+  add("embed_rows_f32_table_vec_many_ctas", [] { embed_case<B>(true, 3, 4100, 9, 81); });
+  add("embed_rows_bf16_table_h_not_4", [] { embed_case<B>(false, 2, 4098, 7, 82); });
+  add("embed_rows_bf16_table_64_rows", [] { embed_case<B>(false, 64, 512, 70, 83); });
+  add("gather_rows_glm5_hidden", [] { gather_case<B>(1, 6144, 3, 84); });
+  add("gather_rows_vec_many_ctas", [] { gather_case<B>(7, 8200, 9, 85); });
+  add("gather_rows_dim_not_8", [] { gather_case<B>(3, 6148, 4, 86); });
+  add("embed_rows_v0", [] { embed_case<B>(false, 3, 6144, 20, 90, true); });
+  add("gather_rows_v0", [] { gather_case<B>(3, 6144, 5, 91, true); });
   add("silu_mul_strided", [] { silu_mul_case<B>(3, 700, 6, 12); });
   add("add_into_bf16", [] { add_into_case<B>(true, 3001, 13); });
   add("add_into_f32", [] { add_into_case<B>(false, 3001, 14); });
@@ -350,6 +363,9 @@ std::vector<OpRow> op_rows(bool big) {
     add("big_layer_norm_glm5_index_key", [] { layer_norm_case<B>(true, 65, 128, 103); });
     add("big_rope_glm5_mla_query", [] { rope_case<B>(true, 17, 64, 256, 192, 64, 1.0f, 104); });
     add("big_embed_rows_glm5", [] { embed_case<B>(false, 40, 6144, 1000, 105); });
+    add("big_embed_rows_glm5_b1024_f32_table", [] { embed_case<B>(true, 1024, 6144, 300, 129); });
+    add("big_gather_rows_glm5_b1024", [] { gather_case<B>(1024, 6144, 1500, 130); });
+    add("big_rope_glm5_mla_query_b1024", [] { rope_case<B>(true, 1024, 64, 256, 192, 64, 1.0f, 131); });
     add("big_silu_mul_past_grid_cap", [] { silu_mul_case<B>(4, 20000, 0, 106); });
     add("big_add_into_past_grid_cap", [] { add_into_case<B>(true, 1100000, 107); });
     add("big_conversions_past_grid_cap", [] { convert_case<B>(1100000, 108); });

@@ -63,6 +63,22 @@ void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, floa
     for (int64_t i = dim; i < ys; ++i) ASSERT_EQ(y[size_t(r * ys + i)], kPoisonBf16) << "rms_norm wrote past dim";
 }
 
+// RMSNorm in place (BF16 rows, y = x: the runner's q_a norm), the bound of rms_norm_case.
+template <class B>
+void rms_norm_in_place_case(int rows, int dim, uint64_t seed) {
+  Rng rng(seed);
+  const std::vector<uint16_t> x16 = rand_bf16(rng, size_t(rows) * dim, -3.0f, 3.0f);
+  const std::vector<float> w = rand_f32(rng, size_t(dim), 0.5f, 1.5f), x32 = widen(x16);
+  auto dx = B::up(x16);
+  auto dw = B::up(w);
+  B::rms_norm(dx.p(), dim, rows, dim, dw.p(), 1e-6f, dx.p(), dim);
+  std::vector<float> ref(size_t(rows) * dim);
+  cpu::rms_norm_rows_cpu(x32.data(), dim, rows, dim, w.data(), 1e-6f, ref.data());
+  const double rel = 2.0 * (kBf16Rel + (dim / 2.0 + 6.0) * kF32Rel);
+  expect_rows_close("rms_norm (in place)", widen(B::down(dx)), dim, ref, rows, dim,
+                    [&](int64_t, double n) { return rel * n; });
+}
+
 // LayerNorm (BF16 → BF16, weight and bias): the BF16 rounding, plus FP32 mean and variance sums
 // (dim terms each): the mean is off by dim · 2^-24 · mean|x|, which moves every output by that
 // times |w| / std; the variance's relative error (dim + 6) · 2^-24 moves each output by that

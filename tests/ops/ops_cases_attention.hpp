@@ -287,6 +287,8 @@ std::vector<OpRow> op_rows(bool big) {
   add("rms_norm_bf16_in_1024_rows", [] { rms_norm_case<B>(true, 1024, 64, 0, 52, 3.0f, 0); });
   add("rms_norm_f32_in_glm5_hidden_b64", [] { rms_norm_case<B>(false, 64, 6144, 0, 55, 3.0f, 0); });
   add("rms_norm_f32_in_glm5_hidden_b1024", [] { rms_norm_case<B>(false, 1024, 6144, 0, 56, 3.0f, 0); });
+  add("rms_norm_bf16_in_place_q_a", [] { rms_norm_in_place_case<B>(3, 1536, 57); });
+  add("rms_norm_bf16_in_place_odd_dim", [] { rms_norm_in_place_case<B>(2, 1537, 58); });
   add("rms_norm_v0_f32_in", [] { rms_norm_case<B>(false, 3, 300, 7, 53, 3.0f, 3, true); });
   add("rms_norm_v0_bf16_in", [] { rms_norm_case<B>(true, 2, 1536, 0, 54, 3.0f, 0, true); });
   add("layer_norm", [] { layer_norm_case<B>(false, 4, 128, 4); });

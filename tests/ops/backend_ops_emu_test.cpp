@@ -49,9 +49,12 @@ struct EmuBackend {
     const cu::norm::RmsNormLaunch l = cu::norm::rms_norm_launch(x, xs, dim, w, y, ys);
     if (l.threads == 0)
       rms_norm_v0(x, xs, rows, dim, w, eps, y, ys);
+    else if (l.chunks == cu::norm::kRmsRegTargetChunks)
+      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In, cu::norm::kRmsRegTargetChunks>, x, xs,
+                  dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
     else
-      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In>, x, xs, dim, w, eps, y, ys, l.x_vec,
-                  l.y_vec, l.w_vec);
+      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In, cu::norm::kRmsRegMaxChunks>, x, xs,
+                  dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
   }
   template <class In>
   static void rms_norm_v0(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {

@@ -15,8 +15,10 @@ void launch_rms_norm(const In* x, int64_t xs, int rows, int dim, const float* w,
   const RmsNormLaunch l = rms_norm_launch(x, xs, dim, w, y, ys);
   if (l.threads == 0)
     rms_norm_strided_kernel<In><<<rows, kRmsNormThreads, 0, s>>>(x, xs, dim, w, eps, y, ys);
+  else if (l.chunks == kRmsRegTargetChunks)
+    rms_norm_reg_kernel<In, kRmsRegTargetChunks><<<rows, l.threads, 0, s>>>(x, xs, dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
   else
-    rms_norm_reg_kernel<In><<<rows, l.threads, 0, s>>>(x, xs, dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
+    rms_norm_reg_kernel<In, kRmsRegMaxChunks><<<rows, l.threads, 0, s>>>(x, xs, dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 

@@ -46,6 +46,7 @@ constexpr int rms_norm_reg_threads(int dim) {
 // the strided form, else the register form with that CTA size and the alignment flags.
 struct RmsNormLaunch {
   int threads = 0;
+  int chunks = 0;  // the kernel's chunks per thread: 4 (every GLM-5 norm) or 8 (fewer registers with 4)
   bool x_vec = false, y_vec = false, w_vec = false;
 };
 inline bool rms_aligned(const void* p, int64_t stride_bytes, int64_t to) {
@@ -56,6 +57,10 @@ RmsNormLaunch rms_norm_launch(const In* x, int64_t xs, int dim, const float* w, 
   constexpr int V = rms_chunk_values<In>();
   RmsNormLaunch l;
   l.threads = rms_norm_reg_threads<In>(dim);
+  if (l.threads > 0) {
+    const int chunks = (dim + V - 1) / V, per = (chunks + l.threads - 1) / l.threads;
+    l.chunks = per <= kRmsRegTargetChunks ? kRmsRegTargetChunks : kRmsRegMaxChunks;
+  }
   l.x_vec = rms_aligned(x, xs * int64_t(sizeof(In)), 16);
   l.y_vec = rms_aligned(y, ys * 2, 2 * V);
   l.w_vec = rms_aligned(w, 0, 16);
@@ -87,8 +92,9 @@ __device__ __forceinline__ void chunk_set(uint4& c, int j, const uint16_t* p) {
 }
 
 // x_vec: every row of x starts 16-byte aligned (x and the row stride); y_vec: every row of y
-// starts aligned to V · 2 bytes; w_vec: w is 16-byte aligned. blockDim.x = rms_norm_reg_threads.
-template <typename In>
+// starts aligned to V · 2 bytes; w_vec: w is 16-byte aligned. blockDim.x = rms_norm_reg_threads,
+// kChunks >= the chunks per thread (RmsNormLaunch::chunks).
+template <typename In, int kChunks>
 __global__ void __launch_bounds__(kRmsRegMaxThreads)
     rms_norm_reg_kernel(const In* x, int64_t xs, int dim, const float* w, float eps, uint16_t* y, int64_t ys, bool x_vec,
                         bool y_vec, bool w_vec) {
@@ -96,10 +102,10 @@ __global__ void __launch_bounds__(kRmsRegMaxThreads)
   const In* xr = x + int64_t(blockIdx.x) * xs;
   const int chunks = (dim + V - 1) / V, full = dim / V;  // chunks [0, full) are whole
   const int nt = int(blockDim.x), t = int(threadIdx.x);
-  uint4 c[kRmsRegMaxChunks];       // chunk t + k · nt of x: V values, raw bits (0 past dim)
-  float4 wc[kRmsRegMaxChunks][WQ];  // its weights (0 past dim)
+  uint4 c[kChunks];       // chunk t + k · nt of x: V values, raw bits (0 past dim)
+  float4 wc[kChunks][WQ];  // its weights (0 past dim)
 #pragma unroll
-  for (int k = 0; k < kRmsRegMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int ci = t + k * nt;
     c[k] = uint4{0u, 0u, 0u, 0u};
     if (ci < chunks) {
@@ -114,7 +120,7 @@ __global__ void __launch_bounds__(kRmsRegMaxThreads)
   }
   // The weights' loads go out before the sum, so that their latency hides behind it.
 #pragma unroll
-  for (int k = 0; k < kRmsRegMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int ci = t + k * nt, i0 = ci * V;
 #pragma unroll
     for (int q = 0; q < WQ; ++q) {
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(kRmsRegMaxThreads)
   }
   float ss = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kRmsRegMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const float v = chunk_value(c[k], j, xr);
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(kRmsRegMaxThreads)
   const float inv = 1.0f / sqrtf(ss / float(dim) + eps);
   uint16_t* yr = y + int64_t(blockIdx.x) * ys;
 #pragma unroll
-  for (int k = 0; k < kRmsRegMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int ci = t + k * nt;
     if (ci >= chunks) continue;
     const int i0 = ci * V;

@@ -16,6 +16,8 @@ void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, voi
     FP4MOE_CHECK(ws_bytes >= argmax::argmax_workspace_bytes_max(), "argmax_rows_f32: workspace of {} bytes, needs {}",
                  ws_bytes, argmax::argmax_workspace_bytes_max());
     slices = argmax::argmax_slices(rows, vocab);
+    FP4MOE_CHECK(slices == 1 || int64_t(rows) * slices < argmax::kArgmaxTargetCtas + argmax::kArgmaxSplitRowsMax,
+                 "argmax_rows_f32: {} rows x {} slices overflow the merge", rows, slices);  // argmax_slices' bound
   }
   // Rows go in the grid's y (65,535 at most a launch; the split form only runs below 128 rows).
   for (int r0 = 0; r0 < rows; r0 += 65535) {

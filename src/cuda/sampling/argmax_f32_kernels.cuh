@@ -128,15 +128,17 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_split_kernel(const floa
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // The last CTA: one warp per row, each lane a stride of the row's keys.
-  const int rows = int(gridDim.y);
+  // The last CTA: every key into shared memory at once (rows · slices < kArgmaxTargetCtas +
+  // kArgmaxSplitRowsMax, argmax_slices' bound: at most 3 loads per thread, all in flight), zeroed
+  // behind, then one warp per row over its keys there.
+  __shared__ unsigned long long merged[kArgmaxTargetCtas + kArgmaxSplitRowsMax];
+  const int rows = int(gridDim.y), n = rows * slices;
+  for (int i = t; i < n; i += kArgmaxThreads) merged[i] = __ldcg(&keys[i]);
+  for (int i = t; i < n; i += kArgmaxThreads) __stcg(&keys[i], 0ull);  // all zeros again after the launch
+  __syncthreads();
   for (int rr = prims::warp_id(); rr < rows; rr += kArgmaxThreads / 32) {
     unsigned long long k = 0ull;
-    for (int s = prims::lane_id(); s < slices; s += 32) {
-      unsigned long long* p = &keys[int64_t(rr) * slices + s];
-      k = key_max(k, __ldcg(p));
-      __stcg(p, 0ull);  // the workspace is all zeros again after the launch
-    }
+    for (int s = prims::lane_id(); s < slices; s += 32) k = key_max(k, merged[rr * slices + s]);
     k = warp_key_max(k);
     if (prims::lane_id() == 0) out[rr] = key_id(k);
   }

@@ -103,6 +103,10 @@ int run_bench(const Options& o) {
   std::vector<int32_t> id(R);
   for (size_t i = 0; i < R; ++i) id[i] = int32_t((i * 2654435761u) % embed_vocab);
   FP4MOE_CUDA_CHECK(cudaMemcpy(ids.ptr(), id.data(), R * 4, cudaMemcpyHostToDevice));
+  // gather picks rows of x16 (R rows), not of the embedding table: its indices stay below R.
+  for (size_t i = 0; i < R; ++i) id[i] = int32_t((i * 2654435761u) % R);
+  cuda::DeviceBuffer gather_ids(R * 4);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(gather_ids.ptr(), id.data(), R * 4, cudaMemcpyHostToDevice));
   cuda::DeviceBuffer out_ids(R * 4);
   int32_t* out = out_ids.as<int32_t>();
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -147,8 +151,8 @@ int run_bench(const Options& o) {
         row(op, "now", r, bytes, [&] { cuda::embed::embed_rows(table.ptr(), false, ids.as<int32_t>(), r, h, xf.as<float>(), s); });
       } else if (op == "gather") {
         const double bytes = double(r) * h * (2 + 2);
-        row(op, "v0", r, bytes, [&] { cuda::embed::gather_rows_v0(x16.as<uint16_t>(), h, ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
-        row(op, "now", r, bytes, [&] { cuda::embed::gather_rows(x16.as<uint16_t>(), h, ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
+        row(op, "v0", r, bytes, [&] { cuda::embed::gather_rows_v0(x16.as<uint16_t>(), h, gather_ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
+        row(op, "now", r, bytes, [&] { cuda::embed::gather_rows(x16.as<uint16_t>(), h, gather_ids.as<int32_t>(), r, y16.as<uint16_t>(), s); });
       } else {  // rope
         const double bytes = double(r) * kRopeHeads * kRopeDim * 2 * 2;
         const int64_t ts = int64_t(kRopeHeads) * kRopeHeadDim;

@@ -29,6 +29,9 @@ int64_t topk_estimate(int64_t rows, int64_t ctx) {
   return align256(rows * 64) + align256(rows * 4096 * 8) + align256(rows * ((ctx + 31) / 32) * 4);
 }
 int64_t sample_estimate(int64_t rows, int64_t vocab) { return rows * (vocab * 5 / 8 + 4096) + (int64_t(1) << 20); }
+// The greedy argmax's split form (cuda::sampling::argmax_rows_f32_workspace_bytes(): 5,136 B,
+// any rows and vocab; its launch refuses a smaller one). Zeroed once with the whole workspace.
+constexpr int64_t kArgmaxWorkspaceBytes = 8192;
 
 }  // namespace
 
@@ -64,6 +67,7 @@ std::vector<WsBuffer> runner_workspace_buffers(const RunnerPlanInput& in, int64_
            {{B::Scores, d.indexer ? SR * ctx * 4 : 4}, {B::ChunkQo, (in.max_requests + 2) * 4},
             {B::TopkPos, T * topk * 4}, {B::TopkSlot, T * topk * 4}, {B::G, T * maxI * 2}, {B::U, T * maxI * 2},
             {B::Hm, T * maxI * 2}, {B::Rows, L * H * 2}, {B::Logits, L * d.vocab * 4}, {B::Greedy, L * 4},
+            {B::ArgmaxWs, kArgmaxWorkspaceBytes},
             {B::Rlogits, T * E * 4}, {B::Rids, T * k * 4}, {B::Rw, T * k * 4}, {B::Gu, E * T * 2 * I * 2},
             {B::Eh, E * T * I * 2}, {B::Ey, E * T * H * 4},
             {B::MoeWs, in.moe_workspace ? in.moe_workspace(T) : moe_estimate(d, T)},
@@ -90,7 +94,7 @@ RunnerWorkspace runner_workspace(const RunnerPlanInput& in, int64_t tokens, int6
       case WsBuf::TopkSlot: case WsBuf::TopkWs:
         w.indexer += bytes;
         break;
-      case WsBuf::Rows: case WsBuf::Logits: case WsBuf::Greedy:
+      case WsBuf::Rows: case WsBuf::Logits: case WsBuf::Greedy: case WsBuf::ArgmaxWs:
         w.logits += bytes;
         break;
       case WsBuf::Rlogits: case WsBuf::Rids: case WsBuf::Rw: case WsBuf::Gu: case WsBuf::Eh: case WsBuf::Ey:

@@ -125,7 +125,7 @@ enum class WsBuf : uint8_t {
   X, H, O, Of, Qa, Q, Kva, Ckv, Ql, Ol, Qpe, Ov, Ik, Iq, Iw16, Iw, Iq8, Iw8,  // activations (Iq8, Iw8: indexer)
   Scores, ChunkQo, TopkPos, TopkSlot,                                       // indexer
   G, U, Hm,                                                                 // activations (MLPs)
-  Rows, Logits, Greedy,                                                     // logits
+  Rows, Logits, Greedy, ArgmaxWs,                                           // logits
   Rlogits, Rids, Rw, Gu, Eh, Ey, MoeWs, RouterWs,                           // MoE (+ the BF16-experts fallback)
   TopkWs, Fp4Ws,                                                            // indexer, fixed
   SampleWs, SampleIn, SampleOut, SampleHist, TokenMasks,                    // sampling

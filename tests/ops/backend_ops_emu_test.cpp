@@ -46,7 +46,21 @@ struct EmuBackend {
   template <class In>
   static void rms_norm(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
     if (rows == 0) return;
-    emu::launch(dim3(rows), dim3(cu::norm::kRmsNormThreads), 0, cu::norm::rms_norm_kernel<In>, x, xs, dim, w, eps, y, ys);
+    const cu::norm::RmsNormLaunch l = cu::norm::rms_norm_launch(x, xs, dim, w, y, ys);
+    if (l.threads == 0)
+      rms_norm_v0(x, xs, rows, dim, w, eps, y, ys);
+    else if (l.chunks == cu::norm::kRmsRegTargetChunks)
+      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In, cu::norm::kRmsRegTargetChunks>, x, xs,
+                  dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
+    else
+      emu::launch(dim3(rows), dim3(l.threads), 0, cu::norm::rms_norm_reg_kernel<In, cu::norm::kRmsRegMaxChunks>, x, xs,
+                  dim, w, eps, y, ys, l.x_vec, l.y_vec, l.w_vec);
+  }
+  template <class In>
+  static void rms_norm_v0(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
+    if (rows == 0) return;
+    emu::launch(dim3(rows), dim3(cu::norm::kRmsNormThreads), 0, cu::norm::rms_norm_strided_kernel<In>, x, xs, dim, w, eps,
+                y, ys);
   }
   static void layer_norm(const uint16_t* x, int rows, int dim, const float* w, const float* b, float eps, uint16_t* y) {
     if (rows == 0) return;
@@ -58,13 +72,40 @@ struct EmuBackend {
     emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel, x, heads, ts, hs, offset, rope_dim / 2,
                 positions, inv_freq, af, interleaved);
   }
-  static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
+                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
+    if (T == 0 || rope_dim == 0) return;
+    emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel_v0, x, heads, ts, hs, offset, rope_dim / 2,
+                positions, inv_freq, af, interleaved);
+  }
+  static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     if (T == 0) return;
     emu::launch(dim3(T), dim3(cu::embed::kEmbedThreads), 0, cu::embed::embed_kernel, table, f32, tokens, H, x);
   }
-  static void gather_rows(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+  static void gather_rows_v0(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
     if (n == 0) return;
     emu::launch(dim3(n), dim3(cu::embed::kGatherThreads), 0, cu::embed::gather_kernel, src, dim, rows, dst);
+  }
+  static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+    if (T == 0) return;
+    namespace em = cu::embed;
+    if (!em::embed_vec_ok(table, H, x))
+      emu::launch(dim3(T), dim3(em::kEmbedThreads), 0, em::embed_kernel, table, f32, tokens, H, x);
+    else if (f32)
+      emu::launch(dim3(em::row_copy_ctas(H / 4, em::kEmbedThreads), T), dim3(em::kEmbedThreads), 0,
+                  em::embed_vec_kernel<true>, table, tokens, H, x);
+    else
+      emu::launch(dim3(em::row_copy_ctas(H / 4, em::kEmbedThreads), T), dim3(em::kEmbedThreads), 0,
+                  em::embed_vec_kernel<false>, table, tokens, H, x);
+  }
+  static void gather_rows(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+    if (n == 0) return;
+    namespace em = cu::embed;
+    if (!em::gather_vec_ok(src, dim, dst))
+      emu::launch(dim3(n), dim3(em::kGatherThreads), 0, em::gather_kernel, src, dim, rows, dst);
+    else
+      emu::launch(dim3(em::row_copy_ctas(dim / 8, em::kGatherThreads), n), dim3(em::kGatherThreads), 0,
+                  em::gather_vec_kernel, src, dim, rows, dst);
   }
   static void silu_mul(const uint16_t* g, int64_t gs, const uint16_t* u, int64_t us, uint16_t* h, int rows, int n) {
     if (rows == 0) return;
@@ -93,10 +134,18 @@ struct EmuBackend {
     emu::launch(dim3(T), dim3(cu::densecombine::kDenseCombineThreads), 0, cu::densecombine::combine_kernel, y, ids, wts,
                 shared, T, k, H, out);
   }
-  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out) {
+  static size_t argmax_workspace_bytes() { return cu::sampling::argmax::argmax_workspace_bytes_max(); }
+  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, void* ws = nullptr, size_t = 0) {
     if (rows == 0) return;
-    emu::launch(dim3(rows), dim3(cu::sampling::argmax::kArgmaxThreads), 0, cu::sampling::argmax::argmax_kernel, logits,
-                vocab, out);
+    namespace am = cu::sampling::argmax;
+    const int slices = ws ? am::argmax_slices(rows, vocab) : 1;
+    emu::launch(dim3(slices, rows), dim3(am::kArgmaxThreads), 0, am::argmax_split_kernel, logits, vocab, out,
+                slices == 1 ? nullptr : ws);
+  }
+  static void argmax_rows_f32_v0(const float* logits, int rows, int vocab, int32_t* out) {
+    if (rows == 0) return;
+    namespace am = cu::sampling::argmax;
+    emu::launch(dim3(rows), dim3(am::kArgmaxV0Threads), 0, am::argmax_kernel_v0, logits, vocab, out);
   }
   static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
                                       const uint32_t* masks, int64_t words) {

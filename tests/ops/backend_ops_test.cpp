@@ -49,12 +49,26 @@ struct GpuBackend {
   static void rms_norm(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
     cu::norm::rms_norm(x, xs, rows, dim, w, eps, y, ys, nullptr);
   }
+  template <class In>
+  static void rms_norm_v0(const In* x, int64_t xs, int rows, int dim, const float* w, float eps, uint16_t* y, int64_t ys) {
+    cu::norm::rms_norm_v0(x, xs, rows, dim, w, eps, y, ys, nullptr);
+  }
   static void layer_norm(const uint16_t* x, int rows, int dim, const float* w, const float* b, float eps, uint16_t* y) {
     cu::norm::layer_norm(x, rows, dim, w, b, eps, y, nullptr);
   }
   static void rope(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
                    const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
     cu::rope::rope(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
+  }
+  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
+                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
+    cu::rope::rope_v0(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
+  }
+  static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
+    cu::embed::embed_rows_v0(table, f32, tokens, T, H, x, nullptr);
+  }
+  static void gather_rows_v0(const uint16_t* src, int dim, const int32_t* rows, int n, uint16_t* dst) {
+    cu::embed::gather_rows_v0(src, dim, rows, n, dst, nullptr);
   }
   static void embed_rows(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     cu::embed::embed_rows(table, f32, tokens, T, H, x, nullptr);
@@ -77,8 +91,13 @@ struct GpuBackend {
                                     int k, int H, float* out) {
     cu::moe_dense_combine_f32(y, ids, wts, shared, T, k, H, out, nullptr);
   }
-  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out) {
-    cu::sampling::argmax_rows_f32(logits, rows, vocab, out, nullptr);
+  static size_t argmax_workspace_bytes() { return cu::sampling::argmax_rows_f32_workspace_bytes(); }
+  static void argmax_rows_f32(const float* logits, int rows, int vocab, int32_t* out, void* ws = nullptr,
+                              size_t ws_bytes = 0) {
+    cu::sampling::argmax_rows_f32(logits, rows, vocab, out, ws, ws_bytes, nullptr);
+  }
+  static void argmax_rows_f32_v0(const float* logits, int rows, int vocab, int32_t* out) {
+    cu::sampling::argmax_rows_f32_v0(logits, rows, vocab, out, nullptr);
   }
   static void apply_token_bitmask_f32(float* logits, int64_t stride, int rows, int vocab, const int32_t* slot,
                                       const uint32_t* masks, int64_t words) {
@@ -141,6 +160,47 @@ TEST_P(BackendOpsGpu, MatchesTheCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, BackendOpsGpu, ::testing::ValuesIn(row_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The greedy argmax's split form in a captured graph (the runner's decode graphs): one capture at
+// B 1 and one at B 7 on GLM-5's vocab, each replayed over new logits three times; every replay
+// equals the CPU reference and leaves the workspace all zeros (the next replay's counter).
+TEST(BackendOpsGpuGraph, SplitArgmaxReplaysWithNewLogits) {
+  FP4MOE_SKIP_WITHOUT_GPU();
+  const int V = 154880;
+  for (int rows : {1, 7}) {
+    cudaStream_t s;
+    FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cu::DeviceBuffer logits(size_t(rows) * V * 4), out(size_t(rows) * 4),
+        ws(cu::sampling::argmax_rows_f32_workspace_bytes());
+    FP4MOE_CUDA_CHECK(cudaMemset(ws.ptr(), 0, ws.bytes()));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cu::sampling::argmax_rows_f32(logits.as<float>(), rows, V, out.as<int32_t>(), ws.ptr(), ws.bytes(), s);
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    Rng rng(200 + uint64_t(rows));
+    for (int replay = 0; replay < 3; ++replay) {
+      std::vector<float> l = rand_f32(rng, size_t(rows) * V, -10.0f, 10.0f);
+      for (int r = 0; r < rows; ++r) {  // a tie across slices in every row: the lower id wins
+        const int a = rng.integer(0, V / 2), b = rng.integer(V / 2, V - 1);
+        l[size_t(r) * V + size_t(a)] = l[size_t(r) * V + size_t(b)] = 20.0f + float(replay);
+      }
+      logits.upload(l);
+      FP4MOE_CUDA_CHECK(cudaGraphLaunch(ge, s));
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      std::vector<int32_t> ref(static_cast<size_t>(rows));
+      cpu::argmax_rows_cpu(l.data(), rows, V, ref.data());
+      expect_equal("argmax_rows_f32 (graph replay " + std::to_string(replay) + ")", out.download<int32_t>(size_t(rows)),
+                   ref);
+      const std::vector<uint8_t> w = ws.download<uint8_t>(ws.bytes());
+      ASSERT_EQ(size_t(std::count(w.begin(), w.end(), uint8_t(0))), w.size()) << "the workspace after a replay";
+    }
+    FP4MOE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+    FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+  }
+}
 
 }  // namespace
 }  // namespace fp4moe::test::ops

@@ -31,10 +31,14 @@ namespace fp4moe::test::ops {
 // (mean, eps, sqrt, division, two products). Bound = 2 × that, relative to the row's norm.
 // amp: the inputs' range; at 3e-3 the mean square is ~3e-6, so eps (1e-6) moves the outputs by
 // ~15 %, far past the bound: a wrong eps fails.
+// x rows at a stride of dim + pad, y rows at dim + ypad: 16-byte-aligned rows take the vector
+// loads and stores of the register form, others (and the tail past the last whole 16-byte
+// chunk) the scalar ones. v0: the previous (strided) form, the bench's baseline.
 template <class B>
-void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, float amp = 3.0f) {
+void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, float amp = 3.0f, int ypad = 3,
+                   bool v0 = false) {
   Rng rng(seed);
-  const int64_t xs = dim + pad, ys = dim + 3;
+  const int64_t xs = dim + pad, ys = dim + ypad;
   std::vector<uint16_t> x16 = rand_bf16(rng, size_t(rows * xs), -amp, amp);
   std::vector<float> x32 = bf16_in ? widen(x16) : rand_f32(rng, size_t(rows * xs), -amp, amp);
   const std::vector<float> w = rand_f32(rng, size_t(dim), 0.5f, 1.5f);
@@ -43,10 +47,12 @@ void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, floa
   auto dw = B::up(w);
   if (bf16_in) {
     auto dx = B::up(x16);
-    B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    if (v0) B::rms_norm_v0(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    else B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
   } else {
     auto dx = B::up(x32);
-    B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    if (v0) B::rms_norm_v0(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
+    else B::rms_norm(dx.p(), xs, rows, dim, dw.p(), eps, dy.p(), ys);
   }
   const std::vector<uint16_t> y = B::down(dy);
   std::vector<float> ref(static_cast<size_t>(rows * dim));
@@ -55,6 +61,22 @@ void rms_norm_case(bool bf16_in, int rows, int dim, int pad, uint64_t seed, floa
   expect_rows_close("rms_norm", widen(y), ys, ref, rows, dim, [&](int64_t, double n) { return rel * n; });
   for (int64_t r = 0; r < rows; ++r)  // the stride's gap is not the op's
     for (int64_t i = dim; i < ys; ++i) ASSERT_EQ(y[size_t(r * ys + i)], kPoisonBf16) << "rms_norm wrote past dim";
+}
+
+// RMSNorm in place (BF16 rows, y = x: the runner's q_a norm), the bound of rms_norm_case.
+template <class B>
+void rms_norm_in_place_case(int rows, int dim, uint64_t seed) {
+  Rng rng(seed);
+  const std::vector<uint16_t> x16 = rand_bf16(rng, size_t(rows) * dim, -3.0f, 3.0f);
+  const std::vector<float> w = rand_f32(rng, size_t(dim), 0.5f, 1.5f), x32 = widen(x16);
+  auto dx = B::up(x16);
+  auto dw = B::up(w);
+  B::rms_norm(dx.p(), dim, rows, dim, dw.p(), 1e-6f, dx.p(), dim);
+  std::vector<float> ref(size_t(rows) * dim);
+  cpu::rms_norm_rows_cpu(x32.data(), dim, rows, dim, w.data(), 1e-6f, ref.data());
+  const double rel = 2.0 * (kBf16Rel + (dim / 2.0 + 6.0) * kF32Rel);
+  expect_rows_close("rms_norm (in place)", widen(B::down(dx)), dim, ref, rows, dim,
+                    [&](int64_t, double n) { return rel * n; });
 }
 
 // LayerNorm (BF16 → BF16, weight and bias): the BF16 rounding, plus FP32 mean and variance sums
@@ -100,7 +122,8 @@ void layer_norm_case(bool in_place, int rows, int dim, uint64_t seed) {
 // (2^-9 of |y|). Bound = 2 × that per (token, head) row; everything outside the parts is
 // unchanged, bit for bit.
 template <class B>
-void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed) {
+void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed,
+               bool v0 = false) {
   Rng rng(seed);
   const int64_t ts = int64_t(heads) * head_dim + 8, hs = head_dim;
   const std::vector<uint16_t> x16 = rand_bf16(rng, size_t(T * ts), -2.0f, 2.0f);
@@ -111,7 +134,8 @@ void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int
   auto dx = B::up(x16);
   auto dp = B::up(pos);
   auto df = B::up(inv_freq);
-  B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
+  if (v0) B::rope_v0(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
+  else B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
   const std::vector<uint16_t> y16 = B::down(dx);
   std::vector<float> ref = widen(x16);
   cpu::rope_rows_cpu(ref.data(), T, heads, ts, hs, offset, rope_dim, pos.data(), inv_freq.data(), af, interleaved);
@@ -142,7 +166,7 @@ void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int
 // ---- embed -----------------------------------------------------------------------------------
 // Copies (BF16 → FP32 is exact): bit for bit.
 template <class B>
-void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
+void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed, bool v0 = false) {
   Rng rng(seed);
   std::vector<int32_t> tok(static_cast<size_t>(T));
   for (int32_t& t : tok) t = rng.integer(0, vocab - 1);
@@ -153,8 +177,9 @@ void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
   auto dt32 = B::up(t32);
   auto dtok = B::up(tok);
   auto dx = B::up(std::vector<float>(size_t(T * H), kPoisonF32));
-  B::embed_rows(f32_table ? static_cast<const void*>(dt32.p()) : static_cast<const void*>(dt16.p()), f32_table,
-                dtok.p(), T, H, dx.p());
+  const void* table = f32_table ? static_cast<const void*>(dt32.p()) : static_cast<const void*>(dt16.p());
+  if (v0) B::embed_rows_v0(table, f32_table, dtok.p(), T, H, dx.p());
+  else B::embed_rows(table, f32_table, dtok.p(), T, H, dx.p());
   std::vector<float> ref(static_cast<size_t>(T * H));
   cpu::embed_rows_cpu(f32_table ? static_cast<const void*>(t32.data()) : static_cast<const void*>(t16.data()),
                       f32_table, tok.data(), T, H, ref.data());
@@ -162,7 +187,7 @@ void embed_case(bool f32_table, int T, int H, int vocab, uint64_t seed) {
 }
 
 template <class B>
-void gather_case(int n, int dim, int src_rows, uint64_t seed) {
+void gather_case(int n, int dim, int src_rows, uint64_t seed, bool v0 = false) {
   Rng rng(seed);
   std::vector<int32_t> rows(static_cast<size_t>(n));
   for (int32_t& r : rows) r = rng.integer(0, src_rows - 1);
@@ -170,7 +195,8 @@ void gather_case(int n, int dim, int src_rows, uint64_t seed) {
   auto ds = B::up(src);
   auto dr = B::up(rows);
   auto dd = B::up(std::vector<uint16_t>(size_t(n * dim), kPoisonBf16));
-  B::gather_rows(ds.p(), dim, dr.p(), n, dd.p());
+  if (v0) B::gather_rows_v0(ds.p(), dim, dr.p(), n, dd.p());
+  else B::gather_rows(ds.p(), dim, dr.p(), n, dd.p());
   std::vector<uint16_t> ref(static_cast<size_t>(n * dim));
   cpu::gather_rows_cpu(src.data(), dim, rows.data(), n, ref.data());
   expect_equal("gather_rows", B::down(dd), ref);
@@ -276,28 +302,64 @@ void dense_combine_case(bool shared, int T, int k, int H, int E, uint64_t seed) 
 }
 
 // ---- sampling/argmax_f32 ----------------------------------------------------------------------
-// Exact: ties go to the lower id, NaN never wins, a row of NaNs gives 0, a row of −inf gives 0.
+// Exact: ties go to the lower id, NaN never wins, a row of NaNs gives 0, a row of −inf gives 0,
+// −0 and +0 tie. Rows cycle through patterns that put the maximum where the kernel's pieces
+// meet: ties across the 4,096-value passes (a split CTA's slice boundary, whatever the row's
+// 16-byte misalignment), the unaligned head and the scalar tail, a larger value in a later slice.
+// form: 0 one CTA per row (no workspace), 1 the split form (workspace; launched twice, and the
+// workspace must be all zeros after each launch), 2 the previous form (the bench's baseline).
 template <class B>
-void argmax_case(int vocab, uint64_t seed) {
+void argmax_case(int vocab, uint64_t seed, int rows = 6, int form = 0) {
   Rng rng(seed);
-  constexpr int kRows = 6;
-  std::vector<float> l = rand_f32(rng, size_t(kRows) * vocab, -10.0f, 10.0f);
-  auto row = [&](int r) { return l.data() + size_t(r) * vocab; };
-  const int a = rng.integer(0, vocab - 1), b = rng.integer(0, vocab - 1);
-  row(1)[a] = 50.0f;  // a tie between two ids (in different threads' strides when far apart)
-  row(1)[b] = 50.0f;
-  row(2)[a] = NAN;  // NaNs, one where the maximum would be
-  row(2)[vocab - 1] = 60.0f;
-  row(2)[0] = NAN;
-  std::fill_n(row(3), vocab, NAN);
-  std::fill_n(row(4), vocab, -INFINITY);
-  row(5)[vocab - 1] = 1e30f;
+  const int V = vocab;
+  std::vector<float> l = rand_f32(rng, size_t(rows) * V, -10.0f, 10.0f);
+  auto at = [&](int r, int i) -> float& { return l[size_t(r) * V + size_t(std::clamp(i, 0, V - 1))]; };
+  for (int r = 0; r < rows; ++r) {
+    const int a = rng.integer(0, V - 1), b = rng.integer(0, V - 1), mid = V > 8192 ? (V / 4096 / 2) * 4096 : V / 2;
+    switch (r % 11) {
+      case 0: break;  // random
+      case 1: at(r, a) = 50.0f, at(r, b) = 50.0f; break;  // a tie anywhere
+      case 2: at(r, a) = NAN, at(r, V - 1) = 60.0f, at(r, 0) = NAN; break;  // NaNs, one where the max would be
+      case 3: std::fill_n(&at(r, 0), V, NAN); break;
+      case 4: std::fill_n(&at(r, 0), V, -INFINITY); break;
+      case 5: at(r, V - 1) = 1e30f; break;  // the tail
+      case 6:
+        for (int i = mid - 3; i <= mid + 4; ++i) at(r, i) = 70.0f;  // ties across a pass / slice boundary
+        break;
+      case 7:  // −0 before +0: they tie, the lower id wins
+        for (int i = 0; i < V; ++i) at(r, i) = -1.0f - float(i % 7);
+        at(r, std::min(3, V - 1)) = -0.0f, at(r, std::min(10, V - 1)) = 0.0f;
+        break;
+      case 8:  // +0 before −0
+        for (int i = 0; i < V; ++i) at(r, i) = -1.0f - float(i % 5);
+        at(r, std::min(2, V - 1)) = 0.0f, at(r, std::min(5, V - 1)) = -0.0f;
+        break;
+      case 9: std::fill_n(&at(r, 0), V, 1.5f); break;  // every id ties: 0
+      case 10: at(r, V / 3) = 80.0f, at(r, std::max(V - 5, 0)) = 81.0f, at(r, V / 3 + 1) = 81.0f; break;
+    }
+  }
   auto dl = B::up(l);
-  auto dout = B::up(std::vector<int32_t>(kRows, kPoisonI32));
-  B::argmax_rows_f32(dl.p(), kRows, vocab, dout.p());
-  std::vector<int32_t> ref(kRows);
-  cpu::argmax_rows_cpu(l.data(), kRows, vocab, ref.data());
-  expect_equal("argmax_rows_f32", B::down(dout), ref);
+  auto dout = B::up(std::vector<int32_t>(size_t(rows), kPoisonI32));
+  std::vector<int32_t> ref(static_cast<size_t>(rows));
+  cpu::argmax_rows_cpu(l.data(), rows, V, ref.data());
+  if (form == 2) {
+    B::argmax_rows_f32_v0(dl.p(), rows, V, dout.p());
+    expect_equal("argmax_rows_f32_v0", B::down(dout), ref);
+  } else if (form == 1) {
+    const size_t wsb = B::argmax_workspace_bytes();
+    auto dws = B::up(std::vector<uint8_t>(wsb, 0));
+    for (int launch = 0; launch < 2; ++launch) {  // the second finds the workspace as the first left it
+      auto dout2 = B::up(std::vector<int32_t>(size_t(rows), kPoisonI32));
+      B::argmax_rows_f32(dl.p(), rows, V, dout2.p(), dws.p(), wsb);
+      expect_equal("argmax_rows_f32 (split, launch " + std::to_string(launch) + ")", B::down(dout2), ref);
+      const std::vector<uint8_t> ws = B::down(dws);
+      ASSERT_EQ(size_t(std::count(ws.begin(), ws.end(), uint8_t(0))), ws.size())
+          << "the workspace must be all zeros after a launch";
+    }
+  } else {
+    B::argmax_rows_f32(dl.p(), rows, V, dout.p());
+    expect_equal("argmax_rows_f32", B::down(dout), ref);
+  }
 }
 
 // ---- sampling/token_bitmask_f32 ----------------------------------------------------------------

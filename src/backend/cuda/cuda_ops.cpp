@@ -234,7 +234,8 @@ void CudaOps::run(const model::HeadArgs& a) {
   (own ? *m_.mtp->head : m_.lm_head).run(m_.s.rows, rows, a.logits.ptr<float>(), true, m_.lctx());
   m_.mark(StepStage::Sampling);
   m_.apply_token_masks(rows);  // grammar masks (rows whose slot is -1 are left alone)
-  argmax_rows_f32(a.logits.ptr<float>(), rows, int(m_.cfg.vocab), m_.s.greedy, m_.stream);
+  argmax_rows_f32(a.logits.ptr<float>(), rows, int(m_.cfg.vocab), m_.s.greedy, m_.s.argmax_ws, m_.s.argmax_ws_bytes,
+                  m_.stream);
 }
 
 void CudaOps::read(const TensorView& src, float* dst) {

@@ -523,7 +523,7 @@ void GpuRunner::Impl::plan_memory() {
   at(WsBuf::Iw, s.iw), at(WsBuf::Iq8, s.iq8), at(WsBuf::Iw8, s.iw8), at(WsBuf::Scores, s.scores);
   at(WsBuf::ChunkQo, s.chunk_qo), at(WsBuf::TopkPos, s.topk_pos), at(WsBuf::TopkSlot, s.topk_slot);
   at(WsBuf::G, s.g), at(WsBuf::U, s.u), at(WsBuf::Hm, s.hm), at(WsBuf::Rows, s.rows), at(WsBuf::Logits, s.logits);
-  at(WsBuf::Greedy, s.greedy), at(WsBuf::Rlogits, s.rlogits), at(WsBuf::Rids, s.rids), at(WsBuf::Rw, s.rw);
+  at(WsBuf::Greedy, s.greedy), at(WsBuf::ArgmaxWs, s.argmax_ws), at(WsBuf::Rlogits, s.rlogits), at(WsBuf::Rids, s.rids), at(WsBuf::Rw, s.rw);
   at(WsBuf::Gu, s.gu), at(WsBuf::Eh, s.eh), at(WsBuf::Ey, s.ey), at(WsBuf::MoeWs, s.moe_ws);
   at(WsBuf::RouterWs, s.router_ws), at(WsBuf::TopkWs, s.topk_ws), at(WsBuf::Fp4Ws, s.fp4_ws);
   at(WsBuf::SampleWs, s.sample_ws), at(WsBuf::SampleIn, s.sample_in), at(WsBuf::SampleOut, s.sample_out);
@@ -538,6 +538,7 @@ void GpuRunner::Impl::plan_memory() {
   s.router_ws_bytes = router_ws;
   s.topk_ws_bytes = topk_ws;
   s.sample_ws_bytes = sample_ws;
+  s.argmax_ws_bytes = bytes[size_t(WsBuf::ArgmaxWs)];
   FP4MOE_CUDA_CHECK(cudaMemset(workspace.ptr(), 0, workspace.bytes()));  // the MoE / router counters start at 0
   workspace_bytes = int64_t(off);
 

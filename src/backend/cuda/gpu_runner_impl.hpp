@@ -149,6 +149,8 @@ struct Scratch {
   uint16_t* rows = nullptr;    // [T, H] gathered final rows
   float* logits = nullptr;     // [T, vocab]
   int32_t* greedy = nullptr;   // [T]
+  void* argmax_ws = nullptr;   // the greedy argmax's split form (zeroed once; each launch leaves it so)
+  size_t argmax_ws_bytes = 0;
   // BF16-experts fallback
   float* rlogits = nullptr;    // [T, E]
   int32_t* rids = nullptr;     // [T, k]

@@ -293,7 +293,7 @@ void GpuRunner::Impl::run_step(const StepInput& in, const StepOutput& out) {
     in.await_token_masks();
     m.upload_token_masks(in.token_masks);
     m.apply_token_masks(int(rows));
-    argmax_rows_f32(m.s.logits, int(rows), int(m.cfg.vocab), m.s.greedy, m.stream);
+    argmax_rows_f32(m.s.logits, int(rows), int(m.cfg.vocab), m.s.greedy, m.s.argmax_ws, m.s.argmax_ws_bytes, m.stream);
   }
   if (out.logits && rows > 0) {
     out.logits->resize(size_t(rows * m.cfg.vocab));

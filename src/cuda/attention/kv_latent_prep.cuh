@@ -61,19 +61,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_latent_prep_kernel(con
   }
   const int r0 = p.interleaved ? 2 * lane : lane, r1 = p.interleaved ? 2 * lane + 1 : lane + kKpe / 2;
   const float y0 = prims::bf16_bits_to_float(row[kCkv + r0]), y1 = prims::bf16_bits_to_float(row[kCkv + r1]);
+  // Every other load before the first use of any (one memory round trip for all of them, and the
+  // slot's chain of dependent loads beside it): the weights, the frequency, the position, the slot.
+  float w[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) w[i] = p.norm_w[d0 + i];
+  const float f = p.inv_freq[lane], pos = float(p.slots.positions[t]);
+  const int64_t slot = token_slot(p.slots, t);
 
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) ss += x[i] * x[i];
   const float inv = 1.0f / sqrtf(prims::warp_sum(ss) / float(kCkv) + p.eps);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) x[i] = p.norm_w[d0 + i] * (x[i] * inv);
+  for (int i = 0; i < kPerLane; ++i) x[i] = w[i] * (x[i] * inv);
 
-  const float a = p.inv_freq[lane] * float(p.slots.positions[t]);
+  const float a = f * pos;
   const float c = cosf(a) * p.attn_factor, sn = sinf(a) * p.attn_factor;
   const float z0 = y0 * c - y1 * sn, z1 = y1 * c + y0 * sn;
 
-  const int64_t slot = token_slot(p.slots, t);
   if (slot < 0) return;  // never write outside the pool
   if (p.fp8) {
     uint32_t w[4];

@@ -46,6 +46,20 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
   float x[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) x[i] = prims::bf16_bits_to_float(p.k[int64_t(t) * p.k_stride + d0 + i]);
+  // Every other load before the first use of any (one memory round trip for all of them, and the
+  // slot's chain of dependent loads beside it): the weights and bias, the rope frequencies of
+  // this lane's dims (fr[i]: dim d0 + i's, 0 where not rotated), the position, the slot.
+  const int half = p.rope_dim / 2;
+  const bool first = d0 < half, rotated = d0 < p.rope_dim;
+  float lw[kPerLane], lb[kPerLane], fr[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    lw[i] = p.ln_w[d0 + i], lb[i] = p.ln_b[d0 + i];
+    const int d = d0 + i;
+    fr[i] = p.interleaved ? (d < p.rope_dim ? p.inv_freq[d / 2] : 0.f) : rotated ? p.inv_freq[first ? d : d - half] : 0.f;
+  }
+  const float pos = float(p.slots.positions[t]);
+  const int64_t slot = attention::token_slot(p.slots, t);
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) s += x[i];
@@ -55,15 +69,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
   for (int i = 0; i < kPerLane; ++i) v += (x[i] - mean) * (x[i] - mean);
   const float inv = 1.0f / sqrtf(prims::warp_sum(v) / float(kDim) + p.eps);
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) x[i] = (x[i] - mean) * inv * p.ln_w[d0 + i] + p.ln_b[d0 + i];
+  for (int i = 0; i < kPerLane; ++i) x[i] = (x[i] - mean) * inv * lw[i] + lb[i];
 
-  const float pos = float(p.slots.positions[t]);
   if (p.interleaved) {
 #pragma unroll
     for (int j = 0; j < kPerLane; j += 2) {
       const int d = d0 + j;
       if (d < p.rope_dim) {
-        const float a = p.inv_freq[d / 2] * pos;
+        const float a = fr[j] * pos;
         const float c = cosf(a) * p.attn_factor, sn = sinf(a) * p.attn_factor;
         const float x0 = x[j], x1 = x[j + 1];
         x[j] = x0 * c - x1 * sn;
@@ -71,8 +84,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
       }
     }
   } else {
-    const int half = p.rope_dim / 2;
-    const bool first = d0 < half, rotated = d0 < p.rope_dim;
     const int src = !rotated ? lane : first ? lane + half / kPerLane : lane - half / kPerLane;
     float z[kPerLane];
 #pragma unroll
@@ -80,15 +91,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) index_key_prep_kernel(con
     if (rotated) {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        const int f = first ? d0 + i : d0 + i - half;
-        const float a = p.inv_freq[f] * pos;
+        const float a = fr[i] * pos;
         const float c = cosf(a) * p.attn_factor, sn = sinf(a) * p.attn_factor;
         x[i] = first ? x[i] * c - z[i] * sn : x[i] * c + z[i] * sn;
       }
     }
   }
 
-  const int64_t slot = attention::token_slot(p.slots, t);
   if (slot < 0) return;  // never write outside the pool
   if (p.fp8) {
     auto* o = static_cast<uint8_t*>(p.out) + slot * kDim + d0;

@@ -176,7 +176,9 @@ TEST(GpuSpeculativeGrammar, GreedyStructuredNextnEqualsPlainWhereTheMarginAllows
         if (got[j] != o.tokens[j]) break;
         ++j;
       }
-      if (j == o.tokens.size()) EXPECT_EQ(got.size(), o.tokens.size()) << what << ": request " << id;
+      if (j == o.tokens.size()) {
+        EXPECT_EQ(got.size(), o.tokens.size()) << what << ": request " << id;
+      }
       RecordProperty(what + " request " + std::to_string(id) + " compared",
                      std::to_string(j) + " of " + std::to_string(o.tokens.size()));
     }

@@ -7,7 +7,7 @@
 # when $MEMPLAN_MODEL_DIR is not there yet; each bench step start-up ~10-20 s).
 #   MEMPLAN_PARTS="bench tests" picks parts; MEMPLAN_BENCHES="ctx32k ctx128k ctx1k refuse200k chunks"
 #   picks the bench part's runs (a cold machine cannot do them all in one 10-minute call); opt-in
-#   runs "masks kv_bf16 kv_fp8" (issues 42 and 40) are only run when named.
+#   runs "masks kv_bf16 kv_fp8 kv128k_bf16 kv128k_fp8" (issues 42 and 40) are only run when named.
 # Look for:
 #   - every "memory plan:" line: "workspace X GB of its Y GB budget (T tokens/step[, lowered from A
 #     to fit | to leave the KV pool N tokens for B b x L ctx decode] ...)" with X <= Y = 10 % of the
@@ -76,6 +76,10 @@ if [[ " $PARTS " == *" bench "* ]]; then
   bench masks 120 --batch 1,64 --ctx 1024 --prefill 1024 --k 1 --iters 20 --token-masks || rc=1
   bench kv_bf16 150 --batch 1,64 --ctx 6144,8192 --prefill 1024 --k 1,8 --iters 10 || rc=1
   bench kv_fp8 150 --batch 1,64 --ctx 6144,8192 --prefill 1024 --k 1,8 --iters 10 --kv-cache-dtype fp8_e4m3 || rc=1
+  # Issue 40's 128K targets (decode B 1 and B 8 within 1.5x the byte floor) with each KV dtype:
+  # B 8 x 128K (1.05M tokens) fits the pool only where the plan says so (FP8 halves its bytes).
+  bench kv128k_bf16 150 --batch 1,8 --ctx 131072 --prefill 1024 --k 1 --iters 10 || rc=1
+  bench kv128k_fp8 150 --batch 1,8 --ctx 131072 --prefill 1024 --k 1 --iters 10 --kv-cache-dtype fp8_e4m3 || rc=1
   # A refusal: 200K context with a --mem-fraction-static that fits the weights with ~2 GB to spare
   # beside the load's estimated overheads but not one 200K request's KV (200128 tokens x 18304 B =
   # 3.66 GB) at any tokens/step; expected rc=1 with the plan's one line, before the upload. The

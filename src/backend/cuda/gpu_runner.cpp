@@ -813,6 +813,8 @@ int64_t GpuRunner::kv_bytes_per_token() const { return impl_->kv_per_token; }
 int64_t GpuRunner::weight_bytes() const { return impl_->weight_bytes; }
 int64_t GpuRunner::workspace_bytes() const { return impl_->workspace_bytes; }
 int64_t GpuRunner::max_logits_rows() const { return impl_->logits_rows; }
+void* GpuRunner::kv_pool_data() const { return impl_->kv.ptr(); }
+size_t GpuRunner::kv_pool_bytes() const { return impl_->kv.bytes(); }
 int64_t GpuRunner::free_pages() const { return impl_->page_pool ? impl_->page_pool->num_free() : 0; }
 void GpuRunner::set_graphs_enabled(bool on) { impl_->graphs_enabled = on; }
 

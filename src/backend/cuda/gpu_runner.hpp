@@ -253,6 +253,11 @@ class GpuRunner {
   std::vector<int32_t> alloc_pages(int64_t n);  // throws when fewer are free
   void release_pages(const std::vector<int32_t>& pages);
   int64_t free_pages() const;
+  // The KV pool's device bytes (every page, the padding page included), for benchmarks: `bench
+  // step` fills them with random keys, since the zeroed pool ties every indexer score and sends
+  // every long row's top-k down its tie path (a cost real caches do not see).
+  void* kv_pool_data() const;
+  size_t kv_pool_bytes() const;
 
   // One forward step. Decode-only batches (one token per request, every row asked for)
   // within cuda_graph_max_bs replay a graph unless `out.hidden` is set or graphs are off.

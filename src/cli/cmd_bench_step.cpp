@@ -239,11 +239,26 @@ int run_bench_step(const BenchStepArgs& a) {
   k_table += "\n";
   const model::MlaModelConfig& mc = r->config();
   const double eb = double(r->routed_expert_bytes());
+  // The KV one request's decode step reads at context L. With DSA (an indexer and index_topk),
+  // attention reads the latents of its top-k rows only (min(L, topk)) and the indexer layers read
+  // every index key; without it every layer's latents. target_kv_bytes_per_token() = every
+  // layer's latents + the indexer layers' index keys, so the keys' share is the rest.
+  const double latent_per_token =
+      double((mc.kv_lora_rank + mc.qk_rope_dim) * int64_t(kv_elem_size(ro.kv_elem)) * mc.num_layers);
+  const double index_per_token = double(r->target_kv_bytes_per_token()) - latent_per_token;
+  const bool sparse_kv = mc.has_indexer() && mc.index_topk > 0 && index_per_token > 0;
+  auto kv_read_bytes = [&](int64_t L) {
+    if (!sparse_kv) return double(L) * double(r->target_kv_bytes_per_token());
+    return double(std::min<int64_t>(L, mc.index_topk)) * latent_per_token + double(L) * index_per_token;
+  };
   fmt::print("floors: bytes = the weights the step touches (all but the routed experts no token chose, from the "
-             "step's per-expert counts) + every layer's KV of the context, at the copy ceiling; FLOPs at the BF16 "
+             "step's per-expert counts) + the KV the step reads ({}), at the copy ceiling; FLOPs at the BF16 "
              "peak; floor = the larger\n"
              "| decode B | ctx | ms/step | device ms | tok/s | experts touched % | byte floor ms | FLOP floor ms | x "
-             "floor | all-weights floor ms | graph |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+             "floor | all-weights floor ms | graph |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+             sparse_kv ? fmt::format("DSA: min(ctx, {}) rows of latents + every index key, {:.0f} + {:.0f} B/token",
+                                     mc.index_topk, latent_per_token, index_per_token)
+                       : fmt::format("every layer's latents of the context, {} B/token", r->target_kv_bytes_per_token()));
   for (int64_t L : a.ctx)
     for (int64_t B : a.batch) {
       // K decode steps write positions L-1 .. L-2+K; a verify step L-1 .. L-1+N
@@ -288,7 +303,7 @@ int run_bench_step(const BenchStepArgs& a) {
       r->step(in, o);
       r->step(in, o);
       // The target's bytes: an MTP layer loaded for the speculative tables is not part of its step.
-      const double kv = double(B * L * r->target_kv_bytes_per_token());
+      const double kv = double(B) * kv_read_bytes(L);
       const double all_floor = (double(r->target_weight_bytes()) + kv) / (ceil.copy_gbps * 1e9) * 1e3;
       const double byte_floor =
           (double(r->target_weight_bytes()) - double(untouched) * eb + kv) / (ceil.copy_gbps * 1e9) * 1e3;

@@ -9,7 +9,7 @@
 //   gather         BF16 rows [rows, hidden] by index (before the lm_head)
 //   rope           in place on 64 heads x 64 rope dims per token, interleaved (the MLA query)
 // Forms: v0 the previous kernel, kept for this comparison (rms_norm_v0, argmax_rows_f32_v0,
-// embed_rows_v0, gather_rows_v0, rope_v0); now the engine's launch; for argmax also `now-1cta`
+// embed_rows_v0, gather_rows_v0; rope has its one form); now the engine's launch; for argmax also `now-1cta`
 // (no workspace: one CTA per row). Table rows
 // start with '|'.
 #include <algorithm>
@@ -156,10 +156,6 @@ int run_bench(const Options& o) {
       } else {  // rope
         const double bytes = double(r) * kRopeHeads * kRopeDim * 2 * 2;
         const int64_t ts = int64_t(kRopeHeads) * kRopeHeadDim;
-        row(op, "v0", r, bytes, [&] {
-          cuda::rope::rope_v0(q.as<uint16_t>(), r, kRopeHeads, ts, kRopeHeadDim, kRopeHeadDim - kRopeDim, kRopeDim,
-                              ids.as<int32_t>(), freq.as<float>(), 1.0f, true, s);
-        });
         row(op, "now", r, bytes, [&] {
           cuda::rope::rope(q.as<uint16_t>(), r, kRopeHeads, ts, kRopeHeadDim, kRopeHeadDim - kRopeDim, kRopeDim,
                            ids.as<int32_t>(), freq.as<float>(), 1.0f, true, s);

@@ -335,8 +335,12 @@ TEST(RunnerMemoryPlan, TheWorkspaceIsOneListThePlanSumsAndTheRunnerLaysOut) {
           ++seen[size_t(b.id)];
           EXPECT_GE(b.bytes, 0);
           sum += ws_layout_bytes(b.bytes);
-          if (b.id == WsBuf::Qpe) EXPECT_EQ(b.bytes, rope_queries ? T * in.dims.heads * in.dims.rope * 2 : 1);
-          if (b.id == WsBuf::Gu) EXPECT_EQ(b.bytes, dense_experts ? in.dims.experts * T * 2 * in.dims.moe_inter * 2 : 0);
+          if (b.id == WsBuf::Qpe) {
+            EXPECT_EQ(b.bytes, rope_queries ? T * in.dims.heads * in.dims.rope * 2 : 1);
+          }
+          if (b.id == WsBuf::Gu) {
+            EXPECT_EQ(b.bytes, dense_experts ? in.dims.experts * T * 2 * in.dims.moe_inter * 2 : 0);
+          }
         }
         for (size_t id = 0; id < seen.size(); ++id) {
           const bool fp8_only = id == size_t(WsBuf::Iq8) || id == size_t(WsBuf::Iw8);

@@ -72,12 +72,6 @@ struct EmuBackend {
     emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel, x, heads, ts, hs, offset, rope_dim / 2,
                 positions, inv_freq, af, interleaved);
   }
-  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
-                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
-    if (T == 0 || rope_dim == 0) return;
-    emu::launch(dim3(T), dim3(cu::rope::kRopeThreads), 0, cu::rope::rope_kernel_v0, x, heads, ts, hs, offset, rope_dim / 2,
-                positions, inv_freq, af, interleaved);
-  }
   static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     if (T == 0) return;
     emu::launch(dim3(T), dim3(cu::embed::kEmbedThreads), 0, cu::embed::embed_kernel, table, f32, tokens, H, x);

@@ -60,10 +60,6 @@ struct GpuBackend {
                    const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
     cu::rope::rope(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
   }
-  static void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim,
-                      const int32_t* positions, const float* inv_freq, float af, bool interleaved) {
-    cu::rope::rope_v0(x, T, heads, ts, hs, offset, rope_dim, positions, inv_freq, af, interleaved, nullptr);
-  }
   static void embed_rows_v0(const void* table, bool f32, const int32_t* tokens, int T, int H, float* x) {
     cu::embed::embed_rows_v0(table, f32, tokens, T, H, x, nullptr);
   }

@@ -122,8 +122,7 @@ void layer_norm_case(bool in_place, int rows, int dim, uint64_t seed) {
 // (2^-9 of |y|). Bound = 2 × that per (token, head) row; everything outside the parts is
 // unchanged, bit for bit.
 template <class B>
-void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed,
-               bool v0 = false) {
+void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int rope_dim, float af, uint64_t seed) {
   Rng rng(seed);
   const int64_t ts = int64_t(heads) * head_dim + 8, hs = head_dim;
   const std::vector<uint16_t> x16 = rand_bf16(rng, size_t(T * ts), -2.0f, 2.0f);
@@ -134,8 +133,7 @@ void rope_case(bool interleaved, int T, int heads, int head_dim, int offset, int
   auto dx = B::up(x16);
   auto dp = B::up(pos);
   auto df = B::up(inv_freq);
-  if (v0) B::rope_v0(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
-  else B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
+  B::rope(dx.p(), T, heads, ts, hs, offset, rope_dim, dp.p(), df.p(), af, interleaved);
   const std::vector<uint16_t> y16 = B::down(dx);
   std::vector<float> ref = widen(x16);
   cpu::rope_rows_cpu(ref.data(), T, heads, ts, hs, offset, rope_dim, pos.data(), inv_freq.data(), af, interleaved);

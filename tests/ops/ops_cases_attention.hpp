@@ -298,7 +298,6 @@ std::vector<OpRow> op_rows(bool big) {
   add("rope_one_head_whole_row", [] { rope_case<B>(true, 5, 1, 64, 0, 64, 1.0f, 8); });
   add("rope_glm5_mla_query_b1", [] { rope_case<B>(true, 1, 64, 256, 192, 64, 1.0f, 87); });
   add("rope_two_rounds_halves", [] { rope_case<B>(false, 2, 100, 80, 16, 64, 1.25f, 88); });
-  add("rope_v0", [] { rope_case<B>(true, 2, 64, 256, 192, 64, 1.0f, 89, true); });
   add("embed_rows_bf16_table", [] { embed_case<B>(false, 6, 300, 50, 9); });
   add("embed_rows_f32_table", [] { embed_case<B>(true, 5, 257, 40, 10); });
   add("gather_rows", [] { gather_case<B>(5, 300, 9, 11); });

@@ -1,6 +1,5 @@
 // RoPE in place from per-token positions (launch only, graph capturable): the MLA rope part,
-// the latent key's rope part and the indexer's, interleaved pairs or halves. One CTA per token,
-// up to 2,048 pairs' loads in flight at once (rope_bf16_kernels.cuh).
+// the latent key's rope part and the indexer's, interleaved pairs or halves. One CTA per token.
 // CPU reference: cpu/row_ops_cpu.hpp (rope_rows_cpu); checked by tests/ops.
 #pragma once
 
@@ -15,9 +14,5 @@ namespace fp4moe::cuda::rope {
 // interleaved pairs (2i, 2i+1) or halves (i, i + rope_dim/2) — model/model_config.hpp.
 void rope(uint16_t* x, int T, int heads, int64_t token_stride, int64_t head_stride, int offset, int rope_dim,
           const int32_t* positions, const float* inv_freq, float attn_factor, bool interleaved, cudaStream_t s);
-// The previous form (one pair's loads per loop iteration), for `fp4moe bench rows` before /
-// after only; the engine does not use it.
-void rope_v0(uint16_t* x, int T, int heads, int64_t token_stride, int64_t head_stride, int offset, int rope_dim,
-             const int32_t* positions, const float* inv_freq, float attn_factor, bool interleaved, cudaStream_t s);
 
 }  // namespace fp4moe::cuda::rope

@@ -12,11 +12,4 @@ void rope(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int
   FP4MOE_CUDA_CHECK_LAUNCH();
 }
 
-void rope_v0(uint16_t* x, int T, int heads, int64_t ts, int64_t hs, int offset, int rope_dim, const int32_t* positions,
-             const float* inv_freq, float af, bool interleaved, cudaStream_t s) {
-  if (T == 0 || rope_dim == 0) return;
-  rope_kernel_v0<<<T, kRopeThreads, 0, s>>>(x, heads, ts, hs, offset, rope_dim / 2, positions, inv_freq, af, interleaved);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace fp4moe::cuda::rope

@@ -371,6 +371,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     drafts[r].push_back(tok);
   };
   int32_t longest = 0;
+  auto t_host = std::chrono::steady_clock::now();
   for (size_t r = 0; r < R; ++r) {
     if (n[r] > 0) {
       const State& st = state_[reqs[r].id];
@@ -378,6 +379,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     }
     longest = std::max(longest, n[r]);
   }
+  times.host_draft += since(t_host);
   // 1. The chained draft steps k = 1 .. n − 1 (one token per request still drafting).
   const auto t_draft = std::chrono::steady_clock::now();
   for (int32_t k = 1; k < longest; ++k) {
@@ -404,10 +406,12 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows, TensorView::of(logits.data(), {T, V}),
                hout.data());
+    t_host = std::chrono::steady_clock::now();
     for (size_t i = 0; i < who.size(); ++i) {
       choose(who[i], k, logits.data() + int64_t(i) * V);
       g[who[i]].assign(hout.begin() + int64_t(i) * H, hout.begin() + int64_t(i + 1) * H);
     }
+    times.host_draft += since(t_host);
   }
   times.draft += since(t_draft);
   // 2. Verify: the target over [last, d_1 .. d_n] of every request, absorbed attention.
@@ -431,7 +435,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     page_ptr.push_back(int32_t(pages.size()));
   }
   const int64_t T = int64_t(tokens.size());
+  t_host = std::chrono::steady_clock::now();
   std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * H));
+  times.host_buffers += since(t_host);
   // A backend with a device round catches the MTP layer up over every verify row, as the device
   // round does (the same bits either way); else the emitted pairs are queued (run_queued).
   const bool rows_form = steps_.offers_catchup_over_verify_rows() && !std::any_of(reqs.begin(), reqs.end(), [&](const SpecRequest& q) {
@@ -443,6 +449,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   }
   times.verify += since(t_verify);
   // 3. Accept, 4. the stop / max_new cut, then the MTP layer over the emitted pairs.
+  t_host = std::chrono::steady_clock::now();
   for (size_t r = 0; r < R; ++r) {
     const SpecRequest& rq = reqs[r];
     const std::vector<int32_t> prompt(rq.prompt.begin(), rq.prompt.end());
@@ -527,6 +534,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     std::vector<int32_t> inputs(tokens.begin() + off[r], tokens.begin() + off[r] + m);
     add_target_rows(rq.id, rq.start, inputs, hidden.data() + int64_t(off[r]) * H, res.tokens.back().token, rq.pages);
   }
+  times.host_accept += since(t_host);
   if (rows_form) {  // the device round's catch-up: every verify row, its target choice as the token
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> ctok(static_cast<size_t>(T));
@@ -537,11 +545,15 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         ctok[size_t(off[r] + j)] = j < m ? out[r].tokens[size_t(j)].token : argmax_row(row, V);
       }
     }
+    times.host_catchup += since(t0);
+    t_host = std::chrono::steady_clock::now();
     std::vector<float> clog(static_cast<size_t>(T * V)), ch(static_cast<size_t>(T * H));
+    times.host_buffers += since(t_host);
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden.data(), b,
                                                  TensorView::of(clog.data(), {T, V}), ch.data()),
                  "speculative round: the backend stopped offering its catch-up");
+    t_host = std::chrono::steady_clock::now();
     for (size_t r = 0; r < R; ++r) {
       const int64_t last = off[r] + int64_t(out[r].tokens.size()) - 1;
       State& st = state_[reqs[r].id];
@@ -552,6 +564,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       st.pending_pos = -1;
       queue_.erase(reqs[r].id);
     }
+    times.host_catchup += since(t_host);
     times.mtp += since(t0);
   }
   run_queued();

@@ -235,6 +235,11 @@ class MtpSpeculator {
   MtpSpeculator(SpecSteps& steps, int32_t num_steps);
   int32_t num_steps() const { return n_; }
   DraftOverride draft_override;  // tests only (forces the host round)
+  // Threads of the host round's per-request work (the draws, acceptance, masks, catch-up copies;
+  // core/threads.hpp's pool): 0: default_num_threads() capped at kMaxHostThreads (the Model
+  // constructor: the model's own thread option). Every result is the same for any count.
+  int threads = 0;
+  static constexpr int kMaxHostThreads = 16;
   // Diagnostics and tests: called with each request's trace after every host round.
   std::function<void(const RoundTrace&)> on_round;
   // A batch whose requests are all device_round_eligible runs as one greedy round on the device
@@ -246,6 +251,11 @@ class MtpSpeculator {
   struct Times {
     double draft = 0.0, verify = 0.0, mtp = 0.0;
     double device_round = 0.0;  // wall seconds of device rounds (drafts, verify, catch-up together)
+    // The host round's own work (wall seconds; parts of the above where they overlap): the draft
+    // choices (masks, draws; the first draft's before the chained steps), the acceptance over
+    // the verify rows (draws, masks, logprobs, traces), the catch-up's host side (the argmax of
+    // rows past the emitted ones, the MTP state copied out), the round's logits / hidden buffers.
+    double host_draft = 0.0, host_accept = 0.0, host_catchup = 0.0, host_buffers = 0.0;
   } times;
 
   // After a target step that computed positions [p0, p0 + tokens.size()) of a request, with

@@ -1,0 +1,109 @@
+// The host speculative round (MtpSpeculator::round without a device round) over steps whose
+// logits cost nothing to compute (spec_host_round_util.hpp's BankSpecSteps):
+// - the same rounds (greedy, sampled with top-k / top-p, penalties, logprobs, a grammar-like
+//   constraint, mixed in one batch) give the same tokens, logprobs, top lists, drafted and
+//   accepted counts with 1 thread and with several, round after round;
+// - DISABLED_ SpecHostRoundTiming.TimeRounds (run with --gtest_also_run_disabled_tests): the
+//   per-phase cost of a round at GLM-5's vocabulary (154,880) and hidden size (6,144), B 1 / 8 / 64.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "spec_host_round_util.hpp"
+
+using namespace fp4moe;
+using fp4moe::testing_spec::BankSpecSteps;
+using fp4moe::testing_spec::Mode;
+using fp4moe::testing_spec::RoundDriver;
+
+namespace {
+
+void expect_same(const std::vector<std::vector<model::SpecRoundResult>>& a,
+                 const std::vector<std::vector<model::SpecRoundResult>>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size()) << what;
+    for (size_t r = 0; r < a[i].size(); ++r) {
+      const model::SpecRoundResult &x = a[i][r], &y = b[i][r];
+      EXPECT_EQ(x.drafted, y.drafted) << what << " round " << i << " request " << r;
+      EXPECT_EQ(x.accepted, y.accepted) << what << " round " << i << " request " << r;
+      ASSERT_EQ(x.tokens.size(), y.tokens.size()) << what << " round " << i << " request " << r;
+      for (size_t k = 0; k < x.tokens.size(); ++k) {
+        EXPECT_EQ(x.tokens[k].token, y.tokens[k].token) << what << " round " << i << " request " << r << " k " << k;
+        // Bits, not values: a thread count may change nothing.
+        EXPECT_EQ(std::memcmp(&x.tokens[k].logprob, &y.tokens[k].logprob, 4), 0) << what << " round " << i;
+        EXPECT_EQ(x.tokens[k].top, y.tokens[k].top) << what << " round " << i << " request " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(SpecHostRound, OneThreadAndSeveralGiveTheSameRoundsOnRandomLogits) {
+  for (bool agree : {true, false})      // verify rows equal to the drafts' rows (every draft accepted) or not
+    for (bool rows_form : {true, false}) {  // the cuda backend's catch-up form or the queued pairs
+      std::vector<std::vector<model::SpecRoundResult>> runs[2];
+      int64_t accepted = 0, drafted = 0;
+      for (int t = 0; t < 2; ++t) {
+        BankSpecSteps steps(/*vocab=*/1000, /*hidden=*/8, agree, rows_form, /*bank=*/37);
+        RoundDriver d(steps, /*num_steps=*/3, /*threads=*/t == 0 ? 1 : 4);
+        // Every kind of request in one batch, twice over (12 requests).
+        for (int i = 0; i < 12; ++i) d.add(Mode(i % 6), /*max_tokens=*/40 + i);
+        for (int round = 0; round < 16; ++round) runs[t].push_back(d.round());
+        if (t == 1) {
+          for (const auto& rr : runs[t])
+            for (const auto& x : rr) accepted += x.accepted, drafted += x.drafted;
+        }
+      }
+      expect_same(runs[0], runs[1], agree ? "agreeing rows" : "independent rows");
+      EXPECT_GT(drafted, 0);
+      if (agree) {
+        EXPECT_GT(accepted, drafted / 2) << "the agreeing rows accept most drafts";
+      }
+    }
+}
+
+// The per-phase cost of a host round at GLM-5's sizes. Prints one line per configuration: ms per
+// round of the whole round and of its parts (the fake steps' own time is what the device and its
+// read-back cost on the GPU: here a memcpy of bank rows).
+TEST(SpecHostRoundTiming, DISABLED_TimeRounds) {
+  const int64_t V = 154880, H = 6144;
+  const int threads = default_num_threads();
+  std::printf("vocab %ld hidden %ld, 3 draft steps, threads %d (FP4MOE_THREADS)\n", long(V), long(H), threads);
+  for (const char* kind : {"greedy", "sampled", "sampled+grammar", "sampled+penalties+logprobs"})
+    for (int B : {1, 8, 64}) {
+      BankSpecSteps steps(V, H, /*agree=*/true, /*rows_form=*/true, /*bank=*/16);
+      RoundDriver d(steps, 3, threads);
+      d.constraint_end_every = 1 << 30;  // the batch stays whole
+      const std::string k = kind;
+      const Mode m = k == "greedy" ? Mode::kGreedy
+                     : k == "sampled" ? Mode::kSampled
+                     : k == "sampled+grammar" ? Mode::kSampledConstrained
+                                              : Mode::kSampledPenaltiesLogprobs;
+      for (int i = 0; i < B; ++i) d.add(m, 1 << 20);
+      d.round();  // the first round only verifies (no MTP state yet)
+      d.round();  // warm: the buffers
+      const model::MtpSpeculator::Times t0 = d.spec().times;
+      const double f0 = steps.fill_seconds;
+      const int rounds = B == 64 ? 3 : 6;
+      const auto w0 = std::chrono::steady_clock::now();
+      int64_t emitted = 0;
+      for (int i = 0; i < rounds; ++i)
+        for (const auto& x : d.round()) emitted += int64_t(x.tokens.size());
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      const model::MtpSpeculator::Times& t = d.spec().times;
+      auto ms = [&](double a, double b) { return 1e3 * (a - b) / rounds; };
+      std::printf("%-28s B %2d: round %8.2f ms | draft choose %7.2f  accept %7.2f  catch-up host %6.2f  buffers %6.2f  "
+                  "fake steps %6.2f  other %6.2f | %.2f tokens/request/round\n",
+                  kind, B, 1e3 * wall / rounds, ms(t.host_draft, t0.host_draft), ms(t.host_accept, t0.host_accept),
+                  ms(t.host_catchup, t0.host_catchup), ms(t.host_buffers, t0.host_buffers),
+                  ms(steps.fill_seconds, f0),
+                  1e3 * wall / rounds - ms(t.host_draft, t0.host_draft) - ms(t.host_accept, t0.host_accept) -
+                      ms(t.host_catchup, t0.host_catchup) - ms(t.host_buffers, t0.host_buffers) -
+                      ms(steps.fill_seconds, f0),
+                  double(emitted) / rounds / B);
+      std::fflush(stdout);
+    }
+}

@@ -262,6 +262,62 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
   return d;
 }
 
+double SparseDistribution::at(int32_t token) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), token);
+  return it != ids.end() && *it == token ? prob[size_t(it - ids.begin())] : 0.0;
+}
+
+SparseDistribution sampling_distribution_sparse(const float* logits, int64_t vocab, const SamplingParams& p,
+                                                const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+  FP4MOE_CHECK(!p.greedy(), "sampling_distribution: greedy sampling has no distribution to draw from");
+  std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  SparseDistribution d;
+  d.vocab = vocab;
+  // sampling_distribution's steps in its order (the same doubles): non-finite logits first.
+  int64_t top = 0;
+  for (float& v : x) {
+    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
+    top += v == std::numeric_limits<float>::infinity();
+  }
+  if (top > 0) {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (x[size_t(i)] == std::numeric_limits<float>::infinity()) {
+        d.ids.push_back(int32_t(i));
+        d.prob.push_back(1.0 / double(top));
+      }
+    return d;
+  }
+  const std::vector<uint32_t> key = order_keys(x);
+  const float m = x[size_t(first_in_rank(key))];
+  const Kept k = truncate(x, key, m, p);
+  double mass = 0.0;  // summed in the dense form's order (the id order, or the rank order of the kept set)
+  if (k.all) {
+    d.ids.resize(size_t(vocab));
+    d.prob.resize(size_t(vocab));
+    for (int32_t i = 0; i < int32_t(vocab); ++i) {
+      d.ids[size_t(i)] = i;
+      mass += d.prob[size_t(i)] = std::exp(double(x[size_t(i)]) - double(m));
+    }
+  } else {
+    std::vector<std::pair<int32_t, double>> kept(k.n);
+    for (size_t r = 0; r < k.n; ++r) {
+      const int32_t i = k.order[r];
+      mass += (kept[r] = {i, std::exp(double(x[size_t(i)]) - double(m))}).second;
+    }
+    std::sort(kept.begin(), kept.end());
+    if (std::isnan(mass)) {  // every logit -inf: the dense form is NaN everywhere (0 / NaN); so is this
+      d.ids.resize(size_t(vocab));
+      d.prob.assign(size_t(vocab), 0.0);
+      for (int32_t i = 0; i < int32_t(vocab); ++i) d.ids[size_t(i)] = i;
+      for (const auto& [i, e] : kept) d.prob[size_t(i)] = e;
+    } else {
+      for (const auto& [i, e] : kept) d.ids.push_back(i), d.prob.push_back(e);
+    }
+  }
+  for (double& v : d.prob) v /= mass;
+  return d;
+}
+
 SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output, int32_t token) {
   FP4MOE_CHECK(token >= 0 && token < vocab, "logprobs_of: token {} outside the vocabulary", token);

@@ -69,6 +69,18 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
 // a NaN logit has no mass and +inf logits, when there are any, share all of it (the draw's rules).
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
+// sampling_distribution's values over the tokens it can give mass: ids ascending, prob[i] the
+// probability of ids[i] (the same double, bit for bit); a token not listed has probability +0.0.
+// With top-k / top-p / min-p the listing is the kept set (a few hundred tokens, not the
+// vocabulary); without truncation, every token. Summing prob in order gives the dense vector's sum.
+struct SparseDistribution {
+  int64_t vocab = 0;
+  std::vector<int32_t> ids;
+  std::vector<double> prob;
+  double at(int32_t token) const;  // 0 when not listed
+};
+SparseDistribution sampling_distribution_sparse(const float* logits, int64_t vocab, const SamplingParams& p,
+                                                const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
 // sample_cpu's logprob fields (when p.logprobs_top_n >= 0) for a token chosen elsewhere.
 SampledToken logprobs_of(const float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output, int32_t token);

@@ -126,6 +126,7 @@ struct RoundTrace {
 
 // Draws from an unnormalised distribution: the first i whose cumulative mass exceeds u · total.
 int32_t draw_from(const std::vector<double>& dist, double u);
+int32_t draw_from(const cpu::SparseDistribution& dist, double u);  // the same token as the dense form's
 
 // One sampled verification position: the draft d was drawn from q; p is the target's
 // distribution. Accepts d with probability min(1, p(d) / q(d)) (u_accept < p(d) / q(d)), else
@@ -137,6 +138,9 @@ struct SampledVerdict {
 };
 SampledVerdict verify_sampled(const std::vector<double>& p, const std::vector<double>& q, int32_t d, double u_accept,
                               double u_residual);
+// The same verdict over sparse forms (the residual lies on p's listing: max(0, p − q) is +0.0 elsewhere).
+SampledVerdict verify_sampled(const cpu::SparseDistribution& p, const cpu::SparseDistribution& q, int32_t d,
+                              double u_accept, double u_residual);
 
 // Which requests a greedy round on the device may take (SpecSteps::greedy_round): every draw is
 // the argmax of the raw logits — greedy (temperature 0 or top_k 1), no repetition / presence /
@@ -301,6 +305,11 @@ class MtpSpeculator {
   };
   // The device round (device_rounds): false when the batch or the backend cannot take it.
   bool device_round(const std::vector<SpecRequest>& requests, std::vector<SpecRoundResult>& out);
+  int host_threads() const;  // threads, or its default
+  // The host round's buffers, kept between rounds (speculative_host_round.cpp): the draft steps'
+  // logits / states, the verify step's, the catch-up's, a masked row per request.
+  std::vector<float> draft_logits_, draft_hidden_, verify_logits_, verify_hidden_, catchup_logits_, catchup_hidden_;
+  std::vector<std::vector<float>> masked_rows_;
   std::unique_ptr<SpecSteps> own_;  // the CPU model's, when constructed from one
   SpecSteps& steps_;
   int32_t n_;

@@ -65,6 +65,43 @@ TEST(SpecHostRound, OneThreadAndSeveralGiveTheSameRoundsOnRandomLogits) {
     }
 }
 
+TEST(SpecHostRound, SparseDistributionsEqualTheDenseOnesBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t V = 300 + trial * 7;
+    std::vector<float> row(static_cast<size_t>(V)), row2(static_cast<size_t>(V));
+    for (auto& v : row) v = nd(rng);
+    for (auto& v : row2) v = nd(rng);
+    if (trial % 5 == 1) row[3] = -std::numeric_limits<float>::infinity();
+    if (trial % 5 == 2) row[7] = std::nanf("");
+    if (trial % 5 == 3) row[11] = std::numeric_limits<float>::infinity();
+    cpu::SamplingParams p;
+    p.temperature = 0.7f;
+    p.top_k = trial % 3 == 0 ? -1 : 50;
+    p.top_p = trial % 4 == 0 ? 1.0f : 0.9f;
+    p.min_p = trial % 7 == 0 ? 0.05f : 0.0f;
+    p.repetition_penalty = trial % 2 ? 1.1f : 1.0f;
+    const std::vector<int32_t> prompt{1, 2, 3}, out{4, 5, 4};
+    const std::vector<double> dp = cpu::sampling_distribution(row.data(), V, p, prompt, out);
+    const std::vector<double> dq = cpu::sampling_distribution(row2.data(), V, p, prompt, out);
+    const cpu::SparseDistribution sp = cpu::sampling_distribution_sparse(row.data(), V, p, prompt, out);
+    const cpu::SparseDistribution sq = cpu::sampling_distribution_sparse(row2.data(), V, p, prompt, out);
+    std::vector<double> back(static_cast<size_t>(V), 0.0);
+    for (size_t i = 0; i < sp.ids.size(); ++i) back[size_t(sp.ids[i])] = sp.prob[i];
+    ASSERT_EQ(std::memcmp(back.data(), dp.data(), dp.size() * 8), 0) << "trial " << trial;
+    for (double u : {0.0, 0.1, 0.5, 0.93, 0.999999}) {
+      EXPECT_EQ(model::draw_from(sp, u), model::draw_from(dp, u)) << "trial " << trial << " u " << u;
+      for (int32_t d : {int32_t(sq.ids.front()), int32_t(sq.ids.back()), 0, int32_t(V - 1)}) {
+        const model::SampledVerdict a = model::verify_sampled(sp, sq, d, u, 1.0 - u);
+        const model::SampledVerdict b = model::verify_sampled(dp, dq, d, u, 1.0 - u);
+        EXPECT_EQ(a.token, b.token) << "trial " << trial;
+        EXPECT_EQ(a.accepted, b.accepted) << "trial " << trial;
+      }
+    }
+  }
+}
+
 // The per-phase cost of a host round at GLM-5's sizes. Prints one line per configuration: ms per
 // round of the whole round and of its parts (the fake steps' own time is what the device and its
 // read-back cost on the GPU: here a memcpy of bank rows).
@@ -105,5 +142,37 @@ TEST(SpecHostRoundTiming, DISABLED_TimeRounds) {
                       ms(steps.fill_seconds, f0),
                   double(emitted) / rounds / B);
       std::fflush(stdout);
+    }
+}
+
+// A fingerprint of the rounds of OneThreadAndSeveral... (FNV-1a over tokens, logprob bits, top
+// lists, drafted and accepted counts): run it before and after a change to the round that must
+// not change what is drawn, and compare the lines.
+TEST(SpecHostRound, DISABLED_PrintFingerprint) {
+  for (bool agree : {true, false})
+    for (bool rows_form : {true, false}) {
+      BankSpecSteps steps(1000, 8, agree, rows_form, 37);
+      RoundDriver d(steps, 3, 1);
+      for (int i = 0; i < 12; ++i) d.add(Mode(i % 6), 40 + i);
+      uint64_t h = 1469598103934665603ull;
+      auto mix = [&](uint64_t v) {
+        for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+      };
+      int64_t tokens = 0;
+      for (int round = 0; round < 16; ++round)
+        for (const auto& x : d.round()) {
+          mix(uint64_t(x.drafted)), mix(uint64_t(x.accepted));
+          for (const auto& t : x.tokens) {
+            uint32_t lp;
+            std::memcpy(&lp, &t.logprob, 4);
+            mix(uint64_t(t.token)), mix(lp), ++tokens;
+            for (const auto& [id, l] : t.top) {
+              std::memcpy(&lp, &l, 4);
+              mix(uint64_t(id)), mix(lp);
+            }
+          }
+        }
+      std::printf("agree %d rows_form %d: %ld tokens, fingerprint %016lx\n", int(agree), int(rows_form), long(tokens),
+                  (unsigned long)h);
     }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -104,16 +105,35 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
   if (!top_k && !top_p && !min_p) return k;
   k.all = false;
   std::vector<int32_t>& order = k.order;
-  order.resize(V);
-  std::iota(order.begin(), order.end(), 0);
   const size_t n_k = top_k ? size_t(p.top_k) : V;
   float first_out = -std::numeric_limits<float>::infinity();  // the best token top-k drops
   if (n_k < V) {
-    std::nth_element(order.begin(), order.begin() + ptrdiff_t(n_k) - 1, order.end(), RankLess{key});
-    for (size_t r = n_k; r < V; ++r) first_out = std::max(first_out, x[size_t(order[r])]);
+    // The first n_k in the rank order: one pass keeping the best n_k seen in a min-heap of
+    // packed keys — the order key above the complement of the id, so that a larger packed key
+    // is exactly RankLess's "before" (a higher key, or the same key and a lower id). The set
+    // is the same as a sort's; a token beaten by the heap's least costs one comparison.
+    auto packed = [&](size_t i) { return (uint64_t(key[i]) << 32) | uint64_t(~uint32_t(i)); };
+    std::vector<uint64_t> best(n_k);
+    for (size_t i = 0; i < n_k; ++i) best[i] = packed(i);
+    std::make_heap(best.begin(), best.end(), std::greater<uint64_t>());
+    for (size_t i = n_k; i < V; ++i) {
+      const uint64_t pk = packed(i);
+      if (pk <= best.front()) continue;
+      std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
+      best.back() = pk;
+      std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
+    }
+    const uint64_t least = best.front();
+    for (size_t i = 0; i < V; ++i)
+      if (packed(i) < least) first_out = std::max(first_out, x[i]);
+    std::sort(best.begin(), best.end(), std::greater<uint64_t>());
     order.resize(n_k);
+    for (size_t r = 0; r < n_k; ++r) order[r] = int32_t(~uint32_t(best[r]));
+  } else {
+    order.resize(V);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), RankLess{key});
   }
-  std::sort(order.begin(), order.end(), RankLess{key});
   if (n_k < V) k.rank_margin = double(x[size_t(order[n_k - 1])]) - double(first_out);  // last kept vs first dropped
   size_t n = n_k;
   if (top_p) {

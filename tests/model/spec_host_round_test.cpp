@@ -102,6 +102,29 @@ TEST(SpecHostRound, SparseDistributionsEqualTheDenseOnesBitForBit) {
   }
 }
 
+// top-k's kept set (cpu sampling's truncate, a one-pass heap) against a full sort: the first k by
+// x descending, ties to the lower id, on rows full of ties and -inf / NaN (NaN: no mass, as -inf).
+TEST(SpecHostRound, TopKKeepsTheFirstKInRankOrderWithTies) {
+  std::mt19937 rng(9);
+  const float vals[] = {-std::numeric_limits<float>::infinity(), -1.0f, 0.0f, 0.5f, 1.0f, 2.0f, std::nanf("")};
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t V = 50 + trial * 13;
+    std::vector<float> row(static_cast<size_t>(V));
+    for (auto& v : row) v = vals[rng() % 7];
+    row[size_t(trial) % size_t(V)] = 2.0f;  // a finite maximum
+    cpu::SamplingParams p;
+    p.top_k = 1 + int32_t(rng() % uint32_t(V - 1));
+    const cpu::SparseDistribution d = cpu::sampling_distribution_sparse(row.data(), V, p, {}, {});
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int32_t i = 0; i < int32_t(V); ++i) ids[size_t(i)] = i;
+    auto x = [&](int32_t i) { return std::isnan(row[size_t(i)]) ? -std::numeric_limits<float>::infinity() : row[size_t(i)]; };
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return x(a) > x(b); });
+    std::vector<int32_t> want(ids.begin(), ids.begin() + p.top_k);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(d.ids, want) << "trial " << trial << " top_k " << p.top_k;
+  }
+}
+
 // The per-phase cost of a host round at GLM-5's sizes. Prints one line per configuration: ms per
 // round of the whole round and of its parts (the fake steps' own time is what the device and its
 // read-back cost on the GPU: here a memcpy of bank rows).

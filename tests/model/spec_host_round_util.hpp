@@ -134,6 +134,7 @@ class RoundDriver {
   }
   model::MtpSpeculator& spec() { return spec_; }
   int32_t constraint_end_every = 61;  // ModThreeConstraint's of the requests added after
+  int32_t pages_per_request = 64;     // request i holds pages i * this .. (i + 1) * this - 1
   void add(Mode m, int64_t max_tokens) {
     auto q = std::make_unique<Req>();
     const int32_t i = int32_t(reqs_.size());
@@ -143,8 +144,8 @@ class RoundDriver {
     q->rq.last_token = int32_t((11 + 13 * i) % V);
     q->prompt = {q->rq.last_token, int32_t((5 + i) % V), int32_t((9 + 2 * i) % V)};
     q->rq.prompt = q->prompt;
-    q->pages.resize(64);
-    for (size_t p = 0; p < q->pages.size(); ++p) q->pages[p] = i * 1000 + int32_t(p);
+    q->pages.resize(size_t(pages_per_request));
+    for (size_t p = 0; p < q->pages.size(); ++p) q->pages[p] = i * pages_per_request + int32_t(p);
     q->rq.pages = q->pages;
     q->stops = {7, 8, 9};
     q->rq.stop_ids = q->stops;
@@ -195,7 +196,7 @@ class RoundDriver {
       q.rq.start += m;
       q.rq.output_index += uint64_t(m);
       q.rq.last_token = res[r].tokens.back().token;
-      if (end || q.produced >= q.max_tokens || q.rq.start + n_ + 2 > int32_t(q.pages.size()) * 64) {
+      if (end || q.produced >= q.max_tokens || q.rq.start + n_ + 2 > int64_t(q.pages.size()) * steps_.page_size()) {
         q.done = true;
         spec_.forget(q.rq.id);
       }

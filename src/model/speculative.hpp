@@ -199,6 +199,12 @@ class SpecSteps {
     (void)tokens, (void)h_in, (void)b, (void)logits, (void)h_out;
     return false;
   }
+  // A backend whose steps leave the logits in host memory of its own (the GPU runner's read-back
+  // buffer) may lend them instead of copying: the host round then passes logits views without
+  // data (TensorView{}) to verify / mtp / catchup_over_verify_rows and reads last_logits() — the
+  // last call's [rows, vocab], valid until the next call. Other callers (run_queued) pass storage.
+  virtual bool lends_logits() const { return false; }
+  virtual const float* last_logits() const { return nullptr; }
   virtual bool greedy_round(const GreedyRoundInput& in, GreedyRoundOutput& out) {
     (void)in;
     (void)out;

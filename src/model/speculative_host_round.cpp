@@ -67,6 +67,16 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   if (device_rounds && device_round(reqs, out)) return out;
   ++host_round_count;
   const int th = draft_override ? 1 : host_threads();
+  // The logits of a step: the backend's own host buffer where it lends it, else ours.
+  const bool lent = steps_.lends_logits();
+  auto logits_view = [&](std::vector<float>& buf, int64_t rows) {
+    return lent ? TensorView{} : TensorView::of(at_least(buf, size_t(rows * V)), {rows, V});
+  };
+  auto logits_of = [&](const std::vector<float>& buf) {
+    const float* l = lent ? steps_.last_logits() : buf.data();
+    FP4MOE_CHECK(l, "speculative round: the backend lends its logits but has none");
+    return l;
+  };
   auto each = [&](size_t count, const std::function<void(size_t)>& fn) {
     parallel_for(int64_t(count), th, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) fn(size_t(i));
@@ -204,10 +214,10 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     // draft or its text ends), so every chain can be done before k reaches the longest planned.
     if (who.empty()) break;
     const int64_t T = int64_t(tokens.size());
-    float* logits = at_least(draft_logits_, size_t(T * V));
     float* hout = at_least(draft_hidden_, size_t(T * H));
     const KvBatchView b{T, T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows, TensorView::of(logits, {T, V}), hout);
+    steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows, logits_view(draft_logits_, T), hout);
+    const float* logits = logits_of(draft_logits_);
     t_host = std::chrono::steady_clock::now();
     each(who.size(), [&](size_t i) {
       choose(who[i], k, logits + int64_t(i) * V);
@@ -239,7 +249,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   }
   const int64_t T = int64_t(tokens.size());
   t_host = std::chrono::steady_clock::now();
-  float* logits = at_least(verify_logits_, size_t(T * V));
+  const TensorView verify_view = logits_view(verify_logits_, T);
   float* hidden = at_least(verify_hidden_, size_t(T * H));
   times.host_buffers += since(t_host);
   // A backend with a device round catches the MTP layer up over every verify row, as the device
@@ -249,8 +259,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   });
   {
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, TensorView::of(logits, {T, V}), hidden);
+    steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, verify_view, hidden);
   }
+  const float* logits = logits_of(verify_logits_);  // read up to the catch-up step (which may reuse a lent buffer)
   times.verify += since(t_verify);
   // 3. Accept, 4. the stop / max_new cut (per request, on the pool), then the MTP layer over the
   // emitted pairs.
@@ -360,13 +371,13 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     });
     times.host_catchup += since(t0);
     t_host = std::chrono::steady_clock::now();
-    float* clog = at_least(catchup_logits_, size_t(T * V));
+    const TensorView clog_view = logits_view(catchup_logits_, T);
     float* ch = at_least(catchup_hidden_, size_t(T * H));
     times.host_buffers += since(t_host);
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-    FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden, b,
-                                                 TensorView::of(clog, {T, V}), ch),
+    FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden, b, clog_view, ch),
                  "speculative round: the backend stopped offering its catch-up");
+    const float* clog = logits_of(catchup_logits_);
     t_host = std::chrono::steady_clock::now();
     std::vector<State*> st(R);
     for (size_t r = 0; r < R; ++r) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "../cli/cli_run_helpers.hpp"
 #include "spec_host_round_util.hpp"
@@ -50,7 +51,8 @@ TEST(SpecHostRound, OneThreadAndSeveralGiveTheSameRoundsOnRandomLogits) {
       std::vector<std::vector<model::SpecRoundResult>> runs[2];
       int64_t accepted = 0, drafted = 0;
       for (int t = 0; t < 2; ++t) {
-        BankSpecSteps steps(/*vocab=*/1000, /*hidden=*/8, agree, rows_form, /*bank=*/37);
+        // The second run also reads the logits in place (SpecSteps::lends_logits).
+        BankSpecSteps steps(/*vocab=*/1000, /*hidden=*/8, agree, rows_form, /*bank=*/37, /*lend=*/t == 1);
         RoundDriver d(steps, /*num_steps=*/3, /*threads=*/t == 0 ? 1 : 4);
         // Every kind of request in one batch, twice over (12 requests).
         for (int i = 0; i < 12; ++i) d.add(Mode(i % 6), /*max_tokens=*/40 + i);
@@ -159,9 +161,11 @@ TEST(SpecHostRoundTiming, DISABLED_TimeRounds) {
   const int64_t V = 154880, H = 6144;
   const int threads = default_num_threads();
   std::printf("vocab %ld hidden %ld, 3 draft steps, threads %d (FP4MOE_THREADS)\n", long(V), long(H), threads);
+  const bool lend = std::getenv("SPEC_LEND") != nullptr;  // SPEC_LEND=1: the steps lend their logits (the GPU form)
+  std::printf("logits %s\n", lend ? "lent by the steps (no copy into the round's buffers)" : "copied into the round's buffers");
   for (const char* kind : {"greedy", "sampled", "sampled+grammar", "sampled+penalties+logprobs"})
     for (int B : {1, 8, 64}) {
-      BankSpecSteps steps(V, H, /*agree=*/true, /*rows_form=*/true, /*bank=*/16);
+      BankSpecSteps steps(V, H, /*agree=*/true, /*rows_form=*/true, /*bank=*/16, /*lend=*/lend);
       RoundDriver d(steps, 3, threads);
       d.constraint_end_every = 1 << 30;  // the batch stays whole
       const std::string k = kind;

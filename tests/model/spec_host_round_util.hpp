@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -24,8 +25,11 @@ namespace fp4moe::testing_spec {
 // host work a round can have); without, the verify rows are other bank rows.
 class BankSpecSteps final : public model::SpecSteps {
  public:
-  BankSpecSteps(int64_t vocab, int64_t hidden, bool agree, bool rows_form, int64_t bank_rows, uint32_t seed = 7)
-      : agree_(agree), rows_form_(rows_form), bank_rows_(bank_rows) {
+  // lend: the steps keep the logits in a buffer of their own and lend it (SpecSteps::lends_logits,
+  // the GPU runner's form) instead of writing the caller's storage.
+  BankSpecSteps(int64_t vocab, int64_t hidden, bool agree, bool rows_form, int64_t bank_rows, bool lend = false,
+                uint32_t seed = 7)
+      : agree_(agree), rows_form_(rows_form), lend_(lend), bank_rows_(bank_rows) {
     cfg_.vocab = vocab;
     cfg_.hidden = hidden;
     bank_.resize(size_t(bank_rows * vocab));
@@ -37,14 +41,14 @@ class BankSpecSteps final : public model::SpecSteps {
   int64_t page_size() const override { return 64; }
   void verify(const TensorView& tokens, const KvBatchView& b, const std::vector<int32_t>& rows, const TensorView& logits,
               float* hidden) override {
-    fill(b, rows, logits.ptr<float>(), /*ahead=*/1, agree_ ? 0 : 17);
+    fill(b, rows, out(logits, rows.size()), /*ahead=*/1, agree_ ? 0 : 17);
     const auto t0 = std::chrono::steady_clock::now();
     std::memset(hidden, 0, size_t(tokens.size(0) * cfg_.hidden) * 4);
     fill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   void mtp(const TensorView& tokens, const float*, const KvBatchView& b, const std::vector<int32_t>& rows,
            const TensorView& logits, float* h_out) override {
-    fill(b, rows, logits.ptr<float>(), 2, 0);
+    fill(b, rows, out(logits, rows.size()), 2, 0);
     const auto t0 = std::chrono::steady_clock::now();
     if (h_out) std::memset(h_out, 0, size_t(tokens.size(0) * cfg_.hidden) * 4);
     fill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -58,9 +62,17 @@ class BankSpecSteps final : public model::SpecSteps {
     mtp(tokens, h_in, b, rows, logits, h_out);
     return true;
   }
+  bool lends_logits() const override { return lend_; }
+  const float* last_logits() const override { return lend_ ? own_.data() : nullptr; }
   double fill_seconds = 0.0;  // the steps' own time (the memcpy of bank rows)
 
  private:
+  float* out(const TensorView& logits, size_t rows) {
+    if (logits.data) return logits.ptr<float>();
+    if (own_.size() < rows * size_t(cfg_.vocab)) own_.resize(rows * size_t(cfg_.vocab));
+    if (own_.size() <= (size_t(1) << 22)) std::fill(own_.begin(), own_.end(), std::nanf(""));  // a stale row read by mistake shows (tests' sizes)
+    return own_.data();
+  }
   void fill(const KvBatchView& b, const std::vector<int32_t>& rows, float* out, int32_t ahead, int64_t salt) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t V = cfg_.vocab;
@@ -76,7 +88,8 @@ class BankSpecSteps final : public model::SpecSteps {
     fill_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   model::MlaModelConfig cfg_;
-  bool agree_, rows_form_;
+  bool agree_, rows_form_, lend_;
+  std::vector<float> own_;
   int64_t bank_rows_;
   std::vector<float> bank_;
 };

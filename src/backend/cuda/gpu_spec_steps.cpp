@@ -26,7 +26,7 @@ void GpuSpecSteps::verify(const TensorView& tokens, const KvBatchView& b, const 
   out.logits = &logits_;
   out.final_hidden = &hidden_;
   runner_.step(in, out);
-  std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);
+  if (logits.data) std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);  // else lent (last_logits)
   std::memcpy(hidden, hidden_.data(), size_t(T * H) * 4);
   ++verify_steps;
   verify_rows += T;
@@ -44,7 +44,7 @@ void GpuSpecSteps::mtp(const TensorView& tokens, const float* h_in, const KvBatc
   out.logits = rows.empty() ? nullptr : &logits_;
   out.hidden = h_out ? &hidden_ : nullptr;
   runner_.mtp_step(in, out);
-  if (!rows.empty()) std::memcpy(logits.ptr<float>(), logits_.data(), rows.size() * size_t(V) * 4);
+  if (!rows.empty() && logits.data) std::memcpy(logits.ptr<float>(), logits_.data(), rows.size() * size_t(V) * 4);
   if (h_out) std::memcpy(h_out, hidden_.data(), size_t(T * H) * 4);
   ++mtp_steps;
   mtp_tokens += T;
@@ -64,7 +64,7 @@ bool GpuSpecSteps::catchup_over_verify_rows(const TensorView& tokens, const floa
   out.logits = &logits_;
   out.hidden = &hidden_;
   runner_.mtp_step(in, out);  // one token per request, every row: the MTP graph of its bucket
-  std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);
+  if (logits.data) std::memcpy(logits.ptr<float>(), logits_.data(), size_t(T * V) * 4);
   std::memcpy(h_out, hidden_.data(), size_t(T * H) * 4);
   ++mtp_steps;
   mtp_tokens += T;

@@ -116,16 +116,19 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
     std::vector<uint64_t> best(n_k);
     for (size_t i = 0; i < n_k; ++i) best[i] = packed(i);
     std::make_heap(best.begin(), best.end(), std::greater<uint64_t>());
+    // Every token not kept was passed over or pushed out of the heap: first_out (the max of
+    // their x; std::max skips NaN in any order) is taken over both.
     for (size_t i = n_k; i < V; ++i) {
       const uint64_t pk = packed(i);
-      if (pk <= best.front()) continue;
+      if (pk <= best.front()) {
+        first_out = std::max(first_out, x[i]);
+        continue;
+      }
       std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
+      first_out = std::max(first_out, x[size_t(~uint32_t(best.back()))]);
       best.back() = pk;
       std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
     }
-    const uint64_t least = best.front();
-    for (size_t i = 0; i < V; ++i)
-      if (packed(i) < least) first_out = std::max(first_out, x[i]);
     std::sort(best.begin(), best.end(), std::greater<uint64_t>());
     order.resize(n_k);
     for (size_t r = 0; r < n_k; ++r) order[r] = int32_t(~uint32_t(best[r]));

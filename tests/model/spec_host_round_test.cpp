@@ -151,6 +151,18 @@ TEST(SpecHostRound, TopKKeepsTheFirstKInRankOrderWithTies) {
     std::vector<int32_t> want(ids.begin(), ids.begin() + p.top_k);
     std::sort(want.begin(), want.end());
     EXPECT_EQ(d.ids, want) << "trial " << trial << " top_k " << p.top_k;
+    // sample_cpu's rank margin: the last kept x against the best dropped one (on the row with
+    // its NaNs made -1.5: sample_cpu ranks NaN by its order key, not as -inf).
+    std::vector<float> finite = row;
+    for (float& v : finite) v = std::isnan(v) ? -1.5f : v;
+    std::vector<int32_t> by_x(ids);
+    std::sort(by_x.begin(), by_x.end());
+    std::stable_sort(by_x.begin(), by_x.end(), [&](int32_t a, int32_t b) { return finite[size_t(a)] > finite[size_t(b)]; });
+    const cpu::SampledToken t = cpu::sample_cpu(finite.data(), V, p, {}, {}, 0);
+    EXPECT_EQ(t.kept, p.top_k) << "trial " << trial;
+    const double want_margin = double(finite[size_t(by_x[size_t(p.top_k) - 1])]) - double(finite[size_t(by_x[size_t(p.top_k)])]);
+    EXPECT_TRUE(t.rank_margin == want_margin || (std::isnan(t.rank_margin) && std::isnan(want_margin)))  // -inf - -inf
+        << "trial " << trial << ": " << t.rank_margin << " vs " << want_margin;
   }
 }
 

@@ -116,19 +116,34 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
     std::vector<uint64_t> best(n_k);
     for (size_t i = 0; i < n_k; ++i) best[i] = packed(i);
     std::make_heap(best.begin(), best.end(), std::greater<uint64_t>());
-    // Every token not kept was passed over or pushed out of the heap: first_out (the max of
-    // their x; std::max skips NaN in any order) is taken over both.
-    for (size_t i = n_k; i < V; ++i) {
-      const uint64_t pk = packed(i);
-      if (pk <= best.front()) {
-        first_out = std::max(first_out, x[i]);
+    // Every token not kept was passed over or pushed out of the heap: the best of them (the
+    // largest packed key among both) is top-k's first dropped token, whose x is the max x of the
+    // dropped ones (NaN keys lie below every number: a NaN there means all are NaN, whose max
+    // over non-NaN is -inf). Blocks whose best cannot enter the heap are passed over whole.
+    constexpr size_t kBlock = 16;
+    uint64_t dropped = 0;
+    for (size_t i = n_k; i < V; i += kBlock) {
+      const size_t e = std::min(V, i + kBlock);
+      uint64_t block = 0;
+      for (size_t j = i; j < e; ++j) block = std::max(block, packed(j));
+      if (block <= best.front()) {
+        dropped = std::max(dropped, block);
         continue;
       }
-      std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
-      first_out = std::max(first_out, x[size_t(~uint32_t(best.back()))]);
-      best.back() = pk;
-      std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
+      for (size_t j = i; j < e; ++j) {
+        const uint64_t pk = packed(j);
+        if (pk <= best.front()) {
+          dropped = std::max(dropped, pk);
+          continue;
+        }
+        std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
+        dropped = std::max(dropped, best.back());
+        best.back() = pk;
+        std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
+      }
     }
+    const float fx = x[size_t(~uint32_t(dropped))];
+    if (!std::isnan(fx)) first_out = fx;
     std::sort(best.begin(), best.end(), std::greater<uint64_t>());
     order.resize(n_k);
     for (size_t r = 0; r < n_k; ++r) order[r] = int32_t(~uint32_t(best[r]));

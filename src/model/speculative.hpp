@@ -26,6 +26,9 @@
 //      m − 1 with the exact values and gives the next round's first draft.
 // Target KV rows of rejected positions lie beyond the request's length: never read, and
 // overwritten by the next step (the roll-back is the length).
+// The host round's per-request work (draws, acceptance, masks, traces, the MTP state copied out)
+// runs on core/threads.hpp's pool (MtpSpeculator::threads), with the same results for any thread
+// count (speculative_host_round.cpp); sampled rows use sparse distributions (the kept set).
 // The round runs on the host over a backend's two steps (SpecSteps): the CPU model's
 // (ModelSpecSteps, below) or the GPU runner's (backend/cuda/gpu_spec_steps.hpp); the draws and
 // acceptance are this file's on every backend.
@@ -63,7 +66,9 @@ namespace fp4moe::model {
 // emit next. A round masks the request's draft and verify rows with the state after the tokens
 // before them, ends its draft chain at a draft the grammar refuses (or after one that ends the
 // text), and leaves the constraint in the state it found it in (the caller advances it over
-// the emitted tokens).
+// the emitted tokens). The host round calls different requests' constraints from different
+// threads at once (one constraint only ever from one thread at a time): each must own its state
+// (the engine's grammar matchers do; their compiled grammar is shared read-only).
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;

@@ -94,6 +94,30 @@ TEST(SpecHostRound, OneThreadAndSeveralGiveTheSameRoundsOnTheTinyModel) {
   }
 }
 
+// Greedy drafts on rows of ties, NaN, ±0 and ±inf are the target's greedy token on the same row
+// (the steps give a position's draft row and verify row the same values, so each draft must
+// equal the token emitted at its place; a faster draft choice than sample_cpu must keep this).
+TEST(SpecHostRound, GreedyDraftsAreSampleCpusTokenOnRowsOfTiesAndNonFiniteValues) {
+  const float vals[] = {-std::numeric_limits<float>::infinity(), -1.0f, -0.0f, 0.0f, 1.0f, std::nanf(""),
+                        std::numeric_limits<float>::infinity(), 1.0f};
+  int64_t compared = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    BankSpecSteps steps(/*vocab=*/64, /*hidden=*/4, /*agree=*/true, /*rows_form=*/true, /*bank=*/5);
+    steps.edit_bank([&](float* bank, int64_t n) {
+      std::mt19937 rng{uint32_t(trial)};
+      for (int64_t i = 0; i < n; ++i) bank[i] = vals[rng() % (trial < 4 ? 8u : 6u)];  // trial >= 4: no +inf
+    });
+    RoundDriver d(steps, 3, 2);
+    d.spec().on_round = [&](const model::RoundTrace& t) {
+      for (size_t k = 0; k < std::min(t.drafts.size(), t.emitted.size()); ++k, ++compared)
+        EXPECT_EQ(t.drafts[k], t.emitted[k]) << "trial " << trial << ": " << t.describe();
+    };
+    for (int i = 0; i < 4; ++i) d.add(Mode::kGreedy, 1 << 20);
+    for (int round = 0; round < 6; ++round) d.round();
+  }
+  EXPECT_GT(compared, 20);
+}
+
 TEST(SpecHostRound, SparseDistributionsEqualTheDenseOnesBitForBit) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);

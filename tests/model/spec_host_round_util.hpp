@@ -64,6 +64,9 @@ class BankSpecSteps final : public model::SpecSteps {
   }
   bool lends_logits() const override { return lend_; }
   const float* last_logits() const override { return lend_ ? own_.data() : nullptr; }
+  // Rewrites the bank (tests of special values): fn(data, size).
+  template <class Fn>
+  void edit_bank(Fn fn) { fn(bank_.data(), int64_t(bank_.size())); }
   double fill_seconds = 0.0;  // the steps' own time (the memcpy of bank rows)
 
  private:

@@ -81,7 +81,9 @@ TEST(SpeculativeEngine, GreedyMixedBatchesEqualThePlainEngine) {
     expect_same(forced, plain);
     int64_t tokens = 0, verify = 0;
     for (const auto& [id, o] : forced) tokens += o.usage.completion_tokens, verify += o.usage.spec_verify_steps;
-    if (n == 3) EXPECT_LT(verify, tokens / 2) << "forced drafts: most rounds emit several tokens";
+    if (n == 3) {
+      EXPECT_LT(verify, tokens / 2) << "forced drafts: most rounds emit several tokens";
+    }
   }
   // Chunked prompts (8 tokens per step) ride along with draft/verify rounds of earlier requests.
   expect_same(run(specs, 3, &plain, 8), run(specs, 0, nullptr, 8));

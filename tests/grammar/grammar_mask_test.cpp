@@ -171,7 +171,9 @@ TEST(GrammarMask, CharacterClassesTakeOnlyUtf8) {
                                   GrammarSpec{Kind::kRegex, "[^<]*", true}, GrammarSpec{Kind::kEbnf, "root ::= [^a]*", true}}) {
     auto start = [&] {
       Matcher m(c.compile(spec));
-      if (spec.kind == Kind::kJsonSchema) EXPECT_TRUE(m.accept('"'));
+      if (spec.kind == Kind::kJsonSchema) {
+        EXPECT_TRUE(m.accept('"'));
+      }
       return m;
     };
     Matcher m0 = start();

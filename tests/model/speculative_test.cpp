@@ -145,10 +145,11 @@ TEST(Speculative, KvRowsOfTheSequenceEqualThePlainRunBitwise) {
                               size_t(a.ckv_dim) * 4), 0) << "layer " << l << " position " << p << " latent";
         ASSERT_EQ(std::memcmp(row(a.kpe, a.kpe_dim, 4, p), row(b.kpe, b.kpe_dim, 4, p),
                               size_t(a.kpe_dim) * 4), 0) << "layer " << l << " position " << p << " rope key";
-        if (a.index_k)
+        if (a.index_k) {
           ASSERT_EQ(std::memcmp(row(a.index_k, a.index_dim, 4, p),
                                 row(b.index_k, b.index_dim, 4, p), size_t(a.index_dim) * 4), 0)
               << "layer " << l << " position " << p << " index key";
+        }
         ++compared;
       }
     }

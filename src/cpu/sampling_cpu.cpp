@@ -272,31 +272,11 @@ SampledToken sample_cpu(const float* logits, int64_t vocab, const SamplingParams
 
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingParams& p,
                                           const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
-  FP4MOE_CHECK(!p.greedy(), "sampling_distribution: greedy sampling has no distribution to draw from");
-  std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
+  // The sparse form's values at their ids, 0 elsewhere (the kept set's probabilities are the same
+  // doubles either way: sampling_distribution_sparse keeps the dense order of summation).
+  const SparseDistribution s = sampling_distribution_sparse(logits, vocab, p, prompt, output);
   std::vector<double> d(static_cast<size_t>(vocab), 0.0);
-  // The draw's rules for non-finite logits: a NaN never wins (no mass: counted as -inf), a +inf
-  // always does (the +inf logits share all the mass); exp() would make the whole row NaN.
-  int64_t top = 0;
-  for (float& v : x) {
-    if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
-    top += v == std::numeric_limits<float>::infinity();
-  }
-  if (top > 0) {
-    for (int64_t i = 0; i < vocab; ++i)
-      if (x[size_t(i)] == std::numeric_limits<float>::infinity()) d[size_t(i)] = 1.0 / double(top);
-    return d;
-  }
-  const std::vector<uint32_t> key = order_keys(x);
-  const float m = x[size_t(first_in_rank(key))];
-  const Kept k = truncate(x, key, m, p);
-  double mass = 0.0;
-  auto add = [&](int32_t i) { mass += d[size_t(i)] = std::exp(double(x[size_t(i)]) - double(m)); };
-  if (k.all)
-    for (int32_t i = 0; i < int32_t(vocab); ++i) add(i);
-  else
-    for (size_t r = 0; r < k.n; ++r) add(k.order[r]);
-  for (double& v : d) v /= mass;
+  for (size_t j = 0; j < s.ids.size(); ++j) d[size_t(s.ids[j])] = s.prob[j];
   return d;
 }
 
@@ -311,7 +291,8 @@ SparseDistribution sampling_distribution_sparse(const float* logits, int64_t voc
   std::vector<float> x = scaled_logits(logits, vocab, p, prompt, output);
   SparseDistribution d;
   d.vocab = vocab;
-  // sampling_distribution's steps in its order (the same doubles): non-finite logits first.
+  // The draw's rules for non-finite logits: a NaN never wins (no mass: counted as -inf), a +inf
+  // always does (the +inf logits share all the mass); exp() would make the whole row NaN.
   int64_t top = 0;
   for (float& v : x) {
     if (std::isnan(v)) v = -std::numeric_limits<float>::infinity();
@@ -328,7 +309,7 @@ SparseDistribution sampling_distribution_sparse(const float* logits, int64_t voc
   const std::vector<uint32_t> key = order_keys(x);
   const float m = x[size_t(first_in_rank(key))];
   const Kept k = truncate(x, key, m, p);
-  double mass = 0.0;  // summed in the dense form's order (the id order, or the rank order of the kept set)
+  double mass = 0.0;  // summed in the id order, or the rank order of the kept set
   if (k.all) {
     d.ids.resize(size_t(vocab));
     d.prob.resize(size_t(vocab));

@@ -33,6 +33,7 @@ struct BenchGrammarArgs {
   int32_t vocab_size = 154880;
   int instances = 60;
   int slowest = 0;
+  bool mask_digest = false;
 };
 
 // GPT-2's byte-level alphabet, decoded: the byte each code point stands for.
@@ -241,6 +242,7 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   std::vector<Where> where;
   std::vector<uint32_t> mask(size_t(grammar::mask_words(vocab.vocab_size)));
   int64_t tokens = 0;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over every mask word of every step
   for (int i = 0; i < a.instances; ++i) {
     const size_t k = size_t(i) % tl.size();
     const Tool& t = tl[k];
@@ -252,6 +254,8 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
       auto s0 = Clock::now();
       m.fill_mask(mask);
       const double f = us_since(s0);
+      if (a.mask_digest)
+        for (uint32_t w : mask) digest = (digest ^ w) * 1099511628211ull;
       FP4MOE_CHECK((mask[size_t(id) / 32] >> (id % 32)) & 1u, "the grammar refuses token {} of a valid instance", id);
       s0 = Clock::now();
       FP4MOE_CHECK(m.accept(id), "the matcher refuses token {}", id);
@@ -268,6 +272,7 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   fmt::print("masks, tool-call workload ({} requests, {} steps):\n  per request-step (fill + accept): {}\n  fill: {}\n  "
              "accept: {}\n",
              a.instances, tokens, stats(step), stats(fill), stats(accept));
+  if (a.mask_digest) fmt::print("mask digest (FNV-1a over every mask word of every step): {:016x}\n", digest);
   if (a.slowest > 0) {
     std::vector<size_t> order(step.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -296,6 +301,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--slowest", a->slowest, "Print the N slowest request-steps with the text before each (0: none)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
+  app.add_flag("--mask-digest", a->mask_digest,
+               "Print a hash of every mask of the workload (two builds' masks compared without timing them)");
   run = [a] { return run_bench_grammar(*a); };
 }
 

@@ -37,12 +37,16 @@ repository's tests:
    same language as xgrammar's `[A-Za-z0-9]([\-A-Za-z0-9]*[A-Za-z0-9])?` + `(\.[A-Za-z0-9]
    [\-A-Za-z0-9]*[A-Za-z0-9])*` (a label: a letter or digit, then any hyphens before each further
    letter or digit): xgrammar's automaton path takes the original form wrongly (after
-   `example-` it allows `"`; the same holds for any schema `pattern` of that shape, not fixed
-   here). Used only when the format's regex is still the text this was written for. The JSON
-   string form only (the XML tool-call raw form is not reached: serve/ refuses `format` in raw
-   strings). tests/grammar/grammar_email_format_test.cpp compares every mask with the old
+   `example-` it allows `"`: fix 6, found here). Used only when the format's regex is still the
+   text this was written for. The JSON string form only (the XML tool-call raw form is not
+   reached: serve/ refuses `format` in raw strings). tests/grammar/grammar_email_format_test.cpp compares every mask with the old
    expansion's and with a brute force; `fp4moe bench grammar --mask-digest` gives the same hash
    as before on its workload.
+6. fsm.cc: a regex's `?` added an epsilon edge from the group's start to its end, but the start
+   of a group that begins with a starred part is re-entered by that loop, so `(b*c)?` accepted
+   `b` and the schema pattern `^[a-z]([\-a-z]*[a-z])?$` let `"ab-"` end the string (an output the
+   pattern forbids; tests/grammar/grammar_pattern_test.cpp). `?` now adds a new start state,
+   accepting, with an epsilon edge to the group's start (as `*` does).
 """
 import os
 import sys
@@ -110,6 +114,19 @@ FIXES = [  # (file, old, new, times)
      "                         ByteString(\"\\\"\")});\n"
      "      }\n"
      "      return Sequence({ByteString(\"\\\"\"), RegexExpression(*regex, false, true), ByteString(\"\\\"\")});\n", 1),
+    ("cpp/fsm.cc",
+     "  FSM fsm = fsm_.Copy();\n"
+     "  if (!ends_.empty()) {\n"
+     "    fsm.AddEpsilonEdge(start_, ends_.front());\n"
+     "  }\n"
+     "  return FSMWithStartEnd(fsm, start_, ends_);\n",
+     "  FSM fsm = fsm_.Copy();\n"
+     "  // fp4moe: a new accepting start state (the old start may be re-entered by a loop).\n"
+     "  const int32_t new_start = fsm.AddState();\n"
+     "  fsm.AddEpsilonEdge(new_start, start_);\n"
+     "  std::vector<int32_t> ends = ends_;\n"
+     "  ends.push_back(new_start);\n"
+     "  return FSMWithStartEnd(fsm, new_start, ends);\n", 1),
     ("cpp/support/encoding.h",
      "      codepoint = codepoint * 16 + digit;\n    }\n",
      "      if (codepoint > 0x10FFFF) return {CharHandlingError::kInvalidEscape, 0};\n"

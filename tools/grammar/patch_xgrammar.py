@@ -40,8 +40,8 @@ repository's tests:
    `example-` it allows `"`: fix 6, found here). Used only when the format's regex is still the
    text this was written for. The JSON string form only (the XML tool-call raw form is not
    reached: serve/ refuses `format` in raw strings). tests/grammar/grammar_email_format_test.cpp
-   compares every mask with the old expansion's and with a brute force; `fp4moe bench grammar --mask-digest` gives the same hash
-   as before on its workload.
+   compares every mask with the old expansion's and with a brute force; `fp4moe bench grammar
+   --mask-digest` gives the same hash as before on its workload.
 6. fsm.cc: a regex's `?` added an epsilon edge from the group's start to its end, but the start
    of a group that begins with a starred part is re-entered by that loop, so `(b*c)?` accepted
    `b` and the schema pattern `^[a-z]([\-a-z]*[a-z])?$` let `"ab-"` end the string (an output the

@@ -32,6 +32,8 @@ struct BenchGrammarArgs {
   std::string tokenizer, vocab_file;
   int32_t vocab_size = 154880;
   int instances = 60;
+  int slowest = 0;
+  bool mask_digest = false;
 };
 
 // GPT-2's byte-level alphabet, decoded: the byte each code point stands for.
@@ -233,18 +235,27 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
 
   // Masks: per request and step, fill + accept (the stop token at the end included).
   std::vector<double> step, fill, accept;
+  struct Where {  // a step's place: tool, text, the text before it
+    size_t tool;
+    std::string before;
+  };
+  std::vector<Where> where;
   std::vector<uint32_t> mask(size_t(grammar::mask_words(vocab.vocab_size)));
   int64_t tokens = 0;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over every mask word of every step
   for (int i = 0; i < a.instances; ++i) {
     const size_t k = size_t(i) % tl.size();
     const Tool& t = tl[k];
     std::vector<int32_t> ids = greedy(t.args[size_t(i / int(tl.size())) % t.args.size()]);
     ids.push_back(vocab.stop_ids[0]);
     grammar::Matcher m(compiled[k]);
+    std::string before;
     for (int32_t id : ids) {
       auto s0 = Clock::now();
       m.fill_mask(mask);
       const double f = us_since(s0);
+      if (a.mask_digest)
+        for (uint32_t w : mask) digest = (digest ^ w) * 1099511628211ull;
       FP4MOE_CHECK((mask[size_t(id) / 32] >> (id % 32)) & 1u, "the grammar refuses token {} of a valid instance", id);
       s0 = Clock::now();
       FP4MOE_CHECK(m.accept(id), "the matcher refuses token {}", id);
@@ -252,6 +263,8 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
       fill.push_back(f);
       accept.push_back(ac);
       step.push_back(f + ac);
+      if (a.slowest > 0) where.push_back({k, before});
+      before += vocab.token_bytes[size_t(id)];
       ++tokens;
     }
     FP4MOE_CHECK(m.terminated(), "instance {} did not end its grammar", i);
@@ -259,6 +272,19 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   fmt::print("masks, tool-call workload ({} requests, {} steps):\n  per request-step (fill + accept): {}\n  fill: {}\n  "
              "accept: {}\n",
              a.instances, tokens, stats(step), stats(fill), stats(accept));
+  if (a.mask_digest) fmt::print("mask digest (FNV-1a over every mask word of every step): {:016x}\n", digest);
+  if (a.slowest > 0) {
+    std::vector<size_t> order(step.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const size_t n = std::min(order.size(), size_t(a.slowest));
+    std::partial_sort(order.begin(), order.begin() + long(n), order.end(),
+                      [&](size_t x, size_t y) { return step[x] > step[y]; });
+    fmt::print("the {} slowest request-steps (µs fill + accept, tool, the text before the step):\n", n);
+    for (size_t r = 0; r < n; ++r) {
+      const size_t i = order[r];
+      fmt::print("  {:8.1f} {:6.1f}  tool {}  {}\n", fill[i], accept[i], where[i].tool, where[i].before);
+    }
+  }
   return 0;
 }
 
@@ -272,6 +298,11 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_option("--instances", a->instances, "Tool-call requests to run through their grammars")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
+  app.add_option("--slowest", a->slowest, "Print the N slowest request-steps with the text before each (0: none)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_flag("--mask-digest", a->mask_digest,
+               "Print a hash of every mask of the workload (two builds' masks compared without timing them)");
   run = [a] { return run_bench_grammar(*a); };
 }
 

@@ -266,4 +266,16 @@ class ByteRegexNfa {
   int start_ = 0, accept_ = 0;
 };
 
+// A mask's bit for token t (mask_words layout: bit t % 32 of word t / 32).
+inline bool mask_bit(const std::vector<uint32_t>& mask, int32_t t) { return (mask[size_t(t) / 32] >> (t % 32)) & 1u; }
+
+// The brute force's verdict on token t after text: the end-of-sequence id eos when text is a
+// whole match; any other token when text + its bytes is still a prefix of the language (a token
+// with no bytes, or past token_bytes, never).
+inline bool brute_force_allows(const ByteRegexNfa& ref, const std::vector<std::string>& token_bytes, int32_t eos,
+                               const std::string& text, int32_t t) {
+  if (t == eos) return ref.full_match(text);
+  return t < int32_t(token_bytes.size()) && !token_bytes[size_t(t)].empty() && ref.prefix_ok(text + token_bytes[size_t(t)]);
+}
+
 }  // namespace fp4moe::test

@@ -33,7 +33,7 @@ Vocab test_vocab() {
   return v;
 }
 
-bool bit(const std::vector<uint32_t>& m, int32_t t) { return (m[size_t(t) / 32] >> (t % 32)) & 1u; }
+using test::mask_bit;
 
 // Walks `walks` random paths through the grammar; at every state the mask must equal the
 // brute force over the vocabulary.
@@ -49,12 +49,8 @@ void check_exact(Compiler& c, const Vocab& v, const GrammarSpec& spec, const tes
       m.fill_mask(mask);
       std::vector<int32_t> allowed;
       for (int32_t t = 0; t < v.vocab_size; ++t) {
-        bool want = false;
-        if (t == kEos)
-          want = ref.full_match(text);
-        else if (t < int32_t(v.token_bytes.size()) && !v.token_bytes[size_t(t)].empty())
-          want = ref.prefix_ok(text + v.token_bytes[size_t(t)]);
-        ASSERT_EQ(bit(mask, t), want) << kind_name(spec.kind) << " " << spec.text << " after '" << text << "' token " << t
+        const bool want = test::brute_force_allows(ref, v.token_bytes, kEos, text, t);
+        ASSERT_EQ(mask_bit(mask, t), want) << kind_name(spec.kind) << " " << spec.text << " after '" << text << "' token " << t
                                       << " '" << (t < int32_t(v.token_bytes.size()) ? v.token_bytes[size_t(t)] : "")
                                       << "'";
         if (want) allowed.push_back(t);
@@ -159,7 +155,7 @@ TEST(GrammarMask, CharacterClassesTakeOnlyUtf8) {
     m.fill_mask(mask);
     std::vector<int> out;
     for (int b = 0x80; b <= 0xFF; ++b)
-      if (bit(mask, b)) out.push_back(b);
+      if (mask_bit(mask, b)) out.push_back(b);
     return out;
   };
   auto range = [](int lo, int hi) {

@@ -37,33 +37,15 @@ std::vector<RequestSpec> constrained_specs(int n, bool sampled) {
 
 std::map<uint64_t, Outcome> run_constrained(const std::vector<RequestSpec>& sp, int32_t steps, int32_t disable_by,
                                             SchedulerStats* stats) {
-  CpuModelBackendOptions o;
-  o.model_dir = tiny_dir();
-  o.threads = 1;
-  o.kv_elem = KvElem::F32;
-  o.speculative_steps = steps;
-  CpuModelBackend be(o);
-  SchedulerConfig c = config(16, 128, 8, 64, 1, true);
-  c.eos_ids = {kEosId};
-  c.speculative_tokens = steps > 0 ? steps + 1 : 0;
-  c.speculative_disable_by_batch_size = disable_by;
-  return run_all(c, sp, be, stats);
+  RunOptions ro;
+  ro.steps = steps;
+  ro.disable_by = disable_by;
+  return run(sp, ro, stats);
 }
 
-// No abort; every constrained request that stopped validates. Returns how many stopped.
+// No abort; every constrained request that stopped ends in EOS and validates. Returns how many stopped.
 int expect_finished_and_valid(const std::vector<RequestSpec>& sp, const std::map<uint64_t, Outcome>& out) {
-  const std::vector<Case> cs = cases();
-  int stopped = 0;
-  EXPECT_EQ(out.size(), sp.size());
-  for (size_t i = 0; i < sp.size(); ++i) {
-    const Outcome& o = out.at(i + 1);
-    EXPECT_TRUE(o.finished) << "request " << i + 1;
-    EXPECT_NE(o.reason, FinishReason::kAbort) << "request " << i + 1 << ": " << o.abort_message;
-    if (!sp[i].grammar || o.reason != FinishReason::kStop) continue;
-    ++stopped;
-    EXPECT_TRUE(cs[i % cs.size()].valid(text_of(o.tokens))) << "request " << i + 1 << ": " << text_of(o.tokens);
-  }
-  return stopped;
+  return expect_valid(cases(), sp, out);
 }
 
 }  // namespace

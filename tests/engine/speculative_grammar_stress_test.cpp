@@ -112,26 +112,11 @@ std::vector<RequestSpec> stress_specs(int n, bool sampled, uint64_t seed0) {
   return out;
 }
 
-struct RunOptions {
-  int32_t steps = 0;  // NEXTN steps; 0: plain
-  bool catchup_over_verify_rows = false;
-  int32_t max_running = 8;
-  model::DraftOverride draft_override;
-};
-
-std::map<uint64_t, Outcome> run(const std::vector<RequestSpec>& sp, const RunOptions& ro, SchedulerStats* stats = nullptr) {
-  CpuModelBackendOptions o;
-  o.model_dir = tiny_dir();
-  o.threads = 1;
-  o.kv_elem = KvElem::F32;
-  o.speculative_steps = ro.steps;
-  o.draft_override = ro.draft_override;
-  o.catchup_over_verify_rows = ro.catchup_over_verify_rows;
-  CpuModelBackend be(o);
-  SchedulerConfig c = config(16, 256, ro.max_running, 64, 1, true);
-  c.eos_ids = {kEosId};
-  c.speculative_tokens = ro.steps > 0 ? ro.steps + 1 : 0;
-  return run_all(c, sp, be, stats);
+// The stress runs keep their pool of 256 pages of 16 (the other speculative-grammar tests: 128).
+RunOptions stress_run() {
+  RunOptions ro;
+  ro.pages = 256;
+  return ro;
 }
 
 std::string describe(const RunOptions& ro) {
@@ -140,26 +125,9 @@ std::string describe(const RunOptions& ro) {
          ", max_running " + std::to_string(ro.max_running) + (ro.draft_override ? ", forced drafts" : "");
 }
 
-// No abort; every request that stopped ends in EOS and its text validates (request i: stress
-// case i % cases). Returns how many stopped.
+// The stress cases' checks (request i: stress case i % cases). Returns how many stopped.
 int expect_valid(const std::vector<RequestSpec>& sp, const std::map<uint64_t, Outcome>& out) {
-  const std::vector<Case> cs = stress_cases();
-  int stopped = 0;
-  EXPECT_EQ(out.size(), sp.size());
-  for (size_t i = 0; i < sp.size(); ++i) {
-    const Outcome& o = out.at(i + 1);
-    const Case& c = cs[i % cs.size()];
-    const std::string text = text_of(o.tokens);
-    EXPECT_TRUE(o.finished) << "request " << i + 1;
-    EXPECT_NE(o.reason, FinishReason::kAbort) << "request " << i + 1 << " (" << grammar::kind_name(c.spec.kind)
-                                              << " " << c.spec.text << "): aborted: " << o.abort_message
-                                              << "; text so far: " << text;
-    if (o.reason != FinishReason::kStop) continue;
-    ++stopped;
-    EXPECT_EQ(o.tokens.back(), kEosId) << "request " << i + 1;
-    EXPECT_TRUE(c.valid(text)) << "request " << i + 1 << " (" << grammar::kind_name(c.spec.kind) << "): " << text;
-  }
-  return stopped;
+  return engine::testing::expect_valid(stress_cases(), sp, out);
 }
 
 void expect_same_tokens(const std::map<uint64_t, Outcome>& a, const std::map<uint64_t, Outcome>& b) {
@@ -200,7 +168,7 @@ TEST(SpeculativeGrammarStress, SampledConstrainedRequestsNeverAbortAndValidate) 
     for (const bool rows : {false, true})
       for (const int32_t steps : {1, 3})
         for (const int32_t running : {8, 1}) {
-          RunOptions ro;
+          RunOptions ro = stress_run();
           ro.steps = steps;
           ro.catchup_over_verify_rows = rows;
           ro.max_running = running;
@@ -218,11 +186,11 @@ TEST(SpeculativeGrammarStress, SampledConstrainedRequestsNeverAbortAndValidate) 
 // EOS right after it, a premature EOS, a refused byte for EOS, a wrong final token.
 TEST(SpeculativeGrammarStress, GreedyConstrainedTextEqualsThePlainEngineAtEveryRoundBoundary) {
   const auto sp = stress_specs(16, false, 0);
-  const auto plain = run(sp, RunOptions{});
+  const auto plain = run(sp, stress_run());
   EXPECT_GE(expect_valid(sp, plain), 8);
   for (const bool rows : {false, true})
     for (const int32_t steps : {1, 3}) {
-      RunOptions ro;
+      RunOptions ro = stress_run();
       ro.steps = steps;
       ro.catchup_over_verify_rows = rows;
       {
@@ -247,10 +215,10 @@ TEST(SpeculativeGrammarStress, GreedyConstrainedTextEqualsThePlainEngineAtEveryR
 // inside a round), shifted and twisted as above: no abort, every text valid.
 TEST(SpeculativeGrammarStress, SampledConstrainedRequestsWithForcedDraftsNeverAbort) {
   const auto sp = stress_specs(16, true, 300);
-  const auto plain = run(sp, RunOptions{});
+  const auto plain = run(sp, stress_run());
   EXPECT_GE(expect_valid(sp, plain), 6);
   for (const bool rows : {false, true}) {
-    RunOptions ro;
+    RunOptions ro = stress_run();
     ro.steps = 3;
     ro.catchup_over_verify_rows = rows;
     for (uint64_t shift = 0; shift <= 3; ++shift)

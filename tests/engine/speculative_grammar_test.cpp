@@ -45,37 +45,16 @@ std::vector<RequestSpec> specs(int n, bool sampled) {
 
 std::map<uint64_t, Outcome> run(const std::vector<RequestSpec>& sp, int32_t steps, model::DraftOverride override = {},
                                 RoundLog* log = nullptr, SchedulerStats* stats = nullptr) {
-  CpuModelBackendOptions o;
-  o.model_dir = tiny_dir();
-  o.threads = 1;
-  o.kv_elem = KvElem::F32;
-  o.speculative_steps = steps;
-  o.draft_override = std::move(override);
-  CpuModelBackend be(o);
-  if (log) be.set_observer(log);
-  SchedulerConfig c = config(16, 128, 8, 64, 1, true);
-  c.eos_ids = {kEosId};
-  c.speculative_tokens = steps > 0 ? steps + 1 : 0;
-  return run_all(c, sp, be, stats);
+  RunOptions ro;
+  ro.steps = steps;
+  ro.draft_override = std::move(override);
+  ro.observer = log;
+  return engine::testing::run(sp, ro, stats);
 }
 
-// has case first_case + i). Returns how many constrained requests stopped.
+// The shared checks over this file's cases (request i + 1 has case first_case + i).
 int expect_valid(const std::vector<RequestSpec>& sp, const std::map<uint64_t, Outcome>& out, size_t first_case = 0) {
-  const std::vector<Case> cs = cases();
-  int stopped = 0;
-  EXPECT_EQ(out.size(), sp.size());
-  for (size_t i = 0; i < sp.size(); ++i) {
-    const Outcome& o = out.at(i + 1);
-    EXPECT_TRUE(o.finished) << "request " << i + 1;
-    EXPECT_NE(o.reason, FinishReason::kAbort) << "request " << i + 1;
-    if (!sp[i].grammar || o.reason != FinishReason::kStop) continue;
-    ++stopped;
-    EXPECT_EQ(o.tokens.back(), kEosId) << "request " << i + 1;
-    const std::string text = text_of(o.tokens);
-    const Case& c = cs[(first_case + i) % cs.size()];
-    EXPECT_TRUE(c.valid(text)) << "request " << i + 1 << " (" << grammar::kind_name(c.spec.kind) << "): " << text;
-  }
-  return stopped;
+  return engine::testing::expect_valid(cases(), sp, out, first_case);
 }
 
 void expect_same(const std::map<uint64_t, Outcome>& a, const std::map<uint64_t, Outcome>& b) {

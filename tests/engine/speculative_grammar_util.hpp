@@ -1,19 +1,22 @@
 // Shared by the speculative-grammar tests (speculative_grammar_test.cpp,
-// speculative_grammar_stress_test.cpp): the tiny MTP model, the test's own vocabulary over its
-// 1024 ids (0-255 the bytes, 256-1021 fragments of JSON and text, 1022 a special token no
-// grammar allows, 1023 EOS), its grammar compiler, and checks of finished texts that share no
-// code with xgrammar (nlohmann::json, the byte-regex NFA).
+// speculative_grammar_stress_test.cpp, speculative_disable_grammar_test.cpp): the tiny MTP model,
+// the test's own vocabulary over its 1024 ids (0-255 the bytes, 256-1021 fragments of JSON and
+// text, 1022 a special token no grammar allows, 1023 EOS), its grammar compiler, checks of
+// finished texts that share no code with xgrammar (nlohmann::json, the byte-regex NFA), one engine
+// run (`run`) and one check of a run's outcomes (`expect_valid`).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "../cli/cli_run_helpers.hpp"
+#include "backend/cpu/cpu_model_backend.hpp"
 #include "grammar/byte_regex_nfa.hpp"
 #include "grammar/grammar.hpp"
 #include "scheduler_test_util.hpp"
@@ -131,7 +134,56 @@ std::string text_of(const std::vector<int32_t>& tokens) {
   return t;
 }
 
-// Every request finished without an abort; constrained ones that stopped validate (request i + 1
+// One engine run of the tiny model on the CPU backend (1 thread, F32 KV, page size 16, chunk 64).
+struct RunOptions {
+  int32_t steps = 0;  // NEXTN steps; 0: plain
+  bool catchup_over_verify_rows = false;
+  int32_t max_running = 8;
+  int32_t pages = 128;
+  int32_t disable_by = 0;  // --speculative-disable-by-batch-size; 0: off
+  model::DraftOverride draft_override;
+  StepObserver* observer = nullptr;
+};
+
+std::map<uint64_t, Outcome> run(const std::vector<RequestSpec>& sp, const RunOptions& ro, SchedulerStats* stats = nullptr) {
+  CpuModelBackendOptions o;
+  o.model_dir = tiny_dir();
+  o.threads = 1;
+  o.kv_elem = KvElem::F32;
+  o.speculative_steps = ro.steps;
+  o.draft_override = ro.draft_override;
+  o.catchup_over_verify_rows = ro.catchup_over_verify_rows;
+  CpuModelBackend be(o);
+  if (ro.observer) be.set_observer(ro.observer);
+  SchedulerConfig c = config(16, ro.pages, ro.max_running, 64, 1, true);
+  c.eos_ids = {kEosId};
+  c.speculative_tokens = ro.steps > 0 ? ro.steps + 1 : 0;
+  c.speculative_disable_by_batch_size = ro.disable_by;
+  return run_all(c, sp, be, stats);
+}
+
+// Every request finished without an abort; each constrained request that stopped ends in EOS and
+// its text validates (request i + 1 has case cs[(first_case + i) % cs.size()]). Returns how many
+// constrained requests stopped.
+int expect_valid(const std::vector<Case>& cs, const std::vector<RequestSpec>& sp, const std::map<uint64_t, Outcome>& out,
+                 size_t first_case = 0) {
+  int stopped = 0;
+  EXPECT_EQ(out.size(), sp.size());
+  for (size_t i = 0; i < sp.size(); ++i) {
+    const Outcome& o = out.at(i + 1);
+    const Case& c = cs[(first_case + i) % cs.size()];
+    const std::string text = text_of(o.tokens);
+    EXPECT_TRUE(o.finished) << "request " << i + 1;
+    EXPECT_NE(o.reason, FinishReason::kAbort) << "request " << i + 1 << " (" << grammar::kind_name(c.spec.kind)
+                                              << " " << c.spec.text << "): aborted: " << o.abort_message
+                                              << "; text so far: " << text;
+    if (!sp[i].grammar || o.reason != FinishReason::kStop) continue;
+    ++stopped;
+    EXPECT_EQ(o.tokens.back(), kEosId) << "request " << i + 1;
+    EXPECT_TRUE(c.valid(text)) << "request " << i + 1 << " (" << grammar::kind_name(c.spec.kind) << "): " << text;
+  }
+  return stopped;
+}
 
 }  // namespace
 }  // namespace fp4moe::engine::testing

@@ -158,12 +158,6 @@ void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int
   if (!q.tokens.empty()) queue_[id] = std::move(q);
 }
 
-namespace {
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 void MtpSpeculator::run_queued() {
   if (queue_.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -211,7 +205,7 @@ void MtpSpeculator::run_queued() {
       it->second.logits.assign(logits.begin() + first * V, logits.begin() + (k + 1) * V);
     }
   }
-  times.mtp += since(t0);
+  times.mtp += seconds_since(t0);
 }
 
 std::vector<float> MtpSpeculator::take_logits(uint64_t id, int32_t* start) {
@@ -291,7 +285,7 @@ bool MtpSpeculator::device_round(const std::vector<SpecRequest>& reqs, std::vect
     st.pending_pos = -1;
   }
   ++device_round_count;
-  times.device_round += since(t0);
+  times.device_round += seconds_since(t0);
   return true;
 }
 

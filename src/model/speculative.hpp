@@ -241,6 +241,11 @@ class ModelSpecSteps final : public SpecSteps {
   bool catchup_ = false;
 };
 
+// Seconds since t0 (the speculator's per-phase Times; speculative.cpp and speculative_host_round.cpp).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class MtpSpeculator {
  public:
   // kv: the pool of the target steps, with the MTP layer as layer num_layers (mtp_kv_geometry).

@@ -40,10 +40,6 @@ int32_t argmax_row(const float* row, int64_t V) {
   return best;
 }
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // A buffer of at least n floats, kept between rounds (a fresh one of the verify step's size,
 // 158 MB at B 64 and GLM-5's vocabulary, costs its page faults every round).
 float* at_least(std::vector<float>& v, size_t n) {
@@ -191,7 +187,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   });
   int32_t longest = 0;
   for (const Work& x : w) longest = std::max(longest, x.n);
-  times.host_draft += since(t_host);
+  times.host_draft += seconds_since(t_host);
   // 1. The chained draft steps k = 1 .. n − 1 (one token per request still drafting).
   const auto t_draft = std::chrono::steady_clock::now();
   for (int32_t k = 1; k < longest; ++k) {
@@ -223,9 +219,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       choose(who[i], k, logits + int64_t(i) * V);
       w[who[i]].g.assign(hout + int64_t(i) * H, hout + int64_t(i + 1) * H);
     });
-    times.host_draft += since(t_host);
+    times.host_draft += seconds_since(t_host);
   }
-  times.draft += since(t_draft);
+  times.draft += seconds_since(t_draft);
   // 2. Verify: the target over [last, d_1 .. d_n] of every request, absorbed attention.
   const auto t_verify = std::chrono::steady_clock::now();
   std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, off(R);
@@ -251,7 +247,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   t_host = std::chrono::steady_clock::now();
   const TensorView verify_view = logits_view(verify_logits_, T);
   float* hidden = at_least(verify_hidden_, size_t(T * H));
-  times.host_buffers += since(t_host);
+  times.host_buffers += seconds_since(t_host);
   // A backend with a device round catches the MTP layer up over every verify row, as the device
   // round does (the same bits either way); else the emitted pairs are queued (run_queued).
   const bool rows_form = steps_.offers_catchup_over_verify_rows() && !std::any_of(reqs.begin(), reqs.end(), [&](const SpecRequest& q) {
@@ -262,7 +258,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, verify_view, hidden);
   }
   const float* logits = logits_of(verify_logits_);  // read up to the catch-up step (which may reuse a lent buffer)
-  times.verify += since(t_verify);
+  times.verify += seconds_since(t_verify);
   // 3. Accept, 4. the stop / max_new cut (per request, on the pool), then the MTP layer over the
   // emitted pairs.
   t_host = std::chrono::steady_clock::now();
@@ -358,7 +354,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
     add_target_rows(reqs[r].id, reqs[r].start, inputs, hidden + int64_t(off[r]) * H, out[r].tokens.back().token,
                     reqs[r].pages);
   }
-  times.host_accept += since(t_host);
+  times.host_accept += seconds_since(t_host);
   if (rows_form) {  // the device round's catch-up: every verify row, its target choice as the token
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> ctok(static_cast<size_t>(T));
@@ -369,11 +365,11 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
         ctok[size_t(off[r] + j)] = j < m ? out[r].tokens[size_t(j)].token : argmax_row(row, V);
       }
     });
-    times.host_catchup += since(t0);
+    times.host_catchup += seconds_since(t0);
     t_host = std::chrono::steady_clock::now();
     const TensorView clog_view = logits_view(catchup_logits_, T);
     float* ch = at_least(catchup_hidden_, size_t(T * H));
-    times.host_buffers += since(t_host);
+    times.host_buffers += seconds_since(t_host);
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     FP4MOE_CHECK(steps_.catchup_over_verify_rows(TensorView::of(ctok.data(), {T}), hidden, b, clog_view, ch),
                  "speculative round: the backend stopped offering its catch-up");
@@ -393,8 +389,8 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
       s.draft_hidden.assign(ch + last * H, ch + (last + 1) * H);
       s.pending_pos = -1;
     });
-    times.host_catchup += since(t_host);
-    times.mtp += since(t0);
+    times.host_catchup += seconds_since(t_host);
+    times.mtp += seconds_since(t0);
   }
   run_queued();
   return out;

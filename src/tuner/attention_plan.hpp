@@ -40,6 +40,10 @@ const char* attention_kernels_name(AttentionKernels k);
 // decode serves the rest (Auto; bench attention's sparse-mla rows, H100: MlaDecodeMma takes
 // 0.85-0.86x FlashInfer's device-scheduled time at 1 row, 1.00x at 2, 1.12-1.28x at 4-16).
 inline constexpr int kMmaSparseMaxRows = 1;
+// Auto over an FP8 E4M3 cache: every decode and DSA top-k row on MlaDecodeMma, none on FlashInfer's
+// SM90 MLA (bench attention, H100: MlaDecodeMma takes 0.71-0.79x FlashInfer's FP8 decode time at
+// B 16-256, ctx 8K-32K; FlashInfer dequantizes each E4M3 tile to BF16 in the loop).
+inline constexpr bool kFp8DecodeOnMma = true;
 // cuda/indexer's top-k settings, from bench attention's top-k rows (H100; bench/RESULTS.md):
 // - from kTopKOneCtaMinRows rows up to one row per SM, rows of 16K-32K keys on one CTA (one
 //   145 KB block per SM): 0.78-0.82x the sampled path's time at 64 and 128 rows of 32K;

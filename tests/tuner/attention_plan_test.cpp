@@ -85,9 +85,10 @@ TEST(AttentionPlan, ChoicesAreTheRunnersPerArchAndFlag) {
   using K = AttentionKernels;
   const std::vector<Row> rows = {
       {"H100", K::Auto, false, "mma fi sparse1 fi-prefill idx key latent topk32768/132"},
-      {"H100", K::Auto, true, "mma fi sparse1 fi-prefill idx key latent topk32768/132"},
+      {"H100", K::Auto, true, "mma sparse0 fi-prefill idx key latent topk32768/132"},  // FP8: kFp8DecodeOnMma
       {"H200", K::Auto, false, "mma fi sparse1 fi-prefill idx key latent topk32768/132"},
       {"H100", K::FlashInferDecode, false, "mma fi sparse0 fi-prefill idx key latent topk32768/132"},
+      {"H100", K::FlashInferDecode, true, "mma fi sparse0 fi-prefill idx key latent topk32768/132"},
       {"H100", K::MmaDecode, false, "mma sparse0 fi-prefill idx key latent topk32768/132"},
       {"H100", K::WgmmaDecode, false, "mma wgmma sparse0 fi-prefill idx key latent topk32768/132"},
       {"H100", K::WgmmaDecode, true, "mma wgmma sparse0 fi-prefill idx key latent topk32768/132"},

@@ -517,7 +517,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   app.add_option("--attention-kernels", a->attention_kernels,
                  "auto: decode and top-k rows on FlashInfer's SM90 MLA over a device-built schedule (sm_90, 64 "
-                 "heads; the top-k rows of one-token steps on MlaDecodeMma), else cuda/attention's "
+                 "heads, BF16 cache; the top-k rows of one-token steps on MlaDecodeMma), else (and over an "
+                 "fp8_e4m3 cache) cuda/attention's "
                  "MlaDecodeMma, where the dims allow (+ cuda/indexer's scores); flashinfer-decode: FlashInfer for "
                  "every decode and top-k row, or an error; mma-decode: always MlaDecodeMma; wgmma-decode: its wgmma "
                  "variant (sm_90); wgmma-ws-decode: its warp-specialized wgmma variant (sm_90, "

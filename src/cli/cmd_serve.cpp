@@ -55,8 +55,8 @@ void setup(CLI::App& app, std::function<int()>& run) {
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "No prefix reuse");
   app.add_option("--attention-kernels", o->attention_kernels,
                  "--backend cuda: auto (decode and top-k rows on FlashInfer's SM90 MLA over a device-built "
-                 "schedule on sm_90 with 64 heads, the top-k rows of one-token steps on our MlaDecodeMma; else "
-                 "MlaDecodeMma) | flashinfer-decode (FlashInfer for every decode and top-k row, or an error) | "
+                 "schedule on sm_90 with 64 heads and a BF16 cache, the top-k rows of one-token steps on our MlaDecodeMma; "
+                 "else, and over an fp8_e4m3 cache, MlaDecodeMma) | flashinfer-decode (FlashInfer for every decode and top-k row, or an error) | "
                  "mma-decode (always MlaDecodeMma) | wgmma-decode (its wgmma variant, sm_90) | wgmma-ws-decode (its "
                  "warp-specialized wgmma variant, sm_90, fp8_e4m3 cache only) | own (the runner's "
                  "any-dims kernels); a forced kernel the GPU or the dims cannot run is refused at start-up")

@@ -155,16 +155,70 @@ void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int
     s.pending_pos = p0 + n - 1;
     s.pending_hidden.assign(last, last + H);
   }
-  if (!q.tokens.empty()) queue_[id] = std::move(q);
+  if (q.tokens.empty()) return;
+  auto it = queue_.find(id);
+  if (it == queue_.end()) {
+    queue_.emplace(id, std::move(q));
+    return;
+  }
+  // Pairs waiting from earlier steps (settle_queued): this step's continue them.
+  Queued& w = it->second;
+  FP4MOE_CHECK(w.p0 + int32_t(w.tokens.size()) == q.p0,
+               "speculative: request {}: queued MTP pairs at positions [{}, {}) and new ones from {}", id, w.p0,
+               w.p0 + int32_t(w.tokens.size()), q.p0);
+  w.tokens.insert(w.tokens.end(), q.tokens.begin(), q.tokens.end());
+  w.hidden.insert(w.hidden.end(), q.hidden.begin(), q.hidden.end());
+  w.pages = std::move(q.pages);  // the request's page table now (a superset of the earlier one)
+  w.keep = w.keep || q.keep;
+}
+
+void MtpSpeculator::settle_queued() {
+  int64_t rows = 0;
+  bool keep = false;
+  for (const auto& [id, q] : queue_) rows += int64_t(q.tokens.size()), keep = keep || q.keep;
+  if (keep || rows > defer_rows) run_queued();
+}
+
+void MtpSpeculator::release(uint64_t id) {
+  try {
+    if (queue_.count(id)) run_queued_of({id});
+  } catch (const Error& e) {  // the request is gone either way; only drafts that reuse its pages would read the rows
+    log_warn("speculative: request {}: its waiting MTP pairs did not run ({}); their MTP KV rows stay unwritten", id,
+             e.what());
+  }
+  forget(id);
 }
 
 void MtpSpeculator::run_queued() {
-  if (queue_.empty()) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   std::vector<uint64_t> ids;
   for (const auto& [id, q] : queue_) ids.push_back(id);
+  run_queued_of(std::move(ids));
+}
+
+void MtpSpeculator::run_queued_of(std::vector<uint64_t> ids) {
+  kept_.clear();
   std::sort(ids.begin(), ids.end());
+  // MTP steps of at most defer_rows pairs where they can be split by request (0: one step).
+  std::vector<uint64_t> group;
+  int64_t rows = 0;
+  for (uint64_t id : ids) {
+    const int64_t n = int64_t(queue_.at(id).tokens.size());
+    if (!group.empty() && defer_rows > 0 && rows + n > defer_rows) {
+      run_queued_step(group);
+      group.clear();
+      rows = 0;
+    }
+    group.push_back(id);
+    rows += n;
+  }
+  run_queued_step(group);
+}
+
+void MtpSpeculator::run_queued_step(const std::vector<uint64_t>& ids) {
+  if (ids.empty()) return;
+  ++queued_mtp_steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t H = steps_.config().hidden, V = steps_.config().vocab;
   std::vector<int32_t> tokens, pos, qo{0}, kv_len, page_ptr{0}, pages, rows, last;  // last[i]: request i's draft row in rows
   std::vector<float> hin;
   for (uint64_t id : ids) {
@@ -185,12 +239,11 @@ void MtpSpeculator::run_queued() {
   const int64_t T = int64_t(tokens.size());
   std::vector<float> logits(rows.size() * size_t(V)), hout(static_cast<size_t>(T * H));
   const KvBatchView b{int64_t(ids.size()), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
-  kept_.clear();
   for (uint64_t id : ids) {
     const Queued& q = queue_[id];
     if (q.keep) kept_[id].start = q.p0;
   }
-  queue_.clear();
+  for (uint64_t id : ids) queue_.erase(id);
   steps_.mtp(TensorView::of(tokens.data(), {T}), hin.data(), b, rows,
              TensorView::of(logits.data(), {int64_t(rows.size()), V}), hout.data());
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -267,6 +267,7 @@ class MtpSpeculator {
   // always the host round (bench step times both).
   bool device_rounds = true;
   int64_t device_round_count = 0, host_round_count = 0;  // rounds run each way
+  int64_t queued_mtp_steps = 0;                          // MTP steps over queued pairs (run_queued)
   // Wall seconds since construction: chained draft steps, verify steps, MTP steps over emitted / prompt pairs.
   struct Times {
     double draft = 0.0, verify = 0.0, mtp = 0.0;
@@ -291,6 +292,19 @@ class MtpSpeculator {
   std::vector<float> take_logits(uint64_t id, int32_t* start);
   // One MTP step over every queued pair of every request (batched).
   void run_queued();
+  // What a backend's target step calls after add_target_rows: the queued pairs may wait, so that
+  // plain decode rounds (--speculative-disable-by-batch-size) do not pay one MTP step each — they
+  // run here only when one of them keeps its logits or more than defer_rows pairs wait (0: never
+  // wait; a backend sets it to the rows one of its steps takes). Every waiting pair runs before a
+  // round (round()) and a request's own before it goes (release()), so the MTP layer's drafts and
+  // its KV rows are the same bits as when each plain step ran them (CPU). Queued pairs run in MTP
+  // steps of at most defer_rows pairs where requests can be split (a request's own pairs: one step).
+  void settle_queued();
+  int64_t defer_rows = 0;
+  // A finished, aborted or retracted request: its waiting pairs run (the MTP KV rows of the pages
+  // the prefix cache may keep are complete), then its state goes (forget). Never throws: a failed
+  // MTP step is a warning (the request is gone; only drafts over its cached pages would read them).
+  void release(uint64_t id);
   // One draft/verify round over the requests; results in request order.
   std::vector<SpecRoundResult> round(const std::vector<SpecRequest>& requests);
   void forget(uint64_t id) {
@@ -319,6 +333,8 @@ class MtpSpeculator {
     int32_t start = 0;
     std::vector<float> logits;
   };
+  void run_queued_of(std::vector<uint64_t> ids);        // run_queued over these requests' pairs only
+  void run_queued_step(const std::vector<uint64_t>& ids);  // one MTP step over their pairs (sorted ids)
   // The device round (device_rounds): false when the batch or the backend cannot take it.
   bool device_round(const std::vector<SpecRequest>& requests, std::vector<SpecRoundResult>& out);
   int host_threads() const;  // threads, or its default

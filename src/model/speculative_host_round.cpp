@@ -60,6 +60,7 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   const size_t R = reqs.size();
   std::vector<SpecRoundResult> out(R);
   if (R == 0) return out;
+  run_queued();  // pairs that waited (settle_queued): the drafts start from the MTP layer's state after them
   if (device_rounds && device_round(reqs, out)) return out;
   ++host_round_count;
   const int th = draft_override ? 1 : host_threads();

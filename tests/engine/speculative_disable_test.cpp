@@ -46,10 +46,8 @@ class SnoopBackend : public CpuModelBackend {
     CpuModelBackend::decode(batch, limits, steps, out);
   }
   void release_request(uint64_t id) override {
-    if (kv_pool().geometry().num_layers <= model().config().num_layers) {  // no MTP layer (not speculating)
-      CpuModelBackend::release_request(id);
-      return;
-    }
+    CpuModelBackend::release_request(id);  // runs the request's waiting MTP pairs (its pages are the scheduler's still)
+    if (kv_pool().geometry().num_layers <= model().config().num_layers) return;  // no MTP layer (not speculating)
     const KvLayerView& l = kv_pool().layer(model().config().num_layers);
     std::vector<uint8_t>& rows = mtp_rows[id];
     rows.clear();
@@ -66,7 +64,6 @@ class SnoopBackend : public CpuModelBackend {
         if (l.index_k) put(l.index_k, l.index_dim, ie);
       }
     row_bytes = size_t(l.ckv_dim + l.kpe_dim) * e + (l.index_k ? size_t(l.index_dim) * ie : 0);
-    CpuModelBackend::release_request(id);
   }
   std::vector<Call> calls;
   std::map<uint64_t, std::vector<uint8_t>> mtp_rows;  // per request: row_bytes per position, in position order
@@ -96,6 +93,7 @@ struct RunResult {
   std::map<uint64_t, std::vector<uint8_t>> mtp_rows;
   size_t row_bytes = 0;
   Drafts mtp_drafts;
+  int64_t mtp_steps = 0;  // MTP steps over queued pairs (prompts, plain rounds' pairs)
 };
 
 std::vector<RequestSpec> greedy_specs(int n) {
@@ -167,6 +165,7 @@ RunResult run(const std::vector<RequestSpec>& specs, int32_t steps, int32_t disa
   res.calls = be.calls;
   res.mtp_rows = be.mtp_rows;
   res.row_bytes = be.row_bytes;
+  if (be.speculator()) res.mtp_steps = be.speculator()->queued_mtp_steps;
   return res;
 }
 
@@ -284,6 +283,10 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
     EXPECT_GT(count_rounds(switched.calls).plain, 0) << "no plain round: nothing to compare";
     EXPECT_EQ(count_rounds(always.calls).plain, 0);
     expect_same_mtp_rows(always, switched, specs);
+    // The plain rounds' pairs waited and ran together (before a round, or as a request left):
+    // fewer MTP steps than plain rounds (one each before settle_queued).
+    EXPECT_LT(switched.mtp_steps, count_rounds(switched.calls).plain)
+        << switched.mtp_steps << " MTP steps over queued pairs";
   }
   // The MTP layer's own drafts (mostly rejected with random weights: rounds start at almost every
   // output index, so the two runs share many): one draft step, each a round's first.

@@ -67,6 +67,7 @@ void CpuModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max_
     spec_ = std::make_unique<model::MtpSpeculator>(*model_, *kv_, std::max(opt_.speculative_steps, 1),
                                                     opt_.catchup_over_verify_rows);
     spec_->draft_override = opt_.draft_override;
+    spec_->defer_rows = max_step_tokens;
   } else {
     kv_ = std::make_unique<model::HostKvPool>(model_->kv_geometry(page_size, num_pages, opt_.kv_elem),
                                               model_->kv_index_layers());
@@ -125,7 +126,7 @@ void CpuModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>& 
                                hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next, batch.page_table(r),
                                (dump(r) & kDumpMtpLogits) != 0);
       }
-      spec_->run_queued();
+      spec_->settle_queued();  // decode-round pairs may wait for the next round (speculative.hpp)
       for (int32_t r = 0; r < n; ++r) {
         if (!(dump(r) & kDumpMtpLogits)) continue;
         RowDump d;

@@ -47,13 +47,14 @@ class CpuModelBackend : public Backend {
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
   void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
   void release_request(uint64_t request_id) override {
-    if (spec_) spec_->forget(request_id);
+    if (spec_) spec_->release(request_id);
   }
   // Tests: the pool (its layer num_layers is the MTP layer's when speculating).
   const model::HostKvPool& kv_pool() const { return *kv_; }
   const model::Model& model() const { return *model_; }
   // Speculative decoding's wall seconds so far (draft steps, verify steps, MTP steps); zeros without it.
   model::MtpSpeculator::Times speculator_times() const { return spec_ ? spec_->times : model::MtpSpeculator::Times{}; }
+  const model::MtpSpeculator* speculator() const { return spec_.get(); }  // null without speculation
 
  private:
   CpuModelBackendOptions opt_;

@@ -69,6 +69,7 @@ void CudaModelBackend::init_kv(int32_t num_pages, int32_t page_size, int32_t max
                "cuda backend: steps of up to {} tokens / {} requests, the runner was sized for {} / {}",
                max_step_tokens, max_requests, runner_->options().max_tokens, runner_->options().max_requests);
   kv_len_.reserve(size_t(max_requests));
+  if (spec_) spec_->defer_rows = max_step_tokens;
   kv_ready_ = true;
 }
 
@@ -180,7 +181,7 @@ void CudaModelBackend::step(const StepBatch& batch, std::vector<GeneratedToken>&
                              final_hidden_.data() + int64_t(batch.token_begin[size_t(r)]) * H, next,
                              batch.page_table(r), (batch.dump.empty() ? 0 : batch.dump[size_t(r)]) & kDumpMtpLogits);
     }
-    spec_->run_queued();
+    spec_->settle_queued();  // decode-round pairs may wait for the next round (speculative.hpp)
     for (int32_t r = 0; r < n && !batch.dump.empty(); ++r) {  // the MTP logits of the pairs this step completed
       if (!(batch.dump[size_t(r)] & kDumpMtpLogits)) continue;
       RowDump d;

@@ -59,7 +59,7 @@ class CudaModelBackend : public Backend {
   // A finished, aborted or retracted request's speculative state (its MTP position, draft logits /
   // token and hidden state) goes with it, as on the CPU backend.
   void release_request(uint64_t request_id) override {
-    if (spec_) spec_->forget(request_id);
+    if (spec_) spec_->release(request_id);
   }
   const GpuRunner& runner() const { return *runner_; }
   // Speculative decoding's steps and speculator (null when off).

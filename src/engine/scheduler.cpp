@@ -207,8 +207,9 @@ void Scheduler::run_round(const EventSink& sink) {
   const bool constrained =
       std::any_of(running_.begin(), running_.end(), [](const SeqPtr& s) { return s->matcher.has_value(); });
   // Above --speculative-disable-by-batch-size running requests, a decode round is one plain step:
-  // step() runs the MTP layer over the pairs it completed, as after a prefill, so the MTP KV and
-  // the next draft source stay what a round would have left (decode() would speculate).
+  // step() queues the pairs it completed for the MTP layer, as after a prefill (they run before the
+  // next round: the MTP KV and the next draft source stay what rounds would have left; decode()
+  // would speculate).
   const bool too_many = cfg_.speculative_disable_by_batch_size > 0 &&
                         int32_t(running_.size()) > cfg_.speculative_disable_by_batch_size;
   const bool can_speculate = cfg_.speculative_tokens > 0 && !dumping && (!constrained || info.speculates_constrained);

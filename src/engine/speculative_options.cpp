@@ -27,9 +27,9 @@ const char* const kSpeculativeDisableByBatchSizeHelp =
     "N >= 1: a decode round whose running batch holds more than N requests runs one plain decode step (one token per "
     "request) instead of a draft/verify round; rounds of N or fewer requests speculate again (default: speculate at "
     "every batch size). At large batches a plain step already uses the GPU well and a round costs several of them. "
-    "Output is unchanged (greedy: token for token). A plain step still runs the MTP layer once over the pairs it "
-    "completed (one MTP step per plain round), so that its KV and the next round's first draft stay exact. Needs "
-    "--speculative-algorithm";
+    "Output is unchanged (greedy: token for token). The pairs plain steps complete wait for the MTP layer and run "
+    "together before the next draft/verify round (or as their request leaves), so its KV and the next round's first "
+    "draft stay exact. Needs --speculative-algorithm";
 
 int32_t speculative_steps(const SpeculativeFlags& f, const std::string& backend, int32_t continuous_decode_steps) {
   if (f.algorithm.empty()) {

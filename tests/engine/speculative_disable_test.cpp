@@ -1,6 +1,7 @@
 // --speculative-disable-by-batch-size N through the engine's scheduler on the CPU backend
 // (make-synthetic glm5-tiny, F32 KV): decode rounds of more than N running requests are one plain
-// step (Backend::step, which runs the MTP layer over the pairs it completed), rounds of N or fewer
+// step (Backend::step, which queues the pairs it completed for the MTP layer: they run before the
+// next round, or as their request leaves), rounds of N or fewer
 // are draft/verify rounds (Backend::decode). Checked: greedy output equals the non-speculative
 // engine's token for token through the switches; no draft/verify round holds more than N
 // requests, and rounds resume when the batch shrinks (and stop again when it grows); the MTP

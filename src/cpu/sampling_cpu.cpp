@@ -96,6 +96,60 @@ struct Kept {
   double rank_margin = std::numeric_limits<double>::infinity();
 };
 
+// The first n tokens of the rank order (RankLess), n < V: one pass keeping the best n seen in a
+// min-heap of packed keys — the order key above the complement of the id, so that a larger
+// packed key is exactly RankLess's "before" (a higher key, or the same key and a lower id). The
+// set is the same as a sort's; a token beaten by the heap's least costs one comparison. Returns
+// the packed key of the best token left out (top-k's first dropped one).
+uint64_t first_in_rank_order(const std::vector<uint32_t>& key, size_t n, std::vector<int32_t>& order) {
+  const size_t V = key.size();
+  auto packed = [&](size_t i) { return (uint64_t(key[i]) << 32) | uint64_t(~uint32_t(i)); };
+  std::vector<uint64_t> best(n);
+  for (size_t i = 0; i < n; ++i) best[i] = packed(i);
+  std::make_heap(best.begin(), best.end(), std::greater<uint64_t>());
+  // Every token not kept was passed over or pushed out of the heap: the best of them is the
+  // largest packed key among both. Blocks whose best cannot enter the heap are passed over whole.
+  constexpr size_t kBlock = 16;
+  uint64_t dropped = 0;
+  for (size_t i = n; i < V; i += kBlock) {
+    const size_t e = std::min(V, i + kBlock);
+    uint64_t block = 0;
+    for (size_t j = i; j < e; ++j) block = std::max(block, packed(j));
+    if (block <= best.front()) {
+      dropped = std::max(dropped, block);
+      continue;
+    }
+    for (size_t j = i; j < e; ++j) {
+      const uint64_t pk = packed(j);
+      if (pk <= best.front()) {
+        dropped = std::max(dropped, pk);
+        continue;
+      }
+      std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
+      dropped = std::max(dropped, best.back());
+      best.back() = pk;
+      std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
+    }
+  }
+  std::sort(best.begin(), best.end(), std::greater<uint64_t>());
+  order.resize(n);
+  for (size_t r = 0; r < n; ++r) order[r] = int32_t(~uint32_t(best[r]));
+  return dropped;
+}
+
+// The first n tokens of the rank order when n is large: nth_element, then a sort of the prefix
+// (the heap above pays log n per token that enters it).
+void first_in_rank_order_large(const std::vector<uint32_t>& key, size_t n, std::vector<int32_t>& order) {
+  order.resize(key.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::nth_element(order.begin(), order.begin() + ptrdiff_t(n), order.end(), RankLess{key});
+  order.resize(n);
+  std::sort(order.begin(), order.end(), RankLess{key});
+}
+
+// Prefixes up to this many tokens by the heap, longer ones by nth_element (truncate).
+constexpr size_t kHeapPrefix = 4096;
+
 Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, float m, const SamplingParams& p) {
   const int64_t vocab = int64_t(x.size());
   const size_t V = x.size();
@@ -107,59 +161,60 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
   std::vector<int32_t>& order = k.order;
   const size_t n_k = top_k ? size_t(p.top_k) : V;
   float first_out = -std::numeric_limits<float>::infinity();  // the best token top-k drops
+  uint64_t z_all = 0;                                          // without top-k: the whole vocabulary's mass
   if (n_k < V) {
-    // The first n_k in the rank order: one pass keeping the best n_k seen in a min-heap of
-    // packed keys — the order key above the complement of the id, so that a larger packed key
-    // is exactly RankLess's "before" (a higher key, or the same key and a lower id). The set
-    // is the same as a sort's; a token beaten by the heap's least costs one comparison.
-    auto packed = [&](size_t i) { return (uint64_t(key[i]) << 32) | uint64_t(~uint32_t(i)); };
-    std::vector<uint64_t> best(n_k);
-    for (size_t i = 0; i < n_k; ++i) best[i] = packed(i);
-    std::make_heap(best.begin(), best.end(), std::greater<uint64_t>());
-    // Every token not kept was passed over or pushed out of the heap: the best of them (the
-    // largest packed key among both) is top-k's first dropped token, whose x is the max x of the
-    // dropped ones (NaN keys lie below every number: a NaN there means all are NaN, whose max
-    // over non-NaN is -inf). Blocks whose best cannot enter the heap are passed over whole.
-    constexpr size_t kBlock = 16;
-    uint64_t dropped = 0;
-    for (size_t i = n_k; i < V; i += kBlock) {
-      const size_t e = std::min(V, i + kBlock);
-      uint64_t block = 0;
-      for (size_t j = i; j < e; ++j) block = std::max(block, packed(j));
-      if (block <= best.front()) {
-        dropped = std::max(dropped, block);
-        continue;
-      }
-      for (size_t j = i; j < e; ++j) {
-        const uint64_t pk = packed(j);
-        if (pk <= best.front()) {
-          dropped = std::max(dropped, pk);
-          continue;
-        }
-        std::pop_heap(best.begin(), best.end(), std::greater<uint64_t>());
-        dropped = std::max(dropped, best.back());
-        best.back() = pk;
-        std::push_heap(best.begin(), best.end(), std::greater<uint64_t>());
-      }
-    }
-    const float fx = x[size_t(~uint32_t(dropped))];
+    // Top-k's first dropped token has the max x of the dropped ones (NaN keys lie below every
+    // number: a NaN there means all are NaN, whose max over non-NaN is -inf).
+    const float fx = x[size_t(~uint32_t(first_in_rank_order(key, n_k, order)))];
     if (!std::isnan(fx)) first_out = fx;
-    std::sort(best.begin(), best.end(), std::greater<uint64_t>());
-    order.resize(n_k);
-    for (size_t r = 0; r < n_k; ++r) order[r] = int32_t(~uint32_t(best[r]));
   } else {
-    order.resize(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), RankLess{key});
+    // Without top-k, top-p and min-p read the rank order only as far as their cut: how far, from
+    // one pass over the vocabulary — min-p's count above its cut, or top-p's mass per bin of the
+    // order key's top 16 bits (a token of a higher bin ranks before every token of a lower one),
+    // summed from the top bin down to the one where it reaches the target. Then that prefix
+    // alone is ordered (a heap, or nth_element and a sort): the cut is a full sort's.
+    size_t need = V;
+    if (top_p) {
+      std::vector<uint64_t> bin_mass(size_t(1) << 16, 0);
+      std::vector<uint32_t> bin_count(size_t(1) << 16, 0);
+      for (size_t i = 0; i < V; ++i) {
+        const uint64_t w = mass_weight(x[i], m);
+        z_all += w;
+        bin_mass[key[i] >> 16] += w;
+        ++bin_count[key[i] >> 16];
+      }
+      const uint64_t target = std::min<uint64_t>(z_all, uint64_t(std::ceil(double(p.top_p) * double(z_all))));
+      uint64_t mass = 0;
+      size_t count = 0;
+      for (size_t b = bin_mass.size(); b-- > 0;) {
+        mass += bin_mass[b], count += bin_count[b];
+        if (mass >= target && count > 0) break;
+      }
+      need = count;
+    } else {  // min-p alone: the tokens at or above its cut, and the first one below it
+      const float cut = m + logf(p.min_p);
+      need = 1;
+      for (float v : x) need += v >= cut;
+    }
+    if (need >= V) {
+      order.resize(V);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), RankLess{key});
+    } else if (need <= kHeapPrefix) {
+      first_in_rank_order(key, need, order);
+    } else {
+      first_in_rank_order_large(key, need, order);
+    }
   }
   if (n_k < V) k.rank_margin = double(x[size_t(order[n_k - 1])]) - double(first_out);  // last kept vs first dropped
   size_t n = n_k;
   if (top_p) {
-    uint64_t z_k = 0;
-    for (size_t r = 0; r < n_k; ++r) z_k += mass_weight(x[size_t(order[r])], m);
+    uint64_t z_k = z_all;  // the kept set's mass: top-k's, or every token's (integers: any order)
+    if (n_k < V)
+      for (size_t r = 0; r < n_k; ++r) z_k += mass_weight(x[size_t(order[r])], m);
     const uint64_t target = std::min<uint64_t>(z_k, uint64_t(std::ceil(double(p.top_p) * double(z_k))));
     uint64_t s = 0;
-    for (size_t r = 0; r < n_k; ++r) {
+    for (size_t r = 0; r < order.size(); ++r) {
       const uint64_t before = s;
       s += mass_weight(x[size_t(order[r])], m);
       if (s >= target) {

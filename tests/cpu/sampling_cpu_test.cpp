@@ -267,6 +267,39 @@ TEST(SamplingCpu, TruncationKeepsTheDefinedPrefix) {
   EXPECT_GE(checked, 35);
 }
 
+// Top-p / min-p without top-k sort only the rank order's prefix they end in (1,024 tokens, four
+// times as many while the cut lies beyond, the whole vocabulary last): a peaked distribution
+// ends in the first prefix, a flat one in a longer one or the full sort. The kept set is the
+// definition's either way, and the sparse distribution lists exactly the first `kept` tokens
+// of the rank order.
+TEST(SamplingCpu, TruncationWithoutTopKSortsOnlyThePrefixItNeeds) {
+  const int64_t V = 20000;
+  int checked = 0;
+  for (uint64_t seed = 0; seed < 36; ++seed) {
+    const float scale = seed % 3 == 0 ? 9.0f : seed % 3 == 1 ? 2.5f : 0.3f;  // nucleus ~tens, ~thousands, most
+    auto l = random_logits(size_t(V), seed + 500, scale);
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = seed % 4 == 3 ? 1.0f : 0.6f + 0.01f * float(seed);
+    p.min_p = seed % 4 >= 2 ? (seed % 2 ? 0.05f : 0.3f) : 0.0f;
+    p.seed = seed;
+    const auto got = draw(l, p);
+    if (got.cut_margin < 1e-6) continue;  // a boundary within rounding: either answer is right
+    const size_t want = kept_by_definition(l, p);
+    EXPECT_EQ(size_t(got.kept), want) << "seed " << seed;
+    const auto d = cpu::sampling_distribution_sparse(l.data(), V, p, {}, {});
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + ptrdiff_t(want), order.end(),
+                      [&](int a, int b) { return l[size_t(a)] > l[size_t(b)] || (l[size_t(a)] == l[size_t(b)] && a < b); });
+    std::vector<int32_t> first(order.begin(), order.begin() + ptrdiff_t(want));
+    std::sort(first.begin(), first.end());
+    EXPECT_EQ(d.ids, first) << "seed " << seed;
+    ++checked;
+  }
+  EXPECT_GE(checked, 30);
+}
+
 TEST(SamplingCpu, PenaltiesFollowTheVllmDefinitions) {
   SamplingParams p = greedy();
   // repetition: seen tokens (prompt or output): positive logits divided, negative multiplied.

@@ -4,7 +4,8 @@
 # same run, and the FP8 cache's decode kernel choice (FlashInfer's FP8 SM90 MLA against
 # MlaDecodeMma) at the step level. Needs the 5-layer GLM-5-dims checkpoint (/tmp/glm5-runner:
 # queue_recheck.sh writes it; made here otherwise, ~2 min).
-#   REPORT_PARTS="fp8 step moe gemm ncu" picks parts (default: all, in that order).
+#   REPORT_PARTS="fp8 step moe gemm ncu" picks parts (default: all, in that order); REPORT_BF16=0
+#   skips the fp8 part's BF16 baseline (its numbers are in RESULTS, sixth session).
 # Look for: each bench step table's "x floor" and "per-stage" rows; the FP8 runs' decode ms at
 # B 64 / 8K and prefill ms with each kernel (auto = mma-decode since kFp8DecodeOnMma); bench moe's
 # T = 1 row (x byte floor) and bench gemm's gate_up T = 8192 TFLOP/s; the ncu prefill table.
@@ -39,7 +40,7 @@ bench() {
 }
 if on fp8; then
   # BF16 baseline at the point both fit (B 64 x 6K), then FP8 with each decode kernel at 6K and 8K.
-  bench bf16 150 --batch 64 --ctx 6144 --prefill 1024,4096 --k 1 --iters 10
+  [ "${REPORT_BF16:-1}" = 1 ] && bench bf16 150 --batch 64 --ctx 6144 --prefill 1024,4096 --k 1 --iters 10
   bench fp8_flashinfer 150 --batch 1,64 --ctx 6144,8192 --prefill 1024,4096 --k 1 --iters 10 \
     --kv-cache-dtype fp8_e4m3 --attention-kernels flashinfer-decode
   bench fp8_auto 150 --batch 1,64 --ctx 6144,8192 --prefill 1024,4096 --k 1 --iters 10 --kv-cache-dtype fp8_e4m3

@@ -161,11 +161,18 @@ void MtpSpeculator::add_target_rows(uint64_t id, int32_t p0, std::span<const int
     queue_.emplace(id, std::move(q));
     return;
   }
-  // Pairs waiting from earlier steps (settle_queued): this step's continue them.
+  // Pairs waiting from earlier steps (settle_queued): this step's continue them — after the
+  // waiting ones ran, where together they would pass defer_rows (one request's pairs are one MTP
+  // step, which a backend sizes for a step's tokens).
   Queued& w = it->second;
   FP4MOE_CHECK(w.p0 + int32_t(w.tokens.size()) == q.p0,
                "speculative: request {}: queued MTP pairs at positions [{}, {}) and new ones from {}", id, w.p0,
                w.p0 + int32_t(w.tokens.size()), q.p0);
+  if (defer_rows > 0 && int64_t(w.tokens.size() + q.tokens.size()) > defer_rows) {
+    run_queued_of({id});
+    queue_.emplace(id, std::move(q));
+    return;
+  }
   w.tokens.insert(w.tokens.end(), q.tokens.begin(), q.tokens.end());
   w.hidden.insert(w.hidden.end(), q.hidden.begin(), q.hidden.end());
   w.pages = std::move(q.pages);  // the request's page table now (a superset of the earlier one)

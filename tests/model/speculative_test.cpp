@@ -9,7 +9,8 @@
 //   indexer key) of the sequence equal the plain run's bit for bit, and the MTP layer's equal
 //   those of runs with other accept patterns;
 // - rejection sampling keeps the target's distribution (chi-square, stated false-alarm rate);
-//   a fixed seed reproduces the sampled tokens.
+//   a fixed seed reproduces the sampled tokens;
+// - MTP pairs that wait for a later step (settle_queued) leave the MTP KV rows of running them at once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -298,4 +299,54 @@ TEST(Speculative, SampledTokensFollowTheTargetDistributionAndASeedReproducesThem
   o.sampling.seed = 77;
   const auto a = generate(prompt, o), b = generate(prompt, o);
   EXPECT_EQ(a.result.tokens, b.result.tokens);
+}
+
+// Queued MTP pairs that wait (MtpSpeculator::settle_queued, defer_rows 8) give the MTP layer's KV
+// rows and next draft of running each step's pairs at once, bit for bit: a prompt in two chunks
+// (5 pairs wait; the second chunk's 7 would pass 8 together, so the 5 run first), then decode
+// steps of one pair each (the waiting 7 + 1 fit, the next one flushes them), then the rest.
+TEST(Speculative, WaitingMtpPairsGiveTheSameMtpKvAndDraftAsRunningEachStep) {
+  model::Model& m = tiny();
+  const int64_t H = m.config().hidden, L = m.config().num_layers, V = m.config().vocab;
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int32_t n = 15;
+  std::vector<int32_t> tok(n + 1);
+  for (auto& t : tok) t = int32_t(g() % uint32_t(V));
+  std::vector<float> hid(size_t(n) * size_t(H));
+  for (float& v : hid) v = nd(g);
+  const std::vector<int32_t> pages = {0};
+  struct Run {
+    std::unique_ptr<model::HostKvPool> kv;
+    std::unique_ptr<model::MtpSpeculator> spec;
+  };
+  auto run = [&](int64_t defer) {
+    Run r;
+    r.kv = std::make_unique<model::HostKvPool>(m.mtp_kv_geometry(16, 2, KvElem::F32), m.mtp_kv_index_layers());
+    r.spec = std::make_unique<model::MtpSpeculator>(m, *r.kv, 1);
+    r.spec->defer_rows = defer;
+    auto add = [&](int32_t p0, int32_t count, int32_t next) {
+      r.spec->add_target_rows(1, p0, std::span<const int32_t>(tok.data() + p0, size_t(count)),
+                              hid.data() + int64_t(p0) * H, next, pages);
+      r.spec->settle_queued();
+    };
+    add(0, 6, -1);           // chunk 1: 5 pairs, the last row waits for its next token
+    add(6, 6, tok[12]);      // chunk 2: 7 pairs
+    for (int32_t p = 12; p < n; ++p) add(p, 1, tok[size_t(p) + 1]);  // decode steps
+    r.spec->run_queued();
+    return r;
+  };
+  const Run each = run(0), waiting = run(8);
+  EXPECT_EQ(each.spec->queued_mtp_steps, 5);
+  EXPECT_EQ(waiting.spec->queued_mtp_steps, 3);  // 5 | 7 + 1 | 2
+  const KvLayerView& a = each.kv->layer(L);
+  const KvLayerView& b = waiting.kv->layer(L);
+  auto row = [](const void* base, int64_t dim, int64_t p) { return static_cast<const uint8_t*>(base) + p * dim * 4; };
+  ASSERT_TRUE(a.index_k && b.index_k);
+  for (int64_t p = 0; p < n; ++p) {
+    ASSERT_EQ(std::memcmp(row(a.ckv, a.ckv_dim, p), row(b.ckv, b.ckv_dim, p), size_t(a.ckv_dim) * 4), 0) << p;
+    ASSERT_EQ(std::memcmp(row(a.kpe, a.kpe_dim, p), row(b.kpe, b.kpe_dim, p), size_t(a.kpe_dim) * 4), 0) << p;
+    ASSERT_EQ(std::memcmp(row(a.index_k, a.index_dim, p), row(b.index_k, b.index_dim, p), size_t(a.index_dim) * 4), 0)
+        << p;
+  }
 }

@@ -137,8 +137,8 @@ uint64_t first_in_rank_order(const std::vector<uint32_t>& key, size_t n, std::ve
   return dropped;
 }
 
-// The first n tokens of the rank order when n is large: nth_element, then a sort of the prefix
-// (the heap above pays log n per token that enters it).
+// The first n tokens of the rank order when n is large (n <= V; V: the full sort): nth_element,
+// then a sort of the prefix (the heap above pays log n per token that enters it).
 void first_in_rank_order_large(const std::vector<uint32_t>& key, size_t n, std::vector<int32_t>& order) {
   order.resize(key.size());
   std::iota(order.begin(), order.end(), 0);
@@ -196,15 +196,10 @@ Kept truncate(const std::vector<float>& x, const std::vector<uint32_t>& key, flo
       need = 1;
       for (float v : x) need += v >= cut;
     }
-    if (need >= V) {
-      order.resize(V);
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), RankLess{key});
-    } else if (need <= kHeapPrefix) {
+    if (need < V && need <= kHeapPrefix)
       first_in_rank_order(key, need, order);
-    } else {
-      first_in_rank_order_large(key, need, order);
-    }
+    else
+      first_in_rank_order_large(key, std::min(need, V), order);
   }
   if (n_k < V) k.rank_margin = double(x[size_t(order[n_k - 1])]) - double(first_out);  // last kept vs first dropped
   size_t n = n_k;

@@ -284,7 +284,7 @@ bool device_round_eligible(const SpecRequest& r) {
 bool MtpSpeculator::device_round(const std::vector<SpecRequest>& reqs, std::vector<SpecRoundResult>& out) {
   if (draft_override || reqs.empty() || !steps_.offers_greedy_round()) return false;
   for (const SpecRequest& rq : reqs) {
-    if (!device_round_eligible(rq) || queue_.count(rq.id)) return false;  // queued pairs: the host round's run_queued
+    if (!device_round_eligible(rq)) return false;  // (no pair waits: round() ran them before this)
     if (auto it = state_.find(rq.id); it != state_.end() && it->second.pending_pos >= 0) return false;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -250,10 +250,9 @@ std::vector<SpecRoundResult> MtpSpeculator::round(const std::vector<SpecRequest>
   float* hidden = at_least(verify_hidden_, size_t(T * H));
   times.host_buffers += seconds_since(t_host);
   // A backend with a device round catches the MTP layer up over every verify row, as the device
-  // round does (the same bits either way); else the emitted pairs are queued (run_queued).
-  const bool rows_form = steps_.offers_catchup_over_verify_rows() && !std::any_of(reqs.begin(), reqs.end(), [&](const SpecRequest& q) {
-    return queue_.count(q.id) > 0;
-  });
+  // round does (the same bits either way); else the emitted pairs are queued (run_queued). No
+  // pair of these requests waits here: round() ran them first.
+  const bool rows_form = steps_.offers_catchup_over_verify_rows();
   {
     const KvBatchView b{int64_t(R), T, qo.data(), pos.data(), kv_len.data(), page_ptr.data(), pages.data()};
     steps_.verify(TensorView::of(tokens.data(), {T}), b, rows, verify_view, hidden);

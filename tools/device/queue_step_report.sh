@@ -44,6 +44,8 @@ if on fp8; then
   bench fp8_flashinfer 150 --batch 1,64 --ctx 6144,8192 --prefill 1024,4096 --k 1 --iters 10 \
     --kv-cache-dtype fp8_e4m3 --attention-kernels flashinfer-decode
   bench fp8_auto 150 --batch 1,64 --ctx 6144,8192 --prefill 1024,4096 --k 1 --iters 10 --kv-cache-dtype fp8_e4m3
+  # Issue 40's 128K rows (B 1 and B 8; the plan skips B 8 where its KV does not fit beside 13 layers).
+  bench fp8_128k 120 --batch 1,8 --ctx 131072 --prefill 1024 --k 1 --iters 10 --kv-cache-dtype fp8_e4m3
 fi
 if on step; then
   # Issue 43's decode rows (ctx 1K) and prefill 4K; B 1024 is skipped by the plan where it does not fit.

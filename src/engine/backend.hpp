@@ -192,9 +192,11 @@ class Backend {
   // pairs it completed, so the MTP layer's KV, position and next draft stay what a round leaves.
   virtual void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out);
 
-  // The request left the running batch (finished, aborted or retracted): per-request state
-  // keyed on its id (penalty counts, graph slots) can go. Its pages are already back in the pool.
-  virtual void release_request(uint64_t request_id) {}
+  // Requests left the running batch (finished, aborted or retracted; those of one round in one
+  // call): per-request state keyed on their ids (penalty counts, graph slots, speculative state)
+  // can go. Their pages are still theirs during the call and go back to the pool after it (a
+  // speculating backend runs their waiting MTP pairs over them, batched).
+  virtual void release_requests(std::span<const uint64_t> request_ids) {}
 
   void set_observer(StepObserver* observer) { observer_ = observer; }
   StepObserver* observer() const { return observer_; }

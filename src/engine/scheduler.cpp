@@ -124,9 +124,9 @@ void Scheduler::cache_prefix(Sequence& s) {
   s.indexed_pages = full;
 }
 
-void Scheduler::release(Sequence& s) {
+void Scheduler::release(Sequence& s, bool backend_told) {
   cache_prefix(s);
-  if (!s.pages.empty()) backend_.release_request(s.id);
+  if (!backend_told && !s.pages.empty()) backend_.release_requests(std::span(&s.id, 1));
   pool_.release(s.pages);
   s.pages.clear();
   s.kv_len = 0;
@@ -466,7 +466,13 @@ void Scheduler::run_round(const EventSink& sink) {
     ++totals_.steps;
   }
 
-  // 5. Index finished prompts, emit, free what finished.
+  // 5. Index finished prompts, emit, free what finished. The backend hears of every request that
+  // finished this round in one call (a speculating backend runs their waiting MTP pairs batched:
+  // on the GPU one launch-bound MTP step per call, not per request).
+  std::vector<uint64_t> leaving;
+  for (const SeqPtr& s : running_)
+    if (s->done && !s->pages.empty()) leaving.push_back(s->id);
+  if (!leaving.empty()) backend_.release_requests(leaving);
   size_t keep = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
@@ -484,7 +490,7 @@ void Scheduler::run_round(const EventSink& sink) {
         ev.abort_message = s.abort_message;
         if (s.reason == FinishReason::kAbort) log_warn("scheduler: request {} aborted: {}", s.id, s.abort_message);
         ev.usage = {s.prompt_len, std::max(0, s.cached_tokens), s.generated(), s.verify_steps};
-        release(s);
+        release(s, /*backend_told=*/true);
         ++totals_.finished;
         retracted_ = false;
       }

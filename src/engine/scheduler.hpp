@@ -114,7 +114,8 @@ class Scheduler {
   bool try_admit(Sequence& s, int32_t& evictable, int32_t reserved);
   bool ensure_pages(Sequence& s, int64_t tokens);   // pages covering `tokens` positions; evicts the cache if needed
   void retract(size_t index);                        // running_[index] -> front of the queue
-  void release(Sequence& s);                         // index its full pages (if cached), drop its references
+  // Index its full pages (if cached), tell the backend (unless the round's release_requests did), drop its references.
+  void release(Sequence& s, bool backend_told = false);
   void cache_prefix(Sequence& s);                    // index its full computed pages
   SampleSpec sample_spec(const Sequence& s) const;
   bool is_stop(const Sequence& s, int32_t token) const;

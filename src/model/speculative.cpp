@@ -186,14 +186,17 @@ void MtpSpeculator::settle_queued() {
   if (keep || rows > defer_rows) run_queued();
 }
 
-void MtpSpeculator::release(uint64_t id) {
+void MtpSpeculator::release(std::span<const uint64_t> ids) {
+  std::vector<uint64_t> waiting;
+  for (uint64_t id : ids)
+    if (queue_.count(id)) waiting.push_back(id);
   try {
-    if (queue_.count(id)) run_queued_of({id});
-  } catch (const Error& e) {  // the request is gone either way; only drafts that reuse its pages would read the rows
-    log_warn("speculative: request {}: its waiting MTP pairs did not run ({}); their MTP KV rows stay unwritten", id,
-             e.what());
+    if (!waiting.empty()) run_queued_of(waiting);
+  } catch (const Error& e) {  // the requests are gone either way; only drafts that reuse their pages would read the rows
+    log_warn("speculative: {} leaving request(s): waiting MTP pairs did not run ({}); their MTP KV rows stay unwritten",
+             waiting.size(), e.what());
   }
-  forget(id);
+  for (uint64_t id : ids) forget(id);
 }
 
 void MtpSpeculator::run_queued() {

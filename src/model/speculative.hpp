@@ -301,10 +301,12 @@ class MtpSpeculator {
   // steps of at most defer_rows pairs where requests can be split (a request's own pairs: one step).
   void settle_queued();
   int64_t defer_rows = 0;
-  // A finished, aborted or retracted request: its waiting pairs run (the MTP KV rows of the pages
-  // the prefix cache may keep are complete), then its state goes (forget). Never throws: a failed
-  // MTP step is a warning (the request is gone; only drafts over its cached pages would read them).
-  void release(uint64_t id);
+  // Finished, aborted or retracted requests (those leaving in one scheduler round, together): their
+  // waiting pairs run, batched into MTP steps of at most defer_rows pairs (the MTP KV rows of the
+  // pages the prefix cache may keep are complete), then their state goes (forget). Never throws: a
+  // failed MTP step is a warning (the requests are gone; only drafts over their cached pages would
+  // read those rows).
+  void release(std::span<const uint64_t> ids);
   // One draft/verify round over the requests; results in request order.
   std::vector<SpecRoundResult> round(const std::vector<SpecRequest>& requests);
   void forget(uint64_t id) {

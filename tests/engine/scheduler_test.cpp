@@ -178,6 +178,20 @@ TEST(Scheduler, MultiStepDecodeStopsEachRequestAtItsOwnLimit) {
   EXPECT_EQ(be.released, (std::vector<uint64_t>{1, 2, 3}));  // each told to the backend once, at its end
 }
 
+TEST(Scheduler, RequestsThatFinishInOneRoundLeaveTheBackendInOneCall) {
+  // Three requests of one length run in lockstep and finish in the same round; a fourth, longer
+  // one finishes later, alone.
+  auto specs = uniform_requests(4, 6, 5, 21);
+  for (auto& s : specs) s.ignore_eos = true;
+  specs[3].max_new_tokens = 9;
+  RecordingBackend be(fake_options());
+  run_all(config(4, 256, 4, 64, 1, false), specs, be);
+  ASSERT_EQ(be.release_calls.size(), 2u);
+  std::sort(be.release_calls[0].begin(), be.release_calls[0].end());
+  EXPECT_EQ(be.release_calls[0], (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(be.release_calls[1], std::vector<uint64_t>{4});
+}
+
 TEST(Scheduler, CancellationAbortsWaitingAndRunningRequestsAndFreesTheirPages) {
   const auto specs = uniform_requests(3, 9, 40, 11);
   RecordingBackend be(fake_options());

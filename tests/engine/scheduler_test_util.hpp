@@ -44,9 +44,13 @@ class RecordingBackend : public FakeBackend {
       rows.push_back({batch.request_ids[size_t(r)], batch.count(r), batch.start(r), batch.sample[size_t(r)] != 0});
     FakeBackend::step(batch, out);
   }
-  void release_request(uint64_t id) override { released.push_back(id); }
+  void release_requests(std::span<const uint64_t> ids) override {
+    released.insert(released.end(), ids.begin(), ids.end());
+    release_calls.emplace_back(ids.begin(), ids.end());
+  }
   std::vector<std::vector<StepRow>> steps;
   std::vector<uint64_t> released;
+  std::vector<std::vector<uint64_t>> release_calls;  // the ids of each release_requests call
 };
 
 inline FakeBackendOptions fake_options() {

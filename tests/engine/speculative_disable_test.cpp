@@ -46,27 +46,35 @@ class SnoopBackend : public CpuModelBackend {
     note(batch, true);
     CpuModelBackend::decode(batch, limits, steps, out);
   }
-  void release_request(uint64_t id) override {
-    CpuModelBackend::release_request(id);  // runs the request's waiting MTP pairs (its pages are the scheduler's still)
+  void release_requests(std::span<const uint64_t> ids) override {
+    const int64_t steps0 = speculator() ? speculator()->queued_mtp_steps : 0;
+    CpuModelBackend::release_requests(ids);  // runs the requests' waiting MTP pairs (their pages are the scheduler's still)
+    ++release_calls;
+    if (speculator()) release_mtp_steps += speculator()->queued_mtp_steps - steps0;
     if (kv_pool().geometry().num_layers <= model().config().num_layers) return;  // no MTP layer (not speculating)
     const KvLayerView& l = kv_pool().layer(model().config().num_layers);
-    std::vector<uint8_t>& rows = mtp_rows[id];
-    rows.clear();
     const size_t e = kv_elem_size(l.elem), ie = kv_elem_size(l.index_elem);
-    for (int32_t page : pages_[id])
-      for (int64_t slot = 0; slot < l.page_size; ++slot) {
-        const int64_t at = int64_t(page) * l.page_size + slot;
-        auto put = [&](const void* base, int64_t dim, size_t elem) {
-          const uint8_t* p = static_cast<const uint8_t*>(base) + size_t(at * dim) * elem;
-          rows.insert(rows.end(), p, p + size_t(dim) * elem);
-        };
-        put(l.ckv, l.ckv_dim, e);
-        put(l.kpe, l.kpe_dim, e);
-        if (l.index_k) put(l.index_k, l.index_dim, ie);
-      }
+    for (uint64_t id : ids) {
+      std::vector<uint8_t>& rows = mtp_rows[id];
+      rows.clear();
+      for (int32_t page : pages_[id])
+        for (int64_t slot = 0; slot < l.page_size; ++slot) {
+          const int64_t at = int64_t(page) * l.page_size + slot;
+          auto put = [&](const void* base, int64_t dim, size_t elem) {
+            const uint8_t* p = static_cast<const uint8_t*>(base) + size_t(at * dim) * elem;
+            rows.insert(rows.end(), p, p + size_t(dim) * elem);
+          };
+          put(l.ckv, l.ckv_dim, e);
+          put(l.kpe, l.kpe_dim, e);
+          if (l.index_k) put(l.index_k, l.index_dim, ie);
+        }
+    }
     row_bytes = size_t(l.ckv_dim + l.kpe_dim) * e + (l.index_k ? size_t(l.index_dim) * ie : 0);
   }
+
   std::vector<Call> calls;
+  int release_calls = 0;  // release_requests calls (the requests of one round leave in one)
+  int64_t release_mtp_steps = 0;  // MTP steps those calls ran (the leaving requests' waiting pairs)
   std::map<uint64_t, std::vector<uint8_t>> mtp_rows;  // per request: row_bytes per position, in position order
   size_t row_bytes = 0;
 
@@ -91,6 +99,8 @@ struct RunResult {
   std::map<uint64_t, Outcome> out;
   SchedulerStats stats;
   std::vector<Call> calls;
+  int release_calls = 0;  // release_requests calls (the requests of one round leave in one)
+  int64_t release_mtp_steps = 0;
   std::map<uint64_t, std::vector<uint8_t>> mtp_rows;
   size_t row_bytes = 0;
   Drafts mtp_drafts;
@@ -166,6 +176,8 @@ RunResult run(const std::vector<RequestSpec>& specs, int32_t steps, int32_t disa
   res.calls = be.calls;
   res.mtp_rows = be.mtp_rows;
   res.row_bytes = be.row_bytes;
+  res.release_calls = be.release_calls;
+  res.release_mtp_steps = be.release_mtp_steps;
   if (be.speculator()) res.mtp_steps = be.speculator()->queued_mtp_steps;
   return res;
 }
@@ -308,6 +320,27 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
 // The trained model in the tree (models/glm5-mini-py: its MTP layer's own drafts are often
 // accepted), four greedy Python-text prompts at N = 1: the plain engine's tokens, and MTP KV rows
 // equal to a run that speculated throughout.
+TEST(SpeculativeDisable, RequestsThatLeaveTogetherRunTheirWaitingPairsInOneMtpStep) {
+  // Four requests of one length above N = 1: every decode round is plain, the pairs wait, and the
+  // four leave in the same round — one release call, whose waiting pairs run as one MTP step.
+  auto specs = greedy_specs(4);
+  for (size_t i = 0; i < specs.size(); ++i) {  // prompts of one prefill step (30 tokens, chunk 64): lockstep decodes
+    specs[i].prompt.resize(6 + i);
+    specs[i].max_new_tokens = 8;
+  }
+  const RunResult plain = run(specs, 0, 0);
+  const RunResult always = run(specs, 1, 0, &plain.out);
+  const RunResult switched = run(specs, 1, 1, &plain.out);
+  expect_same_tokens(switched.out, plain.out);
+  EXPECT_EQ(count_rounds(switched.calls).verify, 0) << "a draft/verify round above N";
+  EXPECT_EQ(switched.release_calls, 1);
+  expect_same_mtp_rows(always, switched, specs);
+  // The prompts' pairs and the plain rounds' (~30 + 4 x 7) stay within defer_rows (a step's 72
+  // tokens): all of them wait to the end and run as the four leave, in one MTP step.
+  EXPECT_EQ(switched.release_mtp_steps, 1);
+  EXPECT_EQ(switched.mtp_steps, 1);
+}
+
 TEST(SpeculativeDisable, TheTrainedModelsOwnDraftsThroughTheSwitchesKeepTokensAndMtpState) {
   const std::string dir = std::string(FP4MOE_SOURCE_DIR) + "/models/glm5-mini-py";
   const text::Tokenizer tok = text::Tokenizer::from_dir(dir);

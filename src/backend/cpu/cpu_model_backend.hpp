@@ -46,8 +46,8 @@ class CpuModelBackend : public Backend {
   void init_kv(int32_t num_pages, int32_t page_size, int32_t max_step_tokens, int32_t max_requests) override;
   void step(const StepBatch& batch, std::vector<GeneratedToken>& out) override;
   void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
-  void release_request(uint64_t request_id) override {
-    if (spec_) spec_->release(request_id);
+  void release_requests(std::span<const uint64_t> request_ids) override {
+    if (spec_) spec_->release(request_ids);
   }
   // Tests: the pool (its layer num_layers is the MTP layer's when speculating).
   const model::HostKvPool& kv_pool() const { return *kv_; }

@@ -58,8 +58,8 @@ class CudaModelBackend : public Backend {
   void decode(const StepBatch& batch, const DecodeLimits& limits, int32_t steps, DecodeOutput& out) override;
   // A finished, aborted or retracted request's speculative state (its MTP position, draft logits /
   // token and hidden state) goes with it, as on the CPU backend.
-  void release_request(uint64_t request_id) override {
-    if (spec_) spec_->release(request_id);
+  void release_requests(std::span<const uint64_t> request_ids) override {
+    if (spec_) spec_->release(request_ids);
   }
   const GpuRunner& runner() const { return *runner_; }
   // Speculative decoding's steps and speculator (null when off).

@@ -35,3 +35,7 @@ if [ "${CLOSE_SPEC:-1}" = 1 ]; then
   fi
 fi
 echo "queue_wave3_close: done at $(( $(date +%s) - T0 )) s"
+# A call returns 8 files at most (chosen by name, not by need): every log in one archive instead.
+if [ "${CLOSE_PACK_LOGS:-1}" = 1 ]; then
+  tar czf /tmp/wave3_close_logs.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/wave3_close_logs.tgz "$OUT/"
+fi

@@ -317,9 +317,6 @@ TEST(SpeculativeDisable, TheMtpLayersStateAfterPlainRoundsEqualsARunThatSpeculat
   EXPECT_GE(common, 4);
 }
 
-// The trained model in the tree (models/glm5-mini-py: its MTP layer's own drafts are often
-// accepted), four greedy Python-text prompts at N = 1: the plain engine's tokens, and MTP KV rows
-// equal to a run that speculated throughout.
 TEST(SpeculativeDisable, RequestsThatLeaveTogetherRunTheirWaitingPairsInOneMtpStep) {
   // Four requests of one length above N = 1: every decode round is plain, the pairs wait, and the
   // four leave in the same round — one release call, whose waiting pairs run as one MTP step.
@@ -341,6 +338,9 @@ TEST(SpeculativeDisable, RequestsThatLeaveTogetherRunTheirWaitingPairsInOneMtpSt
   EXPECT_EQ(switched.mtp_steps, 1);
 }
 
+// The trained model in the tree (models/glm5-mini-py: its MTP layer's own drafts are often
+// accepted), four greedy Python-text prompts at N = 1: the plain engine's tokens, and MTP KV rows
+// equal to a run that speculated throughout.
 TEST(SpeculativeDisable, TheTrainedModelsOwnDraftsThroughTheSwitchesKeepTokensAndMtpState) {
   const std::string dir = std::string(FP4MOE_SOURCE_DIR) + "/models/glm5-mini-py";
   const text::Tokenizer tok = text::Tokenizer::from_dir(dir);

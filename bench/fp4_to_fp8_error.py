@@ -37,6 +37,9 @@ def e4m3_table():
 
 
 E4M3_VALUES = e4m3_table()
+# A non-negative E4M3 value's code is its index among the non-negative values (codes 0..126 rise
+# with the value); its parity is the tie rule's "even".
+E4M3_POSITIVE = E4M3_VALUES[E4M3_VALUES >= 0]
 
 
 def to_e4m3(x):
@@ -46,9 +49,8 @@ def to_e4m3(x):
     lo, hi = E4M3_VALUES[i - 1], E4M3_VALUES[i]
     pick_hi = (hi - x) < (x - lo)
     tie = (hi - x) == (x - lo)
-    # Ties: the value whose mantissa's last bit is 0 (frexp: even multiple of the step).
-    m_hi = np.frexp(np.abs(hi))[0] * 16
-    pick_hi = np.where(tie, np.mod(np.round(m_hi), 2) == 0, pick_hi)
+    hi_code = np.searchsorted(E4M3_POSITIVE, np.abs(hi))  # ties: the neighbour whose code is even
+    pick_hi = np.where(tie, hi_code % 2 == 0, pick_hi)
     return np.where(pick_hi, hi, lo)
 
 
@@ -63,20 +65,14 @@ def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
-        base = 8 + n
         data = f.read()
+    dtypes = {"U8": np.uint8, "F8_E4M3": np.uint8, "F32": np.float32, "BF16": np.uint16}  # raw bits
     out = {}
     for k, v in header.items():
-        if k == "__metadata__":
+        if k == "__metadata__" or v["dtype"] not in dtypes:
             continue
         a, b = v["data_offsets"]
-        raw = data[a:b]
-        dt = {"U8": np.uint8, "F8_E4M3": np.uint8, "F32": np.float32, "BF16": np.uint16}[v["dtype"]] if v["dtype"] in (
-            "U8", "F8_E4M3", "F32", "BF16") else None
-        if dt is None:
-            continue
-        arr = np.frombuffer(raw, dtype=dt).reshape(v["shape"]) if v["shape"] else np.frombuffer(raw, dtype=dt)
-        out[k] = (v["dtype"], arr)
+        out[k] = (v["dtype"], np.frombuffer(data[a:b], dtype=dtypes[v["dtype"]]).reshape(v["shape"]))
     return out
 
 
@@ -106,10 +102,12 @@ def rel(a, b):
 def self_check():
     assert np.array_equal(to_e4m3(E4M3_VALUES), E4M3_VALUES), "E4M3 values must round to themselves"
     assert to_e4m3(np.array([1000.0]))[0] == 448.0 and to_e4m3(np.array([2.0 ** -10]))[0] in (0.0, 2.0 ** -9)
-    mids = (E4M3_VALUES[1:] + E4M3_VALUES[:-1]) / 2  # ties: the neighbour with an even code
+    pos = E4M3_POSITIVE
+    mids = (pos[1:] + pos[:-1]) / 2  # ties, subnormal ones included: the neighbour with an even code
     got = to_e4m3(mids)
-    for m, v, lo, hi in zip(mids, got, E4M3_VALUES[:-1], E4M3_VALUES[1:]):
-        assert v in (lo, hi)
+    even = np.where(np.arange(1, len(pos)) % 2 == 0, pos[1:], pos[:-1])
+    assert np.array_equal(got, even), "E4M3 ties must round to the even code"
+    assert np.array_equal(to_e4m3(-mids), -even)
 
 
 def main():
